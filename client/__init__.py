@@ -1,0 +1,1 @@
+"""fedsketch.client: the device side. Never imports ``fedsketch.server``."""

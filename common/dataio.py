@@ -1,0 +1,194 @@
+"""Streaming readers for local data files: ``.npy`` (2-D, C order) and CSV.
+
+A :class:`DataSource` yields float32 chunks of at most ``rows`` records, so peak memory is
+O(rows·d), whatever the number of records n. ``.npy`` files are read with plain ``read()`` calls
+after the header, not memory-mapped whole. Every chunk is checked: a NaN or an infinity stops the
+read with a :class:`DataError` that names the file and the row.
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+#: Default chunk length in records (64 Ki records of d = 10 float32 are 2.5 MiB).
+CHUNK_ROWS = 65536
+
+
+class DataError(ValueError):
+    """A data file that cannot be used as it is (missing, empty, malformed, non-finite)."""
+
+
+@dataclass(frozen=True)
+class NpyLayout:
+    """Where the records of a ``.npy`` file live: shape (n, d), dtype, and header length."""
+
+    n: int
+    d: int
+    dtype: np.dtype
+    offset: int
+
+
+def _npy_layout(path: Path) -> NpyLayout:
+    with path.open("rb") as fh:
+        try:
+            version = np.lib.format.read_magic(fh)
+            if version == (1, 0):
+                shape, fortran, dtype = np.lib.format.read_array_header_1_0(fh)
+            else:
+                shape, fortran, dtype = np.lib.format.read_array_header_2_0(fh)
+        except ValueError as exc:
+            raise DataError(f"{path}: not a valid .npy file ({exc})") from None
+        offset = fh.tell()
+    if fortran and len(shape) > 1 and shape[1] > 1:
+        raise DataError(f"{path}: Fortran-ordered arrays are not supported; save in C order")
+    if dtype.kind not in "fiu" or dtype.hasobject:
+        raise DataError(f"{path}: dtype {dtype} is not a real numeric type")
+    if len(shape) == 1:
+        shape = (shape[0], 1)
+    if len(shape) != 2:
+        raise DataError(f"{path}: expected a 2-D array (records × dimensions), got shape {shape}")
+    n, d = int(shape[0]), int(shape[1])
+    expected = offset + n * d * dtype.itemsize
+    if os.path.getsize(path) < expected:
+        raise DataError(f"{path}: truncated file ({os.path.getsize(path)} of {expected} bytes)")
+    return NpyLayout(n=n, d=d, dtype=dtype, offset=offset)
+
+
+def _check_finite(chunk: np.ndarray, path: Path, first_row: int) -> None:
+    finite = np.isfinite(chunk)
+    if not finite.all():
+        row = first_row + int(np.argmin(finite.all(axis=1)))
+        raise DataError(f"{path}: non-finite value (NaN or inf) in record {row}")
+
+
+class DataSource:
+    """A local data file read in chunks of float32 records.
+
+    ``n`` and ``d`` are known after construction for ``.npy``; for CSV, ``d`` comes from the first
+    data row and ``n`` is counted by a first streaming pass (cheap next to sketching).
+    A first CSV line that does not parse as numbers is taken as a header and skipped.
+    """
+
+    def __init__(self, path: str | os.PathLike[str], rows: int = CHUNK_ROWS) -> None:
+        self.path = Path(path)
+        self.rows = int(rows)
+        if not self.path.is_file():
+            raise DataError(f"{self.path}: no such file")
+        if self.path.stat().st_size == 0:
+            raise DataError(f"{self.path}: empty file")
+        suffix = self.path.suffix.lower()
+        if suffix == ".npy":
+            self._layout: NpyLayout | None = _npy_layout(self.path)
+            self.n, self.d = self._layout.n, self._layout.d
+        elif suffix in (".csv", ".txt"):
+            self._layout = None
+            self._header = self._csv_has_header()
+            self.d = self._csv_width()
+            self.n = sum(chunk.shape[0] for chunk in self._csv_chunks(check=False))
+        else:
+            raise DataError(f"{self.path}: unknown data format {suffix!r}; use .npy or .csv")
+        if self.n == 0:
+            raise DataError(f"{self.path}: no records")
+
+    def chunks(self) -> Iterator[np.ndarray]:
+        """Yield float32 arrays of shape (≤ rows, d), in file order, each checked finite."""
+        if self._layout is not None:
+            yield from self._npy_chunks(self._layout)
+        else:
+            yield from self._csv_chunks(check=True)
+
+    def _npy_chunks(self, layout: NpyLayout) -> Iterator[np.ndarray]:
+        row_bytes = layout.d * layout.dtype.itemsize
+        done = 0
+        with self.path.open("rb") as fh:
+            fh.seek(layout.offset)
+            while done < layout.n:
+                take = min(self.rows, layout.n - done)
+                raw = fh.read(take * row_bytes)
+                if len(raw) != take * row_bytes:
+                    raise DataError(f"{self.path}: truncated at record {done}")
+                chunk = np.frombuffer(raw, dtype=layout.dtype).reshape(take, layout.d)
+                chunk = chunk.astype(np.float32)
+                _check_finite(chunk, self.path, done)
+                yield chunk
+                done += take
+
+    def _csv_has_header(self) -> bool:
+        with self.path.open("r", encoding="utf-8", errors="replace") as fh:
+            first = fh.readline()
+        try:
+            [float(tok) for tok in first.replace(",", " ").split()]
+        except ValueError:
+            return True
+        return False
+
+    def _csv_width(self) -> int:
+        with self.path.open("r", encoding="utf-8", errors="replace") as fh:
+            if self._header:
+                fh.readline()
+            for line in fh:
+                if line.strip():
+                    return len(line.split(","))
+        raise DataError(f"{self.path}: no records")
+
+    def _csv_chunks(self, check: bool) -> Iterator[np.ndarray]:
+        done = 0
+        with self.path.open("r", encoding="utf-8", errors="replace") as fh:
+            if self._header:
+                fh.readline()
+            while True:
+                try:
+                    with warnings.catch_warnings():  # "no data" at end of file is expected
+                        warnings.simplefilter("ignore", UserWarning)
+                        chunk = np.loadtxt(
+                            fh, delimiter=",", dtype=np.float64, max_rows=self.rows, ndmin=2
+                        )
+                except ValueError as exc:
+                    msg = str(exc).splitlines()[0]
+                    raise DataError(f"{self.path}: malformed CSV near record {done}: {msg}") from None
+                if chunk.shape[0] == 0:
+                    return
+                if chunk.shape[1] != self.d:
+                    raise DataError(
+                        f"{self.path}: record {done} has {chunk.shape[1]} columns, expected {self.d}"
+                    )
+                chunk = chunk.astype(np.float32)
+                if check:
+                    _check_finite(chunk, self.path, done)
+                yield chunk
+                done += chunk.shape[0]
+
+
+def load_all(path: str | os.PathLike[str]) -> np.ndarray:
+    """Read a whole data file into one float32 (n, d) array (for evaluation and tests)."""
+    source = DataSource(path)
+    return np.concatenate(list(source.chunks()), axis=0)
+
+
+def write_npy_stream(path: Path, n: int, d: int, chunks: Iterator[np.ndarray]) -> None:
+    """Write a float32 (n, d) ``.npy`` file from an iterator of row chunks, atomically.
+
+    The bytes go to a temporary sibling first and are renamed into place only when all ``n``
+    rows are written, so a failure never leaves a partial file at ``path``.
+    """
+    tmp = path.with_name(f".{path.name}.partial-{os.getpid()}")
+    try:
+        with tmp.open("wb") as fh:
+            header = {"descr": np.lib.format.dtype_to_descr(np.dtype("<f4")),
+                      "fortran_order": False, "shape": (n, d)}
+            np.lib.format.write_array_header_1_0(fh, header)
+            written = 0
+            for chunk in chunks:
+                fh.write(np.ascontiguousarray(chunk, dtype="<f4").tobytes())
+                written += chunk.shape[0]
+            if written != n:
+                raise RuntimeError(f"internal error: wrote {written} of {n} records")
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)

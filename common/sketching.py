@@ -1,0 +1,190 @@
+"""Streaming computation of the (un-normalized, masked) feature sum of a dataset.
+
+For records x_i ∈ R^d, public frequencies Ω ∈ R^{d×m} and dither ξ ∈ [0, 2π)^m, the accumulator
+computes
+
+    S = Σ_i f(Ωᵀx_i + ξ) ⊙ b_i   ∈ C^m,
+
+where b_i ∈ {0,1}^m is a uniform random mask with exactly r ones (r = m: no subsampling). The
+normalized sketch is S / (α·n·√m) with α = r/m (MECHANISMS §1.1); noise is added by
+:mod:`fedsketch.common.privacy`. For ``complex`` S is float64; for ``quantized`` its real and
+imaginary parts are exact integers (int64), ready for discrete noise and secure aggregation.
+
+Cost per record is O(r·d) when r < m: only the r selected phases are computed (gather, dot,
+``bincount``), never the full n×m product. Phases are computed in float32 (SIMD trigonometry);
+sums are accumulated in float64 or integers. Chunks are processed by a small thread pool
+(numpy releases the GIL in its kernels) with BLAS pinned to one thread.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+import numpy as np
+from threadpoolctl import threadpool_limits
+
+from .features import check_feature, quadrant_signs
+from .frequencies import Frequencies
+
+#: Rows per inner block: 256 × m float32 phases stay in cache (measured 2.6× faster than 16 Ki).
+BLOCK_ROWS = 256
+
+
+@dataclass(frozen=True)
+class FeatureSum:
+    """S = Σ_i f(Ωᵀx_i + ξ) ⊙ b_i over n records, split into real and imaginary parts.
+
+    ``re`` and ``im`` are float64 for ``complex`` and int64 for ``quantized`` (entries in [−n, n]).
+    """
+
+    feature: str
+    m: int
+    r: int
+    n: int
+    re: np.ndarray
+    im: np.ndarray
+
+    @property
+    def alpha(self) -> float:
+        """α = r/m, the fraction of entries each record contributes to."""
+        return self.r / self.m
+
+    def clean_sketch(self) -> np.ndarray:
+        """The noiseless normalized sketch S / (α·n·√m) as complex128."""
+        scale = 1.0 / (self.alpha * self.n * math.sqrt(self.m))
+        return (self.re.astype(np.float64) + 1j * self.im.astype(np.float64)) * scale
+
+
+def check_r(r: int, m: int) -> int:
+    """Return r if 1 ≤ r ≤ m, else raise ValueError."""
+    if not 1 <= r <= m:
+        raise ValueError(f"r must be in 1..m = 1..{m}, got {r}")
+    return r
+
+
+def draw_masks(rng: np.random.Generator, rows: int, m: int, r: int) -> np.ndarray:
+    """Indices (rows, r) of r distinct entries per row, each r-subset of 0..m−1 equally likely.
+
+    Small r: Floyd's algorithm, vectorized over rows, O(rows·r²). Otherwise the r smallest of m
+    uniform keys per row, O(rows·m) but no trigonometry.
+    """
+    if r * r <= 4 * m:
+        chosen = np.empty((rows, r), dtype=np.int64)
+        for col, j in enumerate(range(m - r, m)):
+            t = rng.integers(0, j + 1, size=rows)
+            if col:
+                t = np.where((chosen[:, :col] == t[:, None]).any(axis=1), j, t)
+            chosen[:, col] = t
+        return chosen
+    keys = rng.random((rows, m), dtype=np.float32)
+    return np.argpartition(keys, r - 1, axis=1)[:, :r]
+
+
+class _Kernel:
+    """Per-block arithmetic for one (Ω, ξ, feature, r); stateless, shared by worker threads."""
+
+    def __init__(self, freqs: Frequencies, feature: str, r: int) -> None:
+        self.feature = check_feature(feature)
+        self.m = freqs.spec.m
+        self.r = check_r(r, self.m)
+        self.omega = np.ascontiguousarray(freqs.omega, dtype=np.float32)  # (d, m)
+        self.omega_t = np.ascontiguousarray(self.omega.T)  # (m, d): rows gathered for r < m
+        self.xi = np.asarray(freqs.xi, dtype=np.float32)
+        self.sum_dtype = np.int64 if feature == "quantized" else np.float64
+
+    def chunk_sum(self, x: np.ndarray, rng: np.random.Generator | None) -> tuple[np.ndarray, ...]:
+        """(re, im) sums of one chunk of float32 records; ``rng`` draws the masks (r < m)."""
+        re = np.zeros(self.m, dtype=np.float64)
+        im = np.zeros(self.m, dtype=np.float64)
+        for start in range(0, x.shape[0], BLOCK_ROWS):
+            block = x[start:start + BLOCK_ROWS]
+            if self.r == self.m:
+                self._full_block(block, re, im)
+            else:
+                assert rng is not None
+                self._masked_block(block, draw_masks(rng, block.shape[0], self.m, self.r), re, im)
+        return re, im
+
+    def _full_block(self, x: np.ndarray, re: np.ndarray, im: np.ndarray) -> None:
+        t = x @ self.omega
+        t += self.xi
+        if self.feature == "complex":
+            re += np.cos(t).sum(axis=0, dtype=np.float64)
+            im += np.sin(t, out=t).sum(axis=0, dtype=np.float64)
+        else:
+            s_re, s_im = quadrant_signs(t)
+            re += s_re.sum(axis=0, dtype=np.int64)
+            im += s_im.sum(axis=0, dtype=np.int64)
+
+    def _masked_block(self, x: np.ndarray, idx: np.ndarray, re: np.ndarray, im: np.ndarray) -> None:
+        rows, r = idx.shape
+        w = np.take(self.omega_t, idx, axis=0)  # (rows, r, d)
+        t = np.einsum("ijk,ik->ij", w, x) if r > 1 else np.einsum("ik,ik->i", w[:, 0], x)[:, None]
+        t += np.take(self.xi, idx)
+        flat = idx.ravel()
+        if self.feature == "complex":
+            re += np.bincount(flat, weights=np.cos(t).ravel(), minlength=self.m)
+            im += np.bincount(flat, weights=np.sin(t).ravel(), minlength=self.m)
+        else:
+            s_re, s_im = quadrant_signs(t)
+            re += np.bincount(flat, weights=s_re.ravel(), minlength=self.m)
+            im += np.bincount(flat, weights=s_im.ravel(), minlength=self.m)
+
+
+def feature_sum(
+    chunks: Iterable[np.ndarray],
+    freqs: Frequencies,
+    feature: str,
+    r: int | None = None,
+    *,
+    mask_seed: int | None = None,
+    workers: int | None = None,
+    progress: Callable[[int], None] | None = None,
+) -> FeatureSum:
+    """Stream ``chunks`` of float32 records (each (rows, d)) into S = Σ_i f(Ωᵀx_i + ξ) ⊙ b_i.
+
+    ``r`` defaults to m. Masks are drawn from a generator seeded from ``mask_seed`` or, when it is
+    None, from the OS CSPRNG; masks are public and independent of the data, so a fixed seed only
+    makes neighbouring-dataset tests reproducible. ``progress(rows)`` is called after each chunk.
+    ``workers`` threads (default: up to 2, the cores available) process chunks concurrently.
+    """
+    kernel = _Kernel(freqs, feature, freqs.spec.m if r is None else r)
+    d = freqs.spec.d
+    seeds = np.random.SeedSequence(mask_seed)
+    workers = workers or max(1, min(2, os.cpu_count() or 1))
+    re = np.zeros(kernel.m, dtype=np.float64)
+    im = np.zeros(kernel.m, dtype=np.float64)
+    n = 0
+
+    def job(x: np.ndarray, seed: np.random.SeedSequence) -> tuple[np.ndarray, ...]:
+        return kernel.chunk_sum(x, np.random.default_rng(seed))
+
+    with threadpool_limits(1), ThreadPoolExecutor(max_workers=workers) as pool:
+        pending = []
+        for x in chunks:
+            if x.ndim != 2 or x.shape[1] != d:
+                raise ValueError(f"records have dimension {x.shape[-1]}, the frequencies expect {d}")
+            pending.append((x.shape[0], pool.submit(job, x, seeds.spawn(1)[0])))
+            if len(pending) > 2 * workers:
+                n += _collect(pending.pop(0), re, im, progress)
+        for item in pending:
+            n += _collect(item, re, im, progress)
+    if n == 0:
+        raise ValueError("no records to sketch")
+    if kernel.sum_dtype is np.int64:
+        return FeatureSum(feature, kernel.m, kernel.r, n, re.astype(np.int64), im.astype(np.int64))
+    return FeatureSum(feature, kernel.m, kernel.r, n, re, im)
+
+
+def _collect(item, re: np.ndarray, im: np.ndarray, progress: Callable[[int], None] | None) -> int:
+    rows, future = item
+    part_re, part_im = future.result()
+    re += part_re
+    im += part_im
+    if progress is not None:
+        progress(rows)
+    return rows

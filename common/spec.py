@@ -1,0 +1,63 @@
+"""The public specification of one sketch release, and its canonical digest.
+
+A :class:`SketchSpec` is everything a device needs to compute a release and everything a decoder
+needs to read it: the frequency spec (Ω, ξ), the feature map, r, and the privacy budget. Its
+canonical JSON (sorted keys, no whitespace) is hashed with SHA-256 so that two parties can check
+they agree on every public parameter.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+
+from .features import check_feature
+from .frequencies import FrequencySpec
+from .privacy import PrivacySpec
+from .sketching import check_r
+
+
+@dataclass(frozen=True)
+class SketchSpec:
+    """Frequencies, feature map f, r of m entries per record, and the privacy budget."""
+
+    frequencies: FrequencySpec
+    feature: str
+    r: int
+    privacy: PrivacySpec
+
+    def __post_init__(self) -> None:
+        check_feature(self.feature)
+        check_r(self.r, self.frequencies.m)
+
+    def to_dict(self) -> dict:
+        """JSON-ready nested dict."""
+        return {
+            "frequencies": self.frequencies.to_dict(),
+            "feature": self.feature,
+            "r": self.r,
+            "privacy": self.privacy.to_dict(),
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict) -> SketchSpec:
+        """Inverse of :meth:`to_dict`; raises ValueError on a missing or invalid field."""
+        try:
+            return cls(
+                FrequencySpec.from_dict(data["frequencies"]),
+                str(data["feature"]),
+                int(data["r"]),
+                PrivacySpec.from_dict(data["privacy"]),
+            )
+        except (KeyError, TypeError) as exc:
+            raise ValueError(f"incomplete sketch spec: {exc!r}") from None
+
+    def digest(self) -> str:
+        """SHA-256 (hex) of the canonical JSON of :meth:`to_dict`."""
+        return hashlib.sha256(canonical_json(self.to_dict()).encode()).hexdigest()
+
+
+def canonical_json(obj: object) -> str:
+    """Deterministic JSON: sorted keys, compact separators, no NaN."""
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"), allow_nan=False)

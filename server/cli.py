@@ -1,0 +1,308 @@
+"""The ``fedsketch`` command line: synthetic data, private sketching, decoding and evaluation.
+
+Every command reports bad input as one line on stderr (``error: ...``) with exit status 1 and
+writes no partial output file. ``--quiet`` turns progress bars off.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Annotated
+
+import numpy as np
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
+from rich.table import Table
+
+from fedsketch.common.dataio import DataError, DataSource, load_all, write_npy_stream
+from fedsketch.common.features import FEATURES, FIRST_HARMONIC
+from fedsketch.common.frequencies import LAWS, FrequencySpec, draw_frequencies
+from fedsketch.common.privacy import NEIGHBOURING, PrivacySpec, privatize
+from fedsketch.common.scale import calibrate_scale
+from fedsketch.common.sketchfile import load_sketch, save_sketch
+from fedsketch.common.sketching import feature_sum
+from fedsketch.common.spec import SketchSpec
+from fedsketch.common.synthetic import gmm_chunks
+
+from .bounds import parse_bounds
+from .clompr import clompr
+from .evaluate import kmeans_reference, sse_per_n
+
+app = typer.Typer(
+    no_args_is_help=True,
+    add_completion=False,
+    help="Federated, differentially private compressive k-means.",
+)
+synth_app = typer.Typer(no_args_is_help=True, help="Generate synthetic datasets.")
+app.add_typer(synth_app, name="synth")
+
+err = Console(stderr=True)
+Quiet = Annotated[bool, typer.Option("--quiet", "-q", help="No progress bars.")]
+
+
+@contextmanager
+def clean_errors() -> Iterator[None]:
+    """Turn expected failures (bad input, unreadable files) into one line and exit status 1."""
+    try:
+        yield
+    except (ValueError, DataError, OSError, ImportError) as exc:
+        message = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        typer.echo(f"error: {message}", err=True)
+        raise typer.Exit(1) from None
+
+
+def progress_bar(quiet: bool) -> Progress:
+    """A rich progress bar on stderr, disabled by ``quiet``."""
+    return Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        TextColumn("{task.completed:,.0f}/{task.total:,.0f}"),
+        TimeRemainingColumn(),
+        console=err,
+        disable=quiet,
+        transient=True,
+    )
+
+
+def check_output(path: Path) -> Path:
+    """Refuse an output path whose folder does not exist (before any work is done)."""
+    if not path.parent.exists():
+        raise ValueError(f"{path}: folder {path.parent} does not exist")
+    return path
+
+
+@synth_app.command("gmm")
+def synth_gmm(
+    out: Annotated[Path, typer.Option(help="Output .npy file of float32 records (n, d).")],
+    n: Annotated[int, typer.Option(help="Number of records.")] = 100_000,
+    k: Annotated[int, typer.Option(help="Number of clusters.")] = 10,
+    d: Annotated[int, typer.Option(help="Dimension.")] = 10,
+    separation: Annotated[float, typer.Option(help="s: centres ~ N(0, (s·k^(1/d))² I).")] = 2.5,
+    seed: Annotated[int, typer.Option(help="Seed of the data generator.")] = 0,
+    labels: Annotated[Path | None, typer.Option(help="Also write int32 labels here (.npy).")] = None,
+    quiet: Quiet = False,
+) -> None:
+    """Gaussian mixture of paper 004: k unit-covariance clusters of equal weight."""
+    with clean_errors():
+        check_output(out)
+        if labels is not None:
+            check_output(labels)
+        centres, chunks = gmm_chunks(n, k, d, separation, seed)
+        all_labels: list[np.ndarray] = []
+
+        def records() -> Iterator[np.ndarray]:
+            with progress_bar(quiet) as bar:
+                task = bar.add_task("generating", total=n)
+                for x, lab in chunks:
+                    if labels is not None:
+                        all_labels.append(lab)
+                    bar.advance(task, x.shape[0])
+                    yield x
+
+        write_npy_stream(out, n, d, records())
+        if labels is not None:
+            np.save(labels, np.concatenate(all_labels))
+        err.print(f"wrote {out}: {n:,} records, d = {d}, k = {k}, separation {separation}")
+
+
+def parse_scale(scale: str) -> float | None:
+    """σ as a positive float, or None for ``auto``."""
+    if scale == "auto":
+        return None
+    try:
+        value = float(scale)
+    except ValueError:
+        raise ValueError(f"--scale must be a positive number or 'auto', got {scale!r}") from None
+    if not 0 < value < math.inf:
+        raise ValueError(f"--scale must be a positive number or 'auto', got {scale!r}")
+    return value
+
+
+def parse_range(text: str, name: str) -> tuple[float, float]:
+    """'LO:HI' as two floats with 0 < LO < HI."""
+    try:
+        lo, hi = (float(v) for v in text.split(":"))
+    except ValueError:
+        raise ValueError(f"{name} must be LO:HI, got {text!r}") from None
+    if not 0 < lo < hi < math.inf:
+        raise ValueError(f"{name} needs 0 < LO < HI, got {text!r}")
+    return lo, hi
+
+
+@app.command()
+def sketch(
+    data: Annotated[Path, typer.Argument(help="Records: .npy (2-D) or .csv, one record a row.")],
+    out: Annotated[Path, typer.Option(help="Output sketch file (.npz).")],
+    m: Annotated[int, typer.Option(help="Number of frequencies (complex sketch entries).")] = 1000,
+    feature: Annotated[str, typer.Option(help=f"Feature map: {', '.join(FEATURES)}.")] = "complex",
+    law: Annotated[str, typer.Option(help=f"Frequency radius law: {', '.join(LAWS)}.")] = (
+        "adapted_radius"
+    ),
+    scale: Annotated[str, typer.Option(help="σ in data units, or 'auto' (private).")] = "1.0",
+    seed: Annotated[int, typer.Option(help="Public seed of Ω and ξ.")] = 0,
+    r: Annotated[int | None, typer.Option(help="Entries per record, 1..m (default m).")] = None,
+    epsilon: Annotated[str, typer.Option(help="Total ε > 0, or 'inf' for no noise.")] = "1.0",
+    delta: Annotated[float, typer.Option(help="δ; > 0 selects the analytic Gaussian.")] = 0.0,
+    neighbouring: Annotated[str, typer.Option(help=f"{' or '.join(NEIGHBOURING)}.")] = (
+        "replace_one"
+    ),
+    dither: Annotated[bool, typer.Option(help="Random public dither ξ.")] = True,
+    auto_fraction: Annotated[float, typer.Option(help="Share of ε spent by --scale auto.")] = 0.1,
+    scale_range: Annotated[str, typer.Option(help="σ search range LO:HI for --scale auto.")] = (
+        "0.01:100"
+    ),
+    quiet: Quiet = False,
+) -> None:
+    """Sketch DATA: s = (1/n)·Σ f(Ωᵀx+ξ)/√m (+ calibrated noise), with its spec, into OUT.
+
+    With --scale auto, a private calibration release spends --auto-fraction of ε first and the
+    main sketch spends the rest (sequential composition); the picked σ is printed and stored.
+    """
+    with clean_errors():
+        check_output(out)
+        eps_total = float(epsilon)
+        sigma = parse_scale(scale)
+        PrivacySpec(eps_total, delta, neighbouring)  # validate before reading any data
+        if law not in LAWS:
+            raise ValueError(f"unknown law {law!r}; choose one of {', '.join(LAWS)}")
+        if m < 1:
+            raise ValueError(f"m must be ≥ 1, got {m}")
+        r_eff = m if r is None else r
+        source = DataSource(data)
+        calibration = None
+        eps_main = eps_total
+        if sigma is None:
+            if not 0 < auto_fraction < 1:
+                raise ValueError(f"--auto-fraction must be in (0, 1), got {auto_fraction}")
+            eps_cal = eps_total * auto_fraction
+            eps_main = eps_total - eps_cal if math.isfinite(eps_total) else eps_total
+            result = calibrate_scale(
+                source.chunks, source.d, eps_cal, neighbouring=neighbouring,
+                scale_range=parse_range(scale_range, "--scale-range"), seed=seed,
+            )
+            sigma = result.sigma
+            calibration = result.to_dict()
+            err.print(f"scale auto: σ = {sigma:.4g} (spent ε = {eps_cal:.4g} of {eps_total:.4g})")
+        spec = SketchSpec(
+            FrequencySpec(d=source.d, m=m, scale=sigma, law=law, seed=seed, dither=dither),
+            feature,
+            r_eff,
+            PrivacySpec(eps_main, delta, neighbouring),
+        )
+        freqs = draw_frequencies(spec.frequencies)
+        with progress_bar(quiet) as bar:
+            task = bar.add_task("sketching", total=source.n)
+            fs = feature_sum(
+                source.chunks(), freqs, feature, r_eff,
+                progress=lambda rows: bar.advance(task, rows),
+            )
+        release = privatize(fs, spec.privacy)
+        save_sketch(out, spec, release, freqs.sha256, calibration)
+        noise = ", ".join(f"{t.law}({t.scale:.3g}) on {t.target}" for t in release.noise)
+        err.print(f"wrote {out}: n = {fs.n:,}, m = {m}, r = {r_eff}, noise: {noise or 'none'}")
+
+
+@app.command()
+def decode(
+    sketch_file: Annotated[Path, typer.Argument(metavar="SKETCH", help="A sketch file (.npz).")],
+    k: Annotated[int, typer.Option(help="Number of centroids.")],
+    bounds: Annotated[str, typer.Option(help="Public box: LO:HI (every axis) or a bounds.json.")],
+    replicates: Annotated[int, typer.Option(help="CL-OMPR runs; the lowest residual wins.")] = 1,
+    seed: Annotated[int | None, typer.Option(help="Seed of the decoder's random starts.")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="One JSON object on stdout.")] = False,
+    quiet: Quiet = False,
+) -> None:
+    """Decode k centroids and weights from a sketch with CL-OMPR (never reads data)."""
+    with clean_errors():
+        loaded = load_sketch(sketch_file)
+        spec = loaded.spec
+        if k < 1 or k > spec.frequencies.m:
+            raise ValueError(f"k must be in 1..m = 1..{spec.frequencies.m}, got {k}")
+        lo, hi = parse_bounds(bounds, spec.frequencies.d)
+        freqs = draw_frequencies(spec.frequencies)
+        if freqs.sha256 != loaded.omega_sha256:
+            raise ValueError(
+                f"{sketch_file}: frequencies hash mismatch (file {loaded.omega_sha256[:12]}…, "
+                f"recomputed {freqs.sha256[:12]}…); refusing to decode"
+            )
+        with progress_bar(quiet) as bar:
+            task = bar.add_task("decoding", total=replicates * 2 * k)
+            result = clompr(
+                loaded.sketch, freqs.omega, freqs.xi, k, lo, hi,
+                harmonic=FIRST_HARMONIC[spec.feature], replicates=replicates,
+                rng=np.random.default_rng(seed),
+                progress=lambda done, total: bar.update(task, completed=done),
+            )
+    out = {
+        "centroids": result.centroids.tolist(),
+        "weights": result.weights.tolist(),
+        "residual": result.residual,
+    }
+    if as_json:
+        typer.echo(json.dumps(out))
+        return
+    table = Table(title=f"{k} centroids (sketch residual {result.residual:.4g})")
+    table.add_column("weight", justify="right")
+    table.add_column("centroid")
+    for w, c in sorted(zip(result.weights, result.centroids, strict=True), key=lambda t: -t[0]):
+        table.add_row(f"{w:.3f}", " ".join(f"{v:+.3f}" for v in c))
+    Console().print(table)
+
+
+def read_centroids(path: Path) -> np.ndarray:
+    """Centroids from JSON: ``{"centroids": [[...]]}`` (as ``decode --json`` writes) or a list."""
+    try:
+        obj = json.loads(path.read_text())
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{path}: not JSON ({exc})") from None
+    rows = obj.get("centroids") if isinstance(obj, dict) else obj
+    try:
+        c = np.asarray(rows, dtype=np.float64)
+    except (TypeError, ValueError):
+        raise ValueError(f"{path}: centroids must be a list of equal-length number lists") from None
+    if c.ndim != 2 or c.shape[0] == 0:
+        raise ValueError(f"{path}: centroids must be a non-empty list of lists, got shape {c.shape}")
+    if not np.all(np.isfinite(c)):
+        raise ValueError(f"{path}: centroids contain NaN or inf")
+    return c
+
+
+@app.command()
+def evaluate(
+    data: Annotated[Path, typer.Option(help="Records (.npy or .csv).")],
+    centroids: Annotated[Path, typer.Option(help="Centroids JSON (e.g. decode --json output).")],
+    seed: Annotated[int, typer.Option(help="Seed of the k-means reference.")] = 0,
+    as_json: Annotated[bool, typer.Option("--json", help="One JSON object on stdout.")] = False,
+) -> None:
+    """SSE/n of CENTROIDS on DATA, and relative SSE against k-means (k-means++, n_init = 3)."""
+    with clean_errors():
+        c = read_centroids(centroids)
+        source = DataSource(data)
+        if source.d != c.shape[1]:
+            raise ValueError(f"centroids have dimension {c.shape[1]}, {data} has {source.d}")
+        sse = sse_per_n(source.chunks(), c)
+        try:
+            x = load_all(data)
+            ref = sse_per_n([x], kmeans_reference(x, c.shape[0], seed))
+        except ImportError:
+            ref = None
+    out = {
+        "sse_per_n": sse,
+        "kmeans_sse_per_n": ref,
+        "relative_sse": None if ref is None else sse / ref,
+    }
+    if as_json:
+        typer.echo(json.dumps(out))
+        return
+    line = f"SSE/n = {sse:.6g}"
+    if ref is not None:
+        line += f"   k-means SSE/n = {ref:.6g}   relative SSE = {sse / ref:.4f}"
+    else:
+        line += "   (install scikit-learn for the k-means reference)"
+    typer.echo(line)
+

@@ -1,0 +1,83 @@
+"""Chunked data reading and its refusals."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from fedsketch.common.dataio import DataError, DataSource, load_all, write_npy_stream
+
+
+def _chunks_equal(path, expected, rows=7):
+    src = DataSource(path, rows=rows)
+    chunks = list(src.chunks())
+    assert all(c.shape[0] <= rows and c.dtype == np.float32 for c in chunks)
+    np.testing.assert_allclose(np.concatenate(chunks), expected.astype(np.float32))
+    assert (src.n, src.d) == expected.shape
+
+
+@pytest.mark.parametrize("dtype", ["<f4", "<f8", ">f8", "<i4"])
+def test_npy_roundtrip_in_chunks(tmp_path, dtype):
+    x = (np.arange(60).reshape(20, 3) - 7).astype(dtype)
+    np.save(tmp_path / "x.npy", x)
+    _chunks_equal(tmp_path / "x.npy", x)
+
+
+def test_one_dimensional_npy_is_one_column(tmp_path):
+    np.save(tmp_path / "x.npy", np.arange(5.0))
+    assert DataSource(tmp_path / "x.npy").d == 1
+
+
+def test_csv_with_and_without_header(tmp_path):
+    x = np.random.default_rng(0).normal(size=(23, 4))
+    np.savetxt(tmp_path / "a.csv", x, delimiter=",")
+    np.savetxt(tmp_path / "b.csv", x, delimiter=",", header="a,b,c,d", comments="")
+    _chunks_equal(tmp_path / "a.csv", x)
+    _chunks_equal(tmp_path / "b.csv", x)
+
+
+def test_write_npy_stream(tmp_path):
+    x = np.random.default_rng(0).normal(size=(10, 3)).astype(np.float32)
+    write_npy_stream(tmp_path / "s.npy", 10, 3, iter([x[:4], x[4:]]))
+    np.testing.assert_array_equal(np.load(tmp_path / "s.npy"), x)
+    with pytest.raises(RuntimeError):
+        write_npy_stream(tmp_path / "t.npy", 11, 3, iter([x]))
+    assert not list(tmp_path.glob("*t.npy*"))  # no partial file left
+
+
+@pytest.mark.parametrize(
+    "make, message",
+    [
+        (lambda p: np.save(p / "x.npy", np.array([[1.0, np.nan]])), "non-finite value.*record 0"),
+        (lambda p: np.save(p / "x.npy", np.array([[1.0, 2.0], [np.inf, 0]])), "record 1"),
+        (lambda p: (p / "x.npy").write_bytes(b""), "empty file"),
+        (lambda p: np.save(p / "x.npy", np.zeros((0, 3))), "no records"),
+        (lambda p: np.save(p / "x.npy", np.zeros((2, 2, 2))), "expected a 2-D array"),
+        (lambda p: np.save(p / "x.npy", np.asfortranarray(np.ones((3, 2)))), "Fortran"),
+        (lambda p: np.save(p / "x.npy", np.array([["a", "b"]])), "not a real numeric"),
+        (lambda p: (p / "x.npy").write_bytes(b"not numpy at all"), "not a valid .npy"),
+        (lambda p: (p / "x.csv").write_text("1,2\n3,\n"), "malformed CSV"),
+        (lambda p: (p / "x.csv").write_text("1,2\n3,4,5\n"), "malformed CSV|columns"),
+        (lambda p: (p / "x.csv").write_text("a,b\n"), "no records"),
+        (lambda p: (p / "x.csv").write_text("1,nan\n"), "non-finite"),
+        (lambda p: (p / "x.parquet").write_text("x"), "unknown data format"),
+    ],
+)
+def test_bad_files_are_refused(tmp_path, make, message):
+    make(tmp_path)
+    path = next(tmp_path.iterdir())
+    with pytest.raises(DataError, match=message):
+        load_all(path)
+
+
+def test_truncated_npy(tmp_path):
+    np.save(tmp_path / "x.npy", np.ones((100, 3)))
+    raw = (tmp_path / "x.npy").read_bytes()
+    (tmp_path / "x.npy").write_bytes(raw[:-8])
+    with pytest.raises(DataError, match="truncated"):
+        DataSource(tmp_path / "x.npy")
+
+
+def test_missing_file(tmp_path):
+    with pytest.raises(DataError, match="no such file"):
+        DataSource(tmp_path / "nope.npy")
