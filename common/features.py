@@ -39,11 +39,10 @@ _TWO_OVER_PI = np.float32(2.0 / math.pi)
 
 
 def quadrant_signs(t: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Signs (Re, Im) of f_q(t) as int8 arrays of ±1, by the quadrant of t mod 2π.
+    """Signs (Re, Im) of f_q(t) as int32 arrays of ±1, by the quadrant of t mod 2π.
 
-    No trigonometry: q = ⌊t·2/π⌋ mod 4 gives Re = +1 for q ∈ {0, 3} and Im = +1 for q ∈ {0, 1}.
+    No trigonometry: with q = ⌊t·2/π⌋ mod 4, Re < 0 iff bit 1 of q+1 is set (q ∈ {1, 2}) and
+    Im < 0 iff bit 1 of q is set (q ∈ {2, 3}); each sign is 1 − that bit (worth 2).
     """
-    q = np.floor(t * _TWO_OVER_PI).astype(np.int64) & 3
-    re = np.where((q == 0) | (q == 3), 1, -1).astype(np.int8)
-    im = np.where(q <= 1, 1, -1).astype(np.int8)
-    return re, im
+    q = np.floor(t * _TWO_OVER_PI).astype(np.int32)
+    return 1 - ((q + 1) & 2), 1 - (q & 2)

@@ -119,7 +119,7 @@ def discrete_laplace(rng: np.random.Generator, a: float, size: int) -> np.ndarra
 def privatize(fs: FeatureSum, privacy: PrivacySpec) -> PrivateSketch:
     """Release ``fs`` under ``privacy`` with fresh CSPRNG noise (see the module docstring)."""
     if privacy.noiseless:
-        return _release(fs, privacy, (), None, float(fs.n))
+        return PrivateSketch(fs.clean_sketch(), float(fs.n), privacy, ())
     if privacy.delta > 0:
         return _gaussian(fs, privacy)
     if privacy.neighbouring == "replace_one":
@@ -137,11 +137,9 @@ def _release(
     noise: tuple[NoiseTerm, ...],
     payload: np.ndarray | None,
     n_released: float,
-    values: np.ndarray | None = None,
+    values: np.ndarray,
 ) -> PrivateSketch:
-    """Build the release from stacked real values ``values`` (default: the clean sketch)."""
-    if values is None:
-        values = _stacked(fs) / (fs.alpha * fs.n * math.sqrt(fs.m))
+    """Build the release from the stacked real values (re then im) of the noisy sketch."""
     sketch = values[: fs.m] + 1j * values[fs.m:]
     return PrivateSketch(sketch.astype(np.complex128), n_released, privacy, noise, payload)
 

@@ -23,15 +23,20 @@ import os
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 from threadpoolctl import threadpool_limits
 
 from .features import check_feature, quadrant_signs
-from .frequencies import Frequencies
+
+if TYPE_CHECKING:
+    from .frequencies import Frequencies
 
 #: Rows per inner block: 256 × m float32 phases stay in cache (measured 2.6× faster than 16 Ki).
 BLOCK_ROWS = 256
+#: With r < m, a block holds about this many gathered frequency values (rows·r·d), 4 MiB.
+MASKED_BLOCK_VALUES = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -69,8 +74,9 @@ def check_r(r: int, m: int) -> int:
 def draw_masks(rng: np.random.Generator, rows: int, m: int, r: int) -> np.ndarray:
     """Indices (rows, r) of r distinct entries per row, each r-subset of 0..m−1 equally likely.
 
-    Small r: Floyd's algorithm, vectorized over rows, O(rows·r²). Otherwise the r smallest of m
-    uniform keys per row, O(rows·m) but no trigonometry.
+    Small r (r² ≤ 4m): Floyd's algorithm, vectorized over rows, O(rows·r²). Otherwise the r
+    smallest of m uniform keys per row, O(rows·m): for such r the mask, not the trigonometry,
+    bounds the speed (measured 50–200 k rows/s at m = 1000).
     """
     if r * r <= 4 * m:
         chosen = np.empty((rows, r), dtype=np.int64)
@@ -100,13 +106,15 @@ class _Kernel:
         """(re, im) sums of one chunk of float32 records; ``rng`` draws the masks (r < m)."""
         re = np.zeros(self.m, dtype=np.float64)
         im = np.zeros(self.m, dtype=np.float64)
-        for start in range(0, x.shape[0], BLOCK_ROWS):
-            block = x[start:start + BLOCK_ROWS]
-            if self.r == self.m:
-                self._full_block(block, re, im)
-            else:
-                assert rng is not None
-                self._masked_block(block, draw_masks(rng, block.shape[0], self.m, self.r), re, im)
+        if self.r == self.m:
+            for start in range(0, x.shape[0], BLOCK_ROWS):
+                self._full_block(x[start:start + BLOCK_ROWS], re, im)
+            return re, im
+        assert rng is not None
+        rows = max(BLOCK_ROWS, MASKED_BLOCK_VALUES // (self.r * x.shape[1]))
+        for start in range(0, x.shape[0], rows):
+            block = x[start:start + rows]
+            self._masked_block(block, draw_masks(rng, block.shape[0], self.m, self.r), re, im)
         return re, im
 
     def _full_block(self, x: np.ndarray, re: np.ndarray, im: np.ndarray) -> None:
@@ -115,10 +123,10 @@ class _Kernel:
         if self.feature == "complex":
             re += np.cos(t).sum(axis=0, dtype=np.float64)
             im += np.sin(t, out=t).sum(axis=0, dtype=np.float64)
-        else:
-            s_re, s_im = quadrant_signs(t)
-            re += s_re.sum(axis=0, dtype=np.int64)
-            im += s_im.sum(axis=0, dtype=np.int64)
+            return
+        s_re, s_im = quadrant_signs(t)
+        re += s_re.sum(axis=0)
+        im += s_im.sum(axis=0)
 
     def _masked_block(self, x: np.ndarray, idx: np.ndarray, re: np.ndarray, im: np.ndarray) -> None:
         rows, r = idx.shape

@@ -52,7 +52,7 @@ def test_quadrant_rule():
                   2 * math.pi + eps, -eps, -math.pi / 2 - eps], dtype=np.float32)
     re, im = quadrant_signs(t)
     assert re.tolist() == [1, 1, -1, -1, 1, 1, 1, -1]
-    assert im.tolist() == [1, 1, 1, -1, -1, 1, -1, 1]
+    assert im.tolist() == [1, 1, 1, -1, -1, 1, -1, -1]
 
 
 @pytest.mark.parametrize("r", [1, 3, 40, 299])
