@@ -17,14 +17,13 @@ import statistics
 import time
 
 import numpy as np
-
 from fedsketch.common.features import FIRST_HARMONIC
 from fedsketch.common.frequencies import FrequencySpec, draw_frequencies
 from fedsketch.common.privacy import PrivacySpec, privatize
 from fedsketch.common.sketching import feature_sum
 from fedsketch.common.synthetic import gmm
 from fedsketch.server.clompr import clompr
-from fedsketch.server.evaluate import kmeans_reference, sse_per_n, split
+from fedsketch.server.evaluate import kmeans_reference, split, sse_per_n
 
 K = D = 10
 BOUND = 15.0

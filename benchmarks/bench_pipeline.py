@@ -17,9 +17,8 @@ import time
 from pathlib import Path
 
 from bench_sketch import OUT, data_file
-
 from fedsketch.common.dataio import load_all
-from fedsketch.server.evaluate import sse_per_n, split
+from fedsketch.server.evaluate import split, sse_per_n
 
 KMEANS = """
 import json, sys, numpy as np

@@ -15,16 +15,15 @@ import time
 from pathlib import Path
 
 import numpy as np
-from rich.console import Console
-from rich.table import Table
-
 from fedsketch.common.dataio import load_all
 from fedsketch.common.features import FIRST_HARMONIC
 from fedsketch.common.frequencies import FrequencySpec, draw_frequencies
 from fedsketch.common.privacy import PrivacySpec, privatize
 from fedsketch.common.sketching import feature_sum
 from fedsketch.server.clompr import clompr
-from fedsketch.server.evaluate import kmeans_reference, sse_per_n, split
+from fedsketch.server.evaluate import kmeans_reference, split, sse_per_n
+from rich.console import Console
+from rich.table import Table
 
 N, K, D, M = 1_000_000, 10, 10, 1000
 BOUND = 15.0  # public box [−15, 15]^10: centres have sd 2.5·10^0.1 ≈ 3.1, records add N(0, I)

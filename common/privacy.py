@@ -27,7 +27,13 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from .calibration import check_delta, check_epsilon, dlap_param, gauss_sigma_analytic
+from .calibration import (
+    check_delta,
+    check_epsilon,
+    dlap_param,
+    dlap_variance,
+    gauss_sigma_analytic,
+)
 from .features import C_F, MAX_ENTRY_CHANGE
 from .sketching import FeatureSum
 
@@ -87,14 +93,18 @@ class PrivateSketch:
     """A released sketch and how it was noised.
 
     ``sketch`` is the normalized complex sketch (≈ (1/n)Σ f(Ωᵀx+ξ)/√m plus noise). ``n`` is the
-    record count as released: exact under replace-one, noisy under add/remove. ``payload`` holds
-    the noisy integers (re and im stacked, int64, length 2m) when the release is an integer one.
+    record count as released: exact under replace-one, noisy under add/remove. ``variance`` is
+    the variance of the noise on each real coordinate of ``sketch`` (sketch units², given the
+    released count; 0 without noise): public, since it follows from the spec and the release.
+    ``payload`` holds the noisy integers (re and im stacked, int64, length 2m) when the release
+    is an integer one.
     """
 
     sketch: np.ndarray
     n: float
     privacy: PrivacySpec
     noise: tuple[NoiseTerm, ...]
+    variance: float = 0.0
     payload: np.ndarray | None = None
 
     def mechanism(self) -> dict:
@@ -138,10 +148,13 @@ def _release(
     payload: np.ndarray | None,
     n_released: float,
     values: np.ndarray,
+    variance: float,
 ) -> PrivateSketch:
     """Build the release from the stacked real values (re then im) of the noisy sketch."""
     sketch = values[: fs.m] + 1j * values[fs.m:]
-    return PrivateSketch(sketch.astype(np.complex128), n_released, privacy, noise, payload)
+    return PrivateSketch(
+        sketch.astype(np.complex128), n_released, privacy, noise, variance, payload
+    )
 
 
 def _replace_one_pure(fs: FeatureSum, privacy: PrivacySpec) -> PrivateSketch:
@@ -152,13 +165,14 @@ def _replace_one_pure(fs: FeatureSum, privacy: PrivacySpec) -> PrivateSketch:
         a = dlap_param(eps, delta1)
         payload = _stacked(fs) + discrete_laplace(rng, a, 2 * m)
         term = NoiseTerm("integer sum", "discrete_laplace", eps, delta1, a)
-        values = payload / (fs.alpha * n * math.sqrt(m))
-        return _release(fs, privacy, (term,), payload, float(n), values)
+        norm = fs.alpha * n * math.sqrt(m)
+        variance = dlap_variance(a) / norm**2
+        return _release(fs, privacy, (term,), payload, float(n), payload / norm, variance)
     delta1 = C_F[fs.feature] * math.sqrt(m) / n
     b = delta1 / eps
     values = _stacked(fs) / (fs.alpha * n * math.sqrt(m)) + rng.laplace(0.0, b, 2 * m)
     term = NoiseTerm("normalized sketch", "laplace", eps, delta1, b)
-    return _release(fs, privacy, (term,), None, float(n), values)
+    return _release(fs, privacy, (term,), None, float(n), values, 2.0 * b * b)
 
 
 def add_remove_split(epsilon: float, m: int) -> tuple[float, float]:
@@ -180,8 +194,9 @@ def _add_remove_pure(fs: FeatureSum, privacy: PrivacySpec) -> PrivateSketch:
             NoiseTerm("integer sum", "discrete_laplace", eps1, delta1, a_num),
             NoiseTerm("record count", "discrete_laplace", eps2, 1.0, a_den),
         )
-        values = payload * scale / max(den, 1.0)
-        return _release(fs, privacy, terms, payload, den, values)
+        norm = max(den, 1.0) / scale
+        variance = dlap_variance(a_num) / norm**2
+        return _release(fs, privacy, terms, payload, den, payload / norm, variance)
     delta1 = C_F[fs.feature] / 2.0 * math.sqrt(m)
     num = _stacked(fs) * scale + rng.laplace(0.0, delta1 / eps1, 2 * m)
     den = fs.n + float(rng.laplace(0.0, 1.0 / eps2))
@@ -189,7 +204,8 @@ def _add_remove_pure(fs: FeatureSum, privacy: PrivacySpec) -> PrivateSketch:
         NoiseTerm("numerator (1/α)Σ z⊙b", "laplace", eps1, delta1, delta1 / eps1),
         NoiseTerm("record count", "laplace", eps2, 1.0, 1.0 / eps2),
     )
-    return _release(fs, privacy, terms, None, den, num / max(den, 1.0))
+    variance = 2.0 * (delta1 / eps1) ** 2 / max(den, 1.0) ** 2
+    return _release(fs, privacy, terms, None, den, num / max(den, 1.0), variance)
 
 
 def _gaussian(fs: FeatureSum, privacy: PrivacySpec) -> PrivateSketch:
@@ -201,10 +217,11 @@ def _gaussian(fs: FeatureSum, privacy: PrivacySpec) -> PrivateSketch:
         sigma = gauss_sigma_analytic(delta2, eps, delta)
         values = _stacked(fs) / (fs.alpha * n * math.sqrt(m)) + rng.normal(0.0, sigma, 2 * m)
         term = NoiseTerm("normalized sketch", "gaussian", eps, delta2, sigma)
-        return _release(fs, privacy, (term,), None, float(n), values)
+        return _release(fs, privacy, (term,), None, float(n), values, sigma * sigma)
     delta2 = math.sqrt((g / 2.0) ** 2 * m / fs.r + 1.0)
     sigma = gauss_sigma_analytic(delta2, eps, delta)
     num = _stacked(fs) / (fs.alpha * math.sqrt(m)) + rng.normal(0.0, sigma, 2 * m)
     den = fs.n + float(rng.normal(0.0, sigma))
     term = NoiseTerm("(numerator, record count)", "gaussian", eps, delta2, sigma)
-    return _release(fs, privacy, (term,), None, den, num / max(den, 1.0))
+    variance = sigma * sigma / max(den, 1.0) ** 2
+    return _release(fs, privacy, (term,), None, den, num / max(den, 1.0), variance)

@@ -15,19 +15,18 @@ from typing import Annotated
 
 import numpy as np
 import typer
+from fedsketch.common.dataio import DataError, DataSource, load_all, write_npy_stream
+from fedsketch.common.features import FEATURES, FIRST_HARMONIC, check_feature
+from fedsketch.common.frequencies import LAWS, FrequencySpec, draw_frequencies
+from fedsketch.common.privacy import NEIGHBOURING, PrivacySpec, privatize
+from fedsketch.common.scale import DEFAULT_RANGE, calibrate_scale
+from fedsketch.common.sketchfile import load_sketch, save_sketch
+from fedsketch.common.sketching import check_r, feature_sum
+from fedsketch.common.spec import SketchSpec
+from fedsketch.common.synthetic import gmm_chunks
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 from rich.table import Table
-
-from fedsketch.common.dataio import DataError, DataSource, load_all, write_npy_stream
-from fedsketch.common.features import FEATURES, FIRST_HARMONIC
-from fedsketch.common.frequencies import LAWS, FrequencySpec, draw_frequencies
-from fedsketch.common.privacy import NEIGHBOURING, PrivacySpec, privatize
-from fedsketch.common.scale import calibrate_scale
-from fedsketch.common.sketchfile import load_sketch, save_sketch
-from fedsketch.common.sketching import feature_sum
-from fedsketch.common.spec import SketchSpec
-from fedsketch.common.synthetic import gmm_chunks
 
 from .bounds import parse_bounds
 from .clompr import clompr
@@ -143,7 +142,7 @@ def sketch(
     law: Annotated[str, typer.Option(help=f"Frequency radius law: {', '.join(LAWS)}.")] = (
         "adapted_radius"
     ),
-    scale: Annotated[str, typer.Option(help="σ in data units, or 'auto' (private).")] = "1.0",
+    scale: Annotated[str, typer.Option(help="σ in data units, or 'auto' (private).")] = "auto",
     seed: Annotated[int, typer.Option(help="Public seed of Ω and ξ.")] = 0,
     r: Annotated[int | None, typer.Option(help="Entries per record, 1..m (default m).")] = None,
     epsilon: Annotated[str, typer.Option(help="Total ε > 0, or 'inf' for no noise.")] = "1.0",
@@ -154,7 +153,7 @@ def sketch(
     dither: Annotated[bool, typer.Option(help="Random public dither ξ.")] = True,
     auto_fraction: Annotated[float, typer.Option(help="Share of ε spent by --scale auto.")] = 0.1,
     scale_range: Annotated[str, typer.Option(help="σ search range LO:HI for --scale auto.")] = (
-        "0.01:100"
+        f"{DEFAULT_RANGE[0]:g}:{DEFAULT_RANGE[1]:g}"
     ),
     quiet: Quiet = False,
 ) -> None:
@@ -170,10 +169,11 @@ def sketch(
         PrivacySpec(eps_total, delta, neighbouring)  # validate before reading any data
         if law not in LAWS:
             raise ValueError(f"unknown law {law!r}; choose one of {', '.join(LAWS)}")
+        check_feature(feature)
         if m < 1:
             raise ValueError(f"m must be ≥ 1, got {m}")
-        r_eff = m if r is None else r
-        source = DataSource(data)
+        r_eff = check_r(m if r is None else r, m)
+        source = DataSource(data)  # every argument is checked before any budget is spent
         calibration = None
         eps_main = eps_total
         if sigma is None:
@@ -188,6 +188,11 @@ def sketch(
             sigma = result.sigma
             calibration = result.to_dict()
             err.print(f"scale auto: σ = {sigma:.4g} (spent ε = {eps_cal:.4g} of {eps_total:.4g})")
+            if not result.reliable:
+                err.print(
+                    f"warning: the calibration sketch is noisy (rms {result.noise_rms:.2f} on an "
+                    "envelope of 1): σ may be off; give --scale, or more records or budget"
+                )
         spec = SketchSpec(
             FrequencySpec(d=source.d, m=m, scale=sigma, law=law, seed=seed, dither=dither),
             feature,

@@ -10,9 +10,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from typer.testing import CliRunner
-
 from fedsketch.server.cli import app
+from typer.testing import CliRunner
 
 FEDSKETCH = str(Path(sys.executable).with_name("fedsketch"))
 runner = CliRunner()

@@ -1,0 +1,172 @@
+"""Private choice of the frequency scale σ: the calibration round (MECHANISMS §2.4, DESIGN §4).
+
+σ (data units) shapes the public Ω of every sketch, so it must not be read off raw data outside
+the privacy budget. The calibration round spends a declared slice ε_cal of the budget on a small
+private ``complex`` sketch whose m0 frequencies have radii spread over the public search range:
+
+    ω_j = ρ_j·φ_j,   ρ_j log-spaced over [RHO_SIGMA_LO/σ_hi, RHO_SIGMA_HI/σ_lo]   (1/data units),
+
+φ_j uniform directions (purpose ``CALIBRATION_DIRECTIONS``), no dither (the fit reads moduli only).
+For a mixture of clusters of spread σ_c, the empirical characteristic function obeys
+|φ_X(ω)| ≤ exp(−‖ω‖²σ_c²/2), with equality in directions where the centres' phases align.
+From the released sketch s (normalized by 1/√m0, noise of variance v on each real coordinate):
+
+    y_j = m0·|s_j|² − 2·m0·v          (unbiased for |φ_X(ω_j)|², dimensionless)
+    blocks of consecutive radii; in block q keep the largest y_q and its radius ρ_q
+    σ̂ = argmin_σ Σ_q (y_q − exp(−ρ_q²σ²))²   over a log grid of the search range.
+
+The main round then spends ε − ε_cal (sequential composition). The fit needs the noise rms on
+√m0·|s_j| well below the envelope: about 2·c_f·m0/(n·ε_cal) ≲ 0.1 for one curator of n records,
+i.e. n·ε_cal ≳ 20·c_f·m0 (≈ 3.6·10³ for m0 = 64); :attr:`ScaleCalibration.noise_rms` reports it.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+from .frequencies import draw_directions
+from .privacy import PrivacySpec, PrivateSketch, privatize
+from .sketching import feature_sum
+
+#: Frequencies of the calibration sketch, and consecutive radii per block of the fit.
+DEFAULT_M0 = 64
+BLOCK = 4
+#: Default public search range of σ (data units): two decades around unit-scale data.
+DEFAULT_RANGE = (0.1, 10.0)
+#: ρσ over which the envelope exp(−ρ²σ²/2) falls from 0.98 to 0.011.
+RHO_SIGMA_LO = 0.2
+RHO_SIGMA_HI = 3.0
+#: Direction stream of the calibration frequencies (independent of every study's Ω).
+CALIBRATION_DIRECTIONS = b"calibration-directions"
+#: Points per decade of the σ grid searched by the fit.
+GRID_PER_DECADE = 200
+#: Noise rms above which the fit is flagged unreliable (MECHANISMS §2.4).
+RELIABLE_NOISE_RMS = 0.1
+
+
+@dataclass(frozen=True)
+class CalibrationSpec:
+    """Public spec of the calibration sketch: dimension d, m0 frequencies, σ range, seed."""
+
+    d: int
+    m0: int = DEFAULT_M0
+    sigma_lo: float = DEFAULT_RANGE[0]
+    sigma_hi: float = DEFAULT_RANGE[1]
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.d < 1:
+            raise ValueError(f"d must be >= 1, got {self.d}")
+        if self.m0 < 2 * BLOCK:
+            raise ValueError(f"the calibration sketch needs m0 >= {2 * BLOCK}, got {self.m0}")
+        if not 0 < self.sigma_lo < self.sigma_hi < math.inf:
+            raise ValueError(
+                f"the scale range needs 0 < lo < hi, got {self.sigma_lo}:{self.sigma_hi}"
+            )
+
+    def radii(self) -> np.ndarray:
+        """ρ_1 < … < ρ_m0, log-spaced over [RHO_SIGMA_LO/σ_hi, RHO_SIGMA_HI/σ_lo] (1/data units)."""
+        lo = math.log(RHO_SIGMA_LO / self.sigma_hi)
+        hi = math.log(RHO_SIGMA_HI / self.sigma_lo)
+        return np.exp(np.linspace(lo, hi, self.m0))
+
+
+@dataclass(frozen=True)
+class CalibrationFrequencies:
+    """Ω = [ρ_j φ_j] (d, m0) in 1/data units and ξ = 0, for :func:`feature_sum`."""
+
+    omega: np.ndarray
+    xi: np.ndarray
+
+
+def calibration_frequencies(spec: CalibrationSpec) -> CalibrationFrequencies:
+    """The public frequencies of the calibration sketch (directions from the SHAKE stream)."""
+    phi = draw_directions(spec.seed, spec.d, spec.m0, CALIBRATION_DIRECTIONS)
+    return CalibrationFrequencies(omega=phi * spec.radii(), xi=np.zeros(spec.m0))
+
+
+@dataclass(frozen=True)
+class ScaleCalibration:
+    """The picked σ (data units), what it cost, and how noisy the fit's input was.
+
+    ``noise_rms`` is the rms of the noise on √m0·|s_j| (dimensionless; the envelope runs from 1
+    down to 0), ``reliable`` is ``noise_rms ≤ RELIABLE_NOISE_RMS``.
+    """
+
+    sigma: float
+    epsilon: float
+    m0: int
+    sigma_lo: float
+    sigma_hi: float
+    noise_rms: float
+    reliable: bool
+
+    def to_dict(self) -> dict:
+        """JSON-ready form, stored in the sketch file under ``calibration``."""
+        out = asdict(self)
+        out["epsilon"] = "inf" if math.isinf(self.epsilon) else self.epsilon
+        return out
+
+
+def fit_scale(sketch: np.ndarray, variance: float, spec: CalibrationSpec) -> float:
+    """σ̂ from a calibration sketch s (m0,) with noise variance ``variance`` per real coordinate.
+
+    Post-processing only (module docstring): block maxima of the debiased y_j = m0|s_j|² − 2m0v,
+    then a least-squares fit of exp(−ρ²σ²) on a log grid of [σ_lo, σ_hi].
+    """
+    sketch = np.asarray(sketch)
+    if sketch.shape != (spec.m0,) or not np.all(np.isfinite(sketch)):
+        raise ValueError(f"a calibration sketch must be {spec.m0} finite values")
+    y = spec.m0 * (np.abs(sketch) ** 2 - 2.0 * variance)
+    rho = spec.radii()
+    blocks = spec.m0 // BLOCK
+    y_b = y[: blocks * BLOCK].reshape(blocks, BLOCK)
+    pick = np.argmax(y_b, axis=1)
+    y_q = y_b[np.arange(blocks), pick]
+    rho_q = rho[: blocks * BLOCK].reshape(blocks, BLOCK)[np.arange(blocks), pick]
+    decades = math.log10(spec.sigma_hi / spec.sigma_lo)
+    grid = np.geomspace(spec.sigma_lo, spec.sigma_hi, max(2, round(decades * GRID_PER_DECADE)))
+    model = np.exp(-np.outer(grid**2, rho_q**2))
+    loss = ((model - y_q) ** 2).sum(axis=1)
+    return float(grid[int(np.argmin(loss))])
+
+
+def calibrate_scale(
+    chunks: Callable[[], Iterable[np.ndarray]],
+    d: int,
+    epsilon: float,
+    *,
+    neighbouring: str = "replace_one",
+    scale_range: tuple[float, float] = DEFAULT_RANGE,
+    seed: int = 0,
+    m0: int = DEFAULT_M0,
+) -> ScaleCalibration:
+    """One curator's calibration round: a private m0-entry sketch at ``epsilon``, then the fit.
+
+    ``chunks()`` yields the float32 records (n, d) in chunks (one full pass). The release is pure
+    ε-DP under ``neighbouring`` (δ = 0); the caller spends the rest of its budget on the main
+    sketch. ``epsilon = inf`` fits on the clean sketch (non-private baselines).
+    """
+    spec = CalibrationSpec(d=d, m0=m0, sigma_lo=scale_range[0], sigma_hi=scale_range[1], seed=seed)
+    release = privatize(
+        feature_sum(chunks(), calibration_frequencies(spec), "complex"),
+        PrivacySpec(epsilon, 0.0, neighbouring),
+    )
+    return _result(release, spec, epsilon)
+
+
+def _result(release: PrivateSketch, spec: CalibrationSpec, epsilon: float) -> ScaleCalibration:
+    noise_rms = math.sqrt(2.0 * spec.m0 * release.variance)
+    return ScaleCalibration(
+        sigma=fit_scale(release.sketch, release.variance, spec),
+        epsilon=epsilon,
+        m0=spec.m0,
+        sigma_lo=spec.sigma_lo,
+        sigma_hi=spec.sigma_hi,
+        noise_rms=noise_rms,
+        reliable=noise_rms <= RELIABLE_NOISE_RMS,
+    )
