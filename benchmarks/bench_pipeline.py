@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 
 from bench_sketch import OUT, data_file
+
 from fedsketch.common.dataio import load_all
 from fedsketch.server.evaluate import split, sse_per_n
 

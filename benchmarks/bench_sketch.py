@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+
 from fedsketch.common.dataio import DataSource, write_npy_stream
 from fedsketch.common.frequencies import FrequencySpec, draw_frequencies
 from fedsketch.common.sketching import feature_sum

@@ -15,6 +15,10 @@ from typing import Annotated
 
 import numpy as np
 import typer
+from rich.console import Console
+from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
+from rich.table import Table
+
 from fedsketch.common.dataio import DataError, DataSource, load_all, write_npy_stream
 from fedsketch.common.features import FEATURES, FIRST_HARMONIC, check_feature
 from fedsketch.common.frequencies import LAWS, FrequencySpec, draw_frequencies
@@ -24,9 +28,6 @@ from fedsketch.common.sketchfile import load_sketch, save_sketch
 from fedsketch.common.sketching import check_r, feature_sum
 from fedsketch.common.spec import SketchSpec
 from fedsketch.common.synthetic import gmm_chunks
-from rich.console import Console
-from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
-from rich.table import Table
 
 from .bounds import parse_bounds
 from .clompr import clompr

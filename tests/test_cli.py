@@ -10,8 +10,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from fedsketch.server.cli import app
 from typer.testing import CliRunner
+
+from fedsketch.server.cli import app
 
 FEDSKETCH = str(Path(sys.executable).with_name("fedsketch"))
 runner = CliRunner()

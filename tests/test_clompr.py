@@ -7,6 +7,8 @@ import math
 
 import numpy as np
 import pytest
+from scipy.optimize import approx_fprime
+
 from fedsketch.common.features import FIRST_HARMONIC
 from fedsketch.common.frequencies import FrequencySpec, draw_frequencies
 from fedsketch.common.privacy import PrivacySpec, privatize
@@ -14,7 +16,6 @@ from fedsketch.common.sketching import feature_sum
 from fedsketch.common.synthetic import gmm
 from fedsketch.server import clompr as C
 from fedsketch.server.evaluate import kmeans_reference, split, sse_per_n
-from scipy.optimize import approx_fprime
 
 
 @pytest.fixture(scope="module")
@@ -23,16 +24,6 @@ def problem():
     rng = np.random.default_rng(0)
     sketch = rng.normal(size=120) / 10
     return freqs, sketch, rng
-
-
-def test_cos_sin_match_numpy_to_one_ulp():
-    theta = np.concatenate([
-        np.random.default_rng(1).uniform(-1e5, 1e5, 200_000),
-        np.arange(-40, 41) * (math.pi / 4),
-    ])
-    cos, sin = C._cos_sin(theta)
-    np.testing.assert_allclose(cos, np.cos(theta), rtol=0, atol=4e-16)
-    np.testing.assert_allclose(sin, np.sin(theta), rtol=0, atol=4e-16)
 
 
 def test_step1_gradient_matches_finite_differences(problem):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+
 from fedsketch.common.dataio import DataError, DataSource, load_all, write_npy_stream
 
 

@@ -10,6 +10,10 @@ from decimal import Decimal, getcontext
 
 import numpy as np
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from scipy import integrate, special, stats
+
 from fedsketch.common import exactmath
 from fedsketch.common import frequencies as fq
 from fedsketch.common.frequencies import (
@@ -21,9 +25,6 @@ from fedsketch.common.frequencies import (
     draw_frequencies,
     frequencies_digest,
 )
-from hypothesis import given
-from hypothesis import strategies as st
-from scipy import integrate, special, stats
 
 # --- golden bytes ----------------------------------------------------------------------------
 

@@ -7,6 +7,8 @@ import math
 
 import numpy as np
 import pytest
+from scipy import stats
+
 from fedsketch.common.calibration import (
     _gauss_delta,
     dlap_param,
@@ -24,7 +26,6 @@ from fedsketch.common.privacy import (
     privatize,
 )
 from fedsketch.common.sketching import FeatureSum, feature_sum
-from scipy import stats
 
 FEATURES = ("complex", "quantized")
 

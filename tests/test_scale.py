@@ -7,6 +7,8 @@ import math
 
 import numpy as np
 import pytest
+from typer.testing import CliRunner
+
 from fedsketch.common.features import C_F
 from fedsketch.common.scale import (
     RHO_SIGMA_HI,
@@ -19,7 +21,6 @@ from fedsketch.common.scale import (
 from fedsketch.common.sketchfile import load_sketch
 from fedsketch.server.cli import app
 from fedsketch.server.evaluate import split
-from typer.testing import CliRunner
 
 
 def test_calibration_frequencies_span_the_range():

@@ -7,10 +7,11 @@ from itertools import combinations
 
 import numpy as np
 import pytest
+from scipy import stats
+
 from fedsketch.common.features import quadrant_signs
 from fedsketch.common.frequencies import FrequencySpec, draw_frequencies
 from fedsketch.common.sketching import draw_masks, feature_sum
-from scipy import stats
 
 
 @pytest.fixture(scope="module")
