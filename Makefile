@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test bench lint clean
+.PHONY: demo test bench lint proto clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -23,6 +23,13 @@ bench: $(STAMP)
 
 lint: $(STAMP)
 	$(PY) -m ruff check common client server tests benchmarks
+
+# Regenerate common/pb from proto/ (the generated files are checked in).
+proto: $(STAMP)
+	rm -rf build/proto && mkdir -p build/proto
+	$(PY) -m grpc_tools.protoc -Ifedsketch/common/pb=proto --python_out=build/proto \
+		--grpc_python_out=build/proto --pyi_out=build/proto proto/fedsketch.proto
+	cp build/proto/fedsketch/common/pb/fedsketch_pb2*.py* common/pb/
 
 clean:
 	rm -rf $(VENV) build *.egg-info

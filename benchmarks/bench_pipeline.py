@@ -48,6 +48,7 @@ def main() -> None:
     x = load_all(path)
     for run in range(args.runs):
         t1, _ = timed([exe, "sketch", str(path), "--m", "1000", "--r", "1", "--epsilon", "inf",
+                       "--scale", "2",
                        "--seed", str(run), "--out", str(sk), "--quiet"])
         t2, out = timed([exe, "decode", str(sk), "--k", "10", "--bounds", "-15:15",
                          "--seed", str(run), "--json", "--quiet"])

@@ -1,4 +1,6 @@
-"""The ``fedsketch`` command line: synthetic data, private sketching, decoding and evaluation.
+"""The ``fedsketch`` command line: synthetic data, private sketching, decoding and evaluation,
+and (from :mod:`fedsketch.server.cli_round` and :mod:`fedsketch.server.simulate`) the federated
+round: certificates, the coordinator, the device daemon and the simulator.
 
 Every command reports bad input as one line on stderr (``error: ...``) with exit status 1 and
 writes no partial output file. ``--quiet`` turns progress bars off.
@@ -30,8 +32,10 @@ from fedsketch.common.spec import SketchSpec
 from fedsketch.common.synthetic import gmm_chunks
 
 from .bounds import parse_bounds
+from .cli_round import certs_app, coordinator_app, device_app
 from .clompr import clompr
 from .evaluate import kmeans_reference, sse_per_n
+from .simulate import simulate_command
 
 app = typer.Typer(
     no_args_is_help=True,
@@ -40,6 +44,10 @@ app = typer.Typer(
 )
 synth_app = typer.Typer(no_args_is_help=True, help="Generate synthetic datasets.")
 app.add_typer(synth_app, name="synth")
+app.add_typer(certs_app, name="certs")
+app.add_typer(coordinator_app, name="coordinator")
+app.add_typer(device_app, name="device")
+app.command("simulate")(simulate_command)
 
 err = Console(stderr=True)
 Quiet = Annotated[bool, typer.Option("--quiet", "-q", help="No progress bars.")]
@@ -311,4 +319,5 @@ def evaluate(
     else:
         line += "   (install scikit-learn for the k-means reference)"
     typer.echo(line)
+
 

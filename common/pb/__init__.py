@@ -1,0 +1,1 @@
+"""Generated protobuf and gRPC code for ``proto/fedsketch.proto`` (do not edit; ``make proto``)."""

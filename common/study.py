@@ -1,0 +1,125 @@
+"""The public specification of a federated study, shared verbatim by coordinator and devices.
+
+A :class:`StudySpec` fixes everything a device needs to compute its release (the sketch spec:
+frequencies, feature map, r, privacy budget) and everything the coordinator needs to decode
+(k, the public box [lo, hi]^d in data units, replicates, the decoder's seed), plus the round's
+rules (minimum devices, minimum records per device, deadline in Unix seconds). Its canonical
+JSON (sorted keys, compact) is what travels; ``sha256`` of those UTF-8 bytes is the spec hash a
+device checks before it spends any budget, and ``omega_sha256`` is the SHA-256 of Ω‖ξ that it
+recomputes from the frequency spec.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from dataclasses import dataclass
+
+from .frequencies import draw_frequencies
+from .spec import SketchSpec, canonical_json
+
+FORMAT = "fedsketch.study/1"
+
+
+@dataclass(frozen=True)
+class StudySpec:
+    """One study: the sketch every device releases and how the coordinator decodes the average."""
+
+    name: str
+    sketch: SketchSpec
+    omega_sha256: str
+    k: int
+    lo: tuple[float, ...]
+    hi: tuple[float, ...]
+    min_devices: int = 1
+    min_records: int = 1
+    deadline: float | None = None
+    replicates: int = 3
+    decode_seed: int = 0
+
+    def __post_init__(self) -> None:
+        d, m = self.sketch.frequencies.d, self.sketch.frequencies.m
+        if not self.name or len(self.name) > 200:
+            raise ValueError("a study needs a name of 1 to 200 characters")
+        if not math.isfinite(self.sketch.privacy.epsilon):
+            raise ValueError("a federated study needs a finite epsilon: devices never release "
+                             "a noiseless sketch")
+        if not 1 <= self.k <= m:
+            raise ValueError(f"k must be in 1..m = 1..{m}, got {self.k}")
+        object.__setattr__(self, "lo", tuple(float(v) for v in self.lo))
+        object.__setattr__(self, "hi", tuple(float(v) for v in self.hi))
+        if len(self.lo) != d or len(self.hi) != d:
+            raise ValueError(f"bounds need {d} values each, got {len(self.lo)} and {len(self.hi)}")
+        if not all(math.isfinite(a) and math.isfinite(b) and a < b for a, b in zip(self.lo, self.hi,
+                                                                                    strict=True)):
+            raise ValueError("bounds need finite lo < hi on every axis")
+        for name in ("min_devices", "min_records", "replicates"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.deadline is not None and not math.isfinite(self.deadline):
+            raise ValueError("the deadline must be a finite Unix time")
+        if len(self.omega_sha256) != 64:
+            raise ValueError("omega_sha256 must be a hex SHA-256")
+
+    @classmethod
+    def create(cls, name: str, sketch: SketchSpec, k: int, lo, hi, **rules) -> StudySpec:
+        """A spec whose ``omega_sha256`` is computed from ``sketch.frequencies``."""
+        return cls(name, sketch, draw_frequencies(sketch.frequencies).sha256, k, tuple(lo),
+                   tuple(hi), **rules)
+
+    def to_dict(self) -> dict:
+        """JSON-ready dict (with a ``format`` tag)."""
+        return {
+            "format": FORMAT,
+            "name": self.name,
+            "sketch": self.sketch.to_dict(),
+            "omega_sha256": self.omega_sha256,
+            "k": self.k,
+            "lo": list(self.lo),
+            "hi": list(self.hi),
+            "min_devices": self.min_devices,
+            "min_records": self.min_records,
+            "deadline": self.deadline,
+            "replicates": self.replicates,
+            "decode_seed": self.decode_seed,
+        }
+
+    def to_json(self) -> str:
+        """The canonical JSON that travels and is hashed."""
+        return canonical_json(self.to_dict())
+
+    def sha256(self) -> str:
+        """Hex SHA-256 of :meth:`to_json` (UTF-8)."""
+        return spec_sha256(self.to_json())
+
+    @classmethod
+    def from_json(cls, text: str) -> StudySpec:
+        """Parse and validate; ValueError with the reason on anything malformed."""
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"study spec is not JSON: {exc}") from None
+        if not isinstance(data, dict) or data.get("format") != FORMAT:
+            raise ValueError(f"study spec must be a {FORMAT} object")
+        try:
+            return cls(
+                name=str(data["name"]),
+                sketch=SketchSpec.from_dict(data["sketch"]),
+                omega_sha256=str(data["omega_sha256"]),
+                k=int(data["k"]),
+                lo=tuple(data["lo"]),
+                hi=tuple(data["hi"]),
+                min_devices=int(data["min_devices"]),
+                min_records=int(data["min_records"]),
+                deadline=None if data["deadline"] is None else float(data["deadline"]),
+                replicates=int(data["replicates"]),
+                decode_seed=int(data["decode_seed"]),
+            )
+        except (KeyError, TypeError) as exc:
+            raise ValueError(f"incomplete study spec: {exc!r}") from None
+
+
+def spec_sha256(spec_json: str) -> str:
+    """Hex SHA-256 of a spec's JSON text (UTF-8)."""
+    return hashlib.sha256(spec_json.encode()).hexdigest()

@@ -1,0 +1,78 @@
+"""Federated aggregation of device releases and decoding of the average (MECHANISMS §1.8).
+
+Device l releases with its own record count n_l (exact under replace-one, noisy under
+add/remove). With N = Σ_l n_l:
+
+* ``complex``: each payload is a normalized sketch s_l; the average is s = Σ_l n_l s_l / N;
+* ``quantized``: each payload is a noisy integer sum S~_l; s = Σ_l S~_l / (α·N·√m), the integer
+  sum being exact (int64).
+
+Both are ε-DP per record by parallel composition over the devices' disjoint records. Decoding is
+CL-OMPR inside the study's public box (never reads data).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+import numpy as np
+
+from fedsketch.common.features import FIRST_HARMONIC
+from fedsketch.common.frequencies import draw_frequencies
+from fedsketch.common.study import StudySpec
+
+from .clompr import clompr
+
+
+@dataclass(frozen=True)
+class StudyResult:
+    """Decoded centroids (k, d) in data units, weights (k,), sketch residual, devices, records."""
+
+    centroids: np.ndarray
+    weights: np.ndarray
+    residual: float
+    devices: int
+    records: float
+
+    def to_dict(self) -> dict:
+        """JSON-ready form."""
+        return {
+            "centroids": self.centroids.tolist(),
+            "weights": self.weights.tolist(),
+            "residual": self.residual,
+            "devices": self.devices,
+            "records": self.records,
+        }
+
+
+def average_sketch(spec: StudySpec, parts: Iterable[tuple[float, np.ndarray]]) -> tuple[
+        np.ndarray, int, float]:
+    """(s complex (m,), devices, N) from (n_l, payload (2, m)) pairs (module docstring)."""
+    m = spec.sketch.frequencies.m
+    quantized = spec.sketch.feature == "quantized"
+    total = np.zeros((2, m), dtype=np.int64 if quantized else np.float64)
+    devices, records = 0, 0.0
+    for n, values in parts:
+        total += values if quantized else n * values
+        devices += 1
+        records += n
+    if devices == 0 or records <= 0:
+        raise ValueError("no contributions (or no records) to aggregate")
+    if quantized:
+        scale = 1.0 / (spec.sketch.r / m * records * math.sqrt(m))
+        stacked = total.astype(np.float64) * scale
+    else:
+        stacked = total / records
+    return stacked[0] + 1j * stacked[1], devices, records
+
+
+def decode_study(spec: StudySpec, parts: Iterable[tuple[float, np.ndarray]]) -> StudyResult:
+    """Average the contributions and decode k centroids with the study's replicates and seed."""
+    sketch, devices, records = average_sketch(spec, parts)
+    freqs = draw_frequencies(spec.sketch.frequencies)
+    out = clompr(sketch, freqs.omega, freqs.xi, spec.k, np.array(spec.lo), np.array(spec.hi),
+                 harmonic=FIRST_HARMONIC[spec.sketch.feature], replicates=spec.replicates,
+                 rng=np.random.default_rng(spec.decode_seed))
+    return StudyResult(out.centroids, out.weights, out.residual, devices, records)

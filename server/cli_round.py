@@ -1,0 +1,324 @@
+"""Command line of the federated round: ``certs``, ``coordinator`` and ``device`` sub-commands.
+
+Errors follow the rest of the CLI: one line on stderr (``error: ...``) and exit status 1. A gRPC
+refusal prints its status code and the coordinator's reason.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import math
+import os
+import secrets
+import signal
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Annotated
+
+import grpc
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from fedsketch.client import daemon
+from fedsketch.client.ledger import Ledger, LedgerError, fingerprint_file
+from fedsketch.common.features import FEATURES
+from fedsketch.common.frequencies import LAWS, FrequencySpec
+from fedsketch.common.pb import fedsketch_pb2 as pb
+from fedsketch.common.pb import fedsketch_pb2_grpc as pb_grpc
+from fedsketch.common.privacy import NEIGHBOURING, PrivacySpec
+from fedsketch.common.spec import SketchSpec
+from fedsketch.common.study import StudySpec
+from fedsketch.common.tls import init_certs, secure_channel, server_credentials
+
+from .bounds import parse_bounds
+from .store import Store, StoreError
+
+certs_app = typer.Typer(no_args_is_help=True, help="TLS certificates for a coordinator.")
+coordinator_app = typer.Typer(no_args_is_help=True, help="Run and operate a coordinator.")
+device_app = typer.Typer(no_args_is_help=True, help="Run a device daemon; read its ledger.")
+
+Target = Annotated[str, typer.Option("--coordinator", help="Coordinator HOST:PORT.")]
+CaOpt = Annotated[Path | None, typer.Option("--ca", help="CA certificate (PEM) to trust.")]
+InsecureOpt = Annotated[bool, typer.Option("--insecure", help="Plaintext gRPC (loopback demos "
+                                           "only; explicit opt-out of TLS).")]
+TokenFile = Annotated[Path, typer.Option("--token-file", help="File holding the operator token.")]
+STATE_NAMES = {v: k for k, v in pb.StudyState.items()}
+
+
+@contextmanager
+def clean_errors() -> Iterator[None]:
+    """Bad input, refused RPCs and unusable files: one line on stderr and exit status 1."""
+    try:
+        yield
+    except grpc.RpcError as exc:
+        typer.echo(f"error: {exc.code().name}: {exc.details()}", err=True)
+        raise typer.Exit(1) from None
+    except (ValueError, OSError, StoreError, LedgerError) as exc:
+        typer.echo(f"error: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}",
+                   err=True)
+        raise typer.Exit(1) from None
+
+
+def check_tls(ca: Path | None, insecure: bool) -> None:
+    """Exactly one of --ca and --insecure, unless the system roots are meant (neither)."""
+    if ca is not None and insecure:
+        raise ValueError("--ca and --insecure exclude each other")
+
+
+def read_token(path: Path) -> str:
+    """The operator token stored in ``path`` (one line)."""
+    token = path.read_text().strip()
+    if not token:
+        raise ValueError(f"{path}: empty operator token file")
+    return token
+
+
+def operator_stub(target: str, ca: Path | None, insecure: bool, token_file: Path):
+    """(Operator stub, call metadata) for admin calls."""
+    check_tls(ca, insecure)
+    channel = secure_channel(target, ca, insecure=insecure)
+    return pb_grpc.OperatorStub(channel), (("authorization", f"Bearer {read_token(token_file)}"),)
+
+
+@certs_app.command("init")
+def certs_init(
+    out: Annotated[Path, typer.Option(help="Folder for ca.pem, ca.key, server.pem, server.key.")],
+    host: Annotated[list[str], typer.Option(help="Host name or IP of the coordinator "
+                                            "(repeatable).")],
+    days: Annotated[int, typer.Option(help="Validity in days.")] = 825,
+) -> None:
+    """Create a private CA and a server certificate for the coordinator's host names."""
+    with clean_errors():
+        paths = init_certs(out, host, days)
+        typer.echo(f"CA {paths.ca_cert} (give it to devices with --ca); server certificate "
+                   f"{paths.server_cert} and key {paths.server_key} (give them to "
+                   "`coordinator serve`)")
+
+
+@coordinator_app.command("serve")
+def serve(
+    db: Annotated[Path, typer.Option(help="SQLite state file (created if missing).")],
+    listen: Annotated[str, typer.Option(help="HOST:PORT to listen on.")] = "127.0.0.1:7443",
+    cert: Annotated[Path | None, typer.Option(help="Server certificate (PEM).")] = None,
+    key: Annotated[Path | None, typer.Option(help="Server private key (PEM).")] = None,
+    insecure: InsecureOpt = False,
+    token_file: Annotated[Path, typer.Option("--token-file", help="Operator token file; "
+                                             "created (mode 0600) with a fresh token if "
+                                             "missing.")] = Path("operator.token"),
+    port_file: Annotated[Path | None, typer.Option(help="Write the bound port here once "
+                                                   "serving (for port 0).")] = None,
+) -> None:
+    """Serve the Device and Operator gRPC services until SIGTERM or SIGINT."""
+    from .coordinator import build_server
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    with clean_errors():
+        if insecure == (cert is not None or key is not None):
+            raise ValueError("give --cert and --key for TLS, or --insecure (not both)")
+        if not insecure and (cert is None or key is None):
+            raise ValueError("TLS needs both --cert and --key")
+        creds = None if insecure else server_credentials(cert, key)
+        if not token_file.exists():
+            fd = os.open(token_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with os.fdopen(fd, "w") as fh:
+                fh.write(secrets.token_urlsafe(32) + "\n")
+            typer.echo(f"wrote a new operator token to {token_file}", err=True)
+        token_sha256 = hashlib.sha256(read_token(token_file).encode()).hexdigest()
+        store = Store(db)
+        server, coordinator, port = build_server(store, token_sha256, listen, creds)
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    if port_file is not None:
+        port_file.write_text(f"{port}\n")
+    typer.echo(f"coordinator serving on port {port} ({'plaintext' if insecure else 'TLS'})",
+               err=True)
+    stop.wait()
+    server.stop(grace=5).wait()
+    coordinator.stop()
+    store.close()
+
+
+@coordinator_app.command("create-study")
+def create_study(
+    coordinator: Target,
+    name: Annotated[str, typer.Option(help="Study name.")],
+    d: Annotated[int, typer.Option(help="Dimension of the records.")],
+    k: Annotated[int, typer.Option(help="Number of centroids.")],
+    bounds: Annotated[str, typer.Option(help="Public box LO:HI or a bounds.json.")],
+    scale: Annotated[float, typer.Option(help="σ in data units (public knowledge).")],
+    epsilon: Annotated[float, typer.Option(help="ε each device spends (finite, > 0).")],
+    token_file: TokenFile = Path("operator.token"),
+    ca: CaOpt = None,
+    insecure: InsecureOpt = False,
+    m: Annotated[int, typer.Option(help="Frequencies.")] = 1000,
+    feature: Annotated[str, typer.Option(help=f"{', '.join(FEATURES)}.")] = "complex",
+    law: Annotated[str, typer.Option(help=f"{', '.join(LAWS)}.")] = "adapted_radius",
+    seed: Annotated[int, typer.Option(help="Public seed of Ω and ξ.")] = 0,
+    r: Annotated[int, typer.Option(help="Entries per record (1..m).")] = 1,
+    delta: Annotated[float, typer.Option(help="δ (> 0: Gaussian).")] = 0.0,
+    neighbouring: Annotated[str, typer.Option(help=f"{' or '.join(NEIGHBOURING)}.")] = (
+        "replace_one"),
+    min_devices: Annotated[int, typer.Option(help="Quorum.")] = 1,
+    min_records: Annotated[int, typer.Option(help="Records a device needs.")] = 1,
+    deadline: Annotated[float | None, typer.Option(help="Seconds from now to collect; "
+                                                   "without it the study closes at quorum.")]
+    = None,
+    replicates: Annotated[int, typer.Option(help="CL-OMPR replicates.")] = 3,
+) -> None:
+    """Create a study and print its id."""
+    import time
+
+    with clean_errors():
+        lo, hi = parse_bounds(bounds, d)
+        sketch = SketchSpec(FrequencySpec(d=d, m=m, scale=scale, law=law, seed=seed), feature,
+                            r, PrivacySpec(epsilon, delta, neighbouring))
+        spec = StudySpec.create(name, sketch, k, lo.tolist(), hi.tolist(),
+                                min_devices=min_devices, min_records=min_records,
+                                deadline=None if deadline is None else time.time() + deadline,
+                                replicates=replicates)
+        stub, meta = operator_stub(coordinator, ca, insecure, token_file)
+        study = stub.CreateStudy(pb.CreateStudyRequest(spec_json=spec.to_json()), metadata=meta,
+                                 timeout=30)
+        typer.echo(study.study_id)
+
+
+@coordinator_app.command("tokens")
+def tokens(
+    coordinator: Target,
+    count: Annotated[int, typer.Option(help="How many one-time enrollment tokens.")] = 1,
+    token_file: TokenFile = Path("operator.token"),
+    ca: CaOpt = None,
+    insecure: InsecureOpt = False,
+) -> None:
+    """Issue one-time enrollment tokens, one per line."""
+    with clean_errors():
+        stub, meta = operator_stub(coordinator, ca, insecure, token_file)
+        for token in stub.IssueTokens(pb.IssueTokensRequest(count=count), metadata=meta,
+                                      timeout=30).tokens:
+            typer.echo(token)
+
+
+@coordinator_app.command("list")
+def list_studies(
+    coordinator: Target,
+    token_file: TokenFile = Path("operator.token"),
+    ca: CaOpt = None,
+    insecure: InsecureOpt = False,
+) -> None:
+    """Every study with its state and contributions."""
+    with clean_errors():
+        stub, meta = operator_stub(coordinator, ca, insecure, token_file)
+        studies = stub.ListStudies(pb.ListStudiesRequest(include_closed=True), metadata=meta,
+                                   timeout=30).studies
+    table = Table()
+    for col in ("study", "name", "state", "devices", "records", "detail"):
+        table.add_column(col)
+    for s in studies:
+        table.add_row(s.study_id, json.loads(s.spec_json)["name"], STATE_NAMES[s.state],
+                      str(s.contributions), f"{s.records:,.0f}", s.detail)
+    Console().print(table)
+
+
+@coordinator_app.command("close")
+def close_study(
+    coordinator: Target,
+    study: Annotated[str, typer.Argument(help="Study id.")],
+    token_file: TokenFile = Path("operator.token"),
+    ca: CaOpt = None,
+    insecure: InsecureOpt = False,
+) -> None:
+    """Stop collecting now: decode if the quorum holds, otherwise fail the study."""
+    with clean_errors():
+        stub, meta = operator_stub(coordinator, ca, insecure, token_file)
+        s = stub.CloseStudy(pb.StudyRef(study_id=study), metadata=meta, timeout=30)
+        typer.echo(f"{s.study_id}: {STATE_NAMES[s.state]} {s.detail}")
+
+
+@coordinator_app.command("result")
+def result(
+    coordinator: Target,
+    study: Annotated[str, typer.Argument(help="Study id.")],
+    ca: CaOpt = None,
+    insecure: InsecureOpt = False,
+) -> None:
+    """The published centroids of a study, as JSON (as ``decode --json`` prints them)."""
+    with clean_errors():
+        check_tls(ca, insecure)
+        stub = pb_grpc.DeviceStub(secure_channel(coordinator, ca, insecure=insecure))
+        res = stub.GetResult(pb.StudyRef(study_id=study), timeout=30)
+    c = [list(res.centroids[i * res.d:(i + 1) * res.d]) for i in range(res.k)]
+    typer.echo(json.dumps({"centroids": c, "weights": list(res.weights),
+                           "residual": res.residual, "devices": res.devices,
+                           "records": res.records}))
+
+
+@device_app.command("run")
+def device_run(
+    coordinator: Target,
+    data: Annotated[Path, typer.Option(help="Local records (.npy or .csv).")],
+    ledger: Annotated[Path, typer.Option(help="Budget ledger (SQLite; created if missing).")],
+    budget: Annotated[float, typer.Option(help="Total ε this device may spend on DATA.")],
+    ca: CaOpt = None,
+    insecure: InsecureOpt = False,
+    token: Annotated[str | None, typer.Option(help="One-time enrollment token (first run).")]
+    = None,
+    label: Annotated[str, typer.Option(help="Name shown to operators.")] = "",
+    once: Annotated[bool, typer.Option(help="One pass over the open studies, then exit.")] = False,
+    poll: Annotated[float, typer.Option(help="Base poll interval (s).")] = 2.0,
+    max_poll: Annotated[float, typer.Option(help="Longest poll interval (s).")] = 60.0,
+) -> None:
+    """Enroll once, then poll for studies; sketch, record the spend, sign and submit."""
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    with clean_errors():
+        check_tls(ca, insecure)
+        if not (budget > 0 and math.isfinite(budget)):
+            raise ValueError(f"--budget must be a finite ε > 0, got {budget}")
+        cfg = daemon.DaemonConfig(coordinator, data, ledger, budget, ca, insecure, token, label,
+                                  once, poll, max_poll)
+        status = daemon.run(cfg, stop)
+    raise typer.Exit(status)
+
+
+@device_app.command("budget")
+def device_budget(
+    ledger: Annotated[Path, typer.Option(help="The device's ledger.")],
+    data: Annotated[Path | None, typer.Option(help="Show what remains for this data file.")]
+    = None,
+    budget: Annotated[float, typer.Option(help="The budget the daemon runs with.")] = 1.0,
+    as_json: Annotated[bool, typer.Option("--json", help="JSON on stdout.")] = False,
+) -> None:
+    """Every spend in the ledger, and what remains for a data file."""
+    with clean_errors():
+        if not ledger.exists():
+            raise ValueError(f"{ledger}: no such ledger")
+        book = Ledger(ledger, budget)
+        try:
+            spends = book.spends()
+            fp = fingerprint_file(data) if data is not None else None
+            remaining = book.remaining(fp) if fp is not None else None
+        finally:
+            book.close()
+    rows = [{"study": s.study_id, "epsilon": s.epsilon, "delta": s.delta, "n": s.n,
+             "dataset": s.fingerprint[:12], "spent_at": s.spent_at,
+             "acknowledged": s.acked_at is not None} for s in spends]
+    if as_json:
+        typer.echo(json.dumps({"spends": rows, "remaining": remaining}))
+        return
+    table = Table(title=f"ledger {ledger}")
+    for col in ("study", "ε", "δ", "records", "dataset", "acknowledged"):
+        table.add_column(col)
+    for r in rows:
+        table.add_row(r["study"], f"{r['epsilon']:g}", f"{r['delta']:g}", f"{r['n']:,.0f}",
+                      r["dataset"], "yes" if r["acknowledged"] else "not yet")
+    Console().print(table)
+    if remaining is not None:
+        typer.echo(f"remaining for {data}: ε = {remaining:g} of {budget:g}")

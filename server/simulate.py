@@ -1,0 +1,263 @@
+"""``fedsketch simulate``: a real coordinator and L real devices over loopback gRPC with TLS.
+
+Data come from paper 004's protocol (k unit-covariance Gaussians, centres ~ N(0, (s·k^{1/d})²I)),
+pooled N records split across L devices: ``iid`` (a uniform random split into near-equal parts)
+or ``dirichlet:ALPHA`` (each cluster's records split over the devices by proportions drawn from
+Dir(ALPHA·1_L); small ALPHA gives devices few clusters each; every device keeps at least one
+record). A fresh CA and server certificate, a SQLite store and a coordinator are made in a
+temporary folder; an operator issues L enrollment tokens and creates one study (quorum L, no
+deadline). Devices then run the real device code: in-process agents by default, or real
+``fedsketch device run --once`` processes with ``--processes``. The coordinator aggregates at
+quorum and decodes; the result is scored by relative SSE against scikit-learn KMeans
+(k-means++, n_init = 3) on the pooled data.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from contextlib import ExitStack
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Annotated
+
+import numpy as np
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from fedsketch.client.agent import Agent, LocalData
+from fedsketch.client.ledger import Ledger
+from fedsketch.common.features import FEATURES
+from fedsketch.common.frequencies import FrequencySpec
+from fedsketch.common.pb import fedsketch_pb2 as pb
+from fedsketch.common.pb import fedsketch_pb2_grpc as pb_grpc
+from fedsketch.common.privacy import NEIGHBOURING, PrivacySpec
+from fedsketch.common.spec import SketchSpec
+from fedsketch.common.study import StudySpec
+from fedsketch.common.synthetic import gmm
+from fedsketch.common.tls import init_certs, secure_channel, server_credentials
+
+from .coordinator import build_server
+from .evaluate import kmeans_reference, split, sse_per_n
+from .store import Store
+
+OPERATOR_TOKEN = "simulation-operator-token"
+#: Longest wait (seconds) for a study to be decoded after the last contribution.
+DECODE_TIMEOUT = 600.0
+
+
+@dataclass(frozen=True)
+class SimConfig:
+    """One simulation (see ``fedsketch simulate --help`` for each field)."""
+
+    devices: int = 20
+    records: int = 1_000_000
+    k: int = 10
+    d: int = 10
+    m: int = 1000
+    feature: str = "complex"
+    epsilon: float = 1.0
+    delta: float = 0.0
+    neighbouring: str = "replace_one"
+    r: int = 1
+    scale: float = 2.0
+    bound: float = 15.0
+    separation: float = 2.5
+    partition: str = "iid"
+    processes: bool = False
+    replicates: int = 3
+    seed: int = 0
+
+
+def split_records(labels: np.ndarray, devices: int, scheme: str,
+                  rng: np.random.Generator) -> list[np.ndarray]:
+    """Record indices of each device under ``iid`` or ``dirichlet:ALPHA`` (module docstring)."""
+    n = labels.size
+    if devices > n:
+        raise ValueError(f"{devices} devices need at least as many records, got {n}")
+    if scheme == "iid":
+        return np.array_split(rng.permutation(n), devices)
+    if not scheme.startswith("dirichlet:"):
+        raise ValueError(f"--partition must be iid or dirichlet:ALPHA, got {scheme!r}")
+    try:
+        alpha = float(scheme.split(":", 1)[1])
+    except ValueError:
+        raise ValueError(f"--partition dirichlet:ALPHA needs a number, got {scheme!r}") from None
+    if not alpha > 0:
+        raise ValueError(f"the Dirichlet concentration must be > 0, got {alpha}")
+    order = rng.permutation(n)
+    parts: list[list[np.ndarray]] = [[order[i:i + 1]] for i in range(devices)]
+    rest = order[devices:]
+    for c in np.unique(labels[rest]):
+        idx = rest[labels[rest] == c]
+        cuts = (np.cumsum(rng.dirichlet(np.full(devices, alpha)))[:-1] * idx.size).astype(int)
+        for part, chunk in zip(parts, np.split(idx, cuts), strict=True):
+            part.append(chunk)
+    return [np.concatenate(p) for p in parts]
+
+
+def _study_spec(cfg: SimConfig) -> StudySpec:
+    sketch = SketchSpec(FrequencySpec(d=cfg.d, m=cfg.m, scale=cfg.scale, seed=cfg.seed),
+                        cfg.feature, cfg.r, PrivacySpec(cfg.epsilon, cfg.delta, cfg.neighbouring))
+    return StudySpec.create("simulation", sketch, cfg.k, [-cfg.bound] * cfg.d,
+                            [cfg.bound] * cfg.d, min_devices=cfg.devices,
+                            replicates=cfg.replicates, decode_seed=cfg.seed)
+
+
+def _in_process(target: str, ca: Path, folder: Path, tokens: list[str], x: np.ndarray,
+                parts: list[np.ndarray], epsilon: float) -> None:
+    for i, (token, idx) in enumerate(zip(tokens, parts, strict=True)):
+        xi = x[idx]
+        data = LocalData(lambda xi=xi: split(xi), xi.shape[0], xi.shape[1],
+                         hashlib.sha256(xi.tobytes()).hexdigest())
+        ledger = Ledger(folder / f"device{i}.ledger", epsilon)
+        channel = secure_channel(target, ca)
+        try:
+            agent = Agent(channel, ledger, data)
+            agent.ensure_enrolled(target, token, f"sim-{i}")
+            out = agent.step()
+            if out.refused:
+                raise RuntimeError(f"device {i} refused: {out.refused}")
+        finally:
+            channel.close()
+            ledger.close()
+
+
+def _processes(target: str, ca: Path, folder: Path, tokens: list[str], x: np.ndarray,
+               parts: list[np.ndarray], epsilon: float) -> None:
+    exe = str(Path(sys.executable).with_name("fedsketch"))
+    procs = []
+    for i, (token, idx) in enumerate(zip(tokens, parts, strict=True)):
+        path = folder / f"device{i}.npy"
+        np.save(path, x[idx])
+        procs.append(subprocess.Popen(
+            [exe, "device", "run", "--coordinator", target, "--ca", str(ca), "--data", str(path),
+             "--ledger", str(folder / f"device{i}.ledger"), "--budget", repr(epsilon),
+             "--token", token, "--label", f"sim-{i}", "--once"],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+    for i, p in enumerate(procs):
+        _, stderr = p.communicate(timeout=DECODE_TIMEOUT)
+        if p.returncode != 0:
+            raise RuntimeError(f"device process {i} exited with {p.returncode}: {stderr[-500:]}")
+
+
+def run_simulation(cfg: SimConfig, console: Console | None = None) -> dict:
+    """Run one simulated study end to end; a JSON-ready report (see the module docstring)."""
+    if cfg.feature not in FEATURES:
+        raise ValueError(f"unknown feature map {cfg.feature!r}")
+    if cfg.devices < 1 or cfg.records < cfg.devices:
+        raise ValueError("need at least one device and one record per device")
+    spec = _study_spec(cfg)  # validates every parameter before any work
+    seconds: dict[str, float] = {}
+    t = time.perf_counter()
+    x, labels, _ = gmm(cfg.records, cfg.k, cfg.d, cfg.separation, cfg.seed)
+    parts = split_records(labels, cfg.devices, cfg.partition, np.random.default_rng(cfg.seed))
+    seconds["data"] = time.perf_counter() - t
+    with tempfile.TemporaryDirectory(prefix="fedsketch-sim-") as tmp, ExitStack() as stack:
+        folder = Path(tmp)
+        t = time.perf_counter()
+        certs = init_certs(folder / "certs", ["localhost", "127.0.0.1"])
+        store = Store(folder / "coordinator.db")
+        stack.callback(store.close)
+        server, coordinator, port = build_server(
+            store, hashlib.sha256(OPERATOR_TOKEN.encode()).hexdigest(), "127.0.0.1:0",
+            server_credentials(certs.server_cert, certs.server_key))
+        stack.callback(coordinator.stop)
+        stack.callback(lambda: server.stop(grace=None).wait())
+        target = f"localhost:{port}"
+        op_channel = secure_channel(target, certs.ca_cert)
+        stack.callback(op_channel.close)
+        operator = pb_grpc.OperatorStub(op_channel)
+        meta = (("authorization", f"Bearer {OPERATOR_TOKEN}"),)
+        tokens = list(operator.IssueTokens(pb.IssueTokensRequest(count=cfg.devices),
+                                           metadata=meta).tokens)
+        study = operator.CreateStudy(pb.CreateStudyRequest(spec_json=spec.to_json()),
+                                     metadata=meta)
+        seconds["setup"] = time.perf_counter() - t
+        t = time.perf_counter()
+        run_devices = _processes if cfg.processes else _in_process
+        run_devices(target, certs.ca_cert, folder, tokens, x, parts, cfg.epsilon)
+        seconds["devices"] = time.perf_counter() - t
+        t = time.perf_counter()
+        while True:
+            s = operator.ShowStudy(pb.StudyRef(study_id=study.study_id), metadata=meta)
+            if s.state in (pb.DONE, pb.FAILED):
+                break
+            if time.perf_counter() - t > DECODE_TIMEOUT:
+                raise RuntimeError("the coordinator did not finish decoding in time")
+            time.sleep(0.05)
+        if s.state == pb.FAILED:
+            raise RuntimeError(f"the study failed: {s.detail}")
+        res = pb_grpc.DeviceStub(op_channel).GetResult(pb.StudyRef(study_id=study.study_id))
+        seconds["decode"] = time.perf_counter() - t
+        bytes_sent = sum(
+            pb.Contribution(study_id=r.study_id, device_id=r.device_id, n=r.n,
+                            spec_sha256=s.spec_sha256, signature=r.signature,
+                            **{r.kind: r.payload}).ByteSize()
+            for r in store.contributions(study.study_id))
+    centroids = np.asarray(res.centroids).reshape(res.k, res.d)
+    t = time.perf_counter()
+    ref = sse_per_n(split(x), kmeans_reference(x, cfg.k, cfg.seed))
+    seconds["kmeans_reference"] = time.perf_counter() - t
+    sse = sse_per_n(split(x), centroids)
+    return {
+        "relative_sse": sse / ref,
+        "sse_per_n": sse,
+        "kmeans_sse_per_n": ref,
+        "centroids": centroids.tolist(),
+        "weights": list(res.weights),
+        "devices": res.devices,
+        "records": res.records,
+        "seconds": seconds,
+        "bytes_sent": bytes_sent,
+        "config": asdict(cfg),
+    }
+
+
+def simulate_command(
+    devices: Annotated[int, typer.Option(help="Number of devices L.")] = 20,
+    records: Annotated[int, typer.Option(help="Total records N, split over the devices.")]
+    = 1_000_000,
+    k: Annotated[int, typer.Option(help="Clusters.")] = 10,
+    d: Annotated[int, typer.Option(help="Dimension.")] = 10,
+    m: Annotated[int, typer.Option(help="Frequencies.")] = 1000,
+    feature: Annotated[str, typer.Option(help=f"{', '.join(FEATURES)}.")] = "complex",
+    epsilon: Annotated[float, typer.Option(help="ε per device (each device's budget).")] = 1.0,
+    delta: Annotated[float, typer.Option(help="δ per device.")] = 0.0,
+    neighbouring: Annotated[str, typer.Option(help=f"{' or '.join(NEIGHBOURING)}.")]
+    = "replace_one",
+    r: Annotated[int, typer.Option(help="Entries per record.")] = 1,
+    scale: Annotated[float, typer.Option(help="σ (data units).")] = 2.0,
+    partition: Annotated[str, typer.Option(help="iid or dirichlet:ALPHA.")] = "iid",
+    processes: Annotated[bool, typer.Option(help="Real daemon processes, not in-process.")]
+    = False,
+    replicates: Annotated[int, typer.Option(help="CL-OMPR replicates.")] = 3,
+    seed: Annotated[int, typer.Option(help="Seed of the data and of Ω.")] = 0,
+    as_json: Annotated[bool, typer.Option("--json", help="One JSON object on stdout.")] = False,
+) -> None:
+    """Simulate a federated study: real coordinator, L real devices, loopback gRPC over TLS."""
+    cfg = SimConfig(devices=devices, records=records, k=k, d=d, m=m, feature=feature,
+                    epsilon=epsilon, delta=delta, neighbouring=neighbouring, r=r, scale=scale,
+                    partition=partition, processes=processes, replicates=replicates, seed=seed)
+    try:
+        report = run_simulation(cfg)
+    except (ValueError, RuntimeError, OSError) as exc:
+        typer.echo(f"error: {str(exc).splitlines()[0]}", err=True)
+        raise typer.Exit(1) from None
+    if as_json:
+        typer.echo(json.dumps(report))
+        return
+    table = Table(title=f"{cfg.devices} devices, {cfg.records:,} records, k = {cfg.k}, "
+                        f"d = {cfg.d}, m = {cfg.m}, {cfg.feature}, ε = {cfg.epsilon:g} per device")
+    table.add_column("")
+    table.add_column("value", justify="right")
+    table.add_row("relative SSE vs k-means (n_init = 3)", f"{report['relative_sse']:.4f}")
+    for phase, sec in report["seconds"].items():
+        table.add_row(f"seconds: {phase}", f"{sec:.2f}")
+    table.add_row("bytes on the wire (contributions)", f"{report['bytes_sent']:,}")
+    Console().print(table)

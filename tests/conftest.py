@@ -1,0 +1,101 @@
+"""Shared fixtures: a real coordinator over TLS on loopback, with a real SQLite store."""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import grpc
+import numpy as np
+import pytest
+
+from fedsketch.client.agent import Agent, LocalData
+from fedsketch.client.ledger import Ledger
+from fedsketch.common.frequencies import FrequencySpec
+from fedsketch.common.pb import fedsketch_pb2 as pb
+from fedsketch.common.pb import fedsketch_pb2_grpc as pb_grpc
+from fedsketch.common.privacy import PrivacySpec
+from fedsketch.common.spec import SketchSpec
+from fedsketch.common.study import StudySpec
+from fedsketch.common.tls import CertPaths, init_certs, secure_channel, server_credentials
+from fedsketch.server.coordinator import Coordinator, build_server
+from fedsketch.server.evaluate import split
+from fedsketch.server.store import Store
+
+OPERATOR_TOKEN = "test-operator-token"
+META = (("authorization", f"Bearer {OPERATOR_TOKEN}"),)
+
+
+@pytest.fixture(scope="session")
+def certs(tmp_path_factory) -> CertPaths:
+    return init_certs(tmp_path_factory.mktemp("certs"), ["localhost", "127.0.0.1"])
+
+
+@dataclass
+class Round:
+    """A running coordinator and helpers to drive it."""
+
+    target: str
+    certs: CertPaths
+    store: Store
+    coordinator: Coordinator
+    folder: Path
+
+    def channel(self) -> grpc.Channel:
+        return secure_channel(self.target, self.certs.ca_cert)
+
+    def operator(self) -> pb_grpc.OperatorStub:
+        return pb_grpc.OperatorStub(self.channel())
+
+    def device_stub(self) -> pb_grpc.DeviceStub:
+        return pb_grpc.DeviceStub(self.channel())
+
+    def tokens(self, count: int) -> list[str]:
+        return list(self.operator().IssueTokens(pb.IssueTokensRequest(count=count),
+                                                metadata=META).tokens)
+
+    def create(self, spec: StudySpec) -> pb.Study:
+        return self.operator().CreateStudy(pb.CreateStudyRequest(spec_json=spec.to_json()),
+                                           metadata=META)
+
+    def agent(self, name: str, x: np.ndarray, budget: float = 1000.0) -> Agent:
+        """An enrolled in-process device holding ``x``, with its own ledger."""
+        data = LocalData(lambda: split(x), x.shape[0], x.shape[1],
+                         hashlib.sha256(x.tobytes()).hexdigest())
+        agent = Agent(self.channel(), Ledger(self.folder / f"{name}.ledger", budget), data)
+        agent.ensure_enrolled(self.target, self.tokens(1)[0], name)
+        return agent
+
+    def wait(self, study_id: str, timeout: float = 120.0) -> pb.Study:
+        """The study once it is done or failed."""
+        stop = time.monotonic() + timeout
+        while time.monotonic() < stop:
+            s = self.operator().ShowStudy(pb.StudyRef(study_id=study_id), metadata=META)
+            if s.state in (pb.DONE, pb.FAILED):
+                return s
+            time.sleep(0.05)
+        raise TimeoutError(study_id)
+
+
+@pytest.fixture
+def coordinator_round(tmp_path, certs) -> Round:
+    store = Store(tmp_path / "coordinator.db")
+    server, coordinator, port = build_server(
+        store, hashlib.sha256(OPERATOR_TOKEN.encode()).hexdigest(), "127.0.0.1:0",
+        server_credentials(certs.server_cert, certs.server_key))
+    try:
+        yield Round(f"localhost:{port}", certs, store, coordinator, tmp_path)
+    finally:
+        server.stop(grace=None).wait()
+        coordinator.stop()
+        store.close()
+
+
+def study_spec(d: int = 3, k: int = 3, m: int = 60, epsilon: float = 50.0,
+               feature: str = "complex", r: int | None = None, **rules) -> StudySpec:
+    """A small study over [−10, 10]^d."""
+    sketch = SketchSpec(FrequencySpec(d=d, m=m, scale=1.5, seed=1), feature, m if r is None else r,
+                        PrivacySpec(epsilon))
+    return StudySpec.create("test", sketch, k, [-10.0] * d, [10.0] * d, replicates=2, **rules)

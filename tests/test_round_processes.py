@@ -1,0 +1,202 @@
+"""The round as real processes: ``fedsketch coordinator serve`` and ``fedsketch device run`` over
+TLS on loopback, killed with SIGKILL at the worst moments and restarted, stopped with SIGTERM,
+and driven through the operator CLI."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from fedsketch.client.ledger import Ledger
+from fedsketch.common.synthetic import gmm
+from fedsketch.server.store import Store
+
+FEDSKETCH = str(Path(sys.executable).with_name("fedsketch"))
+pytestmark = pytest.mark.slow
+
+
+def cli(*args: str, env: dict | None = None, check: bool = True) -> subprocess.CompletedProcess:
+    res = subprocess.run([FEDSKETCH, *args], capture_output=True, text=True, timeout=120,
+                         env=None if env is None else {**os.environ, **env})
+    if check:
+        assert res.returncode == 0, res.stderr
+    return res
+
+
+class CoordinatorProcess:
+    """``fedsketch coordinator serve`` on a free loopback port, with TLS."""
+
+    def __init__(self, folder: Path, certs: Path) -> None:
+        self.folder, self.certs = folder, certs
+        self.db = folder / "coordinator.db"
+        self.token_file = folder / "operator.token"
+        self.proc: subprocess.Popen | None = None
+        self.port = 0
+
+    def start(self) -> None:
+        port_file = self.folder / "port"
+        port_file.unlink(missing_ok=True)
+        listen = f"127.0.0.1:{self.port}"
+        self.proc = subprocess.Popen(
+            [FEDSKETCH, "coordinator", "serve", "--db", str(self.db), "--listen", listen,
+             "--cert", str(self.certs / "server.pem"), "--key", str(self.certs / "server.key"),
+             "--token-file", str(self.token_file), "--port-file", str(port_file)],
+            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        stop = time.monotonic() + 60
+        while not port_file.exists() or not port_file.read_text().strip():
+            assert self.proc.poll() is None, self.proc.stderr.read()
+            assert time.monotonic() < stop, "coordinator did not start"
+            time.sleep(0.05)
+        self.port = int(port_file.read_text())
+
+    @property
+    def target(self) -> str:
+        return f"localhost:{self.port}"
+
+    def op(self, *args: str, check: bool = True) -> subprocess.CompletedProcess:
+        return cli("coordinator", args[0], "--coordinator", self.target, "--ca",
+                   str(self.certs / "ca.pem"), "--token-file", str(self.token_file), *args[1:],
+                   check=check)
+
+    def kill(self) -> None:
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait(timeout=30)
+
+    def terminate(self) -> int:
+        self.proc.send_signal(signal.SIGTERM)
+        return self.proc.wait(timeout=30)
+
+
+@pytest.fixture
+def coordinator(tmp_path):
+    certs = tmp_path / "certs"
+    cli("certs", "init", "--out", str(certs), "--host", "localhost", "--host", "127.0.0.1")
+    c = CoordinatorProcess(tmp_path, certs)
+    c.start()
+    yield c
+    if c.proc.poll() is None:
+        c.kill()
+
+
+@pytest.fixture(scope="module")
+def device_files(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("devices")
+    x, _, _ = gmm(30_000, 3, 3, 3.0, seed=4)
+    paths = []
+    for i, part in enumerate(np.array_split(x, 3)):
+        paths.append(folder / f"x{i}.npy")
+        np.save(paths[-1], part)
+    return paths
+
+
+def create_study(c: CoordinatorProcess, min_devices: int) -> str:
+    return c.op("create-study", "--name", "t", "--d", "3", "--k", "3", "--bounds", "-12:12",
+                "--scale", "1.5", "--epsilon", "5", "--m", "60", "--r", "60",
+                "--min-devices", str(min_devices), "--replicates", "2").stdout.strip()
+
+
+def device(c: CoordinatorProcess, data: Path, ledger: Path, token: str | None = None,
+           env: dict | None = None, check: bool = True) -> subprocess.CompletedProcess:
+    args = ["device", "run", "--coordinator", c.target, "--ca", str(c.certs / "ca.pem"),
+            "--data", str(data), "--ledger", str(ledger), "--budget", "10", "--once"]
+    return cli(*args, *(["--token", token] if token else []), env=env, check=check)
+
+
+def wait_done(c: CoordinatorProcess, study: str) -> dict:
+    stop = time.monotonic() + 120
+    while time.monotonic() < stop:
+        res = cli("coordinator", "result", study, "--coordinator", c.target, "--ca",
+                  str(c.certs / "ca.pem"), check=False)
+        if res.returncode == 0:
+            return json.loads(res.stdout)
+        time.sleep(0.2)
+    raise TimeoutError(study)
+
+
+def test_coordinator_killed_after_acks_keeps_them_and_completes(coordinator, tmp_path,
+                                                               device_files):
+    study = create_study(coordinator, 3)
+    tokens = coordinator.op("tokens", "--count", "3").stdout.split()
+    for i in range(2):
+        device(coordinator, device_files[i], tmp_path / f"l{i}", tokens[i])
+    acked = {}
+    for i in range(2):
+        book = Ledger(tmp_path / f"l{i}", 10)
+        spend = book.find(study)
+        assert spend.acked_at is not None
+        acked[book.identity().device_id] = spend.payload
+        book.close()
+    coordinator.kill()
+    coordinator.start()  # same database, same port
+    store = Store(coordinator.db)
+    stored = {r.device_id: r.payload for r in store.contributions(study)}
+    store.close()
+    assert stored == acked
+    device(coordinator, device_files[2], tmp_path / "l2", tokens[2])
+    res = wait_done(coordinator, study)
+    assert res["devices"] == 3 and res["records"] == 30_000
+    assert coordinator.terminate() == 0
+
+
+def test_device_killed_between_commit_and_send_resends_identical_bytes(coordinator, tmp_path,
+                                                                       device_files):
+    study = create_study(coordinator, 1)
+    token = coordinator.op("tokens").stdout.strip()
+    ledger = tmp_path / "ledger"
+    res = device(coordinator, device_files[0], ledger, token,
+                 env={"FEDSKETCH_FAULT": "kill-after-commit"}, check=False)
+    assert res.returncode == -signal.SIGKILL
+    book = Ledger(ledger, 10)
+    (spend,) = book.spends()
+    assert spend.study_id == study and spend.acked_at is None
+    book.close()
+    store = Store(coordinator.db)
+    assert store.contributions(study) == []
+    store.close()
+    device(coordinator, device_files[0], ledger)  # restart: enrolled already, no token
+    book = Ledger(ledger, 10)
+    (after,) = book.spends()
+    assert after.payload == spend.payload and after.acked_at is not None
+    assert after.receipt == spend.payload_sha256
+    book.close()
+    wait_done(coordinator, study)
+    store = Store(coordinator.db)
+    (row,) = store.contributions(study)
+    assert row.payload == spend.payload
+    store.close()
+    budget = json.loads(cli("device", "budget", "--ledger", str(ledger), "--budget", "10",
+                            "--data", str(device_files[0]), "--json").stdout)
+    assert len(budget["spends"]) == 1 and budget["remaining"] == pytest.approx(5.0)
+
+
+def test_daemon_stops_cleanly_on_sigterm(coordinator, tmp_path, device_files):
+    token = coordinator.op("tokens").stdout.strip()
+    proc = subprocess.Popen(
+        [FEDSKETCH, "device", "run", "--coordinator", coordinator.target, "--ca",
+         str(coordinator.certs / "ca.pem"), "--data", str(device_files[1]), "--ledger",
+         str(tmp_path / "ledger"), "--budget", "10", "--token", token, "--poll", "0.2"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    time.sleep(3)
+    assert proc.poll() is None  # still polling
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=20) == 0
+    assert "stopped" in proc.stderr.read()
+
+
+def test_operator_cli_refusals(coordinator, tmp_path):
+    bad = tmp_path / "bad.token"
+    bad.write_text("not-the-token\n")
+    res = cli("coordinator", "tokens", "--coordinator", coordinator.target, "--ca",
+              str(coordinator.certs / "ca.pem"), "--token-file", str(bad), check=False)
+    assert res.returncode == 1 and "PERMISSION_DENIED" in res.stderr
+    res = cli("coordinator", "serve", "--db", str(tmp_path / "x.db"), check=False)
+    assert res.returncode == 1 and "--insecure" in res.stderr
+    assert not (tmp_path / "x.db").exists()

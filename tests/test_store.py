@@ -1,0 +1,292 @@
+"""The coordinator store on real SQLite files: schema and refusals, enrollment, idempotent
+contributions, compare-and-set, durability across a real SIGKILL, and concurrent writers."""
+
+from __future__ import annotations
+
+import hashlib
+import signal
+import sqlite3
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+from fedsketch.server.store import SCHEMA_VERSION, ContributionRow, Store, StoreError
+
+
+def key(i: int) -> bytes:
+    return hashlib.sha256(b"key%d" % i).digest()
+
+
+def payload(i: int) -> bytes:
+    return hashlib.sha256(b"payload%d" % i).digest() * 64
+
+
+def enroll(store: Store, i: int) -> str:
+    store.add_tokens([f"tok-{i}"])
+    return store.enroll(f"tok-{i}", key(i), f"device {i}")
+
+
+def contribution(study: str, device: str, data: bytes, n: float = 10.0) -> ContributionRow:
+    return ContributionRow(
+        study, device, n, "float32_pairs", data, hashlib.sha256(data).hexdigest(), b"sig", time.time()
+    )
+
+
+@pytest.fixture
+def store(tmp_path):
+    s = Store(tmp_path / "store.db")
+    yield s
+    s.close()
+
+
+def refusal(fn, *args) -> StoreError:
+    with pytest.raises(StoreError) as info:
+        fn(*args)
+    return info.value
+
+
+# schema
+
+
+def test_schema_wal_and_reopen(tmp_path):
+    path = tmp_path / "store.db"
+    s = Store(path)
+    dev = enroll(s, 1)
+    s.create_study("s1", '{"k": 3}', "ab" * 32, 123.5, 4)
+    s.close()
+
+    raw = sqlite3.connect(path)
+    assert raw.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    assert raw.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
+    tables = {r[0] for r in raw.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    assert {"devices", "tokens", "studies", "contributions", "results", "audit"} <= tables
+    tokens = raw.execute("SELECT token_sha256 FROM tokens").fetchall()
+    assert tokens == [(hashlib.sha256(b"tok-1").hexdigest(),)]  # only the digest, never the token
+    raw.close()
+
+    s = Store(path)
+    try:
+        row = s.get_study("s1")
+        assert (row.spec_json, row.deadline, row.min_devices, row.state) == ('{"k": 3}', 123.5, 4, "open")
+        assert s.device_key(dev) == key(1)
+    finally:
+        s.close()
+
+
+def test_future_schema_refused(tmp_path):
+    path = tmp_path / "store.db"
+    Store(path).close()
+    raw = sqlite3.connect(path)
+    raw.execute(f"PRAGMA user_version = {SCHEMA_VERSION + 1}")
+    raw.close()
+    err = refusal(Store, path)
+    assert err.code == "failed_precondition"
+    assert "newer" in str(err)
+
+
+def test_foreign_sqlite_file_refused_untouched(tmp_path):
+    path = tmp_path / "other.db"
+    raw = sqlite3.connect(path)
+    raw.execute("CREATE TABLE t (x)")
+    raw.close()
+    err = refusal(Store, path)
+    assert err.code == "failed_precondition"
+    assert "not a fedsketch store" in str(err)
+    raw = sqlite3.connect(path)
+    assert raw.execute("PRAGMA journal_mode").fetchone()[0] == "delete"
+    raw.close()
+
+
+def test_non_sqlite_file_refused(tmp_path):
+    path = tmp_path / "notes.txt"
+    data = b"these are not the pages you are looking for\n" * 20
+    path.write_bytes(data)
+    err = refusal(Store, path)
+    assert err.code == "failed_precondition"
+    assert str(path) in str(err) and "not a database" in str(err)
+    assert path.read_bytes() == data
+
+
+# enrollment
+
+
+def test_enroll_token_once(store):
+    store.add_tokens(["alpha", "beta"])
+    dev = store.enroll("alpha", key(1), "phone")
+    assert dev.startswith("dev-") and len(dev) == 20
+    assert store.device_key(dev) == key(1)
+    assert store.device_key("dev-0000000000000000") is None
+    assert store.audit_log()[-1][1:3] == (dev, "enroll")
+
+    assert refusal(store.enroll, "alpha", key(2), "again").code == "permission_denied"
+    assert refusal(store.enroll, "gamma", key(2), "unknown").code == "permission_denied"
+    store.add_tokens(["alpha"])  # re-adding a used token does not revive it
+    assert refusal(store.enroll, "alpha", key(2), "revived").code == "permission_denied"
+
+    assert refusal(store.enroll, "beta", key(1), "same key").code == "conflict"
+    with pytest.raises(ValueError):
+        store.enroll("beta", key(2)[:31], "short key")
+    assert store.enroll("beta", key(2), "second") != dev  # failed attempts left the token unused
+
+
+# contributions
+
+
+def test_contribution_idempotency_and_counts(store):
+    a, b = enroll(store, 1), enroll(store, 2)
+    store.create_study("s", "{}", "0" * 64, None, 2)
+    assert store.get_study("s").state == "open"
+
+    first = contribution("s", a, payload(1), n=100.0)
+    assert store.add_contribution(first) is True
+    assert store.get_study("s").state == "collecting"
+    assert store.add_contribution(contribution("s", a, payload(1), n=100.0)) is False
+    assert store.contributions("s") == [first]
+
+    assert refusal(store.add_contribution, contribution("s", a, payload(9), n=100.0)).code == "conflict"
+    assert refusal(store.add_contribution, contribution("s", a, payload(1), n=99.0)).code == "conflict"
+    assert store.contributions("s") == [first]
+
+    assert store.add_contribution(contribution("s", b, payload(2), n=50.5)) is True
+    row = store.get_study("s")
+    assert (row.contributions, row.records) == (2, 150.5)
+    assert [c.device_id for c in store.contributions("s")] == [a, b]
+    assert [e[2] for e in store.audit_log()].count("contribute") == 2
+
+    assert refusal(store.add_contribution, contribution("nope", a, payload(1))).code == "not_found"
+    assert refusal(store.add_contribution, contribution("s", "dev-unknown", payload(3))).code == "not_found"
+
+
+@pytest.mark.parametrize("state", ["decoding", "done", "failed"])
+def test_closed_study_refuses_contributions(store, state):
+    dev = enroll(store, 1)
+    store.create_study("s", "{}", "0" * 64, None, 1)
+    store.set_state("s", state)
+    err = refusal(store.add_contribution, contribution("s", dev, payload(1)))
+    assert err.code == "failed_precondition" and state in str(err)
+    assert store.contributions("s") == []
+
+
+# states and results
+
+
+def test_set_state_compare_and_set(store):
+    store.create_study("s", "{}", "0" * 64, None, 1)
+    assert refusal(store.create_study, "s", "{}", "0" * 64, None, 1).code == "conflict"
+    row = store.set_state("s", "decoding", "started", expect=("open", "collecting"))
+    assert (row.state, row.detail) == ("decoding", "started")
+    err = refusal(store.set_state, "s", "decoding", "again", ("open", "collecting"))
+    assert err.code == "failed_precondition"
+    assert (store.get_study("s").state, store.get_study("s").detail) == ("decoding", "started")
+    assert store.set_state("s", "failed", "no quorum").state == "failed"  # no expect: unconditional
+    assert refusal(store.set_state, "missing", "done").code == "not_found"
+    with pytest.raises(ValueError):
+        store.set_state("s", "finished")
+
+
+def test_results_and_listing(store):
+    store.create_study("s1", "{}", "0" * 64, None, 1)
+    store.create_study("s2", "{}", "0" * 64, None, 1)
+    store.set_state("s2", "decoding")
+    assert store.get_result("s2") is None
+    store.put_result("s2", '{"centroids": []}')
+    assert store.get_result("s2") == '{"centroids": []}'
+    assert store.get_study("s2").state == "done"
+    assert refusal(store.put_result, "s2", "{}").code == "conflict"
+    assert refusal(store.put_result, "missing", "{}").code == "not_found"
+    assert [r.study_id for r in store.list_studies()] == ["s1", "s2"]
+    assert [r.study_id for r in store.list_studies(("done",))] == ["s2"]
+    assert refusal(store.get_study, "missing").code == "not_found"
+
+    store.audit("operator", "note", "hello")
+    log = store.audit_log(limit=2)
+    assert [e[1:] for e in log] == [
+        ("coordinator", "put_result", "study 's2': decoding -> done"),
+        ("operator", "note", "hello"),
+    ]
+
+
+# durability and concurrency
+
+CHILD = """
+import hashlib, sys, time
+from fedsketch.server.store import ContributionRow, Store
+store = Store(sys.argv[1])
+store.create_study("s", "{}", "0" * 64, None, 1)
+for i in range(100000):
+    store.add_tokens([f"tok-{i}"])
+    dev = store.enroll(f"tok-{i}", hashlib.sha256(b"key%d" % i).digest(), "d")
+    data = hashlib.sha256(b"payload%d" % i).digest() * 64
+    sha = hashlib.sha256(data).hexdigest()
+    row = ContributionRow("s", dev, float(i), "int32_pairs", data, sha, b"s", time.time())
+    assert store.add_contribution(row)
+    print(f"acked {i} {dev}", flush=True)
+time.sleep(60)
+"""
+
+
+def test_acked_contributions_survive_sigkill(tmp_path):
+    path = tmp_path / "store.db"
+    proc = subprocess.Popen([sys.executable, "-c", CHILD, str(path)], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    watchdog = threading.Timer(30, proc.kill)
+    watchdog.start()
+    try:
+        lines = []
+        while len(lines) < 40:
+            line = proc.stdout.readline()
+            assert line, f"child ended early: {proc.stderr.read()}"
+            lines.append(line)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        lines += proc.stdout.read().splitlines()  # acks printed before the kill landed
+    finally:
+        watchdog.cancel()
+        proc.stdout.close()
+        proc.stderr.close()
+    assert proc.returncode == -signal.SIGKILL
+    acked = {int(i): dev for _, i, dev in (line.split() for line in lines)}
+    assert sorted(acked) == list(range(len(acked)))
+
+    raw = sqlite3.connect(path)
+    assert raw.execute("PRAGMA integrity_check").fetchall() == [("ok",)]
+    raw.close()
+    store = Store(path)
+    try:
+        stored = {c.device_id: c for c in store.contributions("s")}
+        for i, dev in acked.items():
+            assert stored[dev].payload == payload(i)
+            assert stored[dev].payload_sha256 == hashlib.sha256(payload(i)).hexdigest()
+            assert stored[dev].n == float(i)
+        assert len(stored) - len(acked) in (0, 1)  # at most one committed write was still unacknowledged
+        assert store.get_study("s").state == "collecting"
+    finally:
+        store.close()
+
+
+def test_concurrent_contributions_all_land(store):
+    devices = [enroll(store, i) for i in range(8)]
+    store.create_study("s", "{}", "0" * 64, None, 8)
+    barrier = threading.Barrier(8)
+    results: dict[int, bool | Exception] = {}
+
+    def send(i: int) -> None:
+        barrier.wait()
+        try:
+            results[i] = store.add_contribution(contribution("s", devices[i], payload(i), n=float(i + 1)))
+        except Exception as exc:  # reported by the assertion below
+            results[i] = exc
+
+    threads = [threading.Thread(target=send, args=(i,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert results == {i: True for i in range(8)}
+    row = store.get_study("s")
+    assert (row.contributions, row.records, row.state) == (8, 36.0, "collecting")
+    stored = {c.device_id: c.payload for c in store.contributions("s")}
+    assert stored == {d: payload(i) for i, d in enumerate(devices)}
