@@ -1,5 +1,9 @@
 """Command line of the federated round: ``certs``, ``coordinator`` and ``device`` sub-commands.
 
+The long-running commands also read their options from ``FEDSKETCH_*`` environment variables
+(named in each ``--help``), so systemd units can take them from an ``EnvironmentFile`` (see
+``deploy/``); a flag on the command line wins over the environment.
+
 Errors follow the rest of the CLI: one line on stderr (``error: ...``) and exit status 1. A gRPC
 refusal prints its status code and the coordinator's reason.
 """
@@ -42,11 +46,14 @@ certs_app = typer.Typer(no_args_is_help=True, help="TLS certificates for a coord
 coordinator_app = typer.Typer(no_args_is_help=True, help="Run and operate a coordinator.")
 device_app = typer.Typer(no_args_is_help=True, help="Run a device daemon; read its ledger.")
 
-Target = Annotated[str, typer.Option("--coordinator", help="Coordinator HOST:PORT.")]
-CaOpt = Annotated[Path | None, typer.Option("--ca", help="CA certificate (PEM) to trust.")]
+Target = Annotated[str, typer.Option("--coordinator", envvar="FEDSKETCH_COORDINATOR",
+                                      help="Coordinator HOST:PORT.")]
+CaOpt = Annotated[Path | None, typer.Option("--ca", envvar="FEDSKETCH_CA",
+                                            help="CA certificate (PEM) to trust.")]
 InsecureOpt = Annotated[bool, typer.Option("--insecure", help="Plaintext gRPC (loopback demos "
                                            "only; explicit opt-out of TLS).")]
-TokenFile = Annotated[Path, typer.Option("--token-file", help="File holding the operator token.")]
+TokenFile = Annotated[Path, typer.Option("--token-file", envvar="FEDSKETCH_OPERATOR_TOKEN_FILE",
+                                         help="File holding the operator token.")]
 STATE_NAMES = {v: k for k, v in pb.StudyState.items()}
 
 
@@ -102,12 +109,17 @@ def certs_init(
 
 @coordinator_app.command("serve")
 def serve(
-    db: Annotated[Path, typer.Option(help="SQLite state file (created if missing).")],
-    listen: Annotated[str, typer.Option(help="HOST:PORT to listen on.")] = "127.0.0.1:7443",
-    cert: Annotated[Path | None, typer.Option(help="Server certificate (PEM).")] = None,
-    key: Annotated[Path | None, typer.Option(help="Server private key (PEM).")] = None,
+    db: Annotated[Path, typer.Option(envvar="FEDSKETCH_DB",
+                                     help="SQLite state file (created if missing).")],
+    listen: Annotated[str, typer.Option(envvar="FEDSKETCH_LISTEN", help="HOST:PORT to listen on.")] = (
+        "127.0.0.1:7443"),
+    cert: Annotated[Path | None, typer.Option(envvar="FEDSKETCH_CERT",
+                                              help="Server certificate (PEM).")] = None,
+    key: Annotated[Path | None, typer.Option(envvar="FEDSKETCH_KEY",
+                                             help="Server private key (PEM).")] = None,
     insecure: InsecureOpt = False,
-    token_file: Annotated[Path, typer.Option("--token-file", help="Operator token file; "
+    token_file: Annotated[Path, typer.Option("--token-file", envvar="FEDSKETCH_OPERATOR_TOKEN_FILE",
+                                             help="Operator token file; "
                                              "created (mode 0600) with a fresh token if "
                                              "missing.")] = Path("operator.token"),
     port_file: Annotated[Path | None, typer.Option(help="Write the bound port here once "
@@ -261,17 +273,22 @@ def result(
 @device_app.command("run")
 def device_run(
     coordinator: Target,
-    data: Annotated[Path, typer.Option(help="Local records (.npy or .csv).")],
-    ledger: Annotated[Path, typer.Option(help="Budget ledger (SQLite; created if missing).")],
-    budget: Annotated[float, typer.Option(help="Total ε this device may spend on DATA.")],
+    data: Annotated[Path, typer.Option(envvar="FEDSKETCH_DATA",
+                                       help="Local records (.npy or .csv).")],
+    ledger: Annotated[Path, typer.Option(envvar="FEDSKETCH_LEDGER",
+                                         help="Budget ledger (SQLite; created if missing).")],
+    budget: Annotated[float, typer.Option(envvar="FEDSKETCH_BUDGET",
+                                          help="Total ε this device may spend on DATA.")],
     ca: CaOpt = None,
     insecure: InsecureOpt = False,
-    token: Annotated[str | None, typer.Option(help="One-time enrollment token (first run).")]
+    token: Annotated[str | None, typer.Option(envvar="FEDSKETCH_ENROLL_TOKEN",
+                                              help="One-time enrollment token (first run).")]
     = None,
-    label: Annotated[str, typer.Option(help="Name shown to operators.")] = "",
+    label: Annotated[str, typer.Option(envvar="FEDSKETCH_LABEL", help="Name shown to operators.")] = "",
     once: Annotated[bool, typer.Option(help="One pass over the open studies, then exit.")] = False,
-    poll: Annotated[float, typer.Option(help="Base poll interval (s).")] = 2.0,
-    max_poll: Annotated[float, typer.Option(help="Longest poll interval (s).")] = 60.0,
+    poll: Annotated[float, typer.Option(envvar="FEDSKETCH_POLL", help="Base poll interval (s).")] = 2.0,
+    max_poll: Annotated[float, typer.Option(envvar="FEDSKETCH_MAX_POLL",
+                                            help="Longest poll interval (s).")] = 60.0,
 ) -> None:
     """Enroll once, then poll for studies; sketch, record the spend, sign and submit."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")

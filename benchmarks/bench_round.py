@@ -1,0 +1,162 @@
+"""The federated round under load, against peers measured in the same run.
+
+1. Ingest: sustained accepted contributions per second into one ``fedsketch coordinator serve``
+   process over TLS on loopback (m = 1000 complex sketches, 8 kB each, with Ed25519 signature
+   checks, payload checks and a durable SQLite commit per contribution). The client pre-signs
+   every contribution and keeps ``--inflight`` calls in flight with gRPC futures. Peer: a bare
+   gRPC echo server (same TLS, same message bytes, no work), the transport's ceiling here.
+2. Scale: ``simulate`` with 1000 in-process devices of 10^3 records each (N = 10^6) against the
+   same N on 20 devices: the study must complete; the ratio is the cost of 50× more devices.
+
+Usage: python benchmarks/bench_round.py [--runs 3] [--devices 500] [--studies 4]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import grpc
+import numpy as np
+
+from fedsketch.common import signing
+from fedsketch.common.frequencies import FrequencySpec
+from fedsketch.common.pb import fedsketch_pb2 as pb
+from fedsketch.common.pb import fedsketch_pb2_grpc as pb_grpc
+from fedsketch.common.privacy import PrivacySpec
+from fedsketch.common.spec import SketchSpec
+from fedsketch.common.study import StudySpec
+from fedsketch.common.tls import init_certs, secure_channel, server_credentials
+from fedsketch.server.simulate import SimConfig, run_simulation
+
+M = 1000
+N_PER_DEVICE = 10_000
+
+
+def start_coordinator(folder: Path) -> tuple[subprocess.Popen, str, str]:
+    exe = str(Path(sys.executable).with_name("fedsketch"))
+    port_file = folder / "port"
+    proc = subprocess.Popen(
+        [exe, "coordinator", "serve", "--db", str(folder / "c.db"), "--listen", "127.0.0.1:0",
+         "--cert", str(folder / "certs/server.pem"), "--key", str(folder / "certs/server.key"),
+         "--token-file", str(folder / "op.token"), "--port-file", str(port_file)],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    while not port_file.exists() or not port_file.read_text().strip():
+        time.sleep(0.05)
+    return proc, f"localhost:{port_file.read_text().strip()}", (folder / "op.token").read_text()
+
+
+def prepare(target: str, ca: Path, token: str, devices: int, studies: int) -> list:
+    """Enroll devices, open studies, and pre-sign one valid contribution per (device, study)."""
+    channel = secure_channel(target, ca)
+    op, dev = pb_grpc.OperatorStub(channel), pb_grpc.DeviceStub(channel)
+    meta = (("authorization", f"Bearer {token.strip()}"),)
+    sketch = SketchSpec(FrequencySpec(d=10, m=M, scale=2.0), "complex", 1, PrivacySpec(1.0))
+    spec = StudySpec.create("ingest", sketch, 10, [-15.0] * 10, [15.0] * 10,
+                            min_devices=10 * devices)
+    made = [op.CreateStudy(pb.CreateStudyRequest(spec_json=spec.to_json()), metadata=meta)
+            for _ in range(studies)]
+    tokens = op.IssueTokens(pb.IssueTokensRequest(count=devices), metadata=meta).tokens
+    rng = np.random.default_rng(0)
+    msgs = []
+    for tok in tokens:
+        key = signing.new_private_key()
+        device_id = dev.Enroll(pb.EnrollRequest(token=tok, public_key=signing.public_key(key)),
+                               timeout=30).device_id
+        for study in made:
+            pairs = (rng.laplace(0, 0.02, 2 * M)).astype("<f4").tobytes()
+            digest = signing.contribution_digest(study.study_id, device_id, N_PER_DEVICE,
+                                                 study.spec_sha256, pairs)
+            msgs.append(pb.Contribution(study_id=study.study_id, device_id=device_id,
+                                        spec_sha256=study.spec_sha256, n=N_PER_DEVICE,
+                                        float32_pairs=pairs,
+                                        signature=signing.sign(key, digest)))
+    channel.close()
+    return msgs
+
+
+def blast(call, msgs: list, inflight: int) -> float:
+    """Messages per second with ``inflight`` concurrent unary calls (every reply checked)."""
+    t = time.perf_counter()
+    pending = []
+    for msg in msgs:
+        pending.append(call.future(msg, timeout=120))
+        if len(pending) >= inflight:
+            pending.pop(0).result()
+    for f in pending:
+        f.result()
+    return len(msgs) / (time.perf_counter() - t)
+
+
+def echo_rate(folder: Path, msgs: list, inflight: int) -> float:
+    """The same bytes through a do-nothing TLS gRPC server (the transport ceiling)."""
+    server = grpc.server(ThreadPoolExecutor(max_workers=16))
+    handler = grpc.unary_unary_rpc_method_handler(lambda req, ctx: b"")
+    server.add_generic_rpc_handlers([grpc.method_handlers_generic_handler(
+        "bench.Echo", {"Put": handler})])
+    port = server.add_secure_port("127.0.0.1:0", server_credentials(
+        folder / "certs/server.pem", folder / "certs/server.key"))
+    server.start()
+    channel = secure_channel(f"localhost:{port}", folder / "certs/ca.pem")
+    call = channel.unary_unary("/bench.Echo/Put", request_serializer=lambda m: m.SerializeToString(),
+                               response_deserializer=lambda b: b)
+    try:
+        return blast(call, msgs, inflight)
+    finally:
+        channel.close()
+        server.stop(None)
+
+
+def ingest(runs: int, devices: int, studies: int, inflight: int) -> tuple[list, list]:
+    ours, peer = [], []
+    for run in range(runs):
+        with tempfile.TemporaryDirectory() as tmp:
+            folder = Path(tmp)
+            init_certs(folder / "certs", ["localhost", "127.0.0.1"])
+            proc, target, token = start_coordinator(folder)
+            try:
+                msgs = prepare(target, folder / "certs/ca.pem", token, devices, studies)
+                channel = secure_channel(target, folder / "certs/ca.pem")
+                ours.append(blast(pb_grpc.DeviceStub(channel).Submit, msgs, inflight))
+                channel.close()
+            finally:
+                proc.terminate()
+                proc.wait()
+            peer.append(echo_rate(folder, msgs, inflight))
+        print(f"run {run}: {len(msgs)} contributions, coordinator {ours[-1]:.0f}/s, "
+              f"echo {peer[-1]:.0f}/s", flush=True)
+    return ours, peer
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--devices", type=int, default=500)
+    ap.add_argument("--studies", type=int, default=4)
+    ap.add_argument("--inflight", type=int, default=32)
+    args = ap.parse_args()
+    ours, peer = ingest(args.runs, args.devices, args.studies, args.inflight)
+    t = time.perf_counter()
+    many = run_simulation(SimConfig(devices=1000, records=1_000_000, epsilon=1.0))
+    t_many = time.perf_counter() - t
+    t = time.perf_counter()
+    few = run_simulation(SimConfig(devices=20, records=1_000_000, epsilon=1.0))
+    t_few = time.perf_counter() - t
+    o, p = statistics.median(ours), statistics.median(peer)
+    print("\n| round | fedsketch | peer | ratio |\n|---|---|---|---|")
+    print(f"| accepted contributions/s, m = {M}, TLS, signed, durable (median of {args.runs}) | "
+          f"{o:.0f} | bare TLS gRPC echo {p:.0f} | {o / p:.2f} |")
+    print(f"| simulate: 1000 devices x 10^3 records, wall s | {t_many:.1f} "
+          f"(devices {many['seconds']['devices']:.1f}, relative SSE {many['relative_sse']:.3f}) | "
+          f"20 devices x 5·10^4: {t_few:.1f} (relative SSE {few['relative_sse']:.3f}) | "
+          f"{t_many / t_few:.1f}x |")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,78 @@
+"""``fedsketch simulate``: the data split, and whole simulations in-process and with real
+daemon processes (small, to stay fast)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from fedsketch.server.simulate import SimConfig, run_simulation, split_records
+
+FEDSKETCH = str(Path(sys.executable).with_name("fedsketch"))
+
+
+def test_iid_split_is_a_partition_of_near_equal_parts():
+    parts = split_records(np.zeros(1003, dtype=int), 10, "iid", np.random.default_rng(0))
+    assert sorted(np.concatenate(parts).tolist()) == list(range(1003))
+    assert {p.size for p in parts} == {100, 101}
+
+
+def test_dirichlet_split_skews_clusters_and_keeps_every_record():
+    labels = np.repeat(np.arange(5), 2000)
+    rng = np.random.default_rng(1)
+    skewed = split_records(labels, 20, "dirichlet:0.1", rng)
+    flat = split_records(labels, 20, "dirichlet:1000", rng)
+    assert sorted(np.concatenate(skewed).tolist()) == list(range(10_000))
+    assert min(p.size for p in skewed) >= 1
+
+    def top_share(parts):  # mean share of a device's largest cluster
+        return np.mean([np.bincount(labels[p], minlength=5).max() / p.size for p in parts])
+
+    assert top_share(skewed) > 0.8 and top_share(flat) < 0.35
+
+
+@pytest.mark.parametrize("scheme", ["dirichlet:0", "dirichlet:x", "shards"])
+def test_bad_partition_is_refused(scheme):
+    with pytest.raises(ValueError, match="partition|concentration"):
+        split_records(np.zeros(10, dtype=int), 2, scheme, np.random.default_rng(0))
+
+
+def test_in_process_simulation_reports_everything():
+    cfg = SimConfig(devices=5, records=30_000, k=3, d=3, m=60, epsilon=20.0, r=60, scale=1.5,
+                    separation=3.0, replicates=2)
+    report = run_simulation(cfg)
+    assert report["devices"] == 5 and report["records"] == 30_000
+    assert report["relative_sse"] < 1.15
+    assert np.asarray(report["centroids"]).shape == (3, 3)
+    assert set(report["seconds"]) == {"data", "setup", "devices", "decode", "kmeans_reference"}
+    # each contribution carries 2m float32 (480 bytes) plus ids, hash and a 64-byte signature
+    assert 5 * (480 + 64) < report["bytes_sent"] < 5 * 800
+
+
+@pytest.mark.slow
+def test_simulation_with_daemon_processes_json():
+    res = subprocess.run(
+        [FEDSKETCH, "simulate", "--devices", "2", "--records", "20000", "--k", "3", "--d", "3",
+         "--m", "60", "--r", "60", "--scale", "1.5", "--epsilon", "20", "--feature", "quantized",
+         "--replicates", "2", "--processes", "--json"],
+        capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stderr
+    report = json.loads(res.stdout)
+    assert {"relative_sse", "centroids", "devices", "records", "seconds", "bytes_sent"} <= set(
+        report)
+    assert report["devices"] == 2 and report["config"]["processes"] is True
+    assert report["relative_sse"] < 1.3
+
+
+def test_simulate_refuses_bad_arguments():
+    res = subprocess.run([FEDSKETCH, "simulate", "--devices", "3", "--records", "2"],
+                         capture_output=True, text=True, timeout=60)
+    assert res.returncode == 1 and res.stderr.startswith("error:")
+    res = subprocess.run([FEDSKETCH, "simulate", "--epsilon", "0"], capture_output=True,
+                         text=True, timeout=60)
+    assert res.returncode == 1 and "epsilon" in res.stderr
