@@ -1,8 +1,12 @@
-"""`make demo`: private compressive k-means on 10^6 synthetic records, in under a minute.
+"""`make demo`: federated and single-curator private compressive k-means, in under a minute.
 
-First the command-line pipeline as real processes (synth → sketch → decode → evaluate), then a
-table of relative SSE against scikit-learn k-means for several budgets ε and both feature maps,
-all from one dataset held by one curator (the federated round comes with the gRPC coordinator).
+1. ``fedsketch simulate``: a real coordinator and 20 real devices over TLS on loopback share
+   10^6 synthetic records; each device spends ε = 1 on one private sketch; the coordinator
+   averages and decodes.
+2. The single-curator command-line pipeline as real processes (synth → sketch with a private
+   ``--scale auto`` → decode → evaluate).
+3. A table of relative SSE against scikit-learn k-means for several budgets ε and both feature
+   maps, all from one dataset held by one curator.
 """
 
 from __future__ import annotations
@@ -45,6 +49,7 @@ def cli(*args: str) -> str:
 
 def main() -> None:
     t0 = time.perf_counter()
+    print(cli("simulate", "--devices", "20", "--records", str(N), "--epsilon", "1"))
     with tempfile.TemporaryDirectory() as tmp:
         x_path, s_path, c_path = (Path(tmp) / f for f in ("X.npy", "S.npz", "C.json"))
         cli("synth", "gmm", "--n", str(N), "--k", str(K), "--d", str(D), "--separation", "2.5",

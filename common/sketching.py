@@ -115,8 +115,13 @@ class _Kernel:
         re = np.zeros(self.m, dtype=np.float64)
         im = np.zeros(self.m, dtype=np.float64)
         if self.r == self.m:
+            # two phase buffers per call: no 1 MiB allocation (and its page faults) per block
+            t = np.empty((BLOCK_ROWS, self.m), dtype=np.float32)
+            f = np.empty_like(t)
             for start in range(0, x.shape[0], BLOCK_ROWS):
-                self._full_block(x[start:start + BLOCK_ROWS], re, im)
+                block = x[start:start + BLOCK_ROWS]
+                rows = block.shape[0]
+                self._full_block(block, t[:rows], f[:rows], re, im)
             return re, im
         assert rng is not None
         rows = max(BLOCK_ROWS, MASKED_BLOCK_VALUES // (self.r * x.shape[1]))
@@ -125,12 +130,14 @@ class _Kernel:
             self._masked_block(block, draw_masks(rng, block.shape[0], self.m, self.r), re, im)
         return re, im
 
-    def _full_block(self, x: np.ndarray, re: np.ndarray, im: np.ndarray) -> None:
-        t = x @ self.omega
+    def _full_block(self, x: np.ndarray, t: np.ndarray, f: np.ndarray, re: np.ndarray,
+                    im: np.ndarray) -> None:
+        """Add the block's Σ f(Ωᵀx + ξ) to (re, im); ``t`` and ``f`` are (rows, m) buffers."""
+        np.matmul(x, self.omega, out=t)
         t += self.xi
         if self.feature == "complex":
-            re += np.cos(t).sum(axis=0, dtype=np.float64)
-            im += np.sin(t, out=t).sum(axis=0, dtype=np.float64)
+            re += np.cos(t, out=f).sum(axis=0, dtype=np.float64)
+            im += np.sin(t, out=f).sum(axis=0, dtype=np.float64)
             return
         s_re, s_im = quadrant_signs(t)
         re += s_re.sum(axis=0)

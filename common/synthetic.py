@@ -56,3 +56,49 @@ def gmm(n: int, k: int, d: int, separation: float, seed: int) -> tuple[np.ndarra
     centres, chunks = gmm_chunks(n, k, d, separation, seed)
     parts = list(chunks)
     return (np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts]), centres)
+
+
+#: Covariance eigenvalues of paper 003's Fig. 2 synthetic data (d = 10).
+SPECTRUM_003: tuple[float, ...] = (0.5, 0.30, 0.04, 0.03, 0.02, 0.01, 0.004, 0.003, 0.001, 0.001)
+
+
+def random_orthonormal(d: int, q: int, rng: np.random.Generator) -> np.ndarray:
+    """A (d, q) matrix with orthonormal columns, uniform (Haar) on the Stiefel manifold."""
+    g = rng.standard_normal((d, q))
+    u, _, vt = np.linalg.svd(g, full_matrices=False)
+    return u @ vt
+
+
+def spectrum(n: int, eigenvalues: tuple[float, ...] = SPECTRUM_003,
+             seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """Paper 003's protocol: n zero-mean Gaussian records (float64 (n, d), d = len(eigenvalues))
+    with covariance V·diag(eigenvalues)·Vᵀ for a random orthonormal V; returns (x, V)."""
+    lam = np.asarray(eigenvalues, dtype=np.float64)
+    if lam.ndim != 1 or lam.size < 1 or np.any(lam < 0):
+        raise ValueError("eigenvalues must be a non-empty list of numbers >= 0")
+    if n < 1:
+        raise ValueError(f"n must be >= 1, got {n}")
+    rng = np.random.default_rng(seed)
+    v = random_orthonormal(lam.size, lam.size, rng)
+    x = (rng.standard_normal((n, lam.size)) * np.sqrt(lam)) @ v.T
+    return x, v
+
+
+def subspaces(n: int, d: int, k: int, q: int, noise: float,
+              seed: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Paper 001's protocol: k random q-dimensional subspaces of R^d (orthonormal bases U_l,
+    (k, d, q)); each record x = U_l y + w with l uniform, y uniform on the unit sphere S^{q−1}
+    and w ~ N(0, noise²·I_d). Returns (x float64 (n, d), labels (n,), bases)."""
+    if not 1 <= q < d:
+        raise ValueError(f"need 1 <= q < d, got q = {q}, d = {d}")
+    if k < 1 or n < k:
+        raise ValueError(f"need n >= k >= 1, got n = {n}, k = {k}")
+    if not noise >= 0:
+        raise ValueError(f"noise must be >= 0, got {noise}")
+    rng = np.random.default_rng(seed)
+    bases = np.stack([random_orthonormal(d, q, rng) for _ in range(k)])
+    labels = rng.integers(0, k, size=n)
+    y = rng.standard_normal((n, q))
+    y /= np.linalg.norm(y, axis=1, keepdims=True)
+    x = np.einsum("ndq,nq->nd", bases[labels], y) + noise * rng.standard_normal((n, d))
+    return x, labels, bases
