@@ -34,6 +34,7 @@ from fedsketch.common.synthetic import gmm_chunks
 from .bounds import parse_bounds
 from .cli_round import certs_app, coordinator_app, device_app
 from .clompr import clompr
+from .compare import compare_command
 from .evaluate import kmeans_reference, sse_per_n
 from .simulate import simulate_command
 
@@ -48,6 +49,7 @@ app.add_typer(certs_app, name="certs")
 app.add_typer(coordinator_app, name="coordinator")
 app.add_typer(device_app, name="device")
 app.command("simulate")(simulate_command)
+app.command("compare")(compare_command)
 
 err = Console(stderr=True)
 Quiet = Annotated[bool, typer.Option("--quiet", "-q", help="No progress bars.")]

@@ -1,0 +1,310 @@
+"""``fedsketch compare``: private compressive k-means next to the centralized mechanisms.
+
+A trusted curator's view: one dataset (a file, or a synthetic set), every method at every ε,
+``--trials`` fresh runs each (new noise, same data), and the utility metric of each family's
+papers, reported as the median and interquartile range over trials, with the wall time:
+
+* ``kmeans``: relative SSE = SSE(C)/SSE(k-means, k-means++, n_init = 3) (paper 004 Fig. 1);
+  methods ``kmeans`` (the reference itself), ``ckm`` and ``ckm-quantized`` (this project's
+  sketch, m = 10kd, r = 1, replace-one, σ by the private calibration round: 10 % of ε), and the
+  mechanisms of :mod:`fedsketch.server.kmeans_private`;
+* ``pca``: q_F(V) = tr(VᵀAV), A = XᵀX/n of the rows clipped to the norm bound (paper 003);
+* ``subspace``: the k-means subspace cost and the Wasserstein subspace distance d_W to the true
+  subspaces (synthetic data) or to the non-private k-plane solution (a data file) (paper 001).
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import math
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Annotated
+
+import numpy as np
+import typer
+
+from fedsketch.common.features import FIRST_HARMONIC
+from fedsketch.common.frequencies import FrequencySpec, draw_frequencies
+from fedsketch.common.privacy import PrivacySpec, privatize
+from fedsketch.common.scale import calibrate_scale
+from fedsketch.common.sketching import feature_sum
+from fedsketch.common.synthetic import SPECTRUM_003, gmm, spectrum, subspaces
+
+from .clompr import clompr
+from .evaluate import kmeans_reference, split, sse_per_n
+from .mechanism import Outcome, Task
+
+FAMILIES = {"kmeans": "kmeans_private", "pca": "pca_private", "subspace": "subspace_private"}
+SYNTHETIC = {"kmeans": "gmm", "pca": "spectrum", "subspace": "subspaces"}
+#: Share of ε that CKM spends on the private choice of σ.
+CKM_SCALE_FRACTION = 0.1
+
+
+def _ckm(feature: str) -> Callable[[Task], Outcome]:
+    """CKM with m = 10kd, r = 1, σ from the calibration round, decoded in the public box."""
+
+    def run(task: Task) -> Outcome:
+        if task.lo is None:
+            raise ValueError("ckm needs a public box (--bounds)")
+        x = np.clip(task.x, task.lo, task.hi).astype(np.float32)
+        clipped = int(np.any((task.x < task.lo) | (task.x > task.hi), axis=1).sum())
+        eps_cal = task.epsilon * CKM_SCALE_FRACTION
+        width = float(np.max(np.asarray(task.hi) - np.asarray(task.lo)))
+        cal = calibrate_scale(lambda: split(x), task.d, eps_cal, neighbouring=task.neighbouring,
+                              scale_range=(width / 300, width / 3))
+        m = 10 * task.k * task.d
+        freqs = draw_frequencies(FrequencySpec(d=task.d, m=m, scale=cal.sigma,
+                                               seed=int(task.rng.integers(2**31))))
+        release = privatize(feature_sum(split(x), freqs, feature, 1),
+                            PrivacySpec(task.epsilon - eps_cal, 0.0, task.neighbouring))
+        out = clompr(release.sketch, freqs.omega, freqs.xi, task.k, np.asarray(task.lo),
+                     np.asarray(task.hi), harmonic=FIRST_HARMONIC[feature], replicates=3,
+                     rng=task.rng)
+        return Outcome(out.centroids, task.epsilon, 0.0, task.neighbouring, "pure", clipped,
+                       f"σ = {cal.sigma:.3g} from the calibration round")
+
+    return run
+
+
+def methods(family: str) -> dict[str, Callable[[Task], Outcome]]:
+    """Every method of a family by its CLI name."""
+    module = importlib.import_module(f"fedsketch.server.{FAMILIES[family]}")
+    table = dict(module.METHODS)
+    if family == "kmeans":
+        table["ckm"] = _ckm("complex")
+        table["ckm-quantized"] = _ckm("quantized")
+    return table
+
+
+@dataclass(frozen=True)
+class Dataset:
+    """Records and what the metrics need: ``truth`` (true subspaces) when known."""
+
+    x: np.ndarray
+    truth: np.ndarray | None = None
+
+
+def synthetic(family: str, n: int, d: int, k: int, q: int, noise: float, seed: int) -> Dataset:
+    """The family's synthetic set (module docstring of :mod:`fedsketch.common.synthetic`)."""
+    if family == "kmeans":
+        return Dataset(gmm(n, k, d, 2.5, seed)[0].astype(np.float64))
+    if family == "pca":
+        lam = SPECTRUM_003 if d == len(SPECTRUM_003) else tuple(np.geomspace(0.5, 1e-3, d))
+        return Dataset(spectrum(n, lam, seed)[0])
+    x, _, bases = subspaces(n, d, k, q, noise, seed)
+    return Dataset(x, bases)
+
+
+@dataclass(frozen=True)
+class Row:
+    """One (method, ε, metric) cell: median and quartiles over trials, median wall seconds."""
+
+    method: str
+    epsilon: float
+    metric: str
+    median: float
+    q1: float
+    q3: float
+    seconds: float
+
+    def to_dict(self) -> dict:
+        return {"method": self.method, "epsilon": self.epsilon, "metric": self.metric,
+                "median": self.median, "q1": self.q1, "q3": self.q3, "seconds": self.seconds}
+
+
+def _quartiles(values: list[float]) -> tuple[float, float, float]:
+    q1, med, q3 = np.percentile(values, [25, 50, 75])
+    return float(med), float(q1), float(q3)
+
+
+def _metrics(family: str, data: Dataset, task: Task, out: Outcome,
+             ref: dict) -> dict[str, float]:
+    if family == "kmeans":
+        return {"relative_sse": sse_per_n(split(data.x), out.output) / ref["sse"]}
+    pca = importlib.import_module("fedsketch.server.pca_private")
+    if family == "pca":
+        return {"q_F": pca.q_f(out.output, ref["A"])}
+    sub = importlib.import_module("fedsketch.server.subspace_private")
+    return {"cost": sub.subspace_cost(out.output, ref["x"]),
+            "d_W": sub.wasserstein_distance(out.output, ref["truth"])}
+
+
+def _reference(family: str, data: Dataset, task: Task) -> dict:
+    """What the metrics compare against, computed once per dataset."""
+    if family == "kmeans":
+        return {"sse": sse_per_n(split(data.x), kmeans_reference(data.x, task.k, 0))}
+    from .mechanism import clip_rows_to_norm
+
+    xc, _ = clip_rows_to_norm(data.x, task.norm_bound, strict=False)
+    if family == "pca":
+        return {"A": xc.T @ xc / xc.shape[0]}
+    truth = data.truth
+    if truth is None:
+        truth = methods("subspace")["kplane"](replace(task, x=xc)).output
+    return {"x": xc, "truth": truth}
+
+
+def compare(family: str, data: Dataset, base: Task, epsilons: list[float], names: list[str],
+            trials: int, progress: Callable[[], None] | None = None) -> list[Row]:
+    """Run every method at every ε ``trials`` times; one Row per (method, ε, metric)."""
+    table = methods(family)
+    unknown = [n for n in names if n not in table]
+    if unknown:
+        raise ValueError(f"unknown {family} method(s) {', '.join(unknown)}; choose from "
+                         f"{', '.join(sorted(table))}")
+    ref = _reference(family, data, base)
+    rows: list[Row] = []
+    for name in names:
+        for eps in epsilons:
+            values: dict[str, list[float]] = {}
+            seconds = []
+            for _ in range(trials):
+                task = replace(base, epsilon=eps)
+                t = time.perf_counter()
+                out = table[name](task)
+                seconds.append(time.perf_counter() - t)
+                for metric, value in _metrics(family, data, task, out, ref).items():
+                    values.setdefault(metric, []).append(value)
+                if progress is not None:
+                    progress()
+            for metric, vals in values.items():
+                med, q1, q3 = _quartiles(vals)
+                rows.append(Row(name, eps, metric, med, q1, q3, statistics.median(seconds)))
+    return rows
+
+
+def plot(rows: list[Row], path: str, title: str) -> None:
+    """Utility against ε (log axis), one line per method with its IQR band (one panel per
+    metric), as paper 004's Fig. 1; needs matplotlib (the ``bench`` extra)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    metrics = sorted({r.metric for r in rows})
+    fig, axes = plt.subplots(1, len(metrics), figsize=(6 * len(metrics), 4.2), squeeze=False)
+    for ax, metric in zip(axes[0], metrics, strict=True):
+        for method in dict.fromkeys(r.method for r in rows):
+            pts = sorted((r.epsilon, r.median, r.q1, r.q3) for r in rows
+                         if r.method == method and r.metric == metric and math.isfinite(r.epsilon))
+            if not pts:
+                continue
+            e, med, q1, q3 = (np.array(v) for v in zip(*pts, strict=True))
+            ax.plot(e, med, marker="o", label=method)
+            ax.fill_between(e, q1, q3, alpha=0.2)
+        ax.set_xscale("log")
+        ax.set_xlabel("ε")
+        ax.set_ylabel(metric)
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize=8)
+    fig.suptitle(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def _parse_epsilons(text: str) -> list[float]:
+    try:
+        values = [float(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise ValueError(f"--epsilons must be a comma-separated list of numbers, got {text!r}") \
+            from None
+    if not values or not all(v > 0 for v in values):
+        raise ValueError(f"every ε must be > 0, got {text!r}")
+    return values
+
+
+def compare_command(
+    family: Annotated[str, typer.Argument(help="kmeans, pca or subspace.")],
+    data: Annotated[Path | None, typer.Option(help="Records (.npy or .csv).")] = None,
+    synthetic_set: Annotated[str | None, typer.Option(
+        "--synthetic", help="gmm (kmeans), spectrum (pca) or subspaces (subspace).")] = None,
+    n: Annotated[int, typer.Option(help="Synthetic records.")] = 100_000,
+    d: Annotated[int, typer.Option(help="Synthetic dimension.")] = 10,
+    k: Annotated[int, typer.Option(help="Clusters, PCA rank or subspaces.")] = 10,
+    q: Annotated[int, typer.Option(help="Subspace dimension (subspace).")] = 3,
+    noise: Annotated[float, typer.Option(help="Noise σ of the subspaces set.")] = 0.1,
+    epsilons: Annotated[str, typer.Option(help="Comma-separated ε values.")] = "0.01,0.1,1",
+    method_list: Annotated[str | None, typer.Option(
+        "--methods", help="Comma-separated methods (default: all of the family).")] = None,
+    trials: Annotated[int, typer.Option(help="Runs per method and ε.")] = 3,
+    seed: Annotated[int, typer.Option(help="Seed of the data and of non-private randomness.")]
+    = 0,
+    delta: Annotated[float, typer.Option(help="δ of approximate mechanisms, in (0, 1).")] = 1e-6,
+    bounds: Annotated[str | None, typer.Option(help="Public box LO:HI or bounds.json (kmeans; "
+                                               "a default is derived for --synthetic gmm).")]
+    = None,
+    norm_bound: Annotated[float, typer.Option(help="Public bound on ‖x‖ (pca, subspace).")]
+    = 1.0,
+    neighbouring: Annotated[str, typer.Option(help="replace_one or add_remove.")] = "replace_one",
+    strict: Annotated[bool, typer.Option(help="Refuse rows outside the public bound instead "
+                                         "of clipping them.")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="A JSON list of rows on stdout.")]
+    = False,
+    plot_path: Annotated[Path | None, typer.Option("--plot", help="Write a PNG plot here.")]
+    = None,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar.")] = False,
+) -> None:
+    """Every method at every ε on one dataset: median [IQR] of the family's utility metric."""
+    from rich.console import Console
+    from rich.progress import Progress
+    from rich.table import Table
+
+    from fedsketch.common.dataio import load_all
+
+    from .bounds import parse_bounds
+
+    try:
+        if family not in FAMILIES:
+            raise ValueError(f"unknown family {family!r}; choose kmeans, pca or subspace")
+        if (data is None) == (synthetic_set is None):
+            raise ValueError("give exactly one of --data and --synthetic")
+        if synthetic_set is not None and synthetic_set != SYNTHETIC[family]:
+            raise ValueError(f"the {family} family's synthetic set is {SYNTHETIC[family]!r}, "
+                             f"got {synthetic_set!r}")
+        eps_list = _parse_epsilons(epsilons)
+        if trials < 1:
+            raise ValueError(f"--trials must be >= 1, got {trials}")
+        if data is not None:
+            dataset = Dataset(load_all(data).astype(np.float64))
+        else:
+            dataset = synthetic(family, n, d, k, q, noise, seed)
+        dim = dataset.x.shape[1]
+        if family == "subspace" and not 1 <= q < dim:
+            raise ValueError(f"need 1 <= q < d, got q = {q}, d = {dim}")
+        lo = hi = None
+        if family == "kmeans":
+            if bounds is None:
+                if data is not None:
+                    raise ValueError("kmeans on a data file needs a public box: --bounds LO:HI")
+                half = 4 * 2.5 * k ** (1 / dim) + 3
+                bounds = f"{-half}:{half}"
+            lo, hi = parse_bounds(bounds, dim)
+        names = method_list.split(",") if method_list else list(methods(family))
+        base = Task(dataset.x, k, eps_list[0], delta, lo, hi, norm_bound, q, neighbouring,
+                    strict, np.random.default_rng(seed))
+        with Progress(console=Console(stderr=True), disable=quiet, transient=True) as bar:
+            job = bar.add_task("trials", total=len(names) * len(eps_list) * trials)
+            rows = compare(family, dataset, base, eps_list, names, trials,
+                           progress=lambda: bar.advance(job))
+        if plot_path is not None:
+            plot(rows, str(plot_path), f"{family}: n = {dataset.x.shape[0]:,}, d = {dim}, "
+                                       f"k = {k}, {trials} trials")
+    except (ValueError, OSError, ImportError) as exc:
+        typer.echo(f"error: {str(exc).splitlines()[0]}", err=True)
+        raise typer.Exit(1) from None
+    if as_json:
+        typer.echo(json.dumps([r.to_dict() for r in rows]))
+        return
+    table = Table(title=f"{family}: median [q1, q3] over {trials} trials")
+    for col in ("method", "ε", "metric", "median", "IQR", "seconds"):
+        table.add_column(col)
+    for r in rows:
+        table.add_row(r.method, f"{r.epsilon:g}", r.metric, f"{r.median:.4g}",
+                      f"[{r.q1:.4g}, {r.q3:.4g}]", f"{r.seconds:.2f}")
+    Console().print(table)

@@ -1,0 +1,115 @@
+"""What every centralized mechanism of ``fedsketch compare`` takes and returns.
+
+A trusted curator holds all records; each mechanism (k-means, PCA, subspace clustering; see
+``server/kmeans_private.py``, ``server/pca_private.py``, ``server/subspace_private.py``) reads a
+:class:`Task` and returns an :class:`Outcome` that states what it spent, under which
+neighbouring relation, and what kind of guarantee it gives. Privacy noise and the randomness of
+exponential-mechanism samplers come from :func:`fedsketch.common.privacy.noise_rng` (the OS
+CSPRNG); ``Task.rng`` is only for randomness that is not part of a privacy proof (a non-private
+reference's restarts, the data-independent initialization of a public-seeded method).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from fedsketch.common.calibration import check_epsilon
+
+#: Kinds of guarantee (MECHANISMS §0.6).
+KINDS = ("none", "pure", "approximate", "local-sensitivity", "asymptotic-mcmc")
+
+
+@dataclass(frozen=True)
+class Task:
+    """One run of one mechanism on one dataset.
+
+    ``x`` (n, d) records; ``k`` clusters (k-means, subspace clustering) or the PCA rank;
+    ``epsilon`` (∞ only for non-private references) and ``delta`` (used by approximate
+    mechanisms); ``lo``/``hi`` the public box (data units) for k-means; ``norm_bound`` the public
+    bound on ‖x‖₂ for PCA and subspace clustering; ``q`` the subspace dimension;
+    ``neighbouring`` 'add_remove' or 'replace_one'; ``strict`` refuses (ValueError) rows outside
+    the public bound instead of clipping them.
+    """
+
+    x: np.ndarray
+    k: int
+    epsilon: float
+    delta: float = 1e-6
+    lo: np.ndarray | None = None
+    hi: np.ndarray | None = None
+    norm_bound: float = 1.0
+    q: int = 1
+    neighbouring: str = "replace_one"
+    strict: bool = False
+    rng: np.random.Generator = field(default_factory=np.random.default_rng)
+
+    def __post_init__(self) -> None:
+        if self.x.ndim != 2 or self.x.shape[0] < 1:
+            raise ValueError(f"x must be a non-empty (n, d) array, got shape {self.x.shape}")
+        if not 1 <= self.k <= self.x.shape[0]:
+            raise ValueError(f"k must be in 1..n = 1..{self.x.shape[0]}, got {self.k}")
+        check_epsilon(self.epsilon)
+        if not 0 < self.delta < 1:
+            raise ValueError(f"delta must be in (0, 1), got {self.delta}")
+        if self.neighbouring not in ("add_remove", "replace_one"):
+            raise ValueError(f"unknown neighbouring relation {self.neighbouring!r}")
+        if not (math.isfinite(self.norm_bound) and self.norm_bound > 0):
+            raise ValueError(f"norm_bound must be finite and > 0, got {self.norm_bound}")
+        if (self.lo is None) != (self.hi is None):
+            raise ValueError("give both lo and hi, or neither")
+        if self.lo is not None and not np.all(np.asarray(self.lo) < np.asarray(self.hi)):
+            raise ValueError("the box needs lo < hi on every axis")
+
+    @property
+    def d(self) -> int:
+        return self.x.shape[1]
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """A mechanism's release and its accounting.
+
+    ``output``: centroids (k, d) for k-means; an orthonormal basis (d, k) for PCA; bases
+    (k, d, q) for subspace clustering. ``epsilon``/``delta`` actually spent, ``kind`` one of
+    :data:`KINDS`, ``clipped`` the number of rows moved onto the public bound, ``notes`` free
+    text (e.g. constraint violations of a paper-faithful variant).
+    """
+
+    output: np.ndarray
+    epsilon: float
+    delta: float
+    neighbouring: str
+    kind: str
+    clipped: int = 0
+    notes: str = ""
+
+    def __post_init__(self) -> None:
+        if self.kind not in KINDS:
+            raise ValueError(f"unknown kind {self.kind!r}")
+
+
+def clip_rows_to_norm(x: np.ndarray, bound: float, strict: bool) -> tuple[np.ndarray, int]:
+    """Rows scaled onto the ball ‖x‖₂ ≤ bound; (clipped data, count). ``strict`` refuses."""
+    norms = np.linalg.norm(x, axis=1)
+    over = norms > bound
+    count = int(over.sum())
+    if count and strict:
+        raise ValueError(f"{count} rows exceed the public norm bound {bound:g} (--strict)")
+    if not count:
+        return x, 0
+    out = x.copy()
+    out[over] *= (bound / norms[over])[:, None]
+    return out, count
+
+
+def clip_rows_to_box(x: np.ndarray, lo: np.ndarray, hi: np.ndarray,
+                     strict: bool) -> tuple[np.ndarray, int]:
+    """Records clipped into [lo, hi]; (clipped data, rows changed). ``strict`` refuses."""
+    outside = np.any((x < lo) | (x > hi), axis=1)
+    count = int(outside.sum())
+    if count and strict:
+        raise ValueError(f"{count} rows lie outside the public box (--strict)")
+    return (np.clip(x, lo, hi) if count else x), count
