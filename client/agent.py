@@ -10,6 +10,10 @@ The order is what makes a release safe (DESIGN §3, §6):
 4. only then is the payload signed and sent; every retry or restart re-sends the stored bytes.
 
 The ledger refuses a second spend for the same study, so a study is never noised twice.
+
+A secure-aggregation study (``Study.stage`` REGISTER … UNMASK) follows the same checks at
+REGISTER; its one release is the masked input (integer sum + a noise share + masks), committed
+to the ledger before it is sent. Devices that drop before MASKED_INPUT spend nothing.
 """
 
 from __future__ import annotations
@@ -23,11 +27,13 @@ from dataclasses import dataclass, field
 import grpc
 import numpy as np
 
+from fedsketch.common import secagg_wire as sw
 from fedsketch.common import signing, wire
 from fedsketch.common.frequencies import draw_frequencies
 from fedsketch.common.pb import fedsketch_pb2 as pb
 from fedsketch.common.pb import fedsketch_pb2_grpc as pb_grpc
-from fedsketch.common.privacy import privatize
+from fedsketch.common.privacy import noise_rng, privatize
+from fedsketch.common.secagg import Client, SecAggAbort, dlap_noise_share
 from fedsketch.common.sketching import feature_sum
 from fedsketch.common.study import StudySpec, spec_sha256
 
@@ -56,6 +62,21 @@ class LocalData:
     fingerprint: str
 
 
+#: Stages of a secure-aggregation study, and the ledger kind of a masked input.
+SECURE_STAGES = (pb.REGISTER, pb.ADVERTISE_KEYS, pb.SHARE_KEYS, pb.MASKED_INPUT, pb.UNMASK)
+SECURE_KIND = "secagg_masked"
+
+
+@dataclass
+class _Session:
+    """This device's part in one secure-aggregation round (in memory: a restart drops out)."""
+
+    spec: StudySpec
+    client: Client | None = None
+    done: set[int] = field(default_factory=set)
+    left: bool = False
+
+
 @dataclass
 class Outcome:
     """What one pass over the open studies did."""
@@ -74,6 +95,7 @@ class Agent:
         self.data = data
         self.bytes_sent = 0
         self._refused: set[str] = set()
+        self._sessions: dict[str, _Session] = {}
 
     def ensure_enrolled(self, coordinator: str, token: str | None, label: str) -> Identity:
         """The stored identity, or a new Ed25519 key enrolled with ``token``."""
@@ -109,12 +131,17 @@ class Agent:
             out.resent.append(spend.study_id)
         studies = self.stub.ListStudies(pb.ListStudiesRequest(), timeout=RPC_TIMEOUT).studies
         for study in studies:
-            if study.study_id in self._refused or self.ledger.find(study.study_id) is not None:
+            if study.study_id in self._refused:
                 continue
-            reason = self._contribute(identity, study)
-            if reason is None:
-                out.submitted.append(study.study_id)
+            if study.stage in SECURE_STAGES:
+                reason = self._secure_step(identity, study, out)
+            elif self.ledger.find(study.study_id) is not None:
+                continue
             else:
+                reason = self._contribute(identity, study)
+                if reason is None:
+                    out.submitted.append(study.study_id)
+            if reason is not None:
                 self._refused.add(study.study_id)
                 out.refused[study.study_id] = reason
                 log.warning("refused study %s: %s", study.study_id, reason)
@@ -160,7 +187,98 @@ class Agent:
         self._send(identity, spend)
         return None
 
+    def _secure_step(self, identity: Identity, study: pb.Study, out: Outcome) -> str | None:
+        """Act on the open stage of a secure-aggregation study; the reason if refused."""
+        sid, stage = study.study_id, study.stage
+        session = self._sessions.get(sid)
+        if stage == pb.REGISTER:
+            if session is not None:
+                return None
+            spec = self._check(study)
+            if isinstance(spec, str):
+                return spec
+            self._stage_send(identity, sid, pb.REGISTER, sw.dump({"n": self.data.n}))
+            self._sessions[sid] = _Session(spec)
+            return None
+        if session is None or stage in session.done or session.left:
+            return None
+        try:
+            body = self._stage_fetch(identity, sid, stage)
+        except grpc.RpcError as exc:
+            if exc.code() == grpc.StatusCode.FAILED_PRECONDITION:
+                return None  # the stage moved on or is not open yet: next pass
+            if exc.code() == grpc.StatusCode.PERMISSION_DENIED:
+                session.left = True  # not in the roster, or dropped by the coordinator
+                return None
+            raise
+        try:
+            if stage == pb.ADVERTISE_KEYS:
+                params, keys, _ = sw.params_from_json(sid, sw.load(body))
+                session.client = Client(params, identity.device_id, identity.private_key, keys)
+                reply = sw.dump(sw.advert_to_json(session.client.advertise()))
+            elif stage == pb.SHARE_KEYS:
+                adverts = {v: sw.advert_from_json(a) for v, a in sw.load(body).items()}
+                reply = sw.dump(sw.bytes_map_to_json(session.client.share_keys(adverts)))
+            elif stage == pb.MASKED_INPUT:
+                inbox = sw.bytes_map_from_json(sw.load(body))
+                session.done.add(stage)
+                return self._masked_input(identity, study, session, inbox, out)
+            else:
+                req = sw.request_from_json(sw.load(body))
+                if len(req.survivors) < session.spec.secure_aggregation.min_honest:
+                    raise SecAggAbort(f"only {len(req.survivors)} survivors: fewer than "
+                                      "min_honest noise shares would be unmasked")
+                shares = session.client.unmask(req.survivors, req.dropped)
+                reply = sw.dump(sw.unmask_to_json(shares))
+        except (SecAggAbort, ValueError) as exc:
+            session.left = True
+            return f"secure aggregation: {exc}"
+        self._stage_send(identity, sid, stage, reply)
+        session.done.add(stage)
+        return None
+
+    def _masked_input(self, identity: Identity, study: pb.Study, session: _Session,
+                      inbox: dict[str, bytes], out: Outcome) -> str | None:
+        """Sketch, add a noise share, mask, commit the spend with the bytes, then send."""
+        spec = session.spec
+        m, r = spec.sketch.frequencies.m, spec.sketch.r
+        fs = feature_sum(self.data.chunks(), draw_frequencies(spec.sketch.frequencies),
+                         "quantized", r)
+        noise = dlap_noise_share(spec.sketch.privacy.epsilon, 4.0 * r,
+                                 spec.secure_aggregation.min_honest, 2 * m, noise_rng())
+        y = session.client.masked_input(np.concatenate([fs.re, fs.im]), inbox, noise)
+        try:
+            spend = self.ledger.record_spend(
+                study_id=study.study_id, fingerprint=self.data.fingerprint,
+                epsilon=spec.sketch.privacy.epsilon, delta=0.0, n=float(fs.n),
+                kind=SECURE_KIND, payload=sw.masked_to_bytes(y), spec_sha256=study.spec_sha256)
+        except BudgetExceeded as exc:
+            session.left = True
+            return str(exc)
+        if os.environ.get(FAULT_ENV) == "kill-after-commit":
+            os.kill(os.getpid(), signal.SIGKILL)
+        self._send(identity, spend)
+        out.submitted.append(study.study_id)
+        return None
+
+    def _stage_send(self, identity: Identity, study_id: str, stage: int, body: bytes) -> None:
+        digest = sw.message_digest(study_id, identity.device_id, stage, body)
+        msg = pb.SecAggMessage(study_id=study_id, device_id=identity.device_id, stage=stage,
+                               body=body, signature=signing.sign(identity.private_key, digest))
+        self.bytes_sent += msg.ByteSize()
+        self.stub.SecAggSend(msg, timeout=RPC_TIMEOUT)
+
+    def _stage_fetch(self, identity: Identity, study_id: str, stage: int) -> bytes:
+        digest = sw.message_digest(study_id, identity.device_id, stage, b"")
+        msg = pb.SecAggMessage(study_id=study_id, device_id=identity.device_id, stage=stage,
+                               signature=signing.sign(identity.private_key, digest))
+        return self.stub.SecAggFetch(msg, timeout=RPC_TIMEOUT).body
+
     def _send(self, identity: Identity, spend: Spend) -> None:
+        if spend.kind == SECURE_KIND:
+            self._stage_send(identity, spend.study_id, pb.MASKED_INPUT, spend.payload)
+            self.ledger.mark_acked(spend.study_id, spend.payload_sha256)
+            return
         digest = signing.contribution_digest(spend.study_id, identity.device_id, spend.n,
                                              spend.spec_sha256, spend.payload)
         msg = pb.Contribution(study_id=spend.study_id, device_id=identity.device_id,

@@ -82,3 +82,59 @@ def gauss_sigma_analytic(delta2: float, epsilon: float, delta: float) -> float:
         else:
             hi = mid
     return hi
+
+
+def advanced_composition(epsilon: float, delta: float, k: int) -> tuple[float, float]:
+    """(ε', δ') of k adaptive (ε, δ)-DP mechanisms with slack δ'' = δ (MECHANISMS §0.5, §9.5).
+
+    ε' = √(2k ln(1/δ))·ε + kε(e^ε − 1),  δ' = kδ + δ = (k + 1)δ  (Dwork–Roth Thm 3.20 with
+    δ'' = δ, as paper 001 Prop. E.2). ε = ∞ gives ε' = ∞.
+    """
+    check_epsilon(epsilon)
+    if not 0 < delta < 1:
+        raise ValueError(f"delta must be in (0, 1), got {delta}")
+    if k < 1:
+        raise ValueError(f"k must be >= 1, got {k}")
+    if math.isinf(epsilon):
+        return math.inf, (k + 1) * delta
+    growth = math.expm1(epsilon) if epsilon < 700.0 else math.inf  # e^ε − 1 overflows past ~709
+    eps_total = math.sqrt(2.0 * k * math.log(1.0 / delta)) * epsilon + k * epsilon * growth
+    return eps_total, (k + 1) * delta
+
+
+def advanced_composition_inverse(epsilon_total: float, delta_total: float, k: int) -> tuple[float, float]:
+    """Per-mechanism (ε, δ) whose k-fold :func:`advanced_composition` is (ε', δ') (MECHANISMS §9.5).
+
+    δ = δ'/(k + 1); ε' is increasing in ε, so ε is found by bisection to a relative width of
+    1e-15, returning the lower end: the composed ε never exceeds ε'. ε' = ∞ gives ε = ∞.
+    """
+    check_epsilon(epsilon_total)
+    if not 0 < delta_total < 1:
+        raise ValueError(f"delta_total must be in (0, 1), got {delta_total}")
+    if k < 1:
+        raise ValueError(f"k must be >= 1, got {k}")
+    delta = delta_total / (k + 1)
+    if math.isinf(epsilon_total):
+        return math.inf, delta
+    lo, hi = 0.0, epsilon_total
+    while advanced_composition(hi, delta, k)[0] < epsilon_total:
+        lo, hi = hi, 2.0 * hi
+    while hi - lo > 1e-15 * hi:
+        mid = 0.5 * (lo + hi)
+        if advanced_composition(mid, delta, k)[0] > epsilon_total:
+            hi = mid
+        else:
+            lo = mid
+    return lo, delta
+
+
+def gamma_mahalanobis(epsilon: float, delta: float) -> float:
+    """Largest γ (dimensionless) such that noise N(0, Σ) is (ε, δ)-DP for every pair of datasets
+    whose query difference Δ satisfies ΔᵀΣ⁻¹Δ ≤ γ (MECHANISMS §7.2, analytic calibration).
+
+    The privacy loss of such a pair is N(s²/2, s²) with s² = ΔᵀΣ⁻¹Δ, the loss of a scalar
+    Gaussian with Δ2/σ = s; so γ = 1/σ(1, ε, δ)² with σ from :func:`gauss_sigma_analytic`, whose
+    σ errs upward, so γ errs downward. ε = ∞ gives γ = ∞ (no constraint).
+    """
+    sigma = gauss_sigma_analytic(1.0, epsilon, delta)
+    return math.inf if sigma == 0.0 else 1.0 / sigma**2

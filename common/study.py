@@ -14,12 +14,42 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
 from .frequencies import draw_frequencies
+from .secagg import check_capacity
 from .spec import SketchSpec, canonical_json
 
 FORMAT = "fedsketch.study/1"
+
+
+@dataclass(frozen=True)
+class SecAggSpec:
+    """Secure aggregation of a study (MECHANISMS §4; DESIGN §4).
+
+    ``threshold`` t of Shamir sharing (and the fewest devices a stage may proceed with);
+    ``min_honest`` h_min, the guaranteed minimum number of honest devices that submit: each
+    device adds NB(1/h_min, 1−a) − NB(1/h_min, 1−a) to its integer sum so that any h_min of them
+    carry one DLap(a) between them; ``max_records`` a public bound on the total record count N
+    (it sizes the modulus); ``degree`` the neighbours of each device in the SecAgg+ graph (None:
+    every device shares with every other); ``stage_timeout`` seconds after which a stage
+    proceeds without the devices that did not answer.
+    """
+
+    threshold: int
+    min_honest: int
+    max_records: int
+    degree: int | None = None
+    stage_timeout: float = 30.0
+
+    def __post_init__(self) -> None:
+        for name in ("threshold", "min_honest", "max_records"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"secure aggregation: {name} must be >= 1")
+        if self.degree is not None and self.degree < 1:
+            raise ValueError("secure aggregation: degree must be >= 1")
+        if not (math.isfinite(self.stage_timeout) and self.stage_timeout > 0):
+            raise ValueError("secure aggregation: stage_timeout must be > 0 seconds")
 
 
 @dataclass(frozen=True)
@@ -37,9 +67,12 @@ class StudySpec:
     deadline: float | None = None
     replicates: int = 3
     decode_seed: int = 0
+    secure_aggregation: SecAggSpec | None = None
 
     def __post_init__(self) -> None:
         d, m = self.sketch.frequencies.d, self.sketch.frequencies.m
+        if self.secure_aggregation is not None:
+            self._check_secure_aggregation()
         if not self.name or len(self.name) > 200:
             raise ValueError("a study needs a name of 1 to 200 characters")
         if not math.isfinite(self.sketch.privacy.epsilon):
@@ -62,6 +95,28 @@ class StudySpec:
         if len(self.omega_sha256) != 64:
             raise ValueError("omega_sha256 must be a hex SHA-256")
 
+    def _check_secure_aggregation(self) -> None:
+        """Refuse a secure-aggregation study that cannot work, with the reason."""
+        sa = self.secure_aggregation
+        if self.sketch.feature != "quantized":
+            raise ValueError("secure aggregation sums integers: it needs the quantized map")
+        if self.sketch.privacy.neighbouring != "replace_one" or self.sketch.privacy.delta > 0:
+            raise ValueError("secure aggregation supports replace-one, pure ε (n public)")
+        if sa.threshold > self.min_devices or sa.min_honest > self.min_devices:
+            raise ValueError("secure aggregation: threshold and min_honest cannot exceed "
+                             "min_devices (the roster size)")
+        if self.deadline is not None:
+            raise ValueError("secure aggregation runs by stage timeouts, not a deadline")
+        if sa.degree is not None and sa.threshold > sa.degree + 1:
+            raise ValueError(f"secure aggregation: threshold {sa.threshold} exceeds a "
+                             f"neighbourhood of degree {sa.degree} plus the device itself")
+        check_capacity(sa.max_records, self.noise_param(), 2 * self.sketch.frequencies.m,
+                       shape=self.min_devices / sa.min_honest)
+
+    def noise_param(self) -> float:
+        """a = exp(−ε/Δ1), Δ1 = 4r: the DLap parameter of the integer sum (MECHANISMS §1.5)."""
+        return math.exp(-self.sketch.privacy.epsilon / (4.0 * self.sketch.r))
+
     @classmethod
     def create(cls, name: str, sketch: SketchSpec, k: int, lo, hi, **rules) -> StudySpec:
         """A spec whose ``omega_sha256`` is computed from ``sketch.frequencies``."""
@@ -83,6 +138,8 @@ class StudySpec:
             "deadline": self.deadline,
             "replicates": self.replicates,
             "decode_seed": self.decode_seed,
+            "secure_aggregation": (None if self.secure_aggregation is None
+                                   else asdict(self.secure_aggregation)),
         }
 
     def to_json(self) -> str:
@@ -115,6 +172,8 @@ class StudySpec:
                 deadline=None if data["deadline"] is None else float(data["deadline"]),
                 replicates=int(data["replicates"]),
                 decode_seed=int(data["decode_seed"]),
+                secure_aggregation=(None if data.get("secure_aggregation") is None
+                                    else SecAggSpec(**data["secure_aggregation"])),
             )
         except (KeyError, TypeError) as exc:
             raise ValueError(f"incomplete study spec: {exc!r}") from None

@@ -61,16 +61,25 @@ def average_sketch(spec: StudySpec, parts: Iterable[tuple[float, np.ndarray]]) -
     if devices == 0 or records <= 0:
         raise ValueError("no contributions (or no records) to aggregate")
     if quantized:
-        scale = 1.0 / (spec.sketch.r / m * records * math.sqrt(m))
-        stacked = total.astype(np.float64) * scale
-    else:
-        stacked = total / records
-    return stacked[0] + 1j * stacked[1], devices, records
+        return integer_sketch(spec, total, records), devices, records
+    return total[0] / records + 1j * (total[1] / records), devices, records
+
+
+def integer_sketch(spec: StudySpec, total: np.ndarray, records: float) -> np.ndarray:
+    """s = ΣS~ / (α·N·√m) (complex (m,)) from the summed integer payloads (2, m)."""
+    m = spec.sketch.frequencies.m
+    stacked = total.astype(np.float64) / (spec.sketch.r / m * records * math.sqrt(m))
+    return stacked[0] + 1j * stacked[1]
 
 
 def decode_study(spec: StudySpec, parts: Iterable[tuple[float, np.ndarray]]) -> StudyResult:
     """Average the contributions and decode k centroids with the study's replicates and seed."""
-    sketch, devices, records = average_sketch(spec, parts)
+    return decode_sketch(spec, *average_sketch(spec, parts))
+
+
+def decode_sketch(spec: StudySpec, sketch: np.ndarray, devices: int,
+                  records: float) -> StudyResult:
+    """Decode k centroids from an aggregate sketch with the study's replicates and seed."""
     freqs = draw_frequencies(spec.sketch.frequencies)
     out = clompr(sketch, freqs.omega, freqs.xi, spec.k, np.array(spec.lo), np.array(spec.hi),
                  harmonic=FIRST_HARMONIC[spec.sketch.feature], replicates=spec.replicates,

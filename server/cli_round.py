@@ -36,7 +36,7 @@ from fedsketch.common.pb import fedsketch_pb2 as pb
 from fedsketch.common.pb import fedsketch_pb2_grpc as pb_grpc
 from fedsketch.common.privacy import NEIGHBOURING, PrivacySpec
 from fedsketch.common.spec import SketchSpec
-from fedsketch.common.study import StudySpec
+from fedsketch.common.study import SecAggSpec, StudySpec
 from fedsketch.common.tls import init_certs, secure_channel, server_credentials
 
 from .bounds import parse_bounds
@@ -182,18 +182,35 @@ def create_study(
                                                    "without it the study closes at quorum.")]
     = None,
     replicates: Annotated[int, typer.Option(help="CL-OMPR replicates.")] = 3,
+    secure_aggregation: Annotated[bool, typer.Option(
+        "--secure-aggregation", help="Secure aggregation with distributed DLap noise "
+        "(quantized map, replace-one).")] = False,
+    threshold: Annotated[int | None, typer.Option(help="Shamir threshold t.")] = None,
+    min_honest: Annotated[int | None, typer.Option(help="h_min: honest submitters guaranteed "
+                                                   "(default: --min-devices).")] = None,
+    max_records: Annotated[int | None, typer.Option(help="Public bound on the total records "
+                                                    "(sizes the modulus).")] = None,
+    degree: Annotated[int | None, typer.Option(help="Neighbours per device (SecAgg+).")] = None,
+    stage_timeout: Annotated[float, typer.Option(help="Seconds per stage.")] = 30.0,
 ) -> None:
-    """Create a study and print its id."""
+    """Create a study and print its id. A study that could overflow its secure-aggregation
+    modulus, or that secure aggregation cannot serve, is refused with the reason."""
     import time
 
     with clean_errors():
         lo, hi = parse_bounds(bounds, d)
         sketch = SketchSpec(FrequencySpec(d=d, m=m, scale=scale, law=law, seed=seed), feature,
                             r, PrivacySpec(epsilon, delta, neighbouring))
+        secure = None
+        if secure_aggregation:
+            if threshold is None or max_records is None:
+                raise ValueError("--secure-aggregation needs --threshold and --max-records")
+            secure = SecAggSpec(threshold, min_honest or min_devices, max_records, degree,
+                                stage_timeout)
         spec = StudySpec.create(name, sketch, k, lo.tolist(), hi.tolist(),
                                 min_devices=min_devices, min_records=min_records,
                                 deadline=None if deadline is None else time.time() + deadline,
-                                replicates=replicates)
+                                replicates=replicates, secure_aggregation=secure)
         stub, meta = operator_stub(coordinator, ca, insecure, token_file)
         study = stub.CreateStudy(pb.CreateStudyRequest(spec_json=spec.to_json()), metadata=meta,
                                  timeout=30)

@@ -29,13 +29,14 @@ from concurrent.futures import ThreadPoolExecutor
 
 import grpc
 
-from fedsketch.common import signing, wire
+from fedsketch.common import secagg_wire, signing, wire
 from fedsketch.common.pb import fedsketch_pb2 as pb
 from fedsketch.common.pb import fedsketch_pb2_grpc as pb_grpc
 from fedsketch.common.study import StudySpec, spec_sha256
 from fedsketch.common.tls import MAX_MESSAGE_BYTES
 
-from .aggregate import decode_study
+from .aggregate import decode_sketch, decode_study, integer_sketch
+from .secagg_round import SecAggRound, StageRefusal
 from .store import ContributionRow, Store, StoreError, StudyRow
 
 log = logging.getLogger("fedsketch.coordinator")
@@ -71,6 +72,8 @@ def _guard(method):
             context.abort(exc.code, str(exc))
         except StoreError as exc:
             context.abort(STORE_CODES[exc.code], str(exc))
+        except StageRefusal as exc:
+            context.abort(exc.code, str(exc))
 
     wrapper.__name__ = method.__name__
     wrapper.__doc__ = method.__doc__
@@ -87,11 +90,17 @@ class Coordinator:
         self._decoder = ThreadPoolExecutor(max_workers=1, thread_name_prefix="decode")
         self._stop = threading.Event()
         self._watcher = threading.Thread(target=self._watch, name="deadlines", daemon=True)
+        self.rounds: dict[str, SecAggRound] = {}
 
     def start(self) -> None:
-        """Resume interrupted decodings and start the deadline watcher."""
+        """Resume interrupted decodings, fail interrupted secure-aggregation rounds (their
+        state, and the devices', was in memory), and start the deadline watcher."""
         for row in self.store.list_studies(("decoding",)):
             self._decoder.submit(self._decode, row.study_id)
+        for row in self.store.list_studies(ACCEPTING):
+            if self.spec(row.study_id).secure_aggregation is not None:
+                self.store.set_state(row.study_id, "failed", "the coordinator restarted during "
+                                     "secure aggregation; the round cannot resume")
         self._watcher.start()
 
     def stop(self) -> None:
@@ -129,7 +138,48 @@ class Coordinator:
                                       spec.min_devices)
         with self._lock:
             self._specs[study_id] = spec
+            if spec.secure_aggregation is not None:
+                self.rounds[study_id] = self._new_round(study_id, spec)
         return row
+
+    def _new_round(self, study_id: str, spec: StudySpec) -> SecAggRound:
+        def finish(total, devices: int, records: float) -> None:
+            self.store.set_state(study_id, "decoding", "secure aggregate unmasked")
+            self._decoder.submit(self._decode_secure, study_id, total, devices, records)
+
+        def fail(reason: str) -> None:
+            log.warning("study %s: %s", study_id, reason)
+            self.store.set_state(study_id, "failed", reason)
+
+        return SecAggRound(study_id, spec, self.store.device_key, finish, fail)
+
+    def _decode_secure(self, study_id: str, total, devices: int, records: float) -> None:
+        try:
+            spec = self.spec(study_id)
+            result = decode_sketch(spec, integer_sketch(spec, total, records), devices, records)
+            self.store.put_result(study_id, json.dumps(result.to_dict()))
+        except Exception as exc:  # a failed decoding fails the study, with the reason
+            log.exception("decoding study %s failed", study_id)
+            self.store.set_state(study_id, "failed", f"decoding failed: {exc}")
+
+    def round(self, study_id: str) -> SecAggRound:
+        """The secure-aggregation round of a study (NOT_FOUND / FAILED_PRECONDITION)."""
+        self.store.get_study(study_id)
+        with self._lock:
+            found = self.rounds.get(study_id)
+        if found is None:
+            raise Refusal(grpc.StatusCode.FAILED_PRECONDITION,
+                          f"study {study_id} has no secure-aggregation round running")
+        return found
+
+    def authenticate(self, msg: pb.SecAggMessage) -> None:
+        """Check a stage message's signature against the device's enrolled key."""
+        key = self.store.device_key(msg.device_id)
+        if key is None:
+            raise Refusal(grpc.StatusCode.UNAUTHENTICATED, f"unenrolled device {msg.device_id!r}")
+        digest = secagg_wire.message_digest(msg.study_id, msg.device_id, msg.stage, msg.body)
+        if not signing.verify(key, digest, msg.signature):
+            raise Refusal(grpc.StatusCode.UNAUTHENTICATED, "invalid signature on a stage message")
 
     def close(self, study_id: str, reason: str) -> StudyRow:
         """Stop collecting: decode if the quorum holds, otherwise fail the study."""
@@ -137,6 +187,9 @@ class Coordinator:
         if row.state not in ACCEPTING:
             raise Refusal(grpc.StatusCode.FAILED_PRECONDITION,
                           f"study {study_id} is already {row.state}")
+        if self.spec(study_id).secure_aggregation is not None:
+            raise Refusal(grpc.StatusCode.FAILED_PRECONDITION,
+                          "a secure-aggregation study closes its stages by their timeouts")
         if row.contributions < row.min_devices:
             return self.store.set_state(
                 study_id, "failed", f"{reason}: {row.contributions} of {row.min_devices} "
@@ -161,6 +214,10 @@ class Coordinator:
     def _watch(self) -> None:
         while not self._stop.wait(WATCH_INTERVAL):
             now = time.time()
+            with self._lock:
+                rounds = list(self.rounds.values())
+            for r in rounds:
+                r.tick(now)
             for row in self.store.list_studies(ACCEPTING):
                 if row.deadline is not None and row.deadline <= now:
                     try:
@@ -173,6 +230,9 @@ class Coordinator:
     def submit(self, c: pb.Contribution) -> tuple[bool, str]:
         """Validate and store one contribution; (duplicate, receipt). Raises Refusal."""
         row = self.store.get_study(c.study_id)  # the store refuses a closed study
+        if self.spec(c.study_id).secure_aggregation is not None:
+            raise Refusal(grpc.StatusCode.FAILED_PRECONDITION,
+                          "this study uses secure aggregation: send stage messages instead")
         if c.spec_sha256 != row.spec_sha256:
             raise Refusal(grpc.StatusCode.FAILED_PRECONDITION,
                           "spec hash mismatch: the contribution was made for another spec")
@@ -204,10 +264,14 @@ class Coordinator:
         return not stored, receipt
 
 
-def study_message(row: StudyRow) -> pb.Study:
-    """The wire form of a study row."""
+def study_message(row: StudyRow, secure_round: SecAggRound | None = None) -> pb.Study:
+    """The wire form of a study row (its stage from the secure-aggregation round, if any)."""
+    if row.state not in ACCEPTING:
+        stage = pb.FINISHED
+    else:
+        stage = pb.PLAIN_INPUT if secure_round is None else secure_round.stage
     return pb.Study(study_id=row.study_id, spec_json=row.spec_json, spec_sha256=row.spec_sha256,
-                    state=STATES[row.state], stage=pb.PLAIN_INPUT,
+                    state=STATES[row.state], stage=stage,
                     contributions=row.contributions, records=row.records, detail=row.detail)
 
 
@@ -229,18 +293,34 @@ class DeviceService(pb_grpc.DeviceServicer):
     def ListStudies(self, request, context):  # noqa: N802
         """Studies that accept contributions."""
         rows = self.c.store.list_studies(ACCEPTING)
-        return pb.ListStudiesResponse(studies=[study_message(r) for r in rows])
+        return pb.ListStudiesResponse(studies=[study_message(r, self.c.rounds.get(r.study_id)) for r in rows])
 
     @_guard
     def GetStudy(self, request, context):  # noqa: N802
         """One study."""
-        return study_message(self.c.store.get_study(request.study_id))
+        return study_message(self.c.store.get_study(request.study_id),
+                             self.c.rounds.get(request.study_id))
 
     @_guard
     def Submit(self, request, context):  # noqa: N802
         """One signed contribution."""
         duplicate, receipt = self.c.submit(request)
         return pb.SubmitReply(duplicate=duplicate, receipt=receipt)
+
+    @_guard
+    def SecAggSend(self, request, context):  # noqa: N802
+        """One signed secure-aggregation stage message."""
+        self.c.authenticate(request)
+        duplicate = self.c.round(request.study_id).receive(request.device_id, request.stage,
+                                                           bytes(request.body))
+        return pb.SecAggAck(duplicate=duplicate)
+
+    @_guard
+    def SecAggFetch(self, request, context):  # noqa: N802
+        """What the coordinator routes to this device for the open stage."""
+        self.c.authenticate(request)
+        body = self.c.round(request.study_id).fetch(request.device_id, request.stage)
+        return pb.SecAggBundle(stage=request.stage, body=body)
 
     @_guard
     def GetResult(self, request, context):  # noqa: N802
@@ -286,12 +366,13 @@ class OperatorService(pb_grpc.OperatorServicer):
     def ListStudies(self, request, context):  # noqa: N802
         self._authorize(context)
         rows = self.c.store.list_studies(None if request.include_closed else ACCEPTING)
-        return pb.ListStudiesResponse(studies=[study_message(r) for r in rows])
+        return pb.ListStudiesResponse(studies=[study_message(r, self.c.rounds.get(r.study_id)) for r in rows])
 
     @_guard
     def ShowStudy(self, request, context):  # noqa: N802
         self._authorize(context)
-        return study_message(self.c.store.get_study(request.study_id))
+        return study_message(self.c.store.get_study(request.study_id),
+                             self.c.rounds.get(request.study_id))
 
     @_guard
     def CloseStudy(self, request, context):  # noqa: N802

@@ -16,10 +16,12 @@ from __future__ import annotations
 
 import hashlib
 import json
+import signal
 import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from contextlib import ExitStack
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -37,8 +39,9 @@ from fedsketch.common.frequencies import FrequencySpec
 from fedsketch.common.pb import fedsketch_pb2 as pb
 from fedsketch.common.pb import fedsketch_pb2_grpc as pb_grpc
 from fedsketch.common.privacy import NEIGHBOURING, PrivacySpec
+from fedsketch.common.secagg import default_threshold
 from fedsketch.common.spec import SketchSpec
-from fedsketch.common.study import StudySpec
+from fedsketch.common.study import SecAggSpec, StudySpec
 from fedsketch.common.synthetic import gmm
 from fedsketch.common.tls import init_certs, secure_channel, server_credentials
 
@@ -49,6 +52,9 @@ from .store import Store
 OPERATOR_TOKEN = "simulation-operator-token"
 #: Longest wait (seconds) for a study to be decoded after the last contribution.
 DECODE_TIMEOUT = 600.0
+#: Secure-aggregation stages in order, and those a simulated device may drop out at.
+SECURE_ORDER = (pb.REGISTER, pb.ADVERTISE_KEYS, pb.SHARE_KEYS, pb.MASKED_INPUT, pb.UNMASK)
+DROPOUT_STAGES = ("advertise_keys", "share_keys", "masked_input", "unmask")
 
 
 @dataclass(frozen=True)
@@ -72,6 +78,13 @@ class SimConfig:
     processes: bool = False
     replicates: int = 3
     seed: int = 0
+    secure_aggregation: bool = False
+    threshold: int | None = None
+    min_honest: int | None = None
+    degree: int | None = None
+    stage_timeout: float = 5.0
+    dropout: float = 0.0
+    dropout_stage: str = "masked_input"
 
 
 def split_records(labels: np.ndarray, devices: int, scheme: str,
@@ -104,32 +117,70 @@ def split_records(labels: np.ndarray, devices: int, scheme: str,
 def _study_spec(cfg: SimConfig) -> StudySpec:
     sketch = SketchSpec(FrequencySpec(d=cfg.d, m=cfg.m, scale=cfg.scale, seed=cfg.seed),
                         cfg.feature, cfg.r, PrivacySpec(cfg.epsilon, cfg.delta, cfg.neighbouring))
+    secure = None
+    if cfg.secure_aggregation:
+        threshold = cfg.threshold or default_threshold(
+            cfg.devices if cfg.degree is None else min(cfg.devices, cfg.degree + 1))
+        silent_before_input = cfg.dropout_stage != "unmask"
+        submitters = cfg.devices - round(cfg.dropout * cfg.devices) * silent_before_input
+        secure = SecAggSpec(threshold, cfg.min_honest or submitters, cfg.records, cfg.degree,
+                            cfg.stage_timeout)
+    elif cfg.dropout:
+        raise ValueError("--dropout simulates secure-aggregation dropouts: add "
+                         "--secure-aggregation")
+    if not 0 <= cfg.dropout < 1 or cfg.dropout_stage not in DROPOUT_STAGES:
+        raise ValueError(f"--dropout must be in [0, 1) and --dropout-stage one of "
+                         f"{', '.join(DROPOUT_STAGES)}")
     return StudySpec.create("simulation", sketch, cfg.k, [-cfg.bound] * cfg.d,
                             [cfg.bound] * cfg.d, min_devices=cfg.devices,
-                            replicates=cfg.replicates, decode_seed=cfg.seed)
+                            replicates=cfg.replicates, decode_seed=cfg.seed,
+                            secure_aggregation=secure)
 
 
-def _in_process(target: str, ca: Path, folder: Path, tokens: list[str], x: np.ndarray,
-                parts: list[np.ndarray], epsilon: float) -> None:
+def _agents(stack: ExitStack, target: str, ca: Path, folder: Path, tokens: list[str],
+            x: np.ndarray, parts: list[np.ndarray], epsilon: float) -> list[Agent]:
+    """Enrolled in-process devices, each with its data, ledger and TLS channel."""
+    agents = []
     for i, (token, idx) in enumerate(zip(tokens, parts, strict=True)):
         xi = x[idx]
         data = LocalData(lambda xi=xi: split(xi), xi.shape[0], xi.shape[1],
                          hashlib.sha256(xi.tobytes()).hexdigest())
         ledger = Ledger(folder / f"device{i}.ledger", epsilon)
+        stack.callback(ledger.close)
         channel = secure_channel(target, ca)
-        try:
-            agent = Agent(channel, ledger, data)
-            agent.ensure_enrolled(target, token, f"sim-{i}")
+        stack.callback(channel.close)
+        agent = Agent(channel, ledger, data)
+        agent.ensure_enrolled(target, token, f"sim-{i}")
+        agents.append(agent)
+    return agents
+
+
+def _in_process(agents: list[Agent], cfg: SimConfig, watch: Callable[[], pb.Study]) -> None:
+    """Plain round: one pass per device. Secure round: passes until the study is closed, with
+    the chosen devices silent from ``dropout_stage`` on."""
+    if not cfg.secure_aggregation:
+        for i, agent in enumerate(agents):
             out = agent.step()
             if out.refused:
                 raise RuntimeError(f"device {i} refused: {out.refused}")
-        finally:
-            channel.close()
-            ledger.close()
+        return
+    rng = np.random.default_rng(cfg.seed)
+    silent = set(rng.choice(len(agents), round(cfg.dropout * len(agents)), replace=False))
+    from_rank = DROPOUT_STAGES.index(cfg.dropout_stage) + 1  # REGISTER is rank 0
+    while (s := watch()).state not in (pb.DONE, pb.FAILED, pb.DECODING):
+        rank = SECURE_ORDER.index(s.stage) if s.stage in SECURE_ORDER else len(SECURE_ORDER)
+        for i, agent in enumerate(agents):
+            if i not in silent or rank < from_rank:
+                agent.step()
+        if watch().stage == s.stage:
+            time.sleep(0.05)  # waiting for the stage timeout (dropped devices)
 
 
 def _processes(target: str, ca: Path, folder: Path, tokens: list[str], x: np.ndarray,
-               parts: list[np.ndarray], epsilon: float) -> None:
+               parts: list[np.ndarray], epsilon: float, cfg: SimConfig,
+               watch: Callable[[], pb.Study]) -> None:
+    """Real ``fedsketch device run`` processes: ``--once`` for a plain round; polling daemons,
+    stopped with SIGTERM once the study is closed, for a secure round."""
     exe = str(Path(sys.executable).with_name("fedsketch"))
     procs = []
     for i, (token, idx) in enumerate(zip(tokens, parts, strict=True)):
@@ -138,8 +189,17 @@ def _processes(target: str, ca: Path, folder: Path, tokens: list[str], x: np.nda
         procs.append(subprocess.Popen(
             [exe, "device", "run", "--coordinator", target, "--ca", str(ca), "--data", str(path),
              "--ledger", str(folder / f"device{i}.ledger"), "--budget", repr(epsilon),
-             "--token", token, "--label", f"sim-{i}", "--once"],
+             "--token", token, "--label", f"sim-{i}",
+             *(["--poll", "0.1", "--max-poll", "0.5"] if cfg.secure_aggregation else ["--once"])],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+    if cfg.secure_aggregation:
+        stop = time.monotonic() + DECODE_TIMEOUT
+        while watch().state not in (pb.DONE, pb.FAILED, pb.DECODING):
+            if time.monotonic() > stop:
+                raise RuntimeError("the secure round did not finish in time")
+            time.sleep(0.1)
+        for p in procs:
+            p.send_signal(signal.SIGTERM)
     for i, p in enumerate(procs):
         _, stderr = p.communicate(timeout=DECODE_TIMEOUT)
         if p.returncode != 0:
@@ -179,9 +239,23 @@ def run_simulation(cfg: SimConfig, console: Console | None = None) -> dict:
         study = operator.CreateStudy(pb.CreateStudyRequest(spec_json=spec.to_json()),
                                      metadata=meta)
         seconds["setup"] = time.perf_counter() - t
+        def watch() -> pb.Study:
+            return operator.ShowStudy(pb.StudyRef(study_id=study.study_id), metadata=meta)
+
         t = time.perf_counter()
-        run_devices = _processes if cfg.processes else _in_process
-        run_devices(target, certs.ca_cert, folder, tokens, x, parts, cfg.epsilon)
+        if cfg.processes:
+            _processes(target, certs.ca_cert, folder, tokens, x, parts, cfg.epsilon, cfg, watch)
+            bytes_up = None if cfg.secure_aggregation else sum(
+                pb.Contribution(study_id=r.study_id, device_id=r.device_id, n=r.n,
+                                spec_sha256=study.spec_sha256, signature=r.signature,
+                                **{r.kind: r.payload}).ByteSize()
+                for r in store.contributions(study.study_id))
+        else:
+            agents = _agents(stack, target, certs.ca_cert, folder, tokens, x, parts, cfg.epsilon)
+            seconds["enroll"] = time.perf_counter() - t
+            t = time.perf_counter()
+            _in_process(agents, cfg, watch)
+            bytes_up = sum(a.bytes_sent for a in agents)
         seconds["devices"] = time.perf_counter() - t
         t = time.perf_counter()
         while True:
@@ -195,11 +269,6 @@ def run_simulation(cfg: SimConfig, console: Console | None = None) -> dict:
             raise RuntimeError(f"the study failed: {s.detail}")
         res = pb_grpc.DeviceStub(op_channel).GetResult(pb.StudyRef(study_id=study.study_id))
         seconds["decode"] = time.perf_counter() - t
-        bytes_sent = sum(
-            pb.Contribution(study_id=r.study_id, device_id=r.device_id, n=r.n,
-                            spec_sha256=s.spec_sha256, signature=r.signature,
-                            **{r.kind: r.payload}).ByteSize()
-            for r in store.contributions(study.study_id))
     centroids = np.asarray(res.centroids).reshape(res.k, res.d)
     t = time.perf_counter()
     ref = sse_per_n(split(x), kmeans_reference(x, cfg.k, cfg.seed))
@@ -214,7 +283,7 @@ def run_simulation(cfg: SimConfig, console: Console | None = None) -> dict:
         "devices": res.devices,
         "records": res.records,
         "seconds": seconds,
-        "bytes_sent": bytes_sent,
+        "bytes_sent": bytes_up,
         "config": asdict(cfg),
     }
 
@@ -238,12 +307,32 @@ def simulate_command(
     = False,
     replicates: Annotated[int, typer.Option(help="CL-OMPR replicates.")] = 3,
     seed: Annotated[int, typer.Option(help="Seed of the data and of Ω.")] = 0,
+    secure_aggregation: Annotated[bool, typer.Option(
+        "--secure-aggregation", help="Secure aggregation with distributed DLap noise "
+        "(quantized map).")] = False,
+    threshold: Annotated[int | None, typer.Option(help="Shamir threshold t (default: a strict "
+                                                  "majority of a neighbourhood).")] = None,
+    min_honest: Annotated[int | None, typer.Option(help="h_min, honest submitters the noise "
+                                                   "is split over (default: the devices that "
+                                                   "will submit).")]
+    = None,
+    degree: Annotated[int | None, typer.Option(help="Neighbours per device (sparse SecAgg+ "
+                                               "graph; default: everyone).")] = None,
+    stage_timeout: Annotated[float, typer.Option(help="Seconds before a stage proceeds "
+                                                 "without silent devices.")] = 5.0,
+    dropout: Annotated[float, typer.Option(help="Fraction of devices that go silent.")] = 0.0,
+    dropout_stage: Annotated[str, typer.Option(help=f"Where they go silent: "
+                                               f"{', '.join(DROPOUT_STAGES)}.")]
+    = "masked_input",
     as_json: Annotated[bool, typer.Option("--json", help="One JSON object on stdout.")] = False,
 ) -> None:
     """Simulate a federated study: real coordinator, L real devices, loopback gRPC over TLS."""
     cfg = SimConfig(devices=devices, records=records, k=k, d=d, m=m, feature=feature,
                     epsilon=epsilon, delta=delta, neighbouring=neighbouring, r=r, scale=scale,
-                    partition=partition, processes=processes, replicates=replicates, seed=seed)
+                    partition=partition, processes=processes, replicates=replicates, seed=seed,
+                    secure_aggregation=secure_aggregation, threshold=threshold,
+                    min_honest=min_honest, degree=degree, stage_timeout=stage_timeout,
+                    dropout=dropout, dropout_stage=dropout_stage)
     try:
         report = run_simulation(cfg)
     except (ValueError, RuntimeError, OSError) as exc:
@@ -259,5 +348,6 @@ def simulate_command(
     table.add_row("relative SSE vs k-means (n_init = 3)", f"{report['relative_sse']:.4f}")
     for phase, sec in report["seconds"].items():
         table.add_row(f"seconds: {phase}", f"{sec:.2f}")
-    table.add_row("bytes on the wire (contributions)", f"{report['bytes_sent']:,}")
+    if report["bytes_sent"] is not None:
+        table.add_row("bytes sent by the devices", f"{report['bytes_sent']:,}")
     Console().print(table)

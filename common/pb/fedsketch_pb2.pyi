@@ -20,6 +20,12 @@ class Stage(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
     STAGE_UNSPECIFIED: _ClassVar[Stage]
     PLAIN_INPUT: _ClassVar[Stage]
+    ADVERTISE_KEYS: _ClassVar[Stage]
+    SHARE_KEYS: _ClassVar[Stage]
+    MASKED_INPUT: _ClassVar[Stage]
+    UNMASK: _ClassVar[Stage]
+    REGISTER: _ClassVar[Stage]
+    FINISHED: _ClassVar[Stage]
 STUDY_STATE_UNSPECIFIED: StudyState
 OPEN: StudyState
 COLLECTING: StudyState
@@ -28,6 +34,12 @@ DONE: StudyState
 FAILED: StudyState
 STAGE_UNSPECIFIED: Stage
 PLAIN_INPUT: Stage
+ADVERTISE_KEYS: Stage
+SHARE_KEYS: Stage
+MASKED_INPUT: Stage
+UNMASK: Stage
+REGISTER: Stage
+FINISHED: Stage
 
 class EnrollRequest(_message.Message):
     __slots__ = ("token", "public_key", "label")
@@ -146,3 +158,31 @@ class IssueTokensReply(_message.Message):
     TOKENS_FIELD_NUMBER: _ClassVar[int]
     tokens: _containers.RepeatedScalarFieldContainer[str]
     def __init__(self, tokens: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class SecAggMessage(_message.Message):
+    __slots__ = ("study_id", "device_id", "stage", "body", "signature")
+    STUDY_ID_FIELD_NUMBER: _ClassVar[int]
+    DEVICE_ID_FIELD_NUMBER: _ClassVar[int]
+    STAGE_FIELD_NUMBER: _ClassVar[int]
+    BODY_FIELD_NUMBER: _ClassVar[int]
+    SIGNATURE_FIELD_NUMBER: _ClassVar[int]
+    study_id: str
+    device_id: str
+    stage: Stage
+    body: bytes
+    signature: bytes
+    def __init__(self, study_id: _Optional[str] = ..., device_id: _Optional[str] = ..., stage: _Optional[_Union[Stage, str]] = ..., body: _Optional[bytes] = ..., signature: _Optional[bytes] = ...) -> None: ...
+
+class SecAggAck(_message.Message):
+    __slots__ = ("duplicate",)
+    DUPLICATE_FIELD_NUMBER: _ClassVar[int]
+    duplicate: bool
+    def __init__(self, duplicate: _Optional[bool] = ...) -> None: ...
+
+class SecAggBundle(_message.Message):
+    __slots__ = ("stage", "body")
+    STAGE_FIELD_NUMBER: _ClassVar[int]
+    BODY_FIELD_NUMBER: _ClassVar[int]
+    stage: Stage
+    body: bytes
+    def __init__(self, stage: _Optional[_Union[Stage, str]] = ..., body: _Optional[bytes] = ...) -> None: ...

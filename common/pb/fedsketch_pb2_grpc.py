@@ -59,6 +59,16 @@ class DeviceStub:
                 request_serializer=fedsketch_dot_common_dot_pb_dot_fedsketch__pb2.StudyRef.SerializeToString,
                 response_deserializer=fedsketch_dot_common_dot_pb_dot_fedsketch__pb2.Result.FromString,
                 _registered_method=True)
+        self.SecAggSend = channel.unary_unary(
+                '/fedsketch.v1.Device/SecAggSend',
+                request_serializer=fedsketch_dot_common_dot_pb_dot_fedsketch__pb2.SecAggMessage.SerializeToString,
+                response_deserializer=fedsketch_dot_common_dot_pb_dot_fedsketch__pb2.SecAggAck.FromString,
+                _registered_method=True)
+        self.SecAggFetch = channel.unary_unary(
+                '/fedsketch.v1.Device/SecAggFetch',
+                request_serializer=fedsketch_dot_common_dot_pb_dot_fedsketch__pb2.SecAggMessage.SerializeToString,
+                response_deserializer=fedsketch_dot_common_dot_pb_dot_fedsketch__pb2.SecAggBundle.FromString,
+                _registered_method=True)
 
 
 class DeviceServicer:
@@ -99,6 +109,21 @@ class DeviceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def SecAggSend(self, request, context):
+        """Secure aggregation: one signed stage message (idempotent for identical bytes).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def SecAggFetch(self, request, context):
+        """Secure aggregation: what the coordinator routes to this device for a stage
+        (FAILED_PRECONDITION while that stage is not open).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_DeviceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -126,6 +151,16 @@ def add_DeviceServicer_to_server(servicer, server):
                     servicer.GetResult,
                     request_deserializer=fedsketch_dot_common_dot_pb_dot_fedsketch__pb2.StudyRef.FromString,
                     response_serializer=fedsketch_dot_common_dot_pb_dot_fedsketch__pb2.Result.SerializeToString,
+            ),
+            'SecAggSend': grpc.unary_unary_rpc_method_handler(
+                    servicer.SecAggSend,
+                    request_deserializer=fedsketch_dot_common_dot_pb_dot_fedsketch__pb2.SecAggMessage.FromString,
+                    response_serializer=fedsketch_dot_common_dot_pb_dot_fedsketch__pb2.SecAggAck.SerializeToString,
+            ),
+            'SecAggFetch': grpc.unary_unary_rpc_method_handler(
+                    servicer.SecAggFetch,
+                    request_deserializer=fedsketch_dot_common_dot_pb_dot_fedsketch__pb2.SecAggMessage.FromString,
+                    response_serializer=fedsketch_dot_common_dot_pb_dot_fedsketch__pb2.SecAggBundle.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -263,6 +298,60 @@ class Device:
             '/fedsketch.v1.Device/GetResult',
             fedsketch_dot_common_dot_pb_dot_fedsketch__pb2.StudyRef.SerializeToString,
             fedsketch_dot_common_dot_pb_dot_fedsketch__pb2.Result.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SecAggSend(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/fedsketch.v1.Device/SecAggSend',
+            fedsketch_dot_common_dot_pb_dot_fedsketch__pb2.SecAggMessage.SerializeToString,
+            fedsketch_dot_common_dot_pb_dot_fedsketch__pb2.SecAggAck.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SecAggFetch(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/fedsketch.v1.Device/SecAggFetch',
+            fedsketch_dot_common_dot_pb_dot_fedsketch__pb2.SecAggMessage.SerializeToString,
+            fedsketch_dot_common_dot_pb_dot_fedsketch__pb2.SecAggBundle.FromString,
             options,
             channel_credentials,
             insecure,

@@ -1,0 +1,192 @@
+"""The coordinator's side of a secure-aggregation study: stages, routing, and the unmasked sum.
+
+Stages (``Study.stage``): REGISTER → ADVERTISE_KEYS → SHARE_KEYS → MASKED_INPUT → UNMASK. A
+stage closes as soon as every expected device has sent its message, or ``stage_timeout``
+seconds after it opened; devices that did not answer have dropped (Bonawitz et al. handle
+them). REGISTER admits up to ``min_devices`` devices, each declaring its record count n
+(public under replace-one); the round needs at least ``threshold`` of them and Σn ≤
+``max_records``. The modulus has the bits of :func:`fedsketch.common.secagg.modulus_bits` for
+N ≤ max_records, DLap(a) with a = exp(−ε/(4r)), and noise shape roster/h_min.
+
+The coordinator learns only Σ_{u∈Y}(S_u + e_u) mod 2^B over the devices Y whose masked input
+arrived: their integer sums plus noise shares that add up to DLap(a) (or more, when
+|Y| > h_min). It decodes s = Σ / (α·N_Y·√m) like a plain quantized study. Below the threshold
+at any stage, or with fewer than ``min_honest`` masked inputs (the noise shares would add up
+to less than one DLap(a)), the study fails and nothing is released.
+
+State lives in memory: a coordinator that restarts during a round fails the study (the devices'
+secrets are gone too); only the result is durable.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+import time
+from collections.abc import Callable
+
+import grpc
+import numpy as np
+
+from fedsketch.common import secagg_wire as sw
+from fedsketch.common.pb import fedsketch_pb2 as pb
+from fedsketch.common.secagg import Aggregator, SecAggAbort, SecAggParams, modulus_bits
+from fedsketch.common.study import StudySpec
+
+ORDER = (pb.REGISTER, pb.ADVERTISE_KEYS, pb.SHARE_KEYS, pb.MASKED_INPUT, pb.UNMASK)
+
+
+class StageRefusal(Exception):
+    """A stage message or fetch refused with a gRPC status code."""
+
+    def __init__(self, code: grpc.StatusCode, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+class SecAggRound:
+    """One study's round. ``finish(total, devices, records)`` gets the unmasked integer sum
+    ((2, m) int64) when UNMASK closes; ``fail(reason)`` is called when the round aborts."""
+
+    def __init__(self, study_id: str, spec: StudySpec, keys: Callable[[str], bytes | None],
+                 finish: Callable[[np.ndarray, int, float], None],
+                 fail: Callable[[str], None]) -> None:
+        self.study_id = study_id
+        self.spec = spec
+        self.sa = spec.secure_aggregation
+        self._keys = keys
+        self._finish, self._fail = finish, fail
+        self._lock = threading.Lock()
+        self.stage = pb.REGISTER
+        self.deadline = time.time() + self.sa.stage_timeout
+        self._inbox: dict[int, dict[str, bytes]] = {s: {} for s in ORDER}
+        self._outbox: dict[str, bytes] = {}
+        self._shared_body: bytes | None = None
+        self._records: dict[str, float] = {}
+        self._aggregator: Aggregator | None = None
+        self._params: SecAggParams | None = None
+
+    @property
+    def finished(self) -> bool:
+        return self.stage == pb.FINISHED
+
+    def _expected(self) -> set[str] | None:
+        """Who must answer the open stage (None: anyone may register)."""
+        if self.stage == pb.REGISTER:
+            return None
+        return set(self._params.device_ids)
+
+    def receive(self, device_id: str, stage: int, body: bytes) -> bool:
+        """Store one stage message; True for an identical re-send. Closes the stage when full."""
+        with self._lock:
+            if stage != self.stage:
+                raise StageRefusal(grpc.StatusCode.FAILED_PRECONDITION,
+                                   f"stage {pb.Stage.Name(stage)} is not open (the study is at "
+                                   f"{pb.Stage.Name(self.stage)})")
+            inbox = self._inbox[stage]
+            if device_id in inbox:
+                if inbox[device_id] == body:
+                    return True
+                raise StageRefusal(grpc.StatusCode.ALREADY_EXISTS,
+                                   f"device {device_id} already sent a different {pb.Stage.Name(stage)}")
+            expected = self._expected()
+            if expected is not None and device_id not in expected:
+                raise StageRefusal(grpc.StatusCode.PERMISSION_DENIED,
+                                   f"device {device_id} is not in this round's roster")
+            if stage == pb.REGISTER:
+                self._register(device_id, body)
+            inbox[device_id] = body
+            full = (len(inbox) >= self.spec.min_devices if expected is None
+                    else set(inbox) >= expected)
+            if full:
+                self._advance()
+            return False
+
+    def _register(self, device_id: str, body: bytes) -> None:
+        obj = sw.load(body)
+        n = obj.get("n") if isinstance(obj, dict) else None
+        if not isinstance(n, int) or n < self.spec.min_records:
+            raise StageRefusal(grpc.StatusCode.INVALID_ARGUMENT,
+                               f"REGISTER needs an integer record count >= {self.spec.min_records}")
+        self._records[device_id] = float(n)
+
+    def fetch(self, device_id: str, stage: int) -> bytes:
+        """What the coordinator routes to ``device_id`` for the open ``stage``."""
+        with self._lock:
+            if stage != self.stage:
+                raise StageRefusal(grpc.StatusCode.FAILED_PRECONDITION,
+                                   f"stage {pb.Stage.Name(stage)} is not open (the study is at "
+                                   f"{pb.Stage.Name(self.stage)})")
+            if stage == pb.ADVERTISE_KEYS and self._shared_body is not None:
+                if device_id not in self._params.share_x:
+                    raise StageRefusal(grpc.StatusCode.PERMISSION_DENIED,
+                                       f"device {device_id} is not in this round's roster")
+                return self._shared_body
+            if device_id not in self._outbox:
+                raise StageRefusal(grpc.StatusCode.PERMISSION_DENIED,
+                                   f"nothing for device {device_id} at this stage (dropped?)")
+            return self._outbox[device_id]
+
+    def tick(self, now: float) -> None:
+        """Close the open stage if its timeout has passed."""
+        with self._lock:
+            if not self.finished and now >= self.deadline:
+                self._advance()
+
+    def _advance(self) -> None:
+        """Close the open stage (lock held) and open the next, or finish or fail the round."""
+        closing = self.stage
+        inbox = self._inbox[closing]
+        try:
+            if self.stage == pb.REGISTER:
+                self._open_round(inbox)
+            elif self.stage == pb.ADVERTISE_KEYS:
+                adverts = {u: sw.advert_from_json(sw.load(b)) for u, b in inbox.items()}
+                routed = self._aggregator.collect_adverts(adverts)
+                self._outbox = {u: sw.dump({v: sw.advert_to_json(a) for v, a in peers.items()})
+                                for u, peers in routed.items()}
+            elif self.stage == pb.SHARE_KEYS:
+                shares = {u: sw.bytes_map_from_json(sw.load(b)) for u, b in inbox.items()}
+                routed = self._aggregator.collect_shares(shares)
+                self._outbox = {u: sw.dump(sw.bytes_map_to_json(c)) for u, c in routed.items()}
+            elif self.stage == pb.MASKED_INPUT:
+                masked = {u: sw.masked_from_bytes(b, self._params.dim) for u, b in inbox.items()}
+                requests = self._aggregator.collect_masked(masked)
+                if len(requests) < self.sa.min_honest:
+                    raise SecAggAbort(f"only {len(requests)} masked inputs; the noise shares "
+                                      f"need min_honest = {self.sa.min_honest} submitters")
+                self._outbox = {u: sw.dump(sw.request_to_json(r)) for u, r in requests.items()}
+                self._survivors = sorted(requests)
+            else:
+                responses = {u: sw.unmask_from_json(sw.load(b)) for u, b in inbox.items()}
+                total = self._aggregator.collect_unmask(responses)
+                self.stage = pb.FINISHED
+                records = sum(self._records[u] for u in self._survivors)
+                m = self.spec.sketch.frequencies.m
+                self._finish(total.reshape(2, m), len(self._survivors), records)
+                return
+        except (SecAggAbort, ValueError) as exc:
+            self.stage = pb.FINISHED
+            self._fail(f"secure aggregation aborted at {pb.Stage.Name(closing)}: {exc}")
+            return
+        self.stage = ORDER[ORDER.index(closing) + 1]
+        self.deadline = time.time() + self.sa.stage_timeout
+
+    def _open_round(self, inbox: dict[str, bytes]) -> None:
+        roster = sorted(inbox)
+        if len(roster) < self.sa.threshold:
+            raise SecAggAbort(f"only {len(roster)} devices registered; threshold "
+                              f"{self.sa.threshold}")
+        records = sum(self._records[u] for u in roster)
+        if records > self.sa.max_records:
+            raise SecAggAbort(f"the registered devices hold {records:.0f} records, more than the "
+                              f"study's max_records {self.sa.max_records}")
+        keys = {u: self._keys(u) for u in roster}
+        dim = 2 * self.spec.sketch.frequencies.m
+        bits = modulus_bits(self.sa.max_records, self.spec.noise_param(), dim,
+                            shape=len(roster) / self.sa.min_honest)
+        seed = hashlib.sha256(b"fedsketch/secagg-graph/" + self.study_id.encode()).digest()
+        self._params = SecAggParams(self.study_id, tuple(roster), self.sa.threshold, bits, dim,
+                                    self.sa.degree, seed)
+        self._aggregator = Aggregator(self._params, keys)
+        self._shared_body = sw.dump(sw.params_to_json(self._params, keys, records))
