@@ -225,9 +225,6 @@ class Agent:
                 return self._masked_input(identity, study, session, inbox, out)
             else:
                 req = sw.request_from_json(sw.load(body))
-                if len(req.survivors) < session.spec.secure_aggregation.min_honest:
-                    raise SecAggAbort(f"only {len(req.survivors)} survivors: fewer than "
-                                      "min_honest noise shares would be unmasked")
                 shares = session.client.unmask(req.survivors, req.dropped)
                 reply = sw.dump(sw.unmask_to_json(shares))
         except (SecAggAbort, ValueError) as exc:

@@ -2,11 +2,12 @@
 
 Stages (``Study.stage``): REGISTER → ADVERTISE_KEYS → SHARE_KEYS → MASKED_INPUT → UNMASK. A
 stage closes as soon as every expected device has sent its message, or ``stage_timeout``
-seconds after it opened; devices that did not answer have dropped (Bonawitz et al. handle
-them). REGISTER admits up to ``min_devices`` devices, each declaring its record count n
-(public under replace-one); the round needs at least ``threshold`` of them and Σn ≤
-``max_records``. The modulus has the bits of :func:`fedsketch.common.secagg.modulus_bits` for
-N ≤ max_records, DLap(a) with a = exp(−ε/(4r)), and noise shape roster/h_min.
+seconds after it opened (REGISTER: after the first device registered); devices that did not
+answer have dropped (Bonawitz et al. handle them). REGISTER admits up to ``min_devices``
+devices, each declaring its record count n (public under replace-one); the round needs at least
+``threshold`` of them and Σn ≤ ``max_records``. The modulus has the bits of
+:func:`fedsketch.common.secagg.modulus_bits` for N ≤ max_records, DLap(a) with a =
+exp(−ε/(4r)), and noise shape roster/h_min.
 
 The coordinator learns only Σ_{u∈Y}(S_u + e_u) mod 2^B over the devices Y whose masked input
 arrived: their integer sums plus noise shares that add up to DLap(a) (or more, when
@@ -21,6 +22,7 @@ secrets are gone too); only the result is durable.
 from __future__ import annotations
 
 import hashlib
+import math
 import threading
 import time
 from collections.abc import Callable
@@ -58,7 +60,7 @@ class SecAggRound:
         self._finish, self._fail = finish, fail
         self._lock = threading.Lock()
         self.stage = pb.REGISTER
-        self.deadline = time.time() + self.sa.stage_timeout
+        self.deadline = math.inf  # REGISTER's clock starts with the first device
         self._inbox: dict[int, dict[str, bytes]] = {s: {} for s in ORDER}
         self._outbox: dict[str, bytes] = {}
         self._shared_body: bytes | None = None
@@ -71,10 +73,13 @@ class SecAggRound:
         return self.stage == pb.FINISHED
 
     def _expected(self) -> set[str] | None:
-        """Who must answer the open stage (None: anyone may register)."""
+        """Who must answer the open stage: the roster at ADVERTISE_KEYS, then the devices the
+        previous stage routed something to (None: anyone may register)."""
         if self.stage == pb.REGISTER:
             return None
-        return set(self._params.device_ids)
+        if self.stage == pb.ADVERTISE_KEYS:
+            return set(self._params.device_ids)
+        return set(self._outbox)
 
     def receive(self, device_id: str, stage: int, body: bytes) -> bool:
         """Store one stage message; True for an identical re-send. Closes the stage when full."""
@@ -95,6 +100,8 @@ class SecAggRound:
                                    f"device {device_id} is not in this round's roster")
             if stage == pb.REGISTER:
                 self._register(device_id, body)
+                if not inbox:
+                    self.deadline = time.time() + self.sa.stage_timeout
             inbox[device_id] = body
             full = (len(inbox) >= self.spec.min_devices if expected is None
                     else set(inbox) >= expected)
@@ -167,7 +174,10 @@ class SecAggRound:
                 return
         except (SecAggAbort, ValueError) as exc:
             self.stage = pb.FINISHED
-            self._fail(f"secure aggregation aborted at {pb.Stage.Name(closing)}: {exc}")
+            rejected = "" if self._aggregator is None else "; ".join(
+                f"{u}: {why}" for u, why in self._aggregator.rejected.items())
+            self._fail(f"secure aggregation aborted at {pb.Stage.Name(closing)}: {exc}"
+                       + (f" (rejected: {rejected})" if rejected else ""))
             return
         self.stage = ORDER[ORDER.index(closing) + 1]
         self.deadline = time.time() + self.sa.stage_timeout

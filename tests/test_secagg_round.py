@@ -1,0 +1,165 @@
+"""Secure aggregation as stages of a study over gRPC (TLS on loopback, real coordinator, real
+device agents): the unmasked sum, dropouts, aborts, refusals, and creation-time sizing."""
+
+from __future__ import annotations
+
+import time
+
+import grpc
+import numpy as np
+import pytest
+from conftest import META
+
+from fedsketch.common import secagg_wire as sw
+from fedsketch.common import signing
+from fedsketch.common.frequencies import FrequencySpec, draw_frequencies
+from fedsketch.common.pb import fedsketch_pb2 as pb
+from fedsketch.common.privacy import PrivacySpec
+from fedsketch.common.sketching import feature_sum
+from fedsketch.common.spec import SketchSpec
+from fedsketch.common.study import SecAggSpec, StudySpec
+from fedsketch.common.synthetic import gmm
+from fedsketch.server.evaluate import split
+
+
+def secure_spec(devices: int, epsilon: float = 1000.0, threshold: int | None = None,
+                min_honest: int | None = None, degree: int | None = None,
+                timeout: float = 1.5, max_records: int = 100_000) -> StudySpec:
+    sketch = SketchSpec(FrequencySpec(d=3, m=40, scale=1.5, seed=2), "quantized", 4,
+                        PrivacySpec(epsilon))
+    sa = SecAggSpec(threshold or devices // 2 + 1, min_honest or devices, max_records, degree,
+                    timeout)
+    return StudySpec.create("secure", sketch, 3, [-10.0] * 3, [10.0] * 3, min_devices=devices,
+                            replicates=1, secure_aggregation=sa)
+
+
+@pytest.fixture(scope="module")
+def parts():
+    x, _, _ = gmm(24_000, 3, 3, 3.0, seed=6)
+    return np.array_split(x, 8)
+
+
+def drive(coordinator_round, study_id, agents, silent=(), from_stage=pb.MASKED_INPUT,
+          timeout=60.0):
+    """Step the agents until the study closes; ``silent`` ones stop at ``from_stage``."""
+    stop = time.monotonic() + timeout
+    op = coordinator_round.operator()
+    while True:
+        s = op.ShowStudy(pb.StudyRef(study_id=study_id), metadata=META)
+        if s.state in (pb.DONE, pb.FAILED):
+            return s
+        assert time.monotonic() < stop, "the round did not finish"
+        for i, agent in enumerate(agents):
+            if i not in silent or s.stage < from_stage or s.stage == pb.REGISTER:
+                agent.step()
+        time.sleep(0.05)
+
+
+def spy_total(coordinator_round, study_id):
+    """Capture the unmasked integer sum the coordinator decodes."""
+    seen = {}
+    rnd = coordinator_round.coordinator.rounds[study_id]
+    finish = rnd._finish
+
+    def capture(total, devices, records):
+        seen.update(total=total.copy(), devices=devices, records=records)
+        finish(total, devices, records)
+
+    rnd._finish = capture
+    return seen
+
+
+def integer_sum(x: np.ndarray, spec: StudySpec) -> np.ndarray:
+    """The clean integer sum S of a device (r = m: no random mask)."""
+    freqs = draw_frequencies(spec.sketch.frequencies)
+    fs = feature_sum(split(x), freqs, "quantized", spec.sketch.r)
+    return np.stack([fs.re, fs.im])
+
+
+def test_unmasked_sum_is_the_plain_integer_sum(coordinator_round, parts):
+    sketch = SketchSpec(FrequencySpec(d=3, m=40, scale=1.5, seed=2), "quantized", 40,
+                        PrivacySpec(4000.0))  # a = e^{-25}: noise shares are 0 in practice
+    spec = StudySpec.create("exact", sketch, 3, [-10.0] * 3, [10.0] * 3, min_devices=6,
+                            replicates=1, secure_aggregation=SecAggSpec(4, 6, 100_000, None, 5.0))
+    study = coordinator_round.create(spec)
+    seen = spy_total(coordinator_round, study.study_id)
+    agents = [coordinator_round.agent(f"s{i}", parts[i], budget=1e5) for i in range(6)]
+    s = drive(coordinator_round, study.study_id, agents)
+    assert s.state == pb.DONE, s.detail
+    expected = sum(integer_sum(parts[i], spec) for i in range(6))
+    assert np.array_equal(seen["total"], expected)
+    assert seen["devices"] == 6 and seen["records"] == sum(p.shape[0] for p in parts[:6])
+    for agent in agents:
+        (spend,) = agent.ledger.spends()
+        assert spend.kind == "secagg_masked" and spend.acked_at is not None
+    assert coordinator_round.store.contributions(study.study_id) == []  # no plain sketches
+
+
+def test_dropouts_at_masked_input_complete_and_spend_only_for_submitters(coordinator_round,
+                                                                         parts):
+    study = coordinator_round.create(secure_spec(8, threshold=5, min_honest=6, degree=6))
+    agents = [coordinator_round.agent(f"d{i}", parts[i]) for i in range(8)]
+    s = drive(coordinator_round, study.study_id, agents, silent={1, 5})
+    assert s.state == pb.DONE, s.detail
+    res = coordinator_round.device_stub().GetResult(pb.StudyRef(study_id=study.study_id))
+    assert res.devices == 6
+    for i, agent in enumerate(agents):
+        assert len(agent.ledger.spends()) == (0 if i in {1, 5} else 1)
+
+
+def test_too_few_submitters_abort_and_release_nothing(coordinator_round, parts):
+    study = coordinator_round.create(secure_spec(6, threshold=4, min_honest=5))
+    agents = [coordinator_round.agent(f"f{i}", parts[i]) for i in range(6)]
+    s = drive(coordinator_round, study.study_id, agents, silent={0, 1})
+    assert s.state == pb.FAILED and "min_honest = 5" in s.detail
+    with pytest.raises(grpc.RpcError) as err:
+        coordinator_round.device_stub().GetResult(pb.StudyRef(study_id=study.study_id))
+    assert err.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+    assert [len(a.ledger.spends()) for a in agents] == [0, 0, 1, 1, 1, 1]
+
+
+def test_stage_refusals(coordinator_round, parts):
+    study = coordinator_round.create(secure_spec(3, timeout=60))
+    agent = coordinator_round.agent("r", parts[0])
+    ident = agent.ledger.identity()
+
+    def message(stage, body, key=None):
+        digest = sw.message_digest(study.study_id, ident.device_id, stage, body)
+        return pb.SecAggMessage(study_id=study.study_id, device_id=ident.device_id, stage=stage,
+                                body=body, signature=signing.sign(key or ident.private_key,
+                                                                  digest))
+
+    cases = [
+        (message(pb.REGISTER, b'{"n":5}', key=signing.new_private_key()),
+         grpc.StatusCode.UNAUTHENTICATED),
+        (message(pb.SHARE_KEYS, b"{}"), grpc.StatusCode.FAILED_PRECONDITION),
+        (message(pb.REGISTER, b'{"n":0.5}'), grpc.StatusCode.INVALID_ARGUMENT),
+    ]
+    for msg, code in cases:
+        with pytest.raises(grpc.RpcError) as err:
+            agent.stub.SecAggSend(msg, timeout=10)
+        assert err.value.code() == code
+    assert not agent.stub.SecAggSend(message(pb.REGISTER, b'{"n":3000}')).duplicate
+    assert agent.stub.SecAggSend(message(pb.REGISTER, b'{"n":3000}')).duplicate
+    with pytest.raises(grpc.RpcError) as err:
+        agent.stub.SecAggSend(message(pb.REGISTER, b'{"n":2999}'))
+    assert err.value.code() == grpc.StatusCode.ALREADY_EXISTS
+    with pytest.raises(grpc.RpcError) as err:  # plain contributions are refused
+        agent.stub.Submit(pb.Contribution(study_id=study.study_id, device_id=ident.device_id),
+                          timeout=10)
+    assert err.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+
+
+@pytest.mark.parametrize(("change", "words"), [
+    ({"max_records": 10**19}, "62"),
+    ({"feature": "complex"}, "quantized map"),
+    ({"threshold": 4, "degree": 2}, "exceeds a neighbourhood"),
+])
+def test_unusable_secure_studies_are_refused_at_creation(change, words):
+    sa = {"threshold": 3, "min_honest": 4, "max_records": 10**6, "degree": None}
+    feature = change.pop("feature", "quantized")
+    sa.update(change)
+    sketch = SketchSpec(FrequencySpec(d=3, m=40, scale=1.5), feature, 4, PrivacySpec(1.0))
+    with pytest.raises(ValueError, match=words):
+        StudySpec.create("x", sketch, 3, [-1.0] * 3, [1.0] * 3, min_devices=4,
+                         secure_aggregation=SecAggSpec(**sa))
