@@ -67,6 +67,8 @@ class SecAggRound:
         self._records: dict[str, float] = {}
         self._aggregator: Aggregator | None = None
         self._params: SecAggParams | None = None
+        #: Wall seconds the coordinator spent closing each stage (routing, unmasking).
+        self.stage_seconds: dict[str, float] = {}
 
     @property
     def finished(self) -> bool:
@@ -144,6 +146,7 @@ class SecAggRound:
         """Close the open stage (lock held) and open the next, or finish or fail the round."""
         closing = self.stage
         inbox = self._inbox[closing]
+        started = time.perf_counter()
         try:
             if self.stage == pb.REGISTER:
                 self._open_round(inbox)
@@ -168,6 +171,7 @@ class SecAggRound:
                 responses = {u: sw.unmask_from_json(sw.load(b)) for u, b in inbox.items()}
                 total = self._aggregator.collect_unmask(responses)
                 self.stage = pb.FINISHED
+                self.stage_seconds[pb.Stage.Name(closing)] = time.perf_counter() - started
                 records = sum(self._records[u] for u in self._survivors)
                 m = self.spec.sketch.frequencies.m
                 self._finish(total.reshape(2, m), len(self._survivors), records)
@@ -179,6 +183,7 @@ class SecAggRound:
             self._fail(f"secure aggregation aborted at {pb.Stage.Name(closing)}: {exc}"
                        + (f" (rejected: {rejected})" if rejected else ""))
             return
+        self.stage_seconds[pb.Stage.Name(closing)] = time.perf_counter() - started
         self.stage = ORDER[ORDER.index(closing) + 1]
         self.deadline = time.time() + self.sa.stage_timeout
 

@@ -206,8 +206,27 @@ def _processes(target: str, ca: Path, folder: Path, tokens: list[str], x: np.nda
             raise RuntimeError(f"device process {i} exited with {p.returncode}: {stderr[-500:]}")
 
 
-def run_simulation(cfg: SimConfig, console: Console | None = None) -> dict:
-    """Run one simulated study end to end; a JSON-ready report (see the module docstring)."""
+@dataclass(frozen=True)
+class Pooled:
+    """The pooled records of a simulation and their k-means reference SSE/n (computed once,
+    reusable across runs that differ only in the round's settings)."""
+
+    x: np.ndarray
+    labels: np.ndarray
+    kmeans_sse_per_n: float
+
+
+def pooled_data(cfg: SimConfig) -> Pooled:
+    """Paper 004's data for ``cfg`` and the SSE/n of KMeans (k-means++, n_init = 3) on it."""
+    x, labels, _ = gmm(cfg.records, cfg.k, cfg.d, cfg.separation, cfg.seed)
+    return Pooled(x, labels, sse_per_n(split(x), kmeans_reference(x, cfg.k, cfg.seed)))
+
+
+def run_simulation(cfg: SimConfig, console: Console | None = None,
+                   data: Pooled | None = None) -> dict:
+    """Run one simulated study end to end; a JSON-ready report (see the module docstring).
+    ``data`` (from :func:`pooled_data` with the same records, k, d and seed) skips making the
+    data and the reference."""
     if cfg.feature not in FEATURES:
         raise ValueError(f"unknown feature map {cfg.feature!r}")
     if cfg.devices < 1 or cfg.records < cfg.devices:
@@ -215,9 +234,12 @@ def run_simulation(cfg: SimConfig, console: Console | None = None) -> dict:
     spec = _study_spec(cfg)  # validates every parameter before any work
     seconds: dict[str, float] = {}
     t = time.perf_counter()
-    x, labels, _ = gmm(cfg.records, cfg.k, cfg.d, cfg.separation, cfg.seed)
-    parts = split_records(labels, cfg.devices, cfg.partition, np.random.default_rng(cfg.seed))
-    seconds["data"] = time.perf_counter() - t
+    if data is None:
+        data = pooled_data(cfg)
+        seconds["data_and_kmeans_reference"] = time.perf_counter() - t
+    x = data.x
+    parts = split_records(data.labels, cfg.devices, cfg.partition,
+                          np.random.default_rng(cfg.seed))
     with tempfile.TemporaryDirectory(prefix="fedsketch-sim-") as tmp, ExitStack() as stack:
         folder = Path(tmp)
         t = time.perf_counter()
@@ -270,9 +292,7 @@ def run_simulation(cfg: SimConfig, console: Console | None = None) -> dict:
         res = pb_grpc.DeviceStub(op_channel).GetResult(pb.StudyRef(study_id=study.study_id))
         seconds["decode"] = time.perf_counter() - t
     centroids = np.asarray(res.centroids).reshape(res.k, res.d)
-    t = time.perf_counter()
-    ref = sse_per_n(split(x), kmeans_reference(x, cfg.k, cfg.seed))
-    seconds["kmeans_reference"] = time.perf_counter() - t
+    ref = data.kmeans_sse_per_n
     sse = sse_per_n(split(x), centroids)
     return {
         "relative_sse": sse / ref,

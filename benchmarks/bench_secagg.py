@@ -1,0 +1,187 @@
+"""Secure aggregation against per-device (local) noise, and what it costs.
+
+utility: paper 004's data (k = d = 10, separation 2.5), L = 100 in-process devices over TLS,
+    N = 10^7, m = 10kd, ``quantized``, r = 1, replace-one, ε per device on a grid; secure
+    aggregation (full graph, h_min = L: one central DLap draw) against the local-noise mode
+    (each device adds its own DLap: L draws). The data and the KMeans reference (n_init = 3)
+    are made once per seed and shared by every run. Prints medians over seeds, the ε at which
+    each mode crosses relative SSE 1.2 (log-linear interpolation), and writes a plot.
+cost: m = 1000, N = 10^3 records per device, L = 100 and L = 1000, sparse SecAgg+ graph of
+    degree ⌈3·log2 L⌉ (and the full graph at L = 100): per-device CPU seconds of its own thread
+    (sketching, noise, masks, crypto; median over devices), bytes each device sends (median),
+    and the coordinator's seconds to close each stage.
+
+Usage: python benchmarks/bench_secagg.py utility [--seeds 5] | cost
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import math
+import statistics
+import tempfile
+import time
+from contextlib import ExitStack
+from pathlib import Path
+
+import numpy as np
+
+from fedsketch.common.pb import fedsketch_pb2 as pb
+from fedsketch.common.pb import fedsketch_pb2_grpc as pb_grpc
+from fedsketch.common.tls import init_certs, secure_channel, server_credentials
+from fedsketch.server.coordinator import build_server
+from fedsketch.server.simulate import (
+    SimConfig,
+    _agents,
+    _study_spec,
+    pooled_data,
+    run_simulation,
+    split_records,
+)
+from fedsketch.server.store import Store
+
+OUT = Path(__file__).resolve().parent / "out"
+SECURE_EPS = (0.002, 0.005, 0.01, 0.02)
+LOCAL_EPS = (0.01, 0.02, 0.05, 0.1, 0.2)
+TOKEN = "bench-operator"
+
+
+def crossing(eps: list[float], rel: list[float], level: float = 1.2) -> float | None:
+    """Smallest ε where the median relative SSE falls to ``level`` (log-linear interpolation)."""
+    pts = sorted(zip(eps, rel, strict=True))
+    for (e0, r0), (e1, r1) in zip(pts, pts[1:], strict=False):
+        if r0 > level >= r1:
+            t = (r0 - level) / (r0 - r1)
+            return math.exp(math.log(e0) + t * (math.log(e1) - math.log(e0)))
+    return pts[0][0] if pts and pts[0][1] <= level else None
+
+
+def utility(seeds: int) -> None:
+    base = dict(devices=100, records=10_000_000, m=1000, feature="quantized", r=1)
+    results: dict[tuple[str, float], list[float]] = {}
+    for seed in range(seeds):
+        data = pooled_data(SimConfig(**base, seed=seed))
+        for mode, grid in (("secure", SECURE_EPS), ("local", LOCAL_EPS)):
+            for eps in grid:
+                cfg = SimConfig(**base, seed=seed, epsilon=eps,
+                                secure_aggregation=mode == "secure", stage_timeout=120)
+                rel = run_simulation(cfg, data=data)["relative_sse"]
+                results.setdefault((mode, eps), []).append(rel)
+                print(f"seed {seed} {mode} ε = {eps:g}: relative SSE {rel:.4f}", flush=True)
+    print(f"\n| mode (L = 100, N = 10^7, quantized, r = 1; {seeds} seeds) | ε per device | "
+          "median relative SSE | min | max |")
+    print("|---|---|---|---|---|")
+    medians = {}
+    for (mode, eps), vals in sorted(results.items()):
+        medians.setdefault(mode, ([], []))
+        medians[mode][0].append(eps)
+        medians[mode][1].append(statistics.median(vals))
+        print(f"| {mode} | {eps:g} | {statistics.median(vals):.4f} | {min(vals):.4f} | "
+              f"{max(vals):.4f} |")
+    for mode, (eps, rel) in medians.items():
+        cross = crossing(eps, rel)
+        print(f"{mode}: ε for relative SSE 1.2 ≈ {cross:.3g}" if cross else
+              f"{mode}: does not reach 1.2 on the grid")
+    plot(medians, OUT / "secagg_utility.png")
+
+
+def plot(medians: dict, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    OUT.mkdir(exist_ok=True)
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for mode, (eps, rel) in medians.items():
+        ax.plot(eps, rel, marker="o", label={"secure": "secure aggregation (one DLap)",
+                                             "local": "local noise (L DLap draws)"}[mode])
+    ax.axhline(1.2, color="grey", ls="--", lw=0.8)
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("ε per device")
+    ax.set_ylabel("relative SSE (median)")
+    ax.set_title("L = 100 devices, N = 10^7, quantized, m = 10kd, r = 1")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    print(f"wrote {path}")
+
+
+def cost_once(devices: int, degree: int | None) -> dict:
+    """One secure round with thread-CPU accounting per device (in-process devices)."""
+    cfg = SimConfig(devices=devices, records=1000 * devices, m=1000, feature="quantized", r=1,
+                    epsilon=1.0, secure_aggregation=True, degree=degree, stage_timeout=600)
+    spec = _study_spec(cfg)
+    data = pooled_data(cfg)
+    parts = split_records(data.labels, devices, "iid", np.random.default_rng(0))
+    with tempfile.TemporaryDirectory() as tmp, ExitStack() as stack:
+        folder = Path(tmp)
+        certs = init_certs(folder / "certs", ["localhost"])
+        store = Store(folder / "c.db")
+        stack.callback(store.close)
+        server, coordinator, port = build_server(
+            store, hashlib.sha256(TOKEN.encode()).hexdigest(), "127.0.0.1:0",
+            server_credentials(certs.server_cert, certs.server_key))
+        stack.callback(coordinator.stop)
+        stack.callback(lambda: server.stop(None).wait())
+        target = f"localhost:{port}"
+        channel = secure_channel(target, certs.ca_cert)
+        stack.callback(channel.close)
+        op = pb_grpc.OperatorStub(channel)
+        meta = (("authorization", f"Bearer {TOKEN}"),)
+        tokens = list(op.IssueTokens(pb.IssueTokensRequest(count=devices), metadata=meta).tokens)
+        study = op.CreateStudy(pb.CreateStudyRequest(spec_json=spec.to_json()), metadata=meta)
+        agents = _agents(stack, target, certs.ca_cert, folder, tokens, data.x, parts, 1.0)
+        cpu = [0.0] * devices
+        t = time.perf_counter()
+        while op.ShowStudy(pb.StudyRef(study_id=study.study_id), metadata=meta).state not in (
+                pb.DONE, pb.FAILED):
+            for i, agent in enumerate(agents):
+                c = time.thread_time()
+                agent.step()
+                cpu[i] += time.thread_time() - c
+        wall = time.perf_counter() - t
+        state = op.ShowStudy(pb.StudyRef(study_id=study.study_id), metadata=meta)
+        return {"devices": devices, "degree": degree, "state": pb.StudyState.Name(state.state),
+                "device_cpu_s": statistics.median(cpu),
+                "device_bytes": statistics.median(a.bytes_sent for a in agents),
+                "coordinator_s": coordinator.rounds[study.study_id].stage_seconds, "wall_s": wall}
+
+
+def cost() -> None:
+    rows = []
+    for devices, degree in ((100, None), (100, math.ceil(3 * math.log2(100))),
+                            (1000, math.ceil(3 * math.log2(1000)))):
+        r = cost_once(devices, degree)
+        rows.append(r)
+        print(r, flush=True)
+    print("\n| L | graph | state | per-device CPU s (median) | bytes sent per device (median) | "
+          "coordinator s per stage | round wall s |")
+    print("|---|---|---|---|---|---|---|")
+    for r in rows:
+        stages = ", ".join(f"{k.lower()} {v:.2f}" for k, v in r["coordinator_s"].items())
+        graph = "full" if r["degree"] is None else f"degree {r['degree']}"
+        print(f"| {r['devices']} | {graph} | "
+              f"{r['state']} | {r['device_cpu_s']:.3f} | {r['device_bytes']:,.0f} | {stages} | "
+              f"{r['wall_s']:.1f} |")
+    sparse = [r for r in rows if r["degree"] is not None]
+    growth = sparse[1]["device_cpu_s"] / sparse[0]["device_cpu_s"]
+    print(f"\nsparse graph: per-device CPU grows {growth:.2f}x from L = 100 to L = 1000")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("part", choices=("utility", "cost"))
+    ap.add_argument("--seeds", type=int, default=5)
+    args = ap.parse_args()
+    if args.part == "utility":
+        utility(args.seeds)
+    else:
+        cost()
+
+
+if __name__ == "__main__":
+    main()
