@@ -1,0 +1,87 @@
+"""``fedsketch compare``: small end-to-end runs of each family, the JSON rows, the plot, and
+one-line refusals of bad input."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from fedsketch.server.cli import app
+
+runner = CliRunner()
+ROW_KEYS = {"method", "epsilon", "metric", "median", "q1", "q3", "seconds"}
+
+
+def run_json(*args: str) -> list[dict]:
+    res = runner.invoke(app, ["compare", *args, "--json", "--quiet"])
+    assert res.exit_code == 0, res.output
+    return json.loads(res.stdout)
+
+
+@pytest.mark.slow
+def test_kmeans_family_rows_and_plot(tmp_path):
+    png = tmp_path / "k.png"
+    rows = run_json("kmeans", "--synthetic", "gmm", "--n", "20000", "--d", "3", "--k", "3",
+                    "--epsilons", "0.5,5", "--trials", "2", "--plot", str(png))
+    assert all(set(r) == ROW_KEYS for r in rows)
+    got = {(r["method"], r["epsilon"]) for r in rows}
+    names = {"kmeans", "ckm", "ckm-quantized", "dplloyd", "dplloyd-su", "white", "colored"}
+    assert got == {(m, e) for m in names for e in (0.5, 5.0)}
+    by = {(r["method"], r["epsilon"]): r for r in rows}
+    assert by[("kmeans", 5.0)]["median"] == pytest.approx(1.0, abs=0.02)
+    assert all(r["q1"] <= r["median"] <= r["q3"] for r in rows)
+    assert by[("ckm", 5.0)]["median"] < 1.3 and by[("dplloyd-su", 5.0)]["median"] < 1.3
+    assert png.stat().st_size > 10_000 and png.read_bytes()[:4] == b"\x89PNG"
+
+
+def test_pca_family_orders_the_methods():
+    rows = run_json("pca", "--synthetic", "spectrum", "--n", "5000", "--d", "10", "--k", "2",
+                    "--epsilons", "2", "--trials", "2", "--methods", "pca,random,mod-sulq")
+    med = {r["method"]: r["median"] for r in rows if r["metric"] == "q_F"}
+    assert med["pca"] >= med["mod-sulq"] > med["random"]
+
+
+@pytest.mark.slow
+def test_subspace_family_reports_cost_and_distance():
+    rows = run_json("subspace", "--synthetic", "subspaces", "--n", "600", "--d", "6", "--k", "2",
+                    "--q", "2", "--epsilons", "10", "--trials", "1",
+                    "--methods", "kplane,sample-aggregate")
+    assert {r["metric"] for r in rows} == {"cost", "d_W"}
+    ref = next(r for r in rows if r["method"] == "kplane" and r["metric"] == "d_W")
+    assert ref["median"] < 0.5  # the non-private solution finds the true subspaces
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["kmeans", "--synthetic", "gmm", "--epsilons", "0"], "every ε must be > 0"),
+    (["kmeans", "--synthetic", "gmm", "--epsilons", "-1,1"], "every ε must be > 0"),
+    (["kmeans", "--synthetic", "gmm", "--delta", "1.5"], "delta must be in (0, 1)"),
+    (["kmeans", "--synthetic", "gmm", "--delta", "0"], "delta must be in (0, 1)"),
+    (["kmeans", "--synthetic", "gmm", "--n", "5", "--k", "10"], "n must be ≥ k"),
+    (["kmeans", "--synthetic", "gmm", "--bounds", "3:-3"], "lo < hi"),
+    (["subspace", "--synthetic", "subspaces", "--d", "3", "--q", "3"], "q"),
+    (["kmeans", "--synthetic", "spectrum"], "synthetic set is 'gmm'"),
+    (["kmeans"], "exactly one of --data and --synthetic"),
+    (["kmeans", "--synthetic", "gmm", "--methods", "kmeans,magic"], "unknown kmeans method"),
+    (["clustering", "--synthetic", "gmm"], "unknown family"),
+])
+def test_bad_arguments_get_one_line(args, message):
+    res = runner.invoke(app, ["compare", *args, "--n", "2000", "--quiet"]
+                        if "--n" not in args else ["compare", *args, "--quiet"])
+    assert res.exit_code == 1, res.output
+    assert res.output.startswith("error:") and message in res.output
+    assert res.output.count("\n") == 1
+
+
+def test_data_file_needs_a_box_and_strict_refuses_outliers(tmp_path):
+    x = np.random.default_rng(0).normal(0, 1, (500, 2))
+    x[0] = [50.0, 0.0]
+    path = tmp_path / "x.npy"
+    np.save(path, x)
+    res = runner.invoke(app, ["compare", "kmeans", "--data", str(path), "--k", "2", "--quiet"])
+    assert res.exit_code == 1 and "--bounds" in res.output
+    res = runner.invoke(app, ["compare", "kmeans", "--data", str(path), "--k", "2", "--bounds",
+                              "-5:5", "--methods", "dplloyd", "--strict", "--quiet"])
+    assert res.exit_code == 1 and "outside the public box" in res.output
