@@ -1,0 +1,79 @@
+"""Reproductions behind ``fedsketch compare`` (plots in benchmarks/plots/, tables for RESULTS.md).
+
+pca       paper 003 Fig. 2: n = 5000, d = 10, k = 2, the listed eigenvalues, α = ε from 0.1
+          to 2; q_F of PCA, MOD-SULQ (δ = 0.05), PPCA and a random subspace. Rows are bounded
+          by R = 3 (no row is clipped; q_F is then in units of R²).
+subspace  paper 001 Fig. 2 (middle column): n = 1000, d = 10, k = 3, q = 3, σ = 0.1; k-means
+          subspace cost and d_W of k-plane, the Gibbs sampler, sample-and-aggregate and SuLQ;
+          then SuLQ at d = 5 against d = 20.
+kmeans    paper 004 Fig. 1 at n = 10^6 (k = d = 10, separation 2.5): relative SSE of CKM,
+          CKM quantized, DPLloyd, DPLloyd + Su, white and colored Gaussian centroids.
+
+Usage: python benchmarks/bench_compare.py pca|subspace|kmeans [--trials T]
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from pathlib import Path
+
+import numpy as np
+
+from fedsketch.server.compare import compare, plot, synthetic
+from fedsketch.server.mechanism import Task
+
+PLOTS = Path(__file__).resolve().parent / "plots"
+
+
+def table(rows, title: str) -> None:
+    print(f"\n{title}\n\n| method | ε | metric | median | q1 | q3 | seconds |\n|---|---|---|---|---|---|---|")
+    for r in rows:
+        print(f"| {r.method} | {r.epsilon:g} | {r.metric} | {r.median:.4g} | {r.q1:.4g} | "
+              f"{r.q3:.4g} | {r.seconds:.2f} |")
+
+
+def run(family: str, n: int, d: int, k: int, eps: list[float], names: list[str], trials: int,
+        png: str, title: str, q: int = 1, noise: float = 0.1, norm_bound: float = 1.0,
+        delta: float = 1e-6, box: float | None = None) -> list:
+    data = synthetic(family, n, d, k, q, noise, seed=0)
+    lo = hi = None
+    if box is not None:
+        lo, hi = np.full(d, -box), np.full(d, box)
+    base = Task(data.x, k, eps[0], delta, lo, hi, norm_bound, q, "replace_one", False,
+                np.random.default_rng(0))
+    t = time.perf_counter()
+    rows = compare(family, data, base, eps, names, trials)
+    print(f"{title}: {time.perf_counter() - t:.0f} s", flush=True)
+    PLOTS.mkdir(exist_ok=True)
+    plot(rows, str(PLOTS / png), title)
+    table(rows, title)
+    return rows
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("part", choices=("pca", "subspace", "kmeans"))
+    ap.add_argument("--trials", type=int, default=5)
+    args = ap.parse_args()
+    if args.part == "pca":
+        run("pca", 5000, 10, 2, [0.1, 0.2, 0.5, 1.0, 2.0], ["pca", "mod-sulq", "ppca", "random"],
+            args.trials, "pca_fig2.png", "paper 003 Fig. 2: n = 5000, d = 10, k = 2",
+            norm_bound=3.0, delta=0.05)
+    elif args.part == "subspace":
+        run("subspace", 1000, 10, 3, [0.1, 1.0, 10.0, 100.0],
+            ["kplane", "gibbs", "sample-aggregate", "sulq-kplane"], args.trials,
+            "subspace_fig2.png", "paper 001 Fig. 2: n = 1000, d = 10, k = 3, q = 3, σ = 0.1",
+            q=3, delta=1e-3)
+        for d in (5, 20):
+            run("subspace", 1000, d, 3, [1.0, 10.0, 100.0], ["kplane", "sulq-kplane"],
+                args.trials, f"subspace_sulq_d{d}.png", f"SuLQ k-plane, d = {d}", q=3,
+                delta=1e-3)
+    else:
+        run("kmeans", 1_000_000, 10, 10, [0.001, 0.003, 0.01, 0.03, 0.1, 1.0],
+            ["ckm", "ckm-quantized", "dplloyd", "dplloyd-su", "white", "colored"], args.trials,
+            "kmeans_fig1.png", "paper 004 Fig. 1: n = 10^6, k = d = 10", box=15.0, delta=1e-6)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,345 @@
+"""The k-means family of ``fedsketch compare``: budget splits and traces against their formulas,
+noise scales measured over many draws, empty clusters, clipping, colored-noise constraints, and
+utility against the non-private reference on paper 004's Gaussian mixtures."""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import json
+import math
+
+import numpy as np
+import pytest
+
+from fedsketch.common.calibration import gamma_mahalanobis, gauss_sigma_analytic
+from fedsketch.common.synthetic import gmm
+from fedsketch.server import kmeans_private as kp
+from fedsketch.server.evaluate import kmeans_reference as sklearn_reference
+from fedsketch.server.evaluate import sse_per_n
+from fedsketch.server.mechanism import Task
+
+RELATIONS = ("add_remove", "replace_one")
+FACTOR = {"add_remove": 1, "replace_one": 2}
+PRIVATE = ("dplloyd", "dplloyd-su", "white", "colored")
+
+
+def _box_task(x: np.ndarray, k: int, epsilon: float, half: float | np.ndarray, seed: int = 0,
+              **kw) -> Task:
+    d = x.shape[1]
+    h = np.broadcast_to(np.asarray(half, dtype=np.float64), (d,))
+    return Task(x, k, epsilon, lo=-h.copy(), hi=h.copy(), rng=np.random.default_rng(seed), **kw)
+
+
+def _blobs(n: int, d: int, k: int, seed: int = 0) -> np.ndarray:
+    """k tight blobs well inside [−5, 5]^d."""
+    rng = np.random.default_rng(seed)
+    centres = rng.uniform(-3.0, 3.0, (k, d))
+    return centres[rng.integers(0, k, n)] + 0.3 * rng.standard_normal((n, d))
+
+
+# --- budget splits and traces -----------------------------------------------------------------
+
+
+def test_classical_split_sums_to_eps_t_with_one_shared_scale():
+    h = np.array([0.5, 2.0, 7.0])
+    eps_count, eps_dims = kp.classical_split(0.3, h)
+    assert math.isclose(eps_count + eps_dims.sum(), 0.3, rel_tol=1e-12)
+    shared = (1.0 + h.sum()) / 0.3  # §5.2: b = (1 + Σh)/ε_t on every count and sum coordinate
+    assert math.isclose(1.0 / eps_count, shared, rel_tol=1e-12)
+    np.testing.assert_allclose(h / eps_dims, shared, rtol=1e-12)
+
+
+@pytest.mark.parametrize("d", [2, 5, 10, 100])
+def test_su_split_gives_the_count_the_cube_root_factor(d):
+    eps_count, eps_dim = kp.su_split(0.7, d)
+    c_rho = (4 * d * 0.225**2) ** (1 / 3)
+    assert math.isclose(eps_count + d * eps_dim, 0.7, rel_tol=1e-12)
+    assert math.isclose(eps_count / eps_dim, c_rho, rel_tol=1e-12)
+    # diffprivlib's inverted split (§6.3) would give the per-coordinate share c_ρ·ε_t/(d + c_ρ)
+    assert not math.isclose(eps_dim, c_rho * 0.7 / (d + c_rho), rel_tol=1e-3)
+
+
+@pytest.mark.parametrize("relation", RELATIONS)
+def test_dplloyd_budget_spends_eps_over_t_per_iteration(relation):
+    h = np.array([1.0, 3.0])
+    trace = kp.dplloyd_budget(2.0, relation, h, 4)
+    assert len(trace.iterations) == 4 and trace.count_epsilon == 0.0
+    for it in trace.iterations:
+        assert math.isclose(it.epsilon, 0.5, rel_tol=1e-12)
+        # each share is an add/remove ε: under replace-one the iteration is calibrated to ε_t/2
+        assert math.isclose(it.eps_count + sum(it.eps_dims), 0.5 / FACTOR[relation], rel_tol=1e-12)
+    assert math.isclose(trace.total, 2.0, rel_tol=1e-12)
+
+
+@pytest.mark.parametrize(("relation", "n", "expected_t"), [
+    ("add_remove", 100_000, 3), ("replace_one", 100_000, 2), ("add_remove", 10**7, 7),
+    ("replace_one", 10**7, 7), ("replace_one", 100, 2)])
+def test_su_budget_iteration_rule_and_totals(relation, n, expected_t):
+    # k = d = 10: ε_m = sqrt(500·k³(d + c_ρ)³)/n = 0.26736 at n = 1e5; the iterations get
+    # 0.95ε (add/remove, 5 % buys the noisy n) or ε, and the rule sees that over the factor
+    trace = kp.su_budget(1.0, relation, n, 10, 10)
+    assert len(trace.iterations) == expected_t
+    count_eps = 0.05 if relation == "add_remove" else 0.0
+    assert trace.count_epsilon == count_eps
+    for it in trace.iterations:
+        assert math.isclose(it.epsilon, (1.0 - count_eps) / expected_t, rel_tol=1e-12)
+        assert math.isclose(it.eps_count / it.eps_dims[0], (40 * 0.225**2) ** (1 / 3), rel_tol=1e-12)
+    assert math.isclose(trace.total, 1.0, rel_tol=1e-12)
+
+
+@pytest.mark.parametrize("relation", RELATIONS)
+@pytest.mark.parametrize("method", ["dplloyd", "dplloyd-su"])
+def test_runs_spend_what_their_trace_says(monkeypatch, relation, method):
+    """The noise actually drawn in a run uses the trace's shares, and the trace sums to ε."""
+    calls = []
+    original = kp.noisy_cluster_stats
+
+    def spy(x, c, h, eps_count, eps_dims):
+        calls.append(eps_count + float(np.sum(eps_dims)))
+        return original(x, c, h, eps_count, eps_dims)
+
+    monkeypatch.setattr(kp, "noisy_cluster_stats", spy)
+    x = _blobs(2000, 3, 3)
+    out = kp.METHODS[method](_box_task(x, 3, 0.8, 5.0, neighbouring=relation))
+    trace = json.loads(out.notes)["budget_trace"]
+    assert (out.epsilon, out.delta, out.kind, out.neighbouring) == (0.8, 0.0, "pure", relation)
+    assert math.isclose(trace["total"], 0.8, rel_tol=1e-12)
+    assert len(calls) == len(trace["iterations"])
+    per_iteration = (0.8 - trace["count_epsilon"]) / len(calls)
+    np.testing.assert_allclose(calls, per_iteration / FACTOR[relation], rtol=1e-12)
+
+
+def test_su_noisy_count_only_under_add_remove():
+    x = _blobs(3000, 2, 3)
+    exact = json.loads(kp.dplloyd_su(_box_task(x, 3, 1.0, 5.0)).notes)
+    assert exact["n_public"] == 3000.0
+    noisy = json.loads(kp.dplloyd_su(_box_task(x, 3, 1.0, 5.0, neighbouring="add_remove")).notes)
+    assert noisy["n_public"] != 3000.0 and abs(noisy["n_public"] - 3000.0) < 20.0 * 25  # Lap(20)
+
+
+# --- noise scales -------------------------------------------------------------------------------
+
+
+def _exact_stats(x: np.ndarray, c: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    labels = ((x[:, None, :] - c[None, :, :]) ** 2).sum(axis=2).argmin(axis=1)
+    counts = np.bincount(labels, minlength=c.shape[0]).astype(float)
+    sums = np.array([x[labels == j].sum(axis=0) for j in range(c.shape[0])])
+    return counts, sums
+
+
+def _measured_scales(it: kp.IterationBudget, h: np.ndarray, draws: int) -> tuple[float, np.ndarray]:
+    """Mean |noise| (= the Laplace scale b) of the count and of each sum coordinate, over
+    ``draws`` releases of 40 clusters (most of them empty) on fixed data."""
+    rng = np.random.default_rng(3)
+    x = rng.uniform(-h, h, (150, h.size))
+    c = rng.uniform(-h, h, (40, h.size))
+    counts, sums = _exact_stats(x, c)
+    dc, ds = [], []
+    for _ in range(draws):
+        nc, ns = kp.noisy_cluster_stats(x, c, h, it.eps_count, np.array(it.eps_dims))
+        dc.append(nc - counts)
+        ds.append(ns - sums)
+    return float(np.abs(dc).mean()), np.abs(np.array(ds)).mean(axis=(0, 1))
+
+
+@pytest.mark.parametrize("relation", RELATIONS)
+def test_dplloyd_laplace_scale_matches_formula(relation):
+    h = np.array([1.0, 2.0, 5.0])
+    it = kp.dplloyd_budget(1.0, relation, h, 5).iterations[0]
+    b_count, b_dims = _measured_scales(it, h, 600)
+    expected = FACTOR[relation] * 5 * (1.0 + h.sum()) / 1.0  # §5.2: (d·h + 1)·T/ε, doubled
+    assert b_count == pytest.approx(expected, rel=0.03)
+    np.testing.assert_allclose(b_dims, expected, rtol=0.03)
+
+
+@pytest.mark.parametrize("relation", RELATIONS)
+def test_su_laplace_scales_match_formula(relation):
+    h = np.array([1.0, 2.0, 5.0])
+    trace = kp.su_budget(2.0, relation, 10**6, 4, 3)
+    t = len(trace.iterations)
+    eps_iter = 2.0 * (0.95 if relation == "add_remove" else 1.0)
+    c_rho = (12 * 0.225**2) ** (1 / 3)
+    b_count, b_dims = _measured_scales(trace.iterations[0], h, 600)
+    f = FACTOR[relation]
+    assert b_count == pytest.approx(f * t * (3 + c_rho) / (c_rho * eps_iter), rel=0.03)
+    np.testing.assert_allclose(b_dims, f * t * h * (3 + c_rho) / eps_iter, rtol=0.03)
+
+
+def _local_rows(x, labels, c, lo, hi, relation):
+    """Every local difference of the fixed-assignment model, recomputed here from §7.1 and the
+    module's stated relation rules (removal rows, box-corner addition rows)."""
+    corners = np.array(list(itertools.product(*zip(lo, hi, strict=True))))
+    rows = []
+    for j in range(c.shape[0]):
+        xj = x[labels == j]
+        n_j = xj.shape[0]
+        add = n_j + 1 if relation == "add_remove" else n_j
+        rows.append(np.vstack([(xj - c[j]) / (n_j - 1), (corners - c[j]) / add]))
+    return rows
+
+
+@pytest.fixture(scope="module")
+def small_gmm() -> np.ndarray:
+    return gmm(600, 3, 3, 2.5, 7)[0].astype(np.float64)
+
+
+@pytest.mark.parametrize("relation", RELATIONS)
+def test_white_sigma_matches_formula_and_draws(small_gmm, relation):
+    task = _box_task(small_gmm, 3, 1.0, 9.0, delta=1e-5, neighbouring=relation)
+    plan = kp.white_plan(task)
+    cl = plan.clusters
+    rows = _local_rows(cl.x, cl.labels, cl.centroids, cl.lo, cl.hi, relation)
+    delta2 = max(np.linalg.norm(r, axis=1).max() for r in rows)
+    sigma = gauss_sigma_analytic(FACTOR[relation] * delta2, 1.0, 1e-5)
+    assert plan.notes["sigma"] == pytest.approx(sigma, rel=1e-9)
+    noise = np.array([kp.gaussian_release(task, plan).output - cl.centroids for _ in range(3000)])
+    assert noise.std() == pytest.approx(sigma, rel=0.03)
+    out = kp.white_gaussian(dataclasses.replace(task, rng=np.random.default_rng(0)))
+    assert (out.kind, out.epsilon, out.delta) == ("local-sensitivity", 1.0, 1e-5)
+    assert 0 < np.abs(out.output - cl.centroids).max() < 10 * sigma
+
+
+def test_colored_draws_have_the_planned_covariance(small_gmm):
+    """S_j^{-1/2}·w_j ~ N(0, I) for every block: per-block mean of w_jᵀS_j⁻¹w_j = d, and the
+    pooled covariance of the whitened draws is I."""
+    task = _box_task(small_gmm, 3, 1.0, 9.0)
+    plan = kp.colored_plan(task)
+    noise = np.array([kp.gaussian_release(task, plan).output - plan.clusters.centroids
+                      for _ in range(8000)])
+    whitened = []
+    for j, cov in enumerate(plan.covariances):
+        w, u = np.linalg.eigh(cov)
+        z = noise[:, j, :] @ (u / np.sqrt(w)) @ u.T
+        assert (z * z).sum(axis=1).mean() == pytest.approx(3.0, rel=0.05)
+        whitened.append(z)
+    np.testing.assert_allclose(np.cov(np.vstack(whitened).T), np.eye(3), atol=0.04)
+
+
+# --- empty clusters, clipping, refusals -------------------------------------------------------
+
+
+def test_noisy_stats_noise_empty_clusters():
+    x = np.zeros((50, 2))
+    c = np.array([[0.0, 0.0], [9.0, 9.0]])  # the second cluster is empty
+    a = kp.noisy_cluster_stats(x, c, np.array([10.0, 10.0]), 0.5, np.array([0.25, 0.25]))
+    b = kp.noisy_cluster_stats(x, c, np.array([10.0, 10.0]), 0.5, np.array([0.25, 0.25]))
+    assert a[0][1] != 0.0 and np.all(a[1][1] != 0.0)
+    assert a[0][1] != b[0][1] and np.all(a[1][1] != b[1][1])
+
+
+@pytest.mark.parametrize("method", ["dplloyd", "dplloyd-su"])
+def test_empty_cluster_centroid_moves(method):
+    """All records sit at one point by a corner: the cluster of the far initial centroid is
+    empty, yet its centroid is re-drawn every run (diffprivlib would keep the old one). A large ε
+    keeps the noisy sums small enough that the centroid is not clipped onto a box corner."""
+    x = np.full((200, 2), -9.5)
+    runs = [kp.METHODS[method](_box_task(x, 2, 1e3, 10.0, seed=4)) for _ in range(2)]
+    rng = np.random.default_rng(4)
+    h = np.array([10.0, 10.0])
+    init = kp.uniform_init(2, h, rng) if method == "dplloyd" else kp.sphere_packing_init(2, 2, rng)[0] * h
+    far = int(np.linalg.norm(init - x[0], axis=1).argmax())
+    assert not np.allclose(runs[0].output[far], init[far])
+    assert not np.array_equal(runs[0].output[far], runs[1].output[far])
+
+
+@pytest.mark.parametrize("method", PRIVATE)
+def test_clipping_is_counted_and_strict_refuses(method, small_gmm):
+    x = small_gmm.copy()
+    x[:3, 0] = 50.0
+    out = kp.METHODS[method](_box_task(x, 3, 1.0, 9.0))
+    assert out.clipped == 3
+    assert np.all(np.abs(out.output[:, 0]) <= 9.0) or out.kind == "local-sensitivity"
+    with pytest.raises(ValueError, match="outside the public box"):
+        kp.METHODS[method](_box_task(x, 3, 1.0, 9.0, strict=True))
+
+
+@pytest.mark.parametrize("method", PRIVATE)
+def test_refusals(method, small_gmm):
+    with pytest.raises(ValueError, match="public box"):
+        kp.METHODS[method](Task(small_gmm, 3, 1.0))
+    with pytest.raises(ValueError, match="'kmeans' reference"):
+        kp.METHODS[method](_box_task(small_gmm, 3, math.inf, 9.0))
+    with pytest.raises(ValueError, match="shape"):
+        kp.METHODS[method](Task(small_gmm, 3, 1.0, lo=np.zeros(2), hi=np.ones(2)))
+
+
+def test_mechanism_specific_refusals():
+    x = np.random.default_rng(0).normal(size=(100, 13))
+    with pytest.raises(ValueError, match="2\\^d box corners"):
+        kp.colored_gaussian(_box_task(x, 2, 1.0, 9.0))
+    with pytest.raises(ValueError, match="iterations"):
+        kp.dplloyd(_box_task(x, 2, 1.0, 9.0), iterations=0)
+    lonely = np.vstack([np.zeros((20, 2)), [[8.0, 8.0]]])
+    with pytest.raises(ValueError, match=">= 2 records"):
+        kp.white_gaussian(_box_task(lonely, 2, 1.0, 9.0))
+
+
+# --- colored noise ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("relation", RELATIONS)
+def test_colored_constraints_hold_and_beat_white(small_gmm, relation):
+    task = _box_task(small_gmm, 3, 0.5, 9.0, delta=1e-5, neighbouring=relation)
+    plan = kp.colored_plan(task)
+    white = kp.white_plan(dataclasses.replace(task, rng=np.random.default_rng(0)))
+    gamma = gamma_mahalanobis(0.5, 1e-5) / FACTOR[relation] ** 2
+    assert plan.gamma == pytest.approx(gamma, rel=1e-12)
+    cl = plan.clusters
+    rows = _local_rows(cl.x, cl.labels, cl.centroids, cl.lo, cl.hi, relation)
+    worst = max(np.einsum("ij,jk,ik->i", r, np.linalg.inv(s), r).max() for r, s in zip(rows, plan.covariances,
+                                                                                       strict=True))
+    assert worst <= gamma * (1 + 1e-9)
+    assert worst >= gamma * (1 - 1e-9)  # rescaled so the binding constraint is tight
+    colored_trace = np.trace(plan.covariances, axis1=1, axis2=2).sum()
+    assert colored_trace <= np.trace(white.covariances, axis1=1, axis2=2).sum()
+    assert plan.notes["max_duality_gap"] <= kp.COVER_TOL
+
+
+def test_min_trace_cover_orthogonal_closed_form():
+    """§7.5 finding 1: for an orthogonal extreme set, Σ* = (1/γ)Σ v_i v_iᵀ; interior rows are slack."""
+    q, _ = np.linalg.qr(np.random.default_rng(1).normal(size=(4, 4)))
+    extreme = q * np.array([0.5, 1.0, 2.0, 3.0])[:, None]  # orthogonal rows
+    interior = np.array([0.4 * extreme[0] + 0.3 * extreme[2], -0.2 * extreme[1] + 0.5 * extreme[3]])
+    res = kp.min_trace_cover(np.vstack([extreme, interior]), 0.07, tol=1e-9)
+    np.testing.assert_allclose(res.cov, extreme.T @ extreme / 0.07, rtol=1e-6, atol=1e-6)
+
+
+# --- reference and utility ------------------------------------------------------------------------
+
+
+def test_methods_table_and_reference_matches_sklearn():
+    assert list(kp.METHODS) == ["kmeans", "dplloyd", "dplloyd-su", "white", "colored"]
+    x = gmm(20_000, 4, 3, 2.5, 11)[0]
+    out = kp.kmeans_reference(Task(x, 4, 1.0, rng=np.random.default_rng(0)))
+    assert (out.kind, out.epsilon) == ("none", math.inf)
+    ours, theirs = sse_per_n([x], out.output), sse_per_n([x], sklearn_reference(x, 4))
+    assert ours == pytest.approx(theirs, rel=1e-3)
+
+
+@pytest.fixture(scope="module")
+def gmm_small_k():
+    x = gmm(100_000, 3, 3, 2.5, 0)[0]
+    return x, sse_per_n([x], kp.kmeans_reference(Task(x, 3, math.inf, rng=np.random.default_rng(1))).output)
+
+
+@pytest.mark.parametrize("relation", RELATIONS)
+def test_su_at_eps_1_is_close_to_the_reference(gmm_small_k, relation):
+    x, ref = gmm_small_k
+    tasks = [_box_task(x, 3, 1.0, 9.0, seed=s, neighbouring=relation) for s in range(5)]
+    rel = [sse_per_n([x], kp.dplloyd_su(task).output) / ref for task in tasks]
+    assert np.median(rel) <= 1.2
+
+
+@pytest.fixture(scope="module")
+def gmm_k10():
+    return gmm(100_000, 10, 10, 2.5, 0)[0]
+
+
+def test_su_beats_plain_dplloyd_at_small_eps(gmm_k10):
+    def median_sse(method):
+        return np.median([sse_per_n([gmm_k10], kp.METHODS[method](_box_task(gmm_k10, 10, 0.1, 12.0,
+                                                                               seed=s)).output)
+                          for s in range(5)])
+
+    assert median_sse("dplloyd-su") < median_sse("dplloyd")
