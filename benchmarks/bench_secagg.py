@@ -41,7 +41,7 @@ from fedsketch.server.simulate import (
 )
 from fedsketch.server.store import Store
 
-OUT = Path(__file__).resolve().parent / "out"
+PLOTS = Path(__file__).resolve().parent / "plots"
 SECURE_EPS = (0.002, 0.005, 0.01, 0.02)
 LOCAL_EPS = (0.01, 0.02, 0.05, 0.1, 0.2)
 TOKEN = "bench-operator"
@@ -83,7 +83,7 @@ def utility(seeds: int) -> None:
         cross = crossing(eps, rel)
         print(f"{mode}: ε for relative SSE 1.2 ≈ {cross:.3g}" if cross else
               f"{mode}: does not reach 1.2 on the grid")
-    plot(medians, OUT / "secagg_utility.png")
+    plot(medians, PLOTS / "secagg_utility.png")
 
 
 def plot(medians: dict, path: Path) -> None:
@@ -92,7 +92,7 @@ def plot(medians: dict, path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    OUT.mkdir(exist_ok=True)
+    PLOTS.mkdir(exist_ok=True)
     fig, ax = plt.subplots(figsize=(6, 4))
     for mode, (eps, rel) in medians.items():
         ax.plot(eps, rel, marker="o", label={"secure": "secure aggregation (one DLap)",

@@ -201,6 +201,8 @@ def plot(rows: list[Row], path: str, title: str) -> None:
             ax.plot(e, med, marker="o", label=method)
             ax.fill_between(e, q1, q3, alpha=0.2)
         ax.set_xscale("log")
+        if metric == "relative_sse":
+            ax.set_yscale("log")  # as paper 004's Fig. 1
         ax.set_xlabel("ε")
         ax.set_ylabel(metric)
         ax.grid(True, which="both", alpha=0.3)
