@@ -17,7 +17,6 @@ Usage: python benchmarks/bench_secagg.py utility [--seeds 5] | cost
 from __future__ import annotations
 
 import argparse
-import hashlib
 import math
 import statistics
 import tempfile
@@ -28,18 +27,15 @@ from pathlib import Path
 import numpy as np
 
 from fedsketch.common.pb import fedsketch_pb2 as pb
-from fedsketch.common.pb import fedsketch_pb2_grpc as pb_grpc
-from fedsketch.common.tls import init_certs, secure_channel, server_credentials
-from fedsketch.server.coordinator import build_server
 from fedsketch.server.simulate import (
     SimConfig,
     _agents,
     _study_spec,
+    loopback_coordinator,
     pooled_data,
     run_simulation,
     split_records,
 )
-from fedsketch.server.store import Store
 
 PLOTS = Path(__file__).resolve().parent / "plots"
 SECURE_EPS = (0.002, 0.005, 0.01, 0.02)
@@ -118,23 +114,12 @@ def cost_once(devices: int, degree: int | None) -> dict:
     data = pooled_data(cfg)
     parts = split_records(data.labels, devices, "iid", np.random.default_rng(0))
     with tempfile.TemporaryDirectory() as tmp, ExitStack() as stack:
-        folder = Path(tmp)
-        certs = init_certs(folder / "certs", ["localhost"])
-        store = Store(folder / "c.db")
-        stack.callback(store.close)
-        server, coordinator, port = build_server(
-            store, hashlib.sha256(TOKEN.encode()).hexdigest(), "127.0.0.1:0",
-            server_credentials(certs.server_cert, certs.server_key))
-        stack.callback(coordinator.stop)
-        stack.callback(lambda: server.stop(None).wait())
-        target = f"localhost:{port}"
-        channel = secure_channel(target, certs.ca_cert)
-        stack.callback(channel.close)
-        op = pb_grpc.OperatorStub(channel)
-        meta = (("authorization", f"Bearer {TOKEN}"),)
+        loop = loopback_coordinator(stack, Path(tmp))
+        op, meta = loop.operator, loop.meta
         tokens = list(op.IssueTokens(pb.IssueTokensRequest(count=devices), metadata=meta).tokens)
         study = op.CreateStudy(pb.CreateStudyRequest(spec_json=spec.to_json()), metadata=meta)
-        agents = _agents(stack, target, certs.ca_cert, folder, tokens, data.x, parts, 1.0)
+        agents = _agents(stack, loop.target, loop.certs.ca_cert, Path(tmp), tokens, data.x, parts,
+                         1.0)
         cpu = [0.0] * devices
         t = time.perf_counter()
         while op.ShowStudy(pb.StudyRef(study_id=study.study_id), metadata=meta).state not in (
@@ -148,7 +133,7 @@ def cost_once(devices: int, degree: int | None) -> dict:
         return {"devices": devices, "degree": degree, "state": pb.StudyState.Name(state.state),
                 "device_cpu_s": statistics.median(cpu),
                 "device_bytes": statistics.median(a.bytes_sent for a in agents),
-                "coordinator_s": coordinator.rounds[study.study_id].stage_seconds, "wall_s": wall}
+                "coordinator_s": loop.coordinator.rounds[study.study_id].stage_seconds, "wall_s": wall}
 
 
 def cost() -> None:

@@ -27,6 +27,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Annotated
 
+import grpc
 import numpy as np
 import typer
 from rich.console import Console
@@ -43,9 +44,9 @@ from fedsketch.common.secagg import default_threshold
 from fedsketch.common.spec import SketchSpec
 from fedsketch.common.study import SecAggSpec, StudySpec
 from fedsketch.common.synthetic import gmm
-from fedsketch.common.tls import init_certs, secure_channel, server_credentials
+from fedsketch.common.tls import CertPaths, init_certs, secure_channel, server_credentials
 
-from .coordinator import build_server
+from .coordinator import Coordinator, build_server
 from .evaluate import kmeans_reference, split, sse_per_n
 from .store import Store
 
@@ -135,6 +136,37 @@ def _study_spec(cfg: SimConfig) -> StudySpec:
                             [cfg.bound] * cfg.d, min_devices=cfg.devices,
                             replicates=cfg.replicates, decode_seed=cfg.seed,
                             secure_aggregation=secure)
+
+
+@dataclass(frozen=True)
+class Loopback:
+    """A running coordinator on 127.0.0.1 over TLS, and an operator's stub and credential."""
+
+    target: str
+    certs: CertPaths
+    store: Store
+    coordinator: Coordinator
+    channel: grpc.Channel
+    operator: pb_grpc.OperatorStub
+    meta: tuple[tuple[str, str], ...]
+
+
+def loopback_coordinator(stack: ExitStack, folder: Path) -> Loopback:
+    """A fresh CA and server certificate, a SQLite store and a coordinator in ``folder``,
+    listening on a free loopback port; ``stack`` stops and closes everything."""
+    certs = init_certs(folder / "certs", ["localhost", "127.0.0.1"])
+    store = Store(folder / "coordinator.db")
+    stack.callback(store.close)
+    server, coordinator, port = build_server(
+        store, hashlib.sha256(OPERATOR_TOKEN.encode()).hexdigest(), "127.0.0.1:0",
+        server_credentials(certs.server_cert, certs.server_key))
+    stack.callback(coordinator.stop)
+    stack.callback(lambda: server.stop(grace=None).wait())
+    target = f"localhost:{port}"
+    channel = secure_channel(target, certs.ca_cert)
+    stack.callback(channel.close)
+    return Loopback(target, certs, store, coordinator, channel, pb_grpc.OperatorStub(channel),
+                    (("authorization", f"Bearer {OPERATOR_TOKEN}"),))
 
 
 def _agents(stack: ExitStack, target: str, ca: Path, folder: Path, tokens: list[str],
@@ -243,19 +275,10 @@ def run_simulation(cfg: SimConfig, console: Console | None = None,
     with tempfile.TemporaryDirectory(prefix="fedsketch-sim-") as tmp, ExitStack() as stack:
         folder = Path(tmp)
         t = time.perf_counter()
-        certs = init_certs(folder / "certs", ["localhost", "127.0.0.1"])
-        store = Store(folder / "coordinator.db")
-        stack.callback(store.close)
-        server, coordinator, port = build_server(
-            store, hashlib.sha256(OPERATOR_TOKEN.encode()).hexdigest(), "127.0.0.1:0",
-            server_credentials(certs.server_cert, certs.server_key))
-        stack.callback(coordinator.stop)
-        stack.callback(lambda: server.stop(grace=None).wait())
-        target = f"localhost:{port}"
-        op_channel = secure_channel(target, certs.ca_cert)
-        stack.callback(op_channel.close)
-        operator = pb_grpc.OperatorStub(op_channel)
-        meta = (("authorization", f"Bearer {OPERATOR_TOKEN}"),)
+        loop = loopback_coordinator(stack, folder)
+        store, target, operator, meta = loop.store, loop.target, loop.operator, loop.meta
+        certs = loop.certs
+        op_channel = loop.channel
         tokens = list(operator.IssueTokens(pb.IssueTokensRequest(count=cfg.devices),
                                            metadata=meta).tokens)
         study = operator.CreateStudy(pb.CreateStudyRequest(spec_json=spec.to_json()),
