@@ -57,7 +57,7 @@ def main() -> None:
         cli("sketch", str(x_path), "--m", str(M), "--r", "1", "--epsilon", "0.1",
             "--out", str(s_path), "--quiet")
         c_path.write_text(cli("decode", str(s_path), "--k", str(K), "--bounds",
-                              f"-{BOUND}:{BOUND}", "--json", "--quiet"))
+                              f"-{BOUND}:{BOUND}", "--replicates", "3", "--json", "--quiet"))
         ev = json.loads(cli("evaluate", "--data", str(x_path), "--centroids", str(c_path),
                             "--json"))
         console.print(f"relative SSE at ε = 0.1 (replace-one, n public): "
@@ -79,7 +79,8 @@ def main() -> None:
             release = privatize(fs, PrivacySpec(eps))
             t = time.perf_counter()
             res = clompr(release.sketch, freqs.omega, freqs.xi, K, lo, hi,
-                         harmonic=FIRST_HARMONIC[feature], rng=np.random.default_rng(0))
+                         harmonic=FIRST_HARMONIC[feature], replicates=3,
+                         rng=np.random.default_rng(0))
             t_dec = time.perf_counter() - t
             rel = sse_per_n(split(x), res.centroids) / ref
             table.add_row(feature, "∞" if eps == float("inf") else f"{eps:g}", f"{rel:.3f}",

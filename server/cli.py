@@ -228,7 +228,7 @@ def decode(
     sketch_file: Annotated[Path, typer.Argument(metavar="SKETCH", help="A sketch file (.npz).")],
     k: Annotated[int, typer.Option(help="Number of centroids.")],
     bounds: Annotated[str, typer.Option(help="Public box: LO:HI (every axis) or a bounds.json.")],
-    replicates: Annotated[int, typer.Option(help="CL-OMPR runs; the lowest residual wins.")] = 1,
+    replicates: Annotated[int, typer.Option(help="CL-OMPR runs; the lowest residual wins.")] = 3,
     seed: Annotated[int | None, typer.Option(help="Seed of the decoder's random starts.")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="One JSON object on stdout.")] = False,
     quiet: Quiet = False,
