@@ -45,6 +45,9 @@ class PhaseOperator(Protocol):
 BLOCK_ROWS = 256
 #: With r < m, a block holds about this many gathered frequency values (rows·r·d), 4 MiB.
 MASKED_BLOCK_VALUES = 1 << 20
+#: Rows per task handed to a worker thread with r = m: incoming chunks are cut into pieces of
+#: this size so that one large in-memory chunk still keeps every worker busy.
+PIECE_ROWS = 8192
 
 
 @dataclass(frozen=True)
@@ -186,14 +189,20 @@ def feature_sum(
     def job(x: np.ndarray, seed: np.random.SeedSequence) -> tuple[np.ndarray, ...]:
         return kernel.chunk_sum(x, np.random.default_rng(seed))
 
+    # r < m: one masked block per piece (drawing masks per small piece costs more than it saves)
+    piece = PIECE_ROWS if kernel.r == m else max(PIECE_ROWS, MASKED_BLOCK_VALUES // (kernel.r * d))
     with threadpool_limits(1), ThreadPoolExecutor(max_workers=workers) as pool:
         pending = []
-        for x in chunks:
-            if x.ndim != 2 or x.shape[1] != d:
-                raise ValueError(f"records have dimension {x.shape[-1]}, the frequencies expect {d}")
-            pending.append((x.shape[0], pool.submit(job, x, seeds.spawn(1)[0])))
-            if len(pending) > 2 * workers:
-                n += _collect(pending.pop(0), re, im, progress)
+        for chunk in chunks:
+            if chunk.ndim != 2 or chunk.shape[1] != d:
+                raise ValueError(f"records have dimension {chunk.shape[-1]}, the frequencies expect {d}")
+            # pieces of a fixed size (not a function of ``workers``, so masks drawn from
+            # ``mask_seed`` do not depend on the thread count) keep every worker busy
+            for start in range(0, chunk.shape[0], piece):
+                x = chunk[start:start + piece]
+                pending.append((x.shape[0], pool.submit(job, x, seeds.spawn(1)[0])))
+                if len(pending) > 2 * workers:
+                    n += _collect(pending.pop(0), re, im, progress)
         for item in pending:
             n += _collect(item, re, im, progress)
     if n == 0:
