@@ -52,6 +52,12 @@ FINAL_REFUSALS = (grpc.StatusCode.NOT_FOUND, grpc.StatusCode.FAILED_PRECONDITION
                   grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED)
 
 
+def _fault_point() -> None:
+    """Between the ledger commit and the first send: where crash tests kill the device."""
+    if os.environ.get(FAULT_ENV) == "kill-after-commit":
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
 @dataclass(frozen=True)
 class LocalData:
     """The device's records: a chunk iterator factory, n records of dimension d, a fingerprint."""
@@ -182,8 +188,7 @@ class Agent:
                 n=release.n, kind=kind, payload=payload, spec_sha256=study.spec_sha256)
         except BudgetExceeded as exc:
             return str(exc)
-        if os.environ.get(FAULT_ENV) == "kill-after-commit":
-            os.kill(os.getpid(), signal.SIGKILL)
+        _fault_point()
         self._send(identity, spend)
         return None
 
@@ -252,8 +257,7 @@ class Agent:
         except BudgetExceeded as exc:
             session.left = True
             return str(exc)
-        if os.environ.get(FAULT_ENV) == "kill-after-commit":
-            os.kill(os.getpid(), signal.SIGKILL)
+        _fault_point()
         self._send(identity, spend)
         out.submitted.append(study.study_id)
         return None
