@@ -252,3 +252,17 @@ def test_noise_generator_is_not_seeded_by_callers():
     """Two generators from the CSPRNG never coincide (128-bit seeds)."""
     a, b = noise_rng().integers(0, 2**63, 4), noise_rng().integers(0, 2**63, 4)
     assert not np.array_equal(a, b)
+
+
+@pytest.mark.parametrize("feature", FEATURES)
+def test_add_remove_gaussian_scale(big_sums, feature):
+    """One analytic-Gaussian σ on (numerator, count), Δ2 = √(g′²·m/r + 1), g′ = g/2 (§1.6)."""
+    fs = big_sums[feature]
+    eps, delta = 0.5, 1e-6
+    rel = privatize(fs, PrivacySpec(eps, delta, "add_remove"))
+    num_clean = np.concatenate([fs.re, fs.im]) / (fs.alpha * math.sqrt(fs.m))
+    num = np.concatenate([rel.sketch.real, rel.sketch.imag]) * max(rel.n, 1.0)
+    g = MAX_ENTRY_CHANGE[feature] / 2
+    sigma = gauss_sigma_analytic(math.sqrt(g * g * fs.m / fs.r + 1.0), eps, delta)
+    assert rel.noise[0].scale == pytest.approx(sigma, rel=1e-12)
+    assert np.std(num - num_clean) == pytest.approx(sigma, rel=0.03)
