@@ -24,8 +24,8 @@ def run_json(*args: str) -> list[dict]:
 @pytest.mark.slow
 def test_kmeans_family_rows_and_plot(tmp_path):
     png = tmp_path / "k.png"
-    rows = run_json("kmeans", "--synthetic", "gmm", "--n", "20000", "--d", "3", "--k", "3",
-                    "--epsilons", "0.5,5", "--trials", "2", "--plot", str(png))
+    rows = run_json("kmeans", "--synthetic", "gmm", "--n", "60000", "--d", "3", "--k", "3",
+                    "--epsilons", "0.5,5", "--trials", "3", "--plot", str(png))
     assert all(set(r) == ROW_KEYS for r in rows)
     got = {(r["method"], r["epsilon"]) for r in rows}
     names = {"kmeans", "ckm", "ckm-quantized", "dplloyd", "dplloyd-su", "white", "colored"}
