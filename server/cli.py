@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated
 
@@ -21,7 +20,7 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 from rich.table import Table
 
-from fedsketch.common.dataio import DataError, DataSource, load_all, write_npy_stream
+from fedsketch.common.dataio import DataSource, load_all, write_npy_stream
 from fedsketch.common.features import FEATURES, FIRST_HARMONIC, check_feature
 from fedsketch.common.frequencies import LAWS, FrequencySpec, draw_frequencies
 from fedsketch.common.privacy import NEIGHBOURING, PrivacySpec, privatize
@@ -32,6 +31,7 @@ from fedsketch.common.spec import SketchSpec
 from fedsketch.common.synthetic import gmm_chunks
 
 from .bounds import parse_bounds
+from .cli_errors import clean_errors
 from .cli_round import certs_app, coordinator_app, device_app
 from .clompr import clompr
 from .compare import compare_command
@@ -53,17 +53,6 @@ app.command("compare")(compare_command)
 
 err = Console(stderr=True)
 Quiet = Annotated[bool, typer.Option("--quiet", "-q", help="No progress bars.")]
-
-
-@contextmanager
-def clean_errors() -> Iterator[None]:
-    """Turn expected failures (bad input, unreadable files) into one line and exit status 1."""
-    try:
-        yield
-    except (ValueError, DataError, OSError, ImportError) as exc:
-        message = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        typer.echo(f"error: {message}", err=True)
-        raise typer.Exit(1) from None
 
 
 def progress_bar(quiet: bool) -> Progress:

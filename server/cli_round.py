@@ -18,18 +18,15 @@ import os
 import secrets
 import signal
 import threading
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated
 
-import grpc
 import typer
 from rich.console import Console
 from rich.table import Table
 
 from fedsketch.client import daemon
-from fedsketch.client.ledger import Ledger, LedgerError, fingerprint_file
+from fedsketch.client.ledger import Ledger, fingerprint_file
 from fedsketch.common.features import FEATURES
 from fedsketch.common.frequencies import LAWS, FrequencySpec
 from fedsketch.common.pb import fedsketch_pb2 as pb
@@ -40,7 +37,8 @@ from fedsketch.common.study import SecAggSpec, StudySpec
 from fedsketch.common.tls import init_certs, secure_channel, server_credentials
 
 from .bounds import parse_bounds
-from .store import Store, StoreError
+from .cli_errors import clean_errors
+from .store import Store
 
 certs_app = typer.Typer(no_args_is_help=True, help="TLS certificates for a coordinator.")
 coordinator_app = typer.Typer(no_args_is_help=True, help="Run and operate a coordinator.")
@@ -55,20 +53,6 @@ InsecureOpt = Annotated[bool, typer.Option("--insecure", help="Plaintext gRPC (l
 TokenFile = Annotated[Path, typer.Option("--token-file", envvar="FEDSKETCH_OPERATOR_TOKEN_FILE",
                                          help="File holding the operator token.")]
 STATE_NAMES = {v: k for k, v in pb.StudyState.items()}
-
-
-@contextmanager
-def clean_errors() -> Iterator[None]:
-    """Bad input, refused RPCs and unusable files: one line on stderr and exit status 1."""
-    try:
-        yield
-    except grpc.RpcError as exc:
-        typer.echo(f"error: {exc.code().name}: {exc.details()}", err=True)
-        raise typer.Exit(1) from None
-    except (ValueError, OSError, StoreError, LedgerError) as exc:
-        typer.echo(f"error: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}",
-                   err=True)
-        raise typer.Exit(1) from None
 
 
 def check_tls(ca: Path | None, insecure: bool) -> None:

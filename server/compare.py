@@ -272,8 +272,9 @@ def compare_command(
     from fedsketch.common.dataio import load_all
 
     from .bounds import parse_bounds
+    from .cli_errors import clean_errors
 
-    try:
+    with clean_errors():
         if family not in FAMILIES:
             raise ValueError(f"unknown family {family!r}; choose kmeans, pca or subspace")
         if (data is None) == (synthetic_set is None):
@@ -309,9 +310,6 @@ def compare_command(
         if plot_path is not None:
             plot(rows, str(plot_path), f"{family}: n = {dataset.x.shape[0]:,}, d = {dim}, "
                                        f"k = {k}, {trials} trials")
-    except (ValueError, OSError, ImportError) as exc:
-        typer.echo(f"error: {str(exc).splitlines()[0]}", err=True)
-        raise typer.Exit(1) from None
     if as_json:
         typer.echo(json.dumps([r.to_dict() for r in rows]))
         return

@@ -46,6 +46,7 @@ from fedsketch.common.study import SecAggSpec, StudySpec
 from fedsketch.common.synthetic import gmm
 from fedsketch.common.tls import CertPaths, init_certs, secure_channel, server_credentials
 
+from .cli_errors import clean_errors
 from .coordinator import Coordinator, build_server
 from .evaluate import kmeans_reference, split, sse_per_n
 from .store import Store
@@ -254,8 +255,7 @@ def pooled_data(cfg: SimConfig) -> Pooled:
     return Pooled(x, labels, sse_per_n(split(x), kmeans_reference(x, cfg.k, cfg.seed)))
 
 
-def run_simulation(cfg: SimConfig, console: Console | None = None,
-                   data: Pooled | None = None) -> dict:
+def run_simulation(cfg: SimConfig, data: Pooled | None = None) -> dict:
     """Run one simulated study end to end; a JSON-ready report (see the module docstring).
     ``data`` (from :func:`pooled_data` with the same records, k, d and seed) skips making the
     data and the reference."""
@@ -376,11 +376,8 @@ def simulate_command(
                     secure_aggregation=secure_aggregation, threshold=threshold,
                     min_honest=min_honest, degree=degree, stage_timeout=stage_timeout,
                     dropout=dropout, dropout_stage=dropout_stage)
-    try:
+    with clean_errors(RuntimeError):  # RuntimeError: a device refused or the study failed
         report = run_simulation(cfg)
-    except (ValueError, RuntimeError, OSError) as exc:
-        typer.echo(f"error: {str(exc).splitlines()[0]}", err=True)
-        raise typer.Exit(1) from None
     if as_json:
         typer.echo(json.dumps(report))
         return
