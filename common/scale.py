@@ -29,7 +29,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 from .frequencies import draw_directions
-from .privacy import PrivacySpec, PrivateSketch, privatize
+from .privacy import PrivacySpec, privatize
 from .sketching import feature_sum
 
 #: Frequencies of the calibration sketch, and consecutive radii per block of the fit.
@@ -156,10 +156,6 @@ def calibrate_scale(
         feature_sum(chunks(), calibration_frequencies(spec), "complex"),
         PrivacySpec(epsilon, 0.0, neighbouring),
     )
-    return _result(release, spec, epsilon)
-
-
-def _result(release: PrivateSketch, spec: CalibrationSpec, epsilon: float) -> ScaleCalibration:
     noise_rms = math.sqrt(2.0 * spec.m0 * release.variance)
     return ScaleCalibration(
         sigma=fit_scale(release.sketch, release.variance, spec),

@@ -25,6 +25,7 @@ import logging
 import secrets
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
 import grpc
@@ -35,7 +36,7 @@ from fedsketch.common.pb import fedsketch_pb2_grpc as pb_grpc
 from fedsketch.common.study import StudySpec, spec_sha256
 from fedsketch.common.tls import MAX_MESSAGE_BYTES
 
-from .aggregate import decode_sketch, decode_study, integer_sketch
+from .aggregate import StudyResult, decode_sketch, decode_study, integer_sketch
 from .secagg_round import SecAggRound, StageRefusal
 from .store import ContributionRow, Store, StoreError, StudyRow
 
@@ -154,10 +155,18 @@ class Coordinator:
         return SecAggRound(study_id, spec, self.store.device_key, finish, fail)
 
     def _decode_secure(self, study_id: str, total, devices: int, records: float) -> None:
-        try:
+        def decode() -> StudyResult:
             spec = self.spec(study_id)
-            result = decode_sketch(spec, integer_sketch(spec, total, records), devices, records)
+            return decode_sketch(spec, integer_sketch(spec, total, records), devices, records)
+
+        self._publish(study_id, decode)
+
+    def _publish(self, study_id: str, decode: Callable[[], StudyResult]) -> None:
+        """Store ``decode()``'s result (the study becomes done) or fail the study with why."""
+        try:
+            result = decode()
             self.store.put_result(study_id, json.dumps(result.to_dict()))
+            log.info("study %s decoded from %d devices", study_id, result.devices)
         except Exception as exc:  # a failed decoding fails the study, with the reason
             log.exception("decoding study %s failed", study_id)
             self.store.set_state(study_id, "failed", f"decoding failed: {exc}")
@@ -199,17 +208,13 @@ class Coordinator:
         return row
 
     def _decode(self, study_id: str) -> None:
-        try:
+        def decode() -> StudyResult:
             spec = self.spec(study_id)
-            rows = self.store.contributions(study_id)
-            parts = ((r.n, wire.decode(r.kind, r.payload, spec.sketch.frequencies.m))
-                     for r in rows)
-            result = decode_study(spec, parts)
-            self.store.put_result(study_id, json.dumps(result.to_dict()))
-            log.info("study %s decoded from %d devices", study_id, result.devices)
-        except Exception as exc:  # a failed decoding fails the study, with the reason
-            log.exception("decoding study %s failed", study_id)
-            self.store.set_state(study_id, "failed", f"decoding failed: {exc}")
+            m = spec.sketch.frequencies.m
+            return decode_study(spec, ((r.n, wire.decode(r.kind, r.payload, m))
+                                       for r in self.store.contributions(study_id)))
+
+        self._publish(study_id, decode)
 
     def _watch(self) -> None:
         while not self._stop.wait(WATCH_INTERVAL):
