@@ -7,7 +7,8 @@ subspace  paper 001 Fig. 2 (middle column): n = 1000, d = 10, k = 3, q = 3, σ =
           subspace cost and d_W of k-plane, the Gibbs sampler, sample-and-aggregate and SuLQ;
           then SuLQ at d = 5 against d = 20.
 kmeans    paper 004 Fig. 1 at n = 10^6 (k = d = 10, separation 2.5): relative SSE of CKM,
-          CKM quantized, DPLloyd, DPLloyd + Su, white and colored Gaussian centroids.
+          CKM quantized, DPLloyd, DPLloyd + Su, DPLloyd + Su over-seeded, white and colored
+          Gaussian centroids.
 
 Usage: python benchmarks/bench_compare.py pca|subspace|kmeans [--trials T]
 """
@@ -71,7 +72,8 @@ def main() -> None:
                 delta=1e-3)
     else:
         run("kmeans", 1_000_000, 10, 10, [0.001, 0.003, 0.01, 0.03, 0.1, 1.0],
-            ["ckm", "ckm-quantized", "dplloyd", "dplloyd-su", "white", "colored"], args.trials,
+            ["ckm", "ckm-quantized", "dplloyd", "dplloyd-su", "dplloyd-su-overseed", "white", "colored"],
+            args.trials,
             "kmeans_fig1.png", "paper 004 Fig. 1: n = 10^6, k = d = 10", box=15.0, delta=1e-6)
 
 

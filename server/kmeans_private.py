@@ -1,5 +1,6 @@
 """The k-means family of ``fedsketch compare``: a non-private reference, DPLloyd, DPLloyd with the
-Su et al. improvements, and white / colored Gaussian noise on converged centroids.
+Su et al. improvements (and fedsketch's over-seeded variant of it), and white / colored Gaussian
+noise on converged centroids.
 
 Units: records, boxes, centroids and Laplace scales are in data units; Gaussian covariances in
 squared data units; ε, γ and budget shares are dimensionless.
@@ -52,6 +53,11 @@ SU_MIN_ITERATIONS, SU_MAX_ITERATIONS = 2, 7
 #: Sphere packing (§6.1): failures tolerated per centre, bisection steps on the radius a.
 PACKING_MAX_FAIL = 100
 PACKING_STEPS = 20
+#: fedsketch's over-seeded Su variant: centres run per cluster, the noisy-count level (in count
+#: noise scales) at or below which a centroid is dropped, and k-means restarts of the reduction.
+OVERSEED = 3
+OVERSEED_KEEP_SCALES = 3.0
+OVERSEED_RESTARTS = 20
 #: Non-private reference: k-means++ restarts (paper 004's "3 replicates"), Lloyd limits.
 REFERENCE_RESTARTS = 3
 LLOYD_MAX_ITER = 300
@@ -117,10 +123,13 @@ def nearest(x: np.ndarray, c: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return labels, np.maximum(d2, 0.0, out=d2)
 
 
-def cluster_stats(x: np.ndarray, labels: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
-    """Exact per-cluster counts (k,) and coordinate sums (k, d) of ``x`` under ``labels``."""
-    counts = np.bincount(labels, minlength=k).astype(np.float64)
-    sums = np.stack([np.bincount(labels, weights=x[:, j], minlength=k) for j in range(x.shape[1])],
+def cluster_stats(x: np.ndarray, labels: np.ndarray, k: int,
+                  weights: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Exact per-cluster counts (k,) and coordinate sums (k, d) of ``x`` under ``labels``; with
+    ``weights`` (n,), the weighted counts Σ w_i and sums Σ w_i x_i instead."""
+    counts = np.bincount(labels, weights=weights, minlength=k).astype(np.float64)
+    wx = x if weights is None else x * weights[:, None]
+    sums = np.stack([np.bincount(labels, weights=wx[:, j], minlength=k) for j in range(x.shape[1])],
                     axis=1)
     return counts, sums
 
@@ -129,61 +138,74 @@ def cluster_stats(x: np.ndarray, labels: np.ndarray, k: int) -> tuple[np.ndarray
 # Non-private reference
 
 
-def kmeans_plus_plus(x: np.ndarray, k: int, rng: np.random.Generator) -> np.ndarray:
-    """Greedy k-means++ seeding: each new centre is the best (lowest potential Σ D²) of
-    2 + ⌊ln k⌋ candidates drawn with probability ∝ D(x)², the squared distance to the chosen
-    centres."""
+def kmeans_plus_plus(x: np.ndarray, k: int, rng: np.random.Generator,
+                     weights: np.ndarray | None = None) -> np.ndarray:
+    """Greedy k-means++ seeding: each new centre is the best (lowest potential Σ w·D²) of
+    2 + ⌊ln k⌋ candidates drawn with probability ∝ w(x)·D(x)², D the distance to the chosen
+    centres; w ≡ 1 without ``weights`` (n,), and the first centre is drawn ∝ w."""
     n = x.shape[0]
+    w = np.ones(n) if weights is None else weights
     trials = 2 + int(math.log(k))
     x_sq = np.einsum("ij,ij->i", x, x)
-    first = int(rng.integers(n))
+
+    def draw(mass: np.ndarray, size: int | None) -> np.ndarray:
+        cumulative = np.cumsum(mass)
+        return np.minimum(np.searchsorted(cumulative, rng.uniform(0.0, cumulative[-1], size),
+                                          side="right"), n - 1)
+
+    first = int(rng.integers(n)) if weights is None else int(draw(w, None))
     chosen = [first]
     d2 = np.maximum(x_sq - 2.0 * (x @ x[first]) + x_sq[first], 0.0)
     for _ in range(1, k):
-        cumulative = np.cumsum(d2)
-        picks = np.minimum(np.searchsorted(cumulative, rng.uniform(0.0, cumulative[-1], trials),
-                                           side="right"), n - 1)
+        picks = draw(w * d2, trials)
         cand = np.maximum(x_sq[:, None] - 2.0 * (x @ x[picks].T) + x_sq[picks][None, :], 0.0)
         cand = np.minimum(cand, d2[:, None])
-        best = int(cand.sum(axis=0).argmin())
+        best = int((w @ cand).argmin())
         chosen.append(int(picks[best]))
         d2 = cand[:, best]
     return x[chosen].astype(np.float64)
 
 
-def _lloyd_means(x: np.ndarray, labels: np.ndarray, d2: np.ndarray, k: int) -> np.ndarray:
-    """Cluster means; an empty cluster is re-seeded at one of the records farthest from its centre."""
-    counts, sums = cluster_stats(x, labels, k)
+def _lloyd_means(x: np.ndarray, labels: np.ndarray, d2: np.ndarray, k: int,
+                 weights: np.ndarray | None) -> np.ndarray:
+    """(Weighted) cluster means; an empty cluster is re-seeded at one of the records farthest
+    from its centre."""
+    counts, sums = cluster_stats(x, labels, k, weights)
     empty = np.flatnonzero(counts == 0)
-    means = sums / np.maximum(counts, 1.0)[:, None]
+    means = sums / np.where(counts > 0, counts, 1.0)[:, None]
     if empty.size:
         means[empty] = x[np.argpartition(d2, -empty.size)[-empty.size:]]
     return means
 
 
-def lloyd(x: np.ndarray, init: np.ndarray) -> tuple[np.ndarray, np.ndarray, float]:
+def lloyd(x: np.ndarray, init: np.ndarray,
+          weights: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, float]:
     """Non-private Lloyd from ``init`` until the squared centre shift Σ_j‖Δc_j‖² is at most
-    LLOYD_TOL × (mean per-feature variance) or LLOYD_MAX_ITER; returns (centroids, labels, SSE)."""
-    tol = LLOYD_TOL * float(np.mean(np.var(x, axis=0)))
+    LLOYD_TOL × (mean per-feature variance) or LLOYD_MAX_ITER; returns (centroids, labels, SSE).
+    With ``weights`` (n,) > 0, record i counts w_i times: weighted means, variance and
+    SSE = Σ_i w_i min_j ‖x_i − c_j‖²."""
+    tol = LLOYD_TOL * float(np.mean(np.average((x - np.average(x, axis=0, weights=weights)) ** 2,
+                                               axis=0, weights=weights)))
     c = init
     for _ in range(LLOYD_MAX_ITER):
         labels, d2 = nearest(x, c)
-        new = _lloyd_means(x, labels, d2, c.shape[0])
+        new = _lloyd_means(x, labels, d2, c.shape[0], weights)
         shift = float(((new - c) ** 2).sum())
         c = new
         if shift <= tol:
             break
     labels, d2 = nearest(x, c)
-    return c, labels, float(d2.sum())
+    return c, labels, float(d2.sum() if weights is None else weights @ d2)
 
 
-def converged_kmeans(x: np.ndarray, k: int, rng: np.random.Generator,
-                     restarts: int = REFERENCE_RESTARTS) -> tuple[np.ndarray, np.ndarray]:
-    """Best-SSE (centroids (k, d), labels (n,)) of ``restarts`` k-means++ + Lloyd runs."""
+def converged_kmeans(x: np.ndarray, k: int, rng: np.random.Generator, restarts: int = REFERENCE_RESTARTS,
+                     weights: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Best-SSE (centroids (k, d), labels (n,)) of ``restarts`` k-means++ + Lloyd runs (weighted
+    by ``weights`` (n,) > 0 when given)."""
     x = np.asarray(x, dtype=np.float64)
     best = None
     for _ in range(restarts):
-        c, labels, sse = lloyd(x, kmeans_plus_plus(x, k, rng))
+        c, labels, sse = lloyd(x, kmeans_plus_plus(x, k, rng, weights), weights)
         if best is None or sse < best[2]:
             best = (c, labels, sse)
     return best[0], best[1]
@@ -343,14 +365,16 @@ def noisy_cluster_stats(x: np.ndarray, centroids: np.ndarray, h: np.ndarray, eps
     return noisy_counts, noisy_sums
 
 
-def private_lloyd(data: ShiftedData, init: np.ndarray, trace: BudgetTrace) -> np.ndarray:
+def private_lloyd(data: ShiftedData, init: np.ndarray, trace: BudgetTrace) -> tuple[np.ndarray, np.ndarray]:
     """Lloyd iterations on shifted data, one per entry of ``trace``: c_j = clip(S~_j/max(N~_j, 1))
-    to [−h, h] (post-processing). Returns shifted centroids (k, d)."""
+    to [−h, h] (post-processing). Returns the shifted centroids (k, d) and the last iteration's
+    noisy counts N~ (k,) (records; released, so free to reuse)."""
     c = init
+    counts = np.zeros(init.shape[0])
     for it in trace.iterations:
         counts, sums = noisy_cluster_stats(data.x, c, data.h, it.eps_count, np.array(it.eps_dims))
         c = np.clip(sums / np.maximum(counts, 1.0)[:, None], -data.h, data.h)
-    return c
+    return c, counts
 
 
 def uniform_init(k: int, h: np.ndarray, rng: np.random.Generator) -> np.ndarray:
@@ -405,7 +429,7 @@ def dplloyd(task: Task, iterations: int = 5) -> Outcome:
     _require_private_budget(task)
     data = shifted_data(task)
     trace = dplloyd_budget(task.epsilon, task.neighbouring, data.h, iterations)
-    c = private_lloyd(data, uniform_init(task.k, data.h, task.rng), trace)
+    c, _ = private_lloyd(data, uniform_init(task.k, data.h, task.rng), trace)
     return _pure_outcome(task, data, c, {"budget_trace": trace.to_dict(), "init": "uniform"})
 
 
@@ -417,10 +441,39 @@ def public_count(n: int, count_epsilon: float) -> float:
     return max(n + float(noise_rng().laplace(0.0, laplace_scale(1.0, count_epsilon))), 1.0)
 
 
+@dataclass(frozen=True)
+class SuRun:
+    """One private Lloyd run with Su et al.'s init, split and iteration rule on ``k_run``
+    centres: shifted data, the budget trace, the public n, the packing radius a, and the
+    released shifted centroids (k_run, d) with their last noisy counts (k_run,)."""
+
+    data: ShiftedData
+    trace: BudgetTrace
+    n_public: float
+    packing_radius: float
+    centroids: np.ndarray
+    counts: np.ndarray
+
+    def notes(self) -> dict:
+        return {"budget_trace": self.trace.to_dict(), "iterations": len(self.trace.iterations),
+                "n_public": self.n_public, "init": "sphere-packing", "packing_radius": self.packing_radius}
+
+
+def su_run(task: Task, k_run: int) -> SuRun:
+    """Sphere-packing init of ``k_run`` centres (§6.1, from ``Task.rng``, data-independent, scaled
+    to the box), the count/sum split of :func:`su_split`, and T from :func:`su_iterations` on
+    ``k_run`` clusters with a public n (:func:`su_budget`)."""
+    _require_private_budget(task)
+    data = shifted_data(task)
+    n_public = public_count(task.x.shape[0], su_count_epsilon(task.epsilon, task.neighbouring))
+    trace = su_budget(task.epsilon, task.neighbouring, n_public, k_run, task.d)
+    init, a = sphere_packing_init(k_run, task.d, task.rng)
+    c, counts = private_lloyd(data, init * data.h, trace)
+    return SuRun(data, trace, n_public, a, c, counts)
+
+
 def dplloyd_su(task: Task) -> Outcome:
-    """DPLloyd with Su et al.'s improvements, pure ε-DP (§6): sphere-packing init (§6.1, from
-    ``Task.rng``, data-independent, scaled to the box), the count/sum split of :func:`su_split`,
-    and T from :func:`su_iterations` with a public n:
+    """DPLloyd with Su et al.'s improvements, pure ε-DP (§6): :func:`su_run` on k centres.
 
     * replace-one: n is public; the iterations get all of ε (each calibrated to ε/(2T)).
     * add/remove: n is private; SU_COUNT_SHARE·ε (5 %) buys n~ = n + Lap(1/(0.05ε)) (sensitivity
@@ -428,16 +481,47 @@ def dplloyd_su(task: Task) -> Outcome:
 
     ``notes`` is JSON: the budget trace, T, the public n used, the packing radius a.
     """
-    _require_private_budget(task)
-    data = shifted_data(task)
-    n, k, d = task.x.shape[0], task.k, task.d
-    n_public = public_count(n, su_count_epsilon(task.epsilon, task.neighbouring))
-    trace = su_budget(task.epsilon, task.neighbouring, n_public, k, d)
-    init, a = sphere_packing_init(k, d, task.rng)
-    c = private_lloyd(data, init * data.h, trace)
-    notes = {"budget_trace": trace.to_dict(), "iterations": len(trace.iterations),
-             "n_public": n_public, "init": "sphere-packing", "packing_radius": a}
-    return _pure_outcome(task, data, c, notes)
+    run = su_run(task, task.k)
+    return _pure_outcome(task, run.data, run.centroids, run.notes())
+
+
+def reduce_centroids(centroids: np.ndarray, counts: np.ndarray, count_scale: float, k: int,
+                     rng: np.random.Generator) -> tuple[np.ndarray, int]:
+    """k centres from k' ≥ k released centroids and noisy counts, by post-processing only.
+
+    Weighted k-means (k-means++ seeding and Lloyd, OVERSEED_RESTARTS restarts, best weighted SSE)
+    of the centroids with weights w_j = N~_j − OVERSEED_KEEP_SCALES·b, where b is the Laplace
+    scale of the counts (records): centroids with w_j ≤ 0 are indistinguishable from empty
+    clusters and are dropped. If fewer than k remain, the k with the largest N~ are used with
+    weights max(N~_j, 1). Since a weighted mean of S~_j/N~_j with weights N~_j is ΣS~/ΣN~, each
+    centre pools its group's noisy sums. Returns (centres (k, d), centroids used).
+    """
+    weights = counts - OVERSEED_KEEP_SCALES * count_scale
+    keep = np.flatnonzero(weights > 0)
+    if keep.size < k:
+        keep = np.argsort(-counts, kind="stable")[:k]
+        weights = np.maximum(counts, 1.0)
+    centres, _ = converged_kmeans(centroids[keep], k, rng, OVERSEED_RESTARTS, weights[keep])
+    return centres, int(keep.size)
+
+
+def dplloyd_su_overseed(task: Task) -> Outcome:
+    """fedsketch's over-seeded variant of DPLloyd + Su (not in Su et al. or MECHANISMS §6), pure
+    ε-DP with exactly :func:`dplloyd_su`'s spend: :func:`su_run` on k' = OVERSEED·k centres (T
+    from the rule at k', so the same or fewer iterations), then :func:`reduce_centroids` to k
+    centres, which is post-processing of the released centroids and counts.
+
+    Why: Lloyd from any data-independent start stalls in local optima on well-separated data
+    (one centre straddling two clusters, two sharing one). With three centres per cluster, every
+    cluster is likely to attract some, and the reduction merges them. The price is noisier
+    centroids (k' clusters of n/k' records). ``notes`` adds the over-seeding factor and how many
+    centroids the reduction kept.
+    """
+    run = su_run(task, OVERSEED * task.k)
+    count_scale = laplace_scale(1.0, run.trace.iterations[-1].eps_count)
+    centres, kept = reduce_centroids(run.centroids, run.counts, count_scale, task.k, task.rng)
+    notes = {**run.notes(), "overseed": OVERSEED, "centroids_kept": kept}
+    return _pure_outcome(task, run.data, centres, notes)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -667,6 +751,7 @@ METHODS: dict[str, Callable[[Task], Outcome]] = {
     "kmeans": kmeans_reference,
     "dplloyd": dplloyd,
     "dplloyd-su": dplloyd_su,
+    "dplloyd-su-overseed": dplloyd_su_overseed,
     "white": white_gaussian,
     "colored": colored_gaussian,
 }

@@ -28,12 +28,14 @@ def test_kmeans_family_rows_and_plot(tmp_path):
                     "--epsilons", "0.5,5", "--trials", "3", "--plot", str(png))
     assert all(set(r) == ROW_KEYS for r in rows)
     got = {(r["method"], r["epsilon"]) for r in rows}
-    names = {"kmeans", "ckm", "ckm-quantized", "dplloyd", "dplloyd-su", "white", "colored"}
+    names = {"kmeans", "ckm", "ckm-quantized", "dplloyd", "dplloyd-su", "dplloyd-su-overseed", "white",
+             "colored"}
     assert got == {(m, e) for m in names for e in (0.5, 5.0)}
     by = {(r["method"], r["epsilon"]): r for r in rows}
     assert by[("kmeans", 5.0)]["median"] == pytest.approx(1.0, abs=0.02)
     assert all(r["q1"] <= r["median"] <= r["q3"] for r in rows)
     assert by[("ckm", 5.0)]["median"] < 1.3 and by[("dplloyd-su", 5.0)]["median"] < 1.3
+    assert by[("dplloyd-su-overseed", 5.0)]["median"] < 1.3
     assert png.stat().st_size > 10_000 and png.read_bytes()[:4] == b"\x89PNG"
 
 

@@ -21,7 +21,7 @@ from fedsketch.server.mechanism import Task
 
 RELATIONS = ("add_remove", "replace_one")
 FACTOR = {"add_remove": 1, "replace_one": 2}
-PRIVATE = ("dplloyd", "dplloyd-su", "white", "colored")
+PRIVATE = ("dplloyd", "dplloyd-su", "dplloyd-su-overseed", "white", "colored")
 
 
 def _box_task(x: np.ndarray, k: int, epsilon: float, half: float | np.ndarray, seed: int = 0,
@@ -89,7 +89,7 @@ def test_su_budget_iteration_rule_and_totals(relation, n, expected_t):
 
 
 @pytest.mark.parametrize("relation", RELATIONS)
-@pytest.mark.parametrize("method", ["dplloyd", "dplloyd-su"])
+@pytest.mark.parametrize("method", ["dplloyd", "dplloyd-su", "dplloyd-su-overseed"])
 def test_runs_spend_what_their_trace_says(monkeypatch, relation, method):
     """The noise actually drawn in a run uses the trace's shares, and the trace sums to ε."""
     calls = []
@@ -309,7 +309,7 @@ def test_min_trace_cover_orthogonal_closed_form():
 
 
 def test_methods_table_and_reference_matches_sklearn():
-    assert list(kp.METHODS) == ["kmeans", "dplloyd", "dplloyd-su", "white", "colored"]
+    assert list(kp.METHODS) == ["kmeans", "dplloyd", "dplloyd-su", "dplloyd-su-overseed", "white", "colored"]
     x = gmm(20_000, 4, 3, 2.5, 11)[0]
     out = kp.kmeans_reference(Task(x, 4, 1.0, rng=np.random.default_rng(0)))
     assert (out.kind, out.epsilon) == ("none", math.inf)
@@ -343,3 +343,69 @@ def test_su_beats_plain_dplloyd_at_small_eps(gmm_k10):
                           for s in range(5)])
 
     assert median_sse("dplloyd-su") < median_sse("dplloyd")
+
+
+# --- the over-seeded Su variant ---------------------------------------------------------------
+
+
+def test_weighted_lloyd_equals_lloyd_on_replicated_records():
+    """Integer weights w_i act as w_i copies of record i: same centres, labels and SSE."""
+    rng = np.random.default_rng(5)
+    x = _blobs(300, 3, 4, seed=5)
+    w = rng.integers(1, 5, x.shape[0]).astype(np.float64)
+    init = x[[0, 50, 100, 150]]
+    c_w, labels_w, sse_w = kp.lloyd(x, init, w)
+    c_r, labels_r, sse_r = kp.lloyd(np.repeat(x, w.astype(int), axis=0), init)
+    np.testing.assert_allclose(c_w, c_r, rtol=1e-10, atol=1e-12)
+    np.testing.assert_array_equal(np.repeat(labels_w, w.astype(int)), labels_r)
+    assert sse_w == pytest.approx(sse_r, rel=1e-10)
+
+
+def test_reduce_centroids_pools_copies_and_drops_noise_level_ones():
+    """Three released copies of each of 4 centres, plus two noise-level centroids at box corners
+    (counts below 3 count-noise scales): the reduction drops those two and returns the
+    count-weighted means ΣS~/ΣN~ of each group of copies."""
+    rng = np.random.default_rng(2)
+    truth = np.array([[-4.0, 0, 0], [4, 0, 0], [0, 4, 0], [0, -4, 3]])
+    copies = np.repeat(truth, 3, axis=0) + 0.1 * rng.standard_normal((12, 3))
+    counts = rng.uniform(500, 1500, 12)
+    centroids = np.vstack([copies, [[9.0, 9, 9], [-9, -9, 9]]])
+    noisy_counts = np.concatenate([counts, [40.0, 55.0]])
+    centres, kept = kp.reduce_centroids(centroids, noisy_counts, 20.0, 4, np.random.default_rng(0))
+    assert kept == 12
+    pooled = np.array([(copies[3 * j:3 * j + 3] * (counts[3 * j:3 * j + 3, None] - 60.0)).sum(axis=0)
+                       / (counts[3 * j:3 * j + 3] - 60.0).sum() for j in range(4)])
+    order = [int(np.linalg.norm(centres - p, axis=1).argmin()) for p in pooled]
+    assert sorted(order) == [0, 1, 2, 3]
+    np.testing.assert_allclose(centres[order], pooled, atol=1e-9)
+
+
+def test_reduce_centroids_falls_back_to_the_heaviest_when_too_few_survive():
+    centroids = np.array([[0.0, 0], [5, 5], [-5, 5], [5, -5]])
+    centres, kept = kp.reduce_centroids(centroids, np.array([100.0, 30, 2, -7]), 20.0, 3,
+                                        np.random.default_rng(0))
+    assert kept == 3
+    np.testing.assert_allclose(sorted(map(tuple, centres)), sorted(map(tuple, centroids[:3])))
+
+
+def test_overseed_runs_su_on_three_centres_per_cluster(gmm_k10):
+    notes = json.loads(kp.dplloyd_su_overseed(_box_task(gmm_k10, 10, 1.0, 12.0)).notes)
+    assert notes["overseed"] == kp.OVERSEED == 3
+    assert notes["iterations"] == kp.su_iterations(0.5, 100_000, 30, 10)
+    assert 10 <= notes["centroids_kept"] <= 30
+
+
+def test_overseed_escapes_the_local_optima_of_su(gmm_k10):
+    """k = d = 10 Gaussians at ε = 1, n = 10^5 (the noise level of paper 004's n = 10^6 at
+    ε = 0.1): Lloyd from Su's data-independent start stalls (a centre straddling two clusters,
+    relative SSE ≈ 1.8 here); over-seeding and reducing stays near the reference."""
+    ref = sse_per_n([gmm_k10], kp.kmeans_reference(Task(gmm_k10, 10, math.inf,
+                                                        rng=np.random.default_rng(1))).output)
+
+    def median_rel(method):
+        return np.median([sse_per_n([gmm_k10], kp.METHODS[method](_box_task(gmm_k10, 10, 1.0, 12.0,
+                                                                              seed=s)).output) / ref
+                          for s in range(5)])
+
+    over, su = median_rel("dplloyd-su-overseed"), median_rel("dplloyd-su")
+    assert over <= 1.3 and over < su
