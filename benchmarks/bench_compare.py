@@ -9,8 +9,12 @@ subspace  paper 001 Fig. 2 (middle column): n = 1000, d = 10, k = 3, q = 3, σ =
 kmeans    paper 004 Fig. 1 at n = 10^6 (k = d = 10, separation 2.5): relative SSE of CKM,
           CKM quantized, DPLloyd, DPLloyd + Su, DPLloyd + Su over-seeded, white and colored
           Gaussian centroids.
+su-floor  the noiseless floor of DPLloyd's data-independent starts on the same data (n = 2·10^5,
+          box ±15): Lloyd with exact means from Su's sphere packing (2 iterations, and run to
+          convergence) and from a uniform start, against the over-seeded start reduced to k.
+          No privacy is involved: this bounds what any amount of ε can give each start.
 
-Usage: python benchmarks/bench_compare.py pca|subspace|kmeans [--trials T]
+Usage: python benchmarks/bench_compare.py pca|subspace|kmeans|su-floor [--trials T]
 """
 
 from __future__ import annotations
@@ -21,6 +25,8 @@ from pathlib import Path
 
 import numpy as np
 
+from fedsketch.common.synthetic import gmm
+from fedsketch.server import kmeans_private as kp
 from fedsketch.server.compare import compare, plot, synthetic
 from fedsketch.server.mechanism import Task
 
@@ -52,9 +58,44 @@ def run(family: str, n: int, d: int, k: int, eps: list[float], names: list[str],
     return rows
 
 
+def exact_lloyd(x: np.ndarray, c: np.ndarray, iterations: int) -> tuple[np.ndarray, np.ndarray]:
+    """``iterations`` Lloyd steps with exact means (an empty cluster keeps its centre); returns
+    the centres and the last counts."""
+    for _ in range(iterations):
+        labels, _ = kp.nearest(x, c)
+        counts, sums = kp.cluster_stats(x, labels, c.shape[0])
+        c = np.where(counts[:, None] > 0, sums / np.maximum(counts, 1.0)[:, None], c)
+    return c, counts
+
+
+def su_floor(seeds: int, n: int = 200_000, k: int = 10, half: float = 15.0) -> None:
+    """Relative SSE of noiseless Lloyd from each data-independent start, ``seeds`` datasets."""
+    rel: dict[str, list[float]] = {}
+    for seed in range(seeds):
+        x = gmm(n, k, k, 2.5, seed)[0].astype(np.float64)
+        rng = np.random.default_rng(1000 + seed)
+        ref = kp.nearest(x, kp.converged_kmeans(x, k, rng)[0])[1].sum()
+        packing = kp.sphere_packing_init(k, k, rng)[0] * half
+        over, counts = exact_lloyd(x, kp.sphere_packing_init(kp.OVERSEED * k, k, rng)[0] * half, 2)
+        starts = {
+            "Su sphere packing, T = 2": exact_lloyd(x, packing, 2)[0],
+            "Su sphere packing, converged": kp.lloyd(x, packing)[0],
+            "uniform in the box, converged": kp.lloyd(x, rng.uniform(-half, half, (k, k)))[0],
+            "over-seeded (3k), T = 2, reduced": kp.reduce_centroids(over, counts, 0.0, k, rng)[0],
+        }
+        for name, c in starts.items():
+            rel.setdefault(name, []).append(float(kp.nearest(x, c)[1].sum() / ref))
+        print(f"seed {seed}: " + ", ".join(f"{v[-1]:.3f}" for v in rel.values()), flush=True)
+    print(f"\nnoiseless floor, n = {n}, k = d = {k}, box ±{half:g}, {seeds} datasets\n\n"
+          "| start | median | q1 | q3 | max |\n|---|---|---|---|---|")
+    for name, v in rel.items():
+        q1, med, q3 = np.quantile(v, [0.25, 0.5, 0.75])
+        print(f"| {name} | {med:.3f} | {q1:.3f} | {q3:.3f} | {max(v):.3f} |")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("part", choices=("pca", "subspace", "kmeans"))
+    ap.add_argument("part", choices=("pca", "subspace", "kmeans", "su-floor"))
     ap.add_argument("--trials", type=int, default=5)
     args = ap.parse_args()
     if args.part == "pca":
@@ -70,6 +111,8 @@ def main() -> None:
             run("subspace", 1000, d, 3, [1.0, 10.0, 100.0], ["kplane", "sulq-kplane"],
                 args.trials, f"subspace_sulq_d{d}.png", f"SuLQ k-plane, d = {d}", q=3,
                 delta=1e-3)
+    elif args.part == "su-floor":
+        su_floor(args.trials)
     else:
         run("kmeans", 1_000_000, 10, 10, [0.001, 0.003, 0.01, 0.03, 0.1, 1.0],
             ["ckm", "ckm-quantized", "dplloyd", "dplloyd-su", "dplloyd-su-overseed", "white", "colored"],

@@ -486,41 +486,49 @@ def dplloyd_su(task: Task) -> Outcome:
 
 
 def reduce_centroids(centroids: np.ndarray, counts: np.ndarray, count_scale: float, k: int,
-                     rng: np.random.Generator) -> tuple[np.ndarray, int]:
+                     rng: np.random.Generator, fallback: np.ndarray) -> tuple[np.ndarray, int]:
     """k centres from k' ≥ k released centroids and noisy counts, by post-processing only.
 
-    Weighted k-means (k-means++ seeding and Lloyd, OVERSEED_RESTARTS restarts, best weighted SSE)
-    of the centroids with weights w_j = N~_j − OVERSEED_KEEP_SCALES·b, where b is the Laplace
-    scale of the counts (records): centroids with w_j ≤ 0 are indistinguishable from empty
-    clusters and are dropped. If fewer than k remain, the k with the largest N~ are used with
-    weights max(N~_j, 1). Since a weighted mean of S~_j/N~_j with weights N~_j is ΣS~/ΣN~, each
-    centre pools its group's noisy sums. Returns (centres (k, d), centroids used).
+    A centroid is reliable when w_j = N~_j − OVERSEED_KEEP_SCALES·b > 0, b the Laplace scale of
+    the counts (records); below that its cluster is indistinguishable from an empty one.
+
+    * At least k reliable: weighted k-means (k-means++ seeding and Lloyd, OVERSEED_RESTARTS
+      restarts, best weighted SSE) of the reliable centroids with weights w_j. A weighted mean of
+      S~_j/N~_j with weights N~_j is ΣS~/ΣN~, so each centre pools its group's noisy sums.
+    * Fewer: the reliable centroids, then the data-independent ``fallback`` (d,) (the box centre),
+      then the others by decreasing N~, the first k of these. An extra centre never raises the
+      SSE, so when noise swamps every count the result is no worse than the box centre alone.
+
+    Returns (centres (k, d), reliable centroids).
     """
     weights = counts - OVERSEED_KEEP_SCALES * count_scale
-    keep = np.flatnonzero(weights > 0)
-    if keep.size < k:
-        keep = np.argsort(-counts, kind="stable")[:k]
-        weights = np.maximum(counts, 1.0)
-    centres, _ = converged_kmeans(centroids[keep], k, rng, OVERSEED_RESTARTS, weights[keep])
-    return centres, int(keep.size)
+    order = np.argsort(-counts, kind="stable")
+    reliable = order[weights[order] > 0]
+    if reliable.size >= k:
+        centres, _ = converged_kmeans(centroids[reliable], k, rng, OVERSEED_RESTARTS, weights[reliable])
+        return centres, int(reliable.size)
+    rest = order[weights[order] <= 0]
+    return np.vstack([centroids[reliable], fallback, centroids[rest]])[:k], int(reliable.size)
 
 
 def dplloyd_su_overseed(task: Task) -> Outcome:
     """fedsketch's over-seeded variant of DPLloyd + Su (not in Su et al. or MECHANISMS §6), pure
     ε-DP with exactly :func:`dplloyd_su`'s spend: :func:`su_run` on k' = OVERSEED·k centres (T
     from the rule at k', so the same or fewer iterations), then :func:`reduce_centroids` to k
-    centres, which is post-processing of the released centroids and counts.
+    centres (with the box centre as the fallback), which is post-processing of the released
+    centroids and counts.
 
     Why: Lloyd from any data-independent start stalls in local optima on well-separated data
     (one centre straddling two clusters, two sharing one). With three centres per cluster, every
     cluster is likely to attract some, and the reduction merges them. The price is noisier
     centroids (k' clusters of n/k' records). ``notes`` adds the over-seeding factor and how many
-    centroids the reduction kept.
+    released centroids were reliable.
     """
     run = su_run(task, OVERSEED * task.k)
     count_scale = laplace_scale(1.0, run.trace.iterations[-1].eps_count)
-    centres, kept = reduce_centroids(run.centroids, run.counts, count_scale, task.k, task.rng)
-    notes = {**run.notes(), "overseed": OVERSEED, "centroids_kept": kept}
+    centres, reliable = reduce_centroids(run.centroids, run.counts, count_scale, task.k, task.rng,
+                                         np.zeros(task.d))
+    notes = {**run.notes(), "overseed": OVERSEED, "reliable_centroids": reliable}
     return _pure_outcome(task, run.data, centres, notes)
 
 

@@ -371,8 +371,9 @@ def test_reduce_centroids_pools_copies_and_drops_noise_level_ones():
     counts = rng.uniform(500, 1500, 12)
     centroids = np.vstack([copies, [[9.0, 9, 9], [-9, -9, 9]]])
     noisy_counts = np.concatenate([counts, [40.0, 55.0]])
-    centres, kept = kp.reduce_centroids(centroids, noisy_counts, 20.0, 4, np.random.default_rng(0))
-    assert kept == 12
+    centres, reliable = kp.reduce_centroids(centroids, noisy_counts, 20.0, 4, np.random.default_rng(0),
+                                            np.zeros(3))
+    assert reliable == 12
     pooled = np.array([(copies[3 * j:3 * j + 3] * (counts[3 * j:3 * j + 3, None] - 60.0)).sum(axis=0)
                        / (counts[3 * j:3 * j + 3] - 60.0).sum() for j in range(4)])
     order = [int(np.linalg.norm(centres - p, axis=1).argmin()) for p in pooled]
@@ -380,19 +381,30 @@ def test_reduce_centroids_pools_copies_and_drops_noise_level_ones():
     np.testing.assert_allclose(centres[order], pooled, atol=1e-9)
 
 
-def test_reduce_centroids_falls_back_to_the_heaviest_when_too_few_survive():
-    centroids = np.array([[0.0, 0], [5, 5], [-5, 5], [5, -5]])
-    centres, kept = kp.reduce_centroids(centroids, np.array([100.0, 30, 2, -7]), 20.0, 3,
-                                        np.random.default_rng(0))
-    assert kept == 3
-    np.testing.assert_allclose(sorted(map(tuple, centres)), sorted(map(tuple, centroids[:3])))
+def test_reduce_centroids_falls_back_to_the_box_centre_when_too_few_are_reliable():
+    """One reliable centroid (count 100 > 3·20): it, then the fallback, then the heaviest other."""
+    centroids = np.array([[1.0, 1], [5, 5], [-5, 5], [5, -5]])
+    fallback = np.array([0.5, -0.5])
+    centres, reliable = kp.reduce_centroids(centroids, np.array([100.0, 30, 2, -7]), 20.0, 3,
+                                            np.random.default_rng(0), fallback)
+    assert reliable == 1
+    np.testing.assert_array_equal(centres, [[1.0, 1], [0.5, -0.5], [5, 5]])
+
+
+def test_overseed_is_no_worse_than_the_box_centre_when_noise_swamps_it(gmm_k10):
+    """ε = 10⁻⁴ on 10^5 records: no count clears its noise, and the box centre bounds the SSE."""
+    ref_box_centre = sse_per_n([gmm_k10], np.zeros((1, 10)))
+    for s in range(3):
+        out = kp.dplloyd_su_overseed(_box_task(gmm_k10, 10, 1e-4, 12.0, seed=s))
+        assert json.loads(out.notes)["reliable_centroids"] < 10
+        assert sse_per_n([gmm_k10], out.output) <= ref_box_centre
 
 
 def test_overseed_runs_su_on_three_centres_per_cluster(gmm_k10):
     notes = json.loads(kp.dplloyd_su_overseed(_box_task(gmm_k10, 10, 1.0, 12.0)).notes)
     assert notes["overseed"] == kp.OVERSEED == 3
     assert notes["iterations"] == kp.su_iterations(0.5, 100_000, 30, 10)
-    assert 10 <= notes["centroids_kept"] <= 30
+    assert 10 <= notes["reliable_centroids"] <= 30
 
 
 def test_overseed_escapes_the_local_optima_of_su(gmm_k10):
