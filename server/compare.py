@@ -266,6 +266,7 @@ def compare_command(
 ) -> None:
     """Every method at every ε on one dataset: median [IQR] of the family's utility metric."""
     from rich.console import Console
+    from rich.markup import escape
     from rich.progress import Progress
     from rich.table import Table
 
@@ -313,10 +314,11 @@ def compare_command(
     if as_json:
         typer.echo(json.dumps([r.to_dict() for r in rows]))
         return
-    table = Table(title=f"{family}: median [q1, q3] over {trials} trials")
-    for col in ("method", "ε", "metric", "median", "IQR", "seconds"):
+    table = Table(title=escape(f"{family}: median [q1, q3] over {trials} trials"))
+    table.add_column("method", no_wrap=True, min_width=max(len(r.method) for r in rows))
+    for col in ("ε", "metric", "median", "IQR", "seconds"):
         table.add_column(col)
     for r in rows:
         table.add_row(r.method, f"{r.epsilon:g}", r.metric, f"{r.median:.4g}",
-                      f"[{r.q1:.4g}, {r.q3:.4g}]", f"{r.seconds:.2f}")
+                      escape(f"[{r.q1:.4g}, {r.q3:.4g}]"), f"{r.seconds:.2f}")
     Console().print(table)

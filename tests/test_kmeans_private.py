@@ -421,3 +421,14 @@ def test_overseed_escapes_the_local_optima_of_su(gmm_k10):
 
     over, su = median_rel("dplloyd-su-overseed"), median_rel("dplloyd-su")
     assert over <= 1.3 and over < su
+
+
+def test_converged_clusters_is_one_function_of_the_data(small_gmm):
+    """The local-sensitivity query f(X) is memoized per (clipped records, box, k): another rng
+    reuses it, while another box or k computes afresh."""
+    a = kp.converged_clusters(_box_task(small_gmm, 3, 1.0, 9.0, seed=1))
+    b = kp.converged_clusters(_box_task(small_gmm, 3, 1.0, 9.0, seed=2))
+    assert b is a
+    c = kp.converged_clusters(_box_task(small_gmm, 3, 1.0, 8.0, seed=1))
+    assert c is not a and np.array_equal(c.hi, np.full(small_gmm.shape[1], 8.0))
+    assert kp.converged_clusters(_box_task(small_gmm, 2, 1.0, 9.0, seed=1)).centroids.shape[0] == 2
