@@ -265,6 +265,7 @@ def compare_command(
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar.")] = False,
 ) -> None:
     """Every method at every ε on one dataset: median [IQR] of the family's utility metric."""
+    from rich import box
     from rich.console import Console
     from rich.markup import escape
     from rich.progress import Progress
@@ -314,10 +315,13 @@ def compare_command(
     if as_json:
         typer.echo(json.dumps([r.to_dict() for r in rows]))
         return
-    table = Table(title=escape(f"{family}: median [q1, q3] over {trials} trials"))
+    table = Table(title=escape(f"{family}: median [q1, q3] over {trials} trials"), box=box.SIMPLE_HEAD,
+                  pad_edge=False, collapse_padding=True)
     table.add_column("method", no_wrap=True, min_width=max(len(r.method) for r in rows))
-    for col in ("ε", "metric", "median", "IQR", "seconds"):
-        table.add_column(col)
+    table.add_column("ε", no_wrap=True)
+    table.add_column("metric")
+    for col in ("median", "IQR", "seconds"):
+        table.add_column(col, no_wrap=True)
     for r in rows:
         table.add_row(r.method, f"{r.epsilon:g}", r.metric, f"{r.median:.4g}",
                       escape(f"[{r.q1:.4g}, {r.q3:.4g}]"), f"{r.seconds:.2f}")

@@ -47,15 +47,15 @@ def test_pca_family_orders_the_methods():
 
 
 def test_table_shows_the_title_and_every_method_in_full(monkeypatch):
-    """The rich table escapes its brackets (not markup) and never truncates a method name, even
-    on a narrow terminal."""
-    monkeypatch.setenv("COLUMNS", "70")
+    """The rich table escapes its brackets (not markup) and truncates no method or metric name
+    at the default width of 80 columns (what a pipe gets)."""
+    monkeypatch.setenv("COLUMNS", "80")
     res = runner.invoke(app, ["compare", "kmeans", "--synthetic", "gmm", "--n", "3000", "--d", "3",
                               "--k", "3", "--epsilons", "1", "--trials", "2", "--quiet",
                               "--methods", "kmeans,dplloyd-su-overseed"])
     assert res.exit_code == 0, res.output
     assert "kmeans: median [q1, q3] over 2 trials" in res.stdout
-    assert "dplloyd-su-overseed" in res.stdout
+    assert "dplloyd-su-overseed" in res.stdout and "relative_sse" in res.stdout
 
 
 @pytest.mark.slow
