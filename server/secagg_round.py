@@ -74,6 +74,31 @@ class SecAggRound:
     def finished(self) -> bool:
         return self.stage == pb.FINISHED
 
+    def held_messages(self) -> int:
+        """Stage messages and routed bundles the round still holds (0 once it is over)."""
+        with self._lock:
+            return sum(map(len, self._inbox.values())) + len(self._outbox)
+
+    def _check_open(self, stage: int) -> None:
+        """Refuse a message or fetch for any stage but the open one (lock held)."""
+        if self.finished:
+            raise StageRefusal(grpc.StatusCode.FAILED_PRECONDITION,
+                               "the secure-aggregation round is over; see the study's state")
+        if stage != self.stage:
+            raise StageRefusal(grpc.StatusCode.FAILED_PRECONDITION,
+                               f"stage {pb.Stage.Name(stage)} is not open (the study is at "
+                               f"{pb.Stage.Name(self.stage)})")
+
+    def _end(self) -> None:
+        """Mark the round FINISHED (lock held) and drop what only a running round needs: the
+        stage messages, the routed bundles and the aggregator (up to L masked inputs of 2m
+        words), so a long-lived coordinator keeps only each round's stage and timings."""
+        self.stage = pb.FINISHED
+        self._inbox = {}
+        self._outbox = {}
+        self._shared_body = None
+        self._aggregator = None
+
     def _expected(self) -> set[str] | None:
         """Who must answer the open stage: the roster at ADVERTISE_KEYS, then the devices the
         previous stage routed something to (None: anyone may register)."""
@@ -86,10 +111,7 @@ class SecAggRound:
     def receive(self, device_id: str, stage: int, body: bytes) -> bool:
         """Store one stage message; True for an identical re-send. Closes the stage when full."""
         with self._lock:
-            if stage != self.stage:
-                raise StageRefusal(grpc.StatusCode.FAILED_PRECONDITION,
-                                   f"stage {pb.Stage.Name(stage)} is not open (the study is at "
-                                   f"{pb.Stage.Name(self.stage)})")
+            self._check_open(stage)
             inbox = self._inbox[stage]
             if device_id in inbox:
                 if inbox[device_id] == body:
@@ -122,10 +144,7 @@ class SecAggRound:
     def fetch(self, device_id: str, stage: int) -> bytes:
         """What the coordinator routes to ``device_id`` for the open ``stage``."""
         with self._lock:
-            if stage != self.stage:
-                raise StageRefusal(grpc.StatusCode.FAILED_PRECONDITION,
-                                   f"stage {pb.Stage.Name(stage)} is not open (the study is at "
-                                   f"{pb.Stage.Name(self.stage)})")
+            self._check_open(stage)
             if stage == pb.ADVERTISE_KEYS and self._shared_body is not None:
                 if device_id not in self._params.share_x:
                     raise StageRefusal(grpc.StatusCode.PERMISSION_DENIED,
@@ -170,16 +189,16 @@ class SecAggRound:
             else:
                 responses = {u: sw.unmask_from_json(sw.load(b)) for u, b in inbox.items()}
                 total = self._aggregator.collect_unmask(responses)
-                self.stage = pb.FINISHED
+                self._end()
                 self.stage_seconds[pb.Stage.Name(closing)] = time.perf_counter() - started
                 records = sum(self._records[u] for u in self._survivors)
                 m = self.spec.sketch.frequencies.m
                 self._finish(total.reshape(2, m), len(self._survivors), records)
                 return
         except (SecAggAbort, ValueError) as exc:
-            self.stage = pb.FINISHED
             rejected = "" if self._aggregator is None else "; ".join(
                 f"{u}: {why}" for u, why in self._aggregator.rejected.items())
+            self._end()
             self._fail(f"secure aggregation aborted at {pb.Stage.Name(closing)}: {exc}"
                        + (f" (rejected: {rejected})" if rejected else ""))
             return

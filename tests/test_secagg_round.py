@@ -118,6 +118,27 @@ def test_too_few_submitters_abort_and_release_nothing(coordinator_round, parts):
     assert [len(a.ledger.spends()) for a in agents] == [0, 0, 1, 1, 1, 1]
 
 
+def test_a_finished_round_refuses_late_messages_and_drops_its_state(coordinator_round, parts):
+    """After the round, a signed message or fetch for any stage (FINISHED included) gets
+    FAILED_PRECONDITION, and the round no longer holds messages, routing or masked inputs."""
+    study = coordinator_round.create(secure_spec(4, threshold=3, min_honest=4))
+    agents = [coordinator_round.agent(f"late{i}", parts[i]) for i in range(4)]
+    assert drive(coordinator_round, study.study_id, agents).state == pb.DONE
+    ident = agents[0].ledger.identity()
+    for stage in (pb.UNMASK, pb.FINISHED):
+        body = b"{}"
+        digest = sw.message_digest(study.study_id, ident.device_id, stage, body)
+        msg = pb.SecAggMessage(study_id=study.study_id, device_id=ident.device_id, stage=stage,
+                               body=body, signature=signing.sign(ident.private_key, digest))
+        for call in (agents[0].stub.SecAggSend, agents[0].stub.SecAggFetch):
+            with pytest.raises(grpc.RpcError) as err:
+                call(msg, timeout=10)
+            assert err.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+            assert "over" in err.value.details()
+    rnd = coordinator_round.coordinator.rounds[study.study_id]
+    assert rnd.finished and rnd.held_messages() == 0
+
+
 def test_stage_refusals(coordinator_round, parts):
     study = coordinator_round.create(secure_spec(3, timeout=60))
     agent = coordinator_round.agent("r", parts[0])
