@@ -77,11 +77,12 @@ def su_floor(seeds: int, n: int = 200_000, k: int = 10, half: float = 15.0) -> N
         ref = kp.nearest(x, kp.converged_kmeans(x, k, rng)[0])[1].sum()
         packing = kp.sphere_packing_init(k, k, rng)[0] * half
         over, counts = exact_lloyd(x, kp.sphere_packing_init(kp.OVERSEED * k, k, rng)[0] * half, 2)
+        reduced, _ = kp.reduce_centroids(over, counts, 0.0, k, rng, np.zeros(k))
         starts = {
             "Su sphere packing, T = 2": exact_lloyd(x, packing, 2)[0],
             "Su sphere packing, converged": kp.lloyd(x, packing)[0],
             "uniform in the box, converged": kp.lloyd(x, rng.uniform(-half, half, (k, k)))[0],
-            "over-seeded (3k), T = 2, reduced": kp.reduce_centroids(over, counts, 0.0, k, rng)[0],
+            "over-seeded (3k), T = 2, reduced": reduced,
         }
         for name, c in starts.items():
             rel.setdefault(name, []).append(float(kp.nearest(x, c)[1].sum() / ref))

@@ -35,7 +35,7 @@ import itertools
 import json
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -160,7 +160,7 @@ def kmeans_plus_plus(x: np.ndarray, k: int, rng: np.random.Generator,
         picks = draw(w * d2, trials)
         cand = np.maximum(x_sq[:, None] - 2.0 * (x @ x[picks].T) + x_sq[picks][None, :], 0.0)
         cand = np.minimum(cand, d2[:, None])
-        best = int((w @ cand).argmin())
+        best = int((cand.sum(axis=0) if weights is None else w @ cand).argmin())
         chosen.append(int(picks[best]))
         d2 = cand[:, best]
     return x[chosen].astype(np.float64)
@@ -493,8 +493,9 @@ def reduce_centroids(centroids: np.ndarray, counts: np.ndarray, count_scale: flo
     the counts (records); below that its cluster is indistinguishable from an empty one.
 
     * At least k reliable: weighted k-means (k-means++ seeding and Lloyd, OVERSEED_RESTARTS
-      restarts, best weighted SSE) of the reliable centroids with weights w_j. A weighted mean of
-      S~_j/N~_j with weights N~_j is ΣS~/ΣN~, so each centre pools its group's noisy sums.
+      restarts, best weighted SSE) of the reliable centroids with weights w_j: each centre is
+      the w-weighted mean of its group's (clipped) centroids, close to the pooled ΣS~/ΣN~ when
+      the counts are well above their noise.
     * Fewer: the reliable centroids, then the data-independent ``fallback`` (d,) (the box centre),
       then the others by decreasing N~, the first k of these. An extra centre never raises the
       SSE, so when noise swamps every count the result is no worse than the box centre alone.
@@ -573,25 +574,31 @@ def _digest(*arrays: np.ndarray) -> str:
 
 
 def converged_clusters(task: Task) -> Clusters:
-    """Clip to the public box, run :func:`converged_kmeans` with ``Task.rng`` and take the exact
-    means of its final assignment (the query f(X) of §7.1). Refuses clusters with < 2 records.
+    """Clip to the public box, run :func:`converged_kmeans` and take the exact means of its final
+    assignment (the query f(X) of §7.1). Refuses clusters with < 2 records.
 
-    f(X) is memoized by the clipped records, the box and k: the local-sensitivity calibration
-    treats it as a fixed function of X, so repeated runs on one dataset (``fedsketch compare``'s
-    trials) reuse one clustering and differ only in their noise.
+    The local-sensitivity calibration treats f(X) as a fixed function of X, so it is one: the
+    k-means++ seeds come from a generator seeded by the SHA-256 of (clipped records, box, k)
+    (``Task.rng`` is not used), and the result is memoized under that digest, so repeated runs
+    on one dataset (``fedsketch compare``'s trials) reuse one clustering and differ only in
+    their noise. The memo holds a read-only copy of the clipped records; ``clipped`` is counted
+    for each call.
     """
     lo, hi = public_box(task)
     x, clipped = clip_rows_to_box(np.asarray(task.x, dtype=np.float64), lo, hi, task.strict)
+    key = _digest(x, lo, hi, np.array(task.k))
 
     def compute() -> Clusters:
-        _, labels = converged_kmeans(x, task.k, task.rng)
-        counts, sums = cluster_stats(x, labels, task.k)
+        own = x.copy()
+        own.setflags(write=False)
+        _, labels = converged_kmeans(own, task.k, np.random.default_rng(int(key[:16], 16)))
+        counts, sums = cluster_stats(own, labels, task.k)
         if counts.min() < 2:
             raise ValueError(f"every cluster needs >= 2 records for the local sensitivity "
                              f"(x_i − c)/(n_j − 1); smallest has {int(counts.min())}: lower k")
-        return Clusters(x, labels, sums / counts[:, None], counts, lo, hi, clipped)
+        return Clusters(own, labels, sums / counts[:, None], counts, lo, hi, 0)
 
-    return _memo(_CLUSTERS, CLUSTERS_CACHE, _digest(x, lo, hi, np.array(task.k)), compute)
+    return replace(_memo(_CLUSTERS, CLUSTERS_CACHE, key, compute), clipped=clipped)
 
 
 def box_corners(lo: np.ndarray, hi: np.ndarray) -> np.ndarray:

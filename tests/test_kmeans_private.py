@@ -363,8 +363,8 @@ def test_weighted_lloyd_equals_lloyd_on_replicated_records():
 
 def test_reduce_centroids_pools_copies_and_drops_noise_level_ones():
     """Three released copies of each of 4 centres, plus two noise-level centroids at box corners
-    (counts below 3 count-noise scales): the reduction drops those two and returns the
-    count-weighted means ΣS~/ΣN~ of each group of copies."""
+    (counts below 3 count-noise scales): the reduction drops those two and returns the mean of
+    each group of copies weighted by N~ − 3b."""
     rng = np.random.default_rng(2)
     truth = np.array([[-4.0, 0, 0], [4, 0, 0], [0, 4, 0], [0, -4, 3]])
     copies = np.repeat(truth, 3, axis=0) + 0.1 * rng.standard_normal((12, 3))
@@ -424,11 +424,34 @@ def test_overseed_escapes_the_local_optima_of_su(gmm_k10):
 
 
 def test_converged_clusters_is_one_function_of_the_data(small_gmm):
-    """The local-sensitivity query f(X) is memoized per (clipped records, box, k): another rng
-    reuses it, while another box or k computes afresh."""
-    a = kp.converged_clusters(_box_task(small_gmm, 3, 1.0, 9.0, seed=1))
-    b = kp.converged_clusters(_box_task(small_gmm, 3, 1.0, 9.0, seed=2))
-    assert b is a
-    c = kp.converged_clusters(_box_task(small_gmm, 3, 1.0, 8.0, seed=1))
-    assert c is not a and np.array_equal(c.hi, np.full(small_gmm.shape[1], 8.0))
-    assert kp.converged_clusters(_box_task(small_gmm, 2, 1.0, 9.0, seed=1)).centroids.shape[0] == 2
+    """f(X) depends on (clipped records, box, k) only: another rng gives the same clustering and
+    is not consumed; the memo keeps its own read-only copy; the clipped count is per call."""
+    x = small_gmm.copy()
+    rng = np.random.default_rng(2)
+    a = kp.converged_clusters(_box_task(x, 3, 1.0, 9.0, seed=1))
+    state = rng.bit_generator.state
+    b = kp.converged_clusters(Task(x, 3, 1.0, lo=np.full(3, -9.0), hi=np.full(3, 9.0), rng=rng))
+    assert rng.bit_generator.state == state
+    np.testing.assert_array_equal(b.centroids, a.centroids)
+    np.testing.assert_array_equal(b.labels, a.labels)
+    assert b.x is not x and not b.x.flags.writeable
+    x[0] += 1.0  # the caller's later edit does not reach the memo
+    assert not np.array_equal(kp.converged_clusters(_box_task(x, 3, 1.0, 9.0)).x, a.x)
+    outlier = np.vstack([small_gmm, [[50.0, 0.0, 0.0]]])
+    on_box = np.vstack([small_gmm, [[9.0, 0.0, 0.0]]])  # the same records once clipped
+    assert kp.converged_clusters(_box_task(outlier, 3, 1.0, 9.0)).clipped == 1
+    assert kp.converged_clusters(_box_task(on_box, 3, 1.0, 9.0)).clipped == 0
+    c = kp.converged_clusters(_box_task(small_gmm, 3, 1.0, 8.0))
+    assert np.array_equal(c.hi, np.full(small_gmm.shape[1], 8.0))
+    assert kp.converged_clusters(_box_task(small_gmm, 2, 1.0, 9.0)).centroids.shape[0] == 2
+
+
+def test_weighted_kmeans_plus_plus_never_picks_weightless_records():
+    """Seeding draws ∝ w·D² (the first ∝ w): records of weight 0 are never chosen."""
+    x = np.random.default_rng(8).normal(size=(60, 2)) * 5
+    w = np.zeros(60)
+    w[::3] = 1.0
+    allowed = {tuple(r) for r in x[::3]}
+    for seed in range(30):
+        seeds = kp.kmeans_plus_plus(x, 4, np.random.default_rng(seed), w)
+        assert {tuple(r) for r in seeds} <= allowed

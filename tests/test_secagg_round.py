@@ -116,6 +116,7 @@ def test_too_few_submitters_abort_and_release_nothing(coordinator_round, parts):
         coordinator_round.device_stub().GetResult(pb.StudyRef(study_id=study.study_id))
     assert err.value.code() == grpc.StatusCode.FAILED_PRECONDITION
     assert [len(a.ledger.spends()) for a in agents] == [0, 0, 1, 1, 1, 1]
+    assert coordinator_round.coordinator.rounds[study.study_id].held_messages() == 0
 
 
 def test_a_finished_round_refuses_late_messages_and_drops_its_state(coordinator_round, parts):
