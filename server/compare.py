@@ -39,7 +39,7 @@ from fedsketch.common.synthetic import SPECTRUM_003, gmm, spectrum, subspaces
 
 from .clompr import clompr
 from .evaluate import kmeans_reference, split, sse_per_n
-from .mechanism import Outcome, Task
+from .mechanism import Outcome, Task, clip_rows_to_box
 
 FAMILIES = {"kmeans": "kmeans_private", "pca": "pca_private", "subspace": "subspace_private"}
 SYNTHETIC = {"kmeans": "gmm", "pca": "spectrum", "subspace": "subspaces"}
@@ -53,8 +53,8 @@ def _ckm(feature: str) -> Callable[[Task], Outcome]:
     def run(task: Task) -> Outcome:
         if task.lo is None:
             raise ValueError("ckm needs a public box (--bounds)")
-        x = np.clip(task.x, task.lo, task.hi).astype(np.float32)
-        clipped = int(np.any((task.x < task.lo) | (task.x > task.hi), axis=1).sum())
+        clipped_x, clipped = clip_rows_to_box(task.x, task.lo, task.hi, task.strict)
+        x = clipped_x.astype(np.float32)
         eps_cal = task.epsilon * CKM_SCALE_FRACTION
         width = float(np.max(np.asarray(task.hi) - np.asarray(task.lo)))
         cal = calibrate_scale(lambda: split(x), task.d, eps_cal, neighbouring=task.neighbouring,

@@ -98,6 +98,7 @@ def test_data_file_needs_a_box_and_strict_refuses_outliers(tmp_path):
     np.save(path, x)
     res = runner.invoke(app, ["compare", "kmeans", "--data", str(path), "--k", "2", "--quiet"])
     assert res.exit_code == 1 and "--bounds" in res.output
-    res = runner.invoke(app, ["compare", "kmeans", "--data", str(path), "--k", "2", "--bounds",
-                              "-5:5", "--methods", "dplloyd", "--strict", "--quiet"])
-    assert res.exit_code == 1 and "outside the public box" in res.output
+    for method in ("dplloyd", "ckm"):
+        res = runner.invoke(app, ["compare", "kmeans", "--data", str(path), "--k", "2", "--bounds",
+                                  "-5:5", "--methods", method, "--strict", "--quiet"])
+        assert res.exit_code == 1 and "outside the public box" in res.output, method
