@@ -58,6 +58,13 @@ class Run:
     clients: dict[str, Client] = field(default_factory=dict)
 
 
+def _enrolled_clients(params: SecAggParams) -> tuple[dict, dict, dict[str, Client]]:
+    """Fresh signing keys, the enrolled public keys, and one Client per device."""
+    keys = {u: signing.new_private_key() for u in params.device_ids}
+    enrolled = {u: signing.public_key(k) for u, k in keys.items()}
+    return keys, enrolled, {u: Client(params, u, keys[u], enrolled) for u in params.device_ids}
+
+
 def run_round(params: SecAggParams, xs: dict[str, np.ndarray], drops: dict[str, set[str]] | None = None,
               noise: dict[str, np.ndarray] | None = None) -> Run:
     """Drive the four stages in memory; devices in ``drops[stage]`` go silent from that stage on.
@@ -65,9 +72,8 @@ def run_round(params: SecAggParams, xs: dict[str, np.ndarray], drops: dict[str, 
     A device whose stage raises SecAggAbort is silent too (recorded in ``client_aborts``).
     """
     drops = drops or {}
-    keys = {u: signing.new_private_key() for u in params.device_ids}
-    enrolled = {u: signing.public_key(k) for u, k in keys.items()}
-    run = Run(clients={u: Client(params, u, keys[u], enrolled) for u in params.device_ids})
+    _, enrolled, clients = _enrolled_clients(params)
+    run = Run(clients=clients)
     agg = Aggregator(params, enrolled)
     live = set(params.device_ids)
 
@@ -249,9 +255,7 @@ def test_one_masked_input_is_uniform_to_the_coordinator_even_after_unmasking():
     u = params.device_ids[0]
     views = {"y_u": [], "sum": [], "y_u - PRG(b_u)": []}
     for _ in range(runs):
-        keys = {v: signing.new_private_key() for v in params.device_ids}
-        enrolled = {v: signing.public_key(k) for v, k in keys.items()}
-        clients = {v: Client(params, v, keys[v], enrolled) for v in params.device_ids}
+        _, enrolled, clients = _enrolled_clients(params)
         agg = Aggregator(params, enrolled)
         routed = agg.collect_adverts({v: c.advertise() for v, c in clients.items()})
         routed = agg.collect_shares({v: c.share_keys(routed[v]) for v, c in clients.items()})
@@ -273,9 +277,7 @@ def test_one_masked_input_is_uniform_to_the_coordinator_even_after_unmasking():
 def midway():
     """Five devices after masked_input (full graph, t = 3): the clients and their requests."""
     params = _params(5, 8, None, threshold=3)
-    keys = {u: signing.new_private_key() for u in params.device_ids}
-    enrolled = {u: signing.public_key(k) for u, k in keys.items()}
-    clients = {u: Client(params, u, keys[u], enrolled) for u in params.device_ids}
+    _, enrolled, clients = _enrolled_clients(params)
     agg = Aggregator(params, enrolled)
     routed = agg.collect_adverts({u: c.advertise() for u, c in clients.items()})
     routed = agg.collect_shares({u: c.share_keys(routed[u]) for u, c in clients.items()})
@@ -318,17 +320,14 @@ def test_a_device_refuses_too_few_survivors_unheld_shares_and_being_called_dropp
 
 def _four_devices_after_adverts():
     params = _params(4, 4, None, threshold=2)
-    keys = {u: signing.new_private_key() for u in params.device_ids}
-    enrolled = {u: signing.public_key(k) for u, k in keys.items()}
-    clients = {u: Client(params, u, keys[u], enrolled) for u in params.device_ids}
+    keys, enrolled, clients = _enrolled_clients(params)
     adverts = {u: c.advertise() for u, c in clients.items()}
-    return params, clients, adverts, keys
+    return params, clients, adverts, keys, enrolled
 
 
 def test_a_tampered_or_unsigned_advert_aborts_share_keys():
-    params, clients, adverts, keys = _four_devices_after_adverts()
+    params, clients, adverts, keys, enrolled = _four_devices_after_adverts()
     a, b, c, d = params.device_ids
-    enrolled = {u: signing.public_key(k) for u, k in keys.items()}
     others = {v: adverts[v] for v in (b, c, d)}
     sig = bytearray(adverts[b].signature)
     sig[0] ^= 1
@@ -352,7 +351,7 @@ def test_a_tampered_or_unsigned_advert_aborts_share_keys():
 
 
 def test_a_tampered_or_misattributed_ciphertext_aborts_the_masked_input():
-    params, clients, adverts, _ = _four_devices_after_adverts()
+    params, clients, adverts, _, _ = _four_devices_after_adverts()
     a, b, c, d = params.device_ids
     outboxes = {u: cl.share_keys({v: adverts[v] for v in params.device_ids if v != u})
                 for u, cl in clients.items()}
@@ -369,7 +368,7 @@ def test_a_tampered_or_misattributed_ciphertext_aborts_the_masked_input():
 
 
 def test_stages_out_of_order_are_refused():
-    params, clients, _, _ = _four_devices_after_adverts()
+    params, clients, _, _, _ = _four_devices_after_adverts()
     a, b = params.device_ids[:2]
     with pytest.raises(SecAggAbort):
         clients[a].masked_input(np.zeros(4, dtype=np.int64), {})
