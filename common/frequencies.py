@@ -131,8 +131,15 @@ class Frequencies:
     sha256: str
 
 
+#: Recently drawn frequency sets kept: a device checks Ω's hash and then sketches with the same
+#: Ω, and the coordinator decodes with it, so each study's draw is made once per process.
+FREQUENCY_CACHE = 8
+
+
+@lru_cache(maxsize=FREQUENCY_CACHE)
 def draw_frequencies(spec: FrequencySpec) -> Frequencies:
-    """Draw Ω and ξ for ``spec``: a pure, platform-independent function of the spec."""
+    """Draw Ω and ξ for ``spec``: a pure, platform-independent function of the spec (memoized;
+    the arrays are read-only, so callers share them safely)."""
     if spec.law == "gaussian":
         omega = _normal_columns(spec.seed, spec.d, spec.m, OMEGA_DIRECTIONS) / spec.scale
     else:
