@@ -68,8 +68,7 @@ class LocalData:
     fingerprint: str
 
 
-#: Stages of a secure-aggregation study, and the ledger kind of a masked input.
-SECURE_STAGES = (pb.REGISTER, pb.ADVERTISE_KEYS, pb.SHARE_KEYS, pb.MASKED_INPUT, pb.UNMASK)
+#: The ledger kind of a masked input.
 SECURE_KIND = "secagg_masked"
 
 
@@ -139,7 +138,7 @@ class Agent:
         for study in studies:
             if study.study_id in self._refused:
                 continue
-            if study.stage in SECURE_STAGES:
+            if study.stage in sw.STAGES:
                 reason = self._secure_step(identity, study, out)
             elif self.ledger.find(study.study_id) is not None:
                 continue

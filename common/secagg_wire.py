@@ -27,7 +27,11 @@ from collections.abc import Mapping
 
 import numpy as np
 
+from .pb import fedsketch_pb2 as pb
 from .secagg import Advert, SecAggParams, UnmaskRequest
+
+#: The stages of a secure-aggregation study, in order (``Study.stage``, ``SecAggMessage.stage``).
+STAGES = (pb.REGISTER, pb.ADVERTISE_KEYS, pb.SHARE_KEYS, pb.MASKED_INPUT, pb.UNMASK)
 
 DOMAIN = b"fedsketch/secagg/v1"
 

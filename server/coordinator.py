@@ -37,7 +37,7 @@ from fedsketch.common.study import StudySpec, spec_sha256
 from fedsketch.common.tls import MAX_MESSAGE_BYTES
 
 from .aggregate import StudyResult, decode_sketch, decode_study, integer_sketch
-from .secagg_round import SecAggRound, StageRefusal
+from .secagg_round import Refusal, SecAggRound
 from .store import ContributionRow, Store, StoreError, StudyRow
 
 log = logging.getLogger("fedsketch.coordinator")
@@ -55,14 +55,6 @@ STORE_CODES = {
 WATCH_INTERVAL = 0.5
 
 
-class Refusal(Exception):
-    """A request refused with a gRPC status code and a one-line reason."""
-
-    def __init__(self, code: grpc.StatusCode, message: str) -> None:
-        super().__init__(message)
-        self.code = code
-
-
 def _guard(method):
     """Turn Refusal and StoreError into gRPC statuses; nothing else is caught."""
 
@@ -73,8 +65,6 @@ def _guard(method):
             context.abort(exc.code, str(exc))
         except StoreError as exc:
             context.abort(STORE_CODES[exc.code], str(exc))
-        except StageRefusal as exc:
-            context.abort(exc.code, str(exc))
 
     wrapper.__name__ = method.__name__
     wrapper.__doc__ = method.__doc__
@@ -172,11 +162,12 @@ class Coordinator:
             self.store.set_state(study_id, "failed", f"decoding failed: {exc}")
 
     def round(self, study_id: str) -> SecAggRound:
-        """The secure-aggregation round of a study (NOT_FOUND / FAILED_PRECONDITION)."""
-        self.store.get_study(study_id)
+        """The secure-aggregation round of a study (NOT_FOUND / FAILED_PRECONDITION). A round
+        exists only for a created study, so the store is read only when none is found."""
         with self._lock:
             found = self.rounds.get(study_id)
         if found is None:
+            self.store.get_study(study_id)  # NOT_FOUND for an unknown study
             raise Refusal(grpc.StatusCode.FAILED_PRECONDITION,
                           f"study {study_id} has no secure-aggregation round running")
         return found

@@ -35,11 +35,10 @@ from fedsketch.common.pb import fedsketch_pb2 as pb
 from fedsketch.common.secagg import Aggregator, SecAggAbort, SecAggParams, modulus_bits
 from fedsketch.common.study import StudySpec
 
-ORDER = (pb.REGISTER, pb.ADVERTISE_KEYS, pb.SHARE_KEYS, pb.MASKED_INPUT, pb.UNMASK)
 
-
-class StageRefusal(Exception):
-    """A stage message or fetch refused with a gRPC status code."""
+class Refusal(Exception):
+    """A request refused with a gRPC status code and a one-line reason (stage messages here; the
+    coordinator's services raise it too)."""
 
     def __init__(self, code: grpc.StatusCode, message: str) -> None:
         super().__init__(message)
@@ -61,7 +60,7 @@ class SecAggRound:
         self._lock = threading.Lock()
         self.stage = pb.REGISTER
         self.deadline = math.inf  # REGISTER's clock starts with the first device
-        self._inbox: dict[int, dict[str, bytes]] = {s: {} for s in ORDER}
+        self._inbox: dict[int, dict[str, bytes]] = {s: {} for s in sw.STAGES}
         self._outbox: dict[str, bytes] = {}
         self._shared_body: bytes | None = None
         self._records: dict[str, float] = {}
@@ -82,10 +81,10 @@ class SecAggRound:
     def _check_open(self, stage: int) -> None:
         """Refuse a message or fetch for any stage but the open one (lock held)."""
         if self.finished:
-            raise StageRefusal(grpc.StatusCode.FAILED_PRECONDITION,
+            raise Refusal(grpc.StatusCode.FAILED_PRECONDITION,
                                "the secure-aggregation round is over; see the study's state")
         if stage != self.stage:
-            raise StageRefusal(grpc.StatusCode.FAILED_PRECONDITION,
+            raise Refusal(grpc.StatusCode.FAILED_PRECONDITION,
                                f"stage {pb.Stage.Name(stage)} is not open (the study is at "
                                f"{pb.Stage.Name(self.stage)})")
 
@@ -116,11 +115,11 @@ class SecAggRound:
             if device_id in inbox:
                 if inbox[device_id] == body:
                     return True
-                raise StageRefusal(grpc.StatusCode.ALREADY_EXISTS,
+                raise Refusal(grpc.StatusCode.ALREADY_EXISTS,
                                    f"device {device_id} already sent a different {pb.Stage.Name(stage)}")
             expected = self._expected()
             if expected is not None and device_id not in expected:
-                raise StageRefusal(grpc.StatusCode.PERMISSION_DENIED,
+                raise Refusal(grpc.StatusCode.PERMISSION_DENIED,
                                    f"device {device_id} is not in this round's roster")
             if stage == pb.REGISTER:
                 self._register(device_id, body)
@@ -137,7 +136,7 @@ class SecAggRound:
         obj = sw.load(body)
         n = obj.get("n") if isinstance(obj, dict) else None
         if not isinstance(n, int) or n < self.spec.min_records:
-            raise StageRefusal(grpc.StatusCode.INVALID_ARGUMENT,
+            raise Refusal(grpc.StatusCode.INVALID_ARGUMENT,
                                f"REGISTER needs an integer record count >= {self.spec.min_records}")
         self._records[device_id] = float(n)
 
@@ -147,11 +146,11 @@ class SecAggRound:
             self._check_open(stage)
             if stage == pb.ADVERTISE_KEYS and self._shared_body is not None:
                 if device_id not in self._params.share_x:
-                    raise StageRefusal(grpc.StatusCode.PERMISSION_DENIED,
+                    raise Refusal(grpc.StatusCode.PERMISSION_DENIED,
                                        f"device {device_id} is not in this round's roster")
                 return self._shared_body
             if device_id not in self._outbox:
-                raise StageRefusal(grpc.StatusCode.PERMISSION_DENIED,
+                raise Refusal(grpc.StatusCode.PERMISSION_DENIED,
                                    f"nothing for device {device_id} at this stage (dropped?)")
             return self._outbox[device_id]
 
@@ -203,7 +202,7 @@ class SecAggRound:
                        + (f" (rejected: {rejected})" if rejected else ""))
             return
         self.stage_seconds[pb.Stage.Name(closing)] = time.perf_counter() - started
-        self.stage = ORDER[ORDER.index(closing) + 1]
+        self.stage = sw.STAGES[sw.STAGES.index(closing) + 1]
         self.deadline = time.time() + self.sa.stage_timeout
 
     def _open_round(self, inbox: dict[str, bytes]) -> None:

@@ -35,6 +35,7 @@ from rich.table import Table
 
 from fedsketch.client.agent import Agent, LocalData
 from fedsketch.client.ledger import Ledger
+from fedsketch.common import secagg_wire as sw
 from fedsketch.common.features import FEATURES
 from fedsketch.common.frequencies import FrequencySpec
 from fedsketch.common.pb import fedsketch_pb2 as pb
@@ -55,7 +56,6 @@ OPERATOR_TOKEN = "simulation-operator-token"
 #: Longest wait (seconds) for a study to be decoded after the last contribution.
 DECODE_TIMEOUT = 600.0
 #: Secure-aggregation stages in order, and those a simulated device may drop out at.
-SECURE_ORDER = (pb.REGISTER, pb.ADVERTISE_KEYS, pb.SHARE_KEYS, pb.MASKED_INPUT, pb.UNMASK)
 DROPOUT_STAGES = ("advertise_keys", "share_keys", "masked_input", "unmask")
 
 
@@ -201,7 +201,7 @@ def _in_process(agents: list[Agent], cfg: SimConfig, watch: Callable[[], pb.Stud
     silent = set(rng.choice(len(agents), round(cfg.dropout * len(agents)), replace=False))
     from_rank = DROPOUT_STAGES.index(cfg.dropout_stage) + 1  # REGISTER is rank 0
     while (s := watch()).state not in (pb.DONE, pb.FAILED, pb.DECODING):
-        rank = SECURE_ORDER.index(s.stage) if s.stage in SECURE_ORDER else len(SECURE_ORDER)
+        rank = sw.STAGES.index(s.stage) if s.stage in sw.STAGES else len(sw.STAGES)
         for i, agent in enumerate(agents):
             if i not in silent or rank < from_rank:
                 agent.step()
