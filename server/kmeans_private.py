@@ -41,7 +41,7 @@ import numpy as np
 
 from fedsketch.common.calibration import gamma_mahalanobis, gauss_sigma_analytic, laplace_scale
 from fedsketch.common.privacy import noise_rng
-from fedsketch.server.mechanism import Outcome, Task, clip_rows_to_box
+from fedsketch.server.mechanism import Outcome, Task, clip_rows_to_box, require_finite_epsilon
 
 #: Su et al.'s coordinate normalisation factor ρ (§6.2).
 RHO = 0.225
@@ -98,11 +98,6 @@ def public_box(task: Task) -> tuple[np.ndarray, np.ndarray]:
             raise ValueError(f"box {name} must be finite")
         sides.append(np.broadcast_to(v, (task.d,)).copy())
     return sides[0], sides[1]
-
-
-def _require_private_budget(task: Task) -> None:
-    if math.isinf(task.epsilon):
-        raise ValueError("epsilon = inf gives no privacy: use the non-private 'kmeans' reference")
 
 
 def nearest(x: np.ndarray, c: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -426,7 +421,7 @@ def dplloyd(task: Task, iterations: int = 5) -> Outcome:
     of ε/T each with one shared Laplace scale b = (1 + Σ_l h_l)·T·f/ε, f = 2 under replace-one,
     1 under add/remove (see the module docstring for the sensitivities). Noisy counts are
     clamped to ≥ 1 and centroids clipped to the box. ``notes`` is JSON with the budget trace."""
-    _require_private_budget(task)
+    require_finite_epsilon(task, "dplloyd", "kmeans")
     data = shifted_data(task)
     trace = dplloyd_budget(task.epsilon, task.neighbouring, data.h, iterations)
     c, _ = private_lloyd(data, uniform_init(task.k, data.h, task.rng), trace)
@@ -463,7 +458,7 @@ def su_run(task: Task, k_run: int) -> SuRun:
     """Sphere-packing init of ``k_run`` centres (§6.1, from ``Task.rng``, data-independent, scaled
     to the box), the count/sum split of :func:`su_split`, and T from :func:`su_iterations` on
     ``k_run`` clusters with a public n (:func:`su_budget`)."""
-    _require_private_budget(task)
+    require_finite_epsilon(task, "dplloyd-su", "kmeans")
     data = shifted_data(task)
     n_public = public_count(task.x.shape[0], su_count_epsilon(task.epsilon, task.neighbouring))
     trace = su_budget(task.epsilon, task.neighbouring, n_public, k_run, task.d)
@@ -729,7 +724,7 @@ class GaussianPlan:
 def white_plan(task: Task) -> GaussianPlan:
     """White noise (§7.3): Σ = σ²I_{kd}, σ = analytic-Gaussian(f·Δ2, ε, δ), Δ2 from
     :func:`white_sensitivity`, f = relation_factor (equivalently σ² = Δ2²/(γ/f²))."""
-    _require_private_budget(task)
+    require_finite_epsilon(task, "white", "kmeans")
     clusters = converged_clusters(task)
     f = relation_factor(task.neighbouring)
     delta2 = white_sensitivity(clusters, task.neighbouring)
@@ -744,7 +739,7 @@ def colored_plan(task: Task) -> GaussianPlan:
     """Colored noise (§7.4–7.6): per cluster, S_j = :func:`min_trace_cover` of the rows of
     :func:`constraint_vectors` at level :func:`constraint_level` (exact fixed point, rescaled to
     feasibility); the blocks are independent (each row lives in one cluster's block)."""
-    _require_private_budget(task)
+    require_finite_epsilon(task, "colored", "kmeans")
     if task.d > MAX_CORNER_DIM:
         raise ValueError(f"colored noise enumerates the 2^d box corners; d = {task.d} > {MAX_CORNER_DIM}")
     clusters = converged_clusters(task)

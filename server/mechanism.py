@@ -105,6 +105,14 @@ def clip_rows_to_norm(x: np.ndarray, bound: float, strict: bool) -> tuple[np.nda
     return out, count
 
 
+def require_finite_epsilon(task: Task, name: str, reference: str) -> None:
+    """Refuse ε = ∞ for the private method ``name``: it gives no privacy, and the family's
+    non-private ``reference`` method is what ε = ∞ means."""
+    if math.isinf(task.epsilon):
+        raise ValueError(f"{name} needs a finite epsilon; epsilon = inf gives no privacy: use the "
+                         f"non-private '{reference}' reference")
+
+
 def clip_rows_to_box(x: np.ndarray, lo: np.ndarray, hi: np.ndarray,
                      strict: bool) -> tuple[np.ndarray, int]:
     """Records clipped into [lo, hi]; (clipped data, rows changed). ``strict`` refuses."""

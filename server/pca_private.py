@@ -31,7 +31,7 @@ from fedsketch.common.privacy import noise_rng
 from fedsketch.common.synthetic import random_orthonormal
 
 from .bingham import sample_matrix_bingham
-from .mechanism import Outcome, Task, clip_rows_to_norm
+from .mechanism import Outcome, Task, clip_rows_to_norm, require_finite_epsilon
 
 #: Gibbs sweeps of the PPCA chain (each updates every column once). Measured on paper 003's data
 #: (n = 5000, d = 10, k = 2, ε from 0.05 to 20): from the worst start (the bottom-k eigenvectors)
@@ -63,11 +63,6 @@ def top_eigenvectors(m: np.ndarray, k: int) -> np.ndarray:
 def q_f(v: np.ndarray, a: np.ndarray) -> float:
     """q_F(V) = tr(VᵀAV): the energy of A captured by span(V), in the units of A (paper 003 §4)."""
     return float(np.trace(v.T @ a @ v))
-
-
-def _refuse_infinite(task: Task, name: str) -> None:
-    if math.isinf(task.epsilon):
-        raise ValueError(f"{name} needs a finite epsilon; epsilon = inf is the non-private 'pca'")
 
 
 def pca_reference(task: Task) -> Outcome:
@@ -107,7 +102,7 @@ def symmetric_gaussian(d: int, beta: float, rng: np.random.Generator) -> np.ndar
 def mod_sulq_matrix(task: Task, rng: np.random.Generator) -> tuple[np.ndarray, float, int]:
     """(A + N, β, clipped): the noisy second moment MOD-SULQ diagonalizes, N from
     :func:`symmetric_gaussian` with β = :func:`mod_sulq_beta` (n, d, ε, δ of the task)."""
-    _refuse_infinite(task, "mod-sulq")
+    require_finite_epsilon(task, "mod-sulq", "pca")
     if task.neighbouring != "replace_one":
         raise ValueError("MOD-SULQ is analysed under replace-one only (n public); "
                          "use neighbouring='replace_one'")
@@ -135,7 +130,7 @@ def ppca(task: Task, n_iter: int = PPCA_SWEEPS) -> Outcome:
     guarantee holds for exact samples only; a finite chain is private only asymptotically (kind
     "asymptotic-mcmc", MECHANISMS §10.18).
     """
-    _refuse_infinite(task, "ppca")
+    require_finite_epsilon(task, "ppca", "pca")
     a, clipped = second_moment(task)
     n = task.x.shape[0]
     v = sample_matrix_bingham(0.5 * n * task.epsilon * a, np.ones(task.k), noise_rng(), n_iter=n_iter)

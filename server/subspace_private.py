@@ -41,7 +41,8 @@ from fedsketch.common.privacy import noise_rng
 from fedsketch.common.synthetic import random_orthonormal
 
 from .bingham import sample_matrix_bingham
-from .mechanism import Outcome, Task, clip_rows_to_norm
+from .mechanism import Outcome, Task, clip_rows_to_norm, require_finite_epsilon
+from .pca_private import top_eigenvectors
 
 # ---------------------------------------------------------------------------------------------
 # Distances and costs (§9.1, §9.6)
@@ -89,16 +90,6 @@ def prepare(task: Task) -> tuple[np.ndarray, int]:
         raise ValueError(f"subspace dimension q must satisfy 1 <= q < d = {task.d}, got q = {task.q}")
     x, clipped = clip_rows_to_norm(np.asarray(task.x, dtype=np.float64), task.norm_bound, task.strict)
     return x / task.norm_bound, clipped
-
-
-def _refuse_infinite(task: Task, name: str) -> None:
-    if math.isinf(task.epsilon):
-        raise ValueError(f"{name} needs a finite epsilon; epsilon = inf is the non-private 'kplane'")
-
-
-def top_eigenvectors(a: np.ndarray, q: int) -> np.ndarray:
-    """(d, q) orthonormal eigenvectors of the symmetric matrix a for its q largest eigenvalues."""
-    return np.linalg.eigh(a)[1][:, ::-1][:, :q]
 
 
 def cluster_scatter(x: np.ndarray, labels: np.ndarray, ell: int) -> np.ndarray:
@@ -205,7 +196,7 @@ def sulq_kplane(task: Task, iterations: int = 10) -> Outcome:
 
     The start is data-independent (Haar subspaces from Task.rng); assignments are not released.
     """
-    _refuse_infinite(task, "sulq-kplane")
+    require_finite_epsilon(task, "sulq-kplane", "kplane")
     x, clipped = prepare(task)
     queries = iterations * task.k
     eps_q, delta_q, sigma = sulq_plan(task.epsilon, task.delta, queries, task.neighbouring)
@@ -261,7 +252,7 @@ def gibbs_subspace(task: Task, n_iter: int = 300) -> Outcome:
     a finite number of iterations, so the output is private only asymptotically: no formal
     guarantee holds for this finite run.
     """
-    _refuse_infinite(task, "gibbs")
+    require_finite_epsilon(task, "gibbs", "kplane")
     x, clipped = prepare(task)
     start = kplane_solve(x, task.k, task.q, task.rng)
     bases = gibbs_chain(x, start, task.epsilon, n_iter, noise_rng())
@@ -372,7 +363,7 @@ def sample_aggregate(task: Task, m: int | None = None, n_neighbours: int | None 
     to rank-q projectors. Theorem 3.1 (Nissim–Raskhodnikova–Smith) is stated for ε > 2D/√m; when
     that fails (always at moderate n: D = 300 for k = 3, d = 10) the notes say so.
     """
-    _refuse_infinite(task, "sample-aggregate")
+    require_finite_epsilon(task, "sample-aggregate", "kplane")
     if task.neighbouring != "replace_one":
         raise ValueError("sample-and-aggregate is stated for replace-one neighbours (fixed n) only")
     x, clipped = prepare(task)
