@@ -51,7 +51,6 @@ from __future__ import annotations
 import hashlib
 import math
 import secrets
-import struct
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property, wraps
@@ -187,11 +186,6 @@ def dlap_noise_share(epsilon: float, delta1: float, h_min: int, dim: int,
 # ---------------------------------------------------------------- public parameters and graph
 
 
-def _field(data: str | bytes) -> bytes:
-    raw = data.encode() if isinstance(data, str) else data
-    return struct.pack("<I", len(raw)) + raw
-
-
 def neighbours(device_ids: Sequence[str], degree: int | None, seed: bytes) -> dict[str, list[str]]:
     """The public undirected neighbour graph: id → sorted neighbour ids (never itself).
 
@@ -209,7 +203,8 @@ def neighbours(device_ids: Sequence[str], degree: int | None, seed: bytes) -> di
         return {u: [v for v in ids if v != u] for u in ids}
     if degree < 1:
         raise ValueError(f"degree must be >= 1 or None, got {degree}")
-    order = sorted(ids, key=lambda u: hashlib.sha256(_DOMAIN + b"graph" + _field(seed) + _field(u)).digest())
+    order = sorted(ids, key=lambda u: hashlib.sha256(
+        _DOMAIN + b"graph" + signing.field(seed) + signing.field(u)).digest())
     offsets = [k for h in range(1, degree // 2 + 1) for k in (h, -h)]
     if degree % 2:
         offsets += [n // 2, -(n // 2)]
@@ -294,7 +289,7 @@ def advert_digest(study_id: str, device_id: str, c_pk: bytes, s_pk: bytes) -> by
     """SHA-256(domain ‖ L(study) ‖ L(device) ‖ L(c_pk) ‖ L(s_pk)): what an advert's signature covers."""
     h = hashlib.sha256(_DOMAIN + b"advert")
     for part in (study_id, device_id, c_pk, s_pk):
-        h.update(_field(part))
+        h.update(signing.field(part))
     return h.digest()
 
 
@@ -317,12 +312,12 @@ def _agree(key: X25519PrivateKey, peer_public: bytes) -> bytes:
 
 
 def _hkdf(secret: bytes, label: bytes, *fields: str) -> bytes:
-    info = _DOMAIN + label + b"".join(_field(f) for f in fields)
+    info = _DOMAIN + label + b"".join(signing.field(f) for f in fields)
     return HKDF(algorithm=hashes.SHA256(), length=KEY_BYTES, salt=None, info=info).derive(secret)
 
 
 def _share_context(study_id: str, sender: str, receiver: str) -> bytes:
-    return _DOMAIN + b"shares" + _field(study_id) + _field(sender) + _field(receiver)
+    return _DOMAIN + b"shares" + signing.field(study_id) + signing.field(sender) + signing.field(receiver)
 
 
 def _seal(shared: bytes, study_id: str, sender: str, receiver: str, plaintext: bytes) -> bytes:

@@ -29,6 +29,7 @@ import numpy as np
 
 from .pb import fedsketch_pb2 as pb
 from .secagg import Advert, SecAggParams, UnmaskRequest
+from .signing import field
 
 #: The stages of a secure-aggregation study, in order (``Study.stage``, ``SecAggMessage.stage``).
 STAGES = (pb.REGISTER, pb.ADVERTISE_KEYS, pb.SHARE_KEYS, pb.MASKED_INPUT, pb.UNMASK)
@@ -48,8 +49,7 @@ def message_digest(study_id: str, device_id: str, stage: int, body: bytes) -> by
     """What a stage message's signature covers (see the proto)."""
     h = hashlib.sha256(DOMAIN)
     for text in (study_id, device_id):
-        raw = text.encode()
-        h.update(struct.pack("<I", len(raw)) + raw)
+        h.update(field(text))
     h.update(struct.pack("<I", stage))
     h.update(hashlib.sha256(body).digest())
     return h.digest()

@@ -24,8 +24,10 @@ PUBLIC_KEY_BYTES = 32
 SIGNATURE_BYTES = 64
 
 
-def _field(text: str) -> bytes:
-    raw = text.encode()
+def field(data: str | bytes) -> bytes:
+    """A length-prefixed field of a digest: uint32 little-endian byte length, then the bytes
+    (UTF-8 for text), so that concatenated fields cannot be re-split differently."""
+    raw = data.encode() if isinstance(data, str) else data
     return struct.pack("<I", len(raw)) + raw
 
 
@@ -33,7 +35,7 @@ def contribution_digest(study_id: str, device_id: str, n: float, spec_sha256: st
                         payload: bytes) -> bytes:
     """The 32-byte digest a contribution's signature covers (module docstring)."""
     h = hashlib.sha256(DOMAIN)
-    for part in (_field(study_id), _field(device_id), struct.pack("<d", n), _field(spec_sha256),
+    for part in (field(study_id), field(device_id), struct.pack("<d", n), field(spec_sha256),
                  hashlib.sha256(payload).digest()):
         h.update(part)
     return h.digest()
