@@ -27,6 +27,7 @@ from pathlib import Path
 import numpy as np
 
 from fedsketch.common.pb import fedsketch_pb2 as pb
+from fedsketch.common.synthetic import gmm
 from fedsketch.server.simulate import (
     SimConfig,
     _agents,
@@ -111,14 +112,14 @@ def cost_once(devices: int, degree: int | None) -> dict:
     cfg = SimConfig(devices=devices, records=1000 * devices, m=1000, feature="quantized", r=1,
                     epsilon=1.0, secure_aggregation=True, degree=degree, stage_timeout=600)
     spec = _study_spec(cfg)
-    data = pooled_data(cfg)
-    parts = split_records(data.labels, devices, "iid", np.random.default_rng(0))
+    x, labels, _ = gmm(cfg.records, cfg.k, cfg.d, cfg.separation, cfg.seed)  # no reference needed
+    parts = split_records(labels, devices, "iid", np.random.default_rng(0))
     with tempfile.TemporaryDirectory() as tmp, ExitStack() as stack:
         loop = loopback_coordinator(stack, Path(tmp))
         op, meta = loop.operator, loop.meta
         tokens = list(op.IssueTokens(pb.IssueTokensRequest(count=devices), metadata=meta).tokens)
         study = op.CreateStudy(pb.CreateStudyRequest(spec_json=spec.to_json()), metadata=meta)
-        agents = _agents(stack, loop.target, loop.certs.ca_cert, Path(tmp), tokens, data.x, parts,
+        agents = _agents(stack, loop.target, loop.certs.ca_cert, Path(tmp), tokens, x, parts,
                          1.0)
         cpu = [0.0] * devices
         t = time.perf_counter()
