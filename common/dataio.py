@@ -16,6 +16,8 @@ from pathlib import Path
 
 import numpy as np
 
+from .atomicfile import atomic_write
+
 #: Default chunk length in records (64 Ki records of d = 10 float32 are 2.5 MiB).
 CHUNK_ROWS = 65536
 
@@ -177,18 +179,13 @@ def write_npy_stream(path: Path, n: int, d: int, chunks: Iterator[np.ndarray]) -
     The bytes go to a temporary sibling first and are renamed into place only when all ``n``
     rows are written, so a failure never leaves a partial file at ``path``.
     """
-    tmp = path.with_name(f".{path.name}.partial-{os.getpid()}")
-    try:
-        with tmp.open("wb") as fh:
-            header = {"descr": np.lib.format.dtype_to_descr(np.dtype("<f4")),
-                      "fortran_order": False, "shape": (n, d)}
-            np.lib.format.write_array_header_1_0(fh, header)
-            written = 0
-            for chunk in chunks:
-                fh.write(np.ascontiguousarray(chunk, dtype="<f4").tobytes())
-                written += chunk.shape[0]
-            if written != n:
-                raise RuntimeError(f"internal error: wrote {written} of {n} records")
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
+    with atomic_write(path) as fh:
+        header = {"descr": np.lib.format.dtype_to_descr(np.dtype("<f4")),
+                  "fortran_order": False, "shape": (n, d)}
+        np.lib.format.write_array_header_1_0(fh, header)
+        written = 0
+        for chunk in chunks:
+            fh.write(np.ascontiguousarray(chunk, dtype="<f4").tobytes())
+            written += chunk.shape[0]
+        if written != n:
+            raise RuntimeError(f"internal error: wrote {written} of {n} records")

@@ -23,6 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
+from .atomicfile import atomic_write
 from .privacy import PrivateSketch
 from .spec import SketchSpec
 
@@ -66,13 +67,8 @@ def save_sketch(
     }
     if release.payload is not None:
         arrays["payload"] = release.payload.astype(np.int64)
-    tmp = path.with_name(f".{path.name}.partial-{os.getpid()}")
-    try:
-        with tmp.open("wb") as fh:
-            np.savez(fh, **arrays)
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
+    with atomic_write(path) as fh:
+        np.savez(fh, **arrays)
 
 
 def load_sketch(path: str | os.PathLike[str]) -> SketchFile:

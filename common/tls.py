@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import datetime as dt
 import ipaddress
-import os
 from dataclasses import astuple, dataclass
 from pathlib import Path
 
@@ -21,6 +20,8 @@ from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+from .atomicfile import atomic_write
 
 MAX_MESSAGE_BYTES = 4 * 1024 * 1024
 
@@ -112,7 +113,8 @@ def init_certs(out_dir: Path, hosts: list[str], days: int = 825) -> CertPaths:
     written: list[Path] = []
     try:
         for path, data, mode in contents:
-            _write_atomic(path, data, mode)
+            with atomic_write(path, mode) as fh:
+                fh.write(data)
             written.append(path)
     except BaseException:
         for path in written:
@@ -211,19 +213,6 @@ def _key_pem(key: ec.EllipticCurvePrivateKey) -> bytes:
     return key.private_bytes(
         serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
     )
-
-
-def _write_atomic(path: Path, data: bytes, mode: int) -> None:
-    """Write ``data`` to a temporary sibling created with ``mode``, then rename it to ``path``."""
-    tmp = path.with_name(f".{path.name}.partial-{os.getpid()}")
-    try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
-        with os.fdopen(fd, "wb") as fh:
-            os.fchmod(fh.fileno(), mode)
-            fh.write(data)
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
 
 
 def _read(path: Path, what: str) -> bytes:
