@@ -38,13 +38,12 @@ from fedsketch.common.tls import MAX_MESSAGE_BYTES
 
 from .aggregate import StudyResult, decode_sketch, decode_study, integer_sketch
 from .secagg_round import Refusal, SecAggRound
-from .store import ContributionRow, Store, StoreError, StudyRow
+from .store import ACCEPTING, ContributionRow, Store, StoreError, StudyRow
 
 log = logging.getLogger("fedsketch.coordinator")
 
 STATES = {"open": pb.OPEN, "collecting": pb.COLLECTING, "decoding": pb.DECODING,
           "done": pb.DONE, "failed": pb.FAILED}
-ACCEPTING = ("open", "collecting")
 STORE_CODES = {
     "not_found": grpc.StatusCode.NOT_FOUND,
     "conflict": grpc.StatusCode.ALREADY_EXISTS,
@@ -172,11 +171,16 @@ class Coordinator:
                           f"study {study_id} has no secure-aggregation round running")
         return found
 
+    def _enrolled_key(self, device_id: str) -> bytes:
+        """The device's enrolled Ed25519 public key (UNAUTHENTICATED for an unknown device)."""
+        key = self.store.device_key(device_id)
+        if key is None:
+            raise Refusal(grpc.StatusCode.UNAUTHENTICATED, f"unenrolled device {device_id!r}")
+        return key
+
     def authenticate(self, msg: pb.SecAggMessage) -> None:
         """Check a stage message's signature against the device's enrolled key."""
-        key = self.store.device_key(msg.device_id)
-        if key is None:
-            raise Refusal(grpc.StatusCode.UNAUTHENTICATED, f"unenrolled device {msg.device_id!r}")
+        key = self._enrolled_key(msg.device_id)
         digest = secagg_wire.message_digest(msg.study_id, msg.device_id, msg.stage, msg.body)
         if not signing.verify(key, digest, msg.signature):
             raise Refusal(grpc.StatusCode.UNAUTHENTICATED, "invalid signature on a stage message")
@@ -232,9 +236,7 @@ class Coordinator:
         if c.spec_sha256 != row.spec_sha256:
             raise Refusal(grpc.StatusCode.FAILED_PRECONDITION,
                           "spec hash mismatch: the contribution was made for another spec")
-        key = self.store.device_key(c.device_id)
-        if key is None:
-            raise Refusal(grpc.StatusCode.UNAUTHENTICATED, f"unenrolled device {c.device_id!r}")
+        key = self._enrolled_key(c.device_id)
         kind = c.WhichOneof("payload")
         if kind is None:
             raise Refusal(grpc.StatusCode.INVALID_ARGUMENT, "contribution has no payload")

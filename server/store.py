@@ -28,7 +28,8 @@ KINDS = ("float32_pairs", "int32_pairs")
 ERROR_CODES = ("not_found", "conflict", "failed_precondition", "permission_denied")
 
 _APPLICATION_ID = 0x46534B53  # "FSKS" in the SQLite header
-_ACCEPTING = ("open", "collecting")
+#: States in which a study accepts contributions or stage messages.
+ACCEPTING = ("open", "collecting")
 _COORDINATOR = "coordinator"  # audit actor for writes not made on behalf of a device
 
 _SCHEMA = (
@@ -363,7 +364,7 @@ class Store:
                     "conflict",
                     f"device {row.device_id!r} already contributed different bytes to study {row.study_id!r}",
                 )
-            if state not in _ACCEPTING:
+            if state not in ACCEPTING:
                 raise StoreError(
                     "failed_precondition", f"study {row.study_id!r} is {state!r} and accepts no contributions"
                 )
