@@ -116,8 +116,9 @@ def kplane_fit(x: np.ndarray, bases: np.ndarray, max_iter: int = 100) -> np.ndar
         if labels is not None and np.array_equal(new, labels):
             break
         labels = new
-        worst = x[np.argsort(res.min(axis=1))[-q:]]
-        scatters = [cluster_scatter(x, labels, ell) if np.any(labels == ell) else worst.T @ worst
+        counts = np.bincount(labels, minlength=k)
+        worst = x[np.argsort(res.min(axis=1))[-q:]] if counts.min() == 0 else None  # sort only if needed
+        scatters = [cluster_scatter(x, labels, ell) if counts[ell] else worst.T @ worst
                     for ell in range(k)]
         bases = np.stack([top_eigenvectors(a, q) for a in scatters])
     return bases
