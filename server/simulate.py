@@ -188,6 +188,18 @@ def _agents(stack: ExitStack, target: str, ca: Path, folder: Path, tokens: list[
     return agents
 
 
+def wait_for(watch: Callable[[], pb.Study], states: tuple[int, ...], what: str,
+             poll: float) -> pb.Study:
+    """Poll ``watch`` every ``poll`` seconds until the study is in one of ``states``; RuntimeError
+    ("{what} in time") after DECODE_TIMEOUT seconds."""
+    stop = time.monotonic() + DECODE_TIMEOUT
+    while (s := watch()).state not in states:
+        if time.monotonic() > stop:
+            raise RuntimeError(f"{what} in time")
+        time.sleep(poll)
+    return s
+
+
 def _in_process(agents: list[Agent], cfg: SimConfig, watch: Callable[[], pb.Study]) -> None:
     """Plain round: one pass per device. Secure round: passes until the study is closed, with
     the chosen devices silent from ``dropout_stage`` on."""
@@ -226,11 +238,7 @@ def _processes(target: str, ca: Path, folder: Path, tokens: list[str], x: np.nda
              *(["--poll", "0.1", "--max-poll", "0.5"] if cfg.secure_aggregation else ["--once"])],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
     if cfg.secure_aggregation:
-        stop = time.monotonic() + DECODE_TIMEOUT
-        while watch().state not in (pb.DONE, pb.FAILED, pb.DECODING):
-            if time.monotonic() > stop:
-                raise RuntimeError("the secure round did not finish in time")
-            time.sleep(0.1)
+        wait_for(watch, (pb.DONE, pb.FAILED, pb.DECODING), "the secure round did not finish", 0.1)
         for p in procs:
             p.send_signal(signal.SIGTERM)
     for i, p in enumerate(procs):
@@ -303,13 +311,7 @@ def run_simulation(cfg: SimConfig, data: Pooled | None = None) -> dict:
             bytes_up = sum(a.bytes_sent for a in agents)
         seconds["devices"] = time.perf_counter() - t
         t = time.perf_counter()
-        while True:
-            s = operator.ShowStudy(pb.StudyRef(study_id=study.study_id), metadata=meta)
-            if s.state in (pb.DONE, pb.FAILED):
-                break
-            if time.perf_counter() - t > DECODE_TIMEOUT:
-                raise RuntimeError("the coordinator did not finish decoding in time")
-            time.sleep(0.05)
+        s = wait_for(watch, (pb.DONE, pb.FAILED), "the coordinator did not finish decoding", 0.05)
         if s.state == pb.FAILED:
             raise RuntimeError(f"the study failed: {s.detail}")
         res = pb_grpc.DeviceStub(op_channel).GetResult(pb.StudyRef(study_id=study.study_id))
