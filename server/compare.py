@@ -39,7 +39,7 @@ from fedsketch.common.synthetic import SPECTRUM_003, gmm, spectrum, subspaces
 
 from .clompr import clompr
 from .evaluate import kmeans_reference, split, sse_per_n
-from .mechanism import Outcome, Task, clip_rows_to_box
+from .mechanism import Outcome, Task, clip_rows_to_box, clip_rows_to_norm
 
 FAMILIES = {"kmeans": "kmeans_private", "pca": "pca_private", "subspace": "subspace_private"}
 SYNTHETIC = {"kmeans": "gmm", "pca": "spectrum", "subspace": "subspaces"}
@@ -302,6 +302,13 @@ def compare_command(
                 half = 4 * 2.5 * k ** (1 / dim) + 3
                 bounds = f"{-half}:{half}"
             lo, hi = parse_bounds(bounds, dim)
+        if family == "kmeans":
+            _, clipped = clip_rows_to_box(dataset.x, lo, hi, strict)
+        else:
+            _, clipped = clip_rows_to_norm(dataset.x, norm_bound, strict)
+        if clipped:
+            typer.echo(f"note: {clipped} of {dataset.x.shape[0]} rows lie outside the public "
+                       "bound; the mechanisms clip them onto it (--strict refuses them)", err=True)
         names = method_list.split(",") if method_list else list(methods(family))
         base = Task(dataset.x, k, eps_list[0], delta, lo, hi, norm_bound, q, neighbouring,
                     strict, np.random.default_rng(seed))

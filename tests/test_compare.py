@@ -98,7 +98,23 @@ def test_data_file_needs_a_box_and_strict_refuses_outliers(tmp_path):
     np.save(path, x)
     res = runner.invoke(app, ["compare", "kmeans", "--data", str(path), "--k", "2", "--quiet"])
     assert res.exit_code == 1 and "--bounds" in res.output
+    res = runner.invoke(app, ["compare", "kmeans", "--data", str(path), "--k", "2", "--bounds",
+                              "-5:5", "--methods", "dplloyd", "--trials", "1", "--quiet"])
+    assert res.exit_code == 0, res.output
+    assert "note: 1 of 500 rows lie outside the public bound" in res.output
     for method in ("dplloyd", "ckm"):
         res = runner.invoke(app, ["compare", "kmeans", "--data", str(path), "--k", "2", "--bounds",
                                   "-5:5", "--methods", method, "--strict", "--quiet"])
         assert res.exit_code == 1 and "outside the public box" in res.output, method
+
+
+def test_rows_beyond_the_norm_bound_are_counted_for_the_user():
+    res = runner.invoke(app, ["compare", "pca", "--synthetic", "spectrum", "--n", "2000", "--k", "2",
+                              "--norm-bound", "0.5", "--epsilons", "1", "--trials", "1",
+                              "--methods", "pca", "--quiet", "--json"])
+    assert res.exit_code == 0, res.output
+    assert "rows lie outside the public bound" in res.output
+    refused = runner.invoke(app, ["compare", "pca", "--synthetic", "spectrum", "--n", "2000", "--k",
+                                  "2", "--norm-bound", "0.5", "--epsilons", "1", "--methods", "pca",
+                                  "--strict", "--quiet"])
+    assert refused.exit_code == 1 and "exceed the public norm bound" in refused.output
