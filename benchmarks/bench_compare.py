@@ -82,7 +82,7 @@ def su_floor(seeds: int, n: int = 200_000, k: int = 10, half: float = 15.0) -> N
             "Su sphere packing, T = 2": exact_lloyd(x, packing, 2)[0],
             "Su sphere packing, converged": kp.lloyd(x, packing)[0],
             "uniform in the box, converged": kp.lloyd(x, rng.uniform(-half, half, (k, k)))[0],
-            "over-seeded (3k), T = 2, reduced": reduced,
+            f"over-seeded ({kp.OVERSEED}k), T = 2, reduced": reduced,
         }
         for name, c in starts.items():
             rel.setdefault(name, []).append(float(kp.nearest(x, c)[1].sum() / ref))

@@ -391,6 +391,34 @@ def test_reduce_centroids_falls_back_to_the_box_centre_when_too_few_are_reliable
     np.testing.assert_array_equal(centres, [[1.0, 1], [0.5, -0.5], [5, 5]])
 
 
+def test_relocate_unreliable_moves_only_noise_level_centroids_beside_reliable_ones():
+    """Counts above 3b stay put; each spare lands at RELOCATE_STEP × (its anchor's distance to
+    the nearest reliable neighbour) from one reliable centroid, inside the box."""
+    h = np.full(3, 10.0)
+    centroids = np.array([[-4.0, 0, 0], [4, 0, 0], [0, 6, 0], [9, 9, 9], [-9, 9, -9], [0, 0, 9]])
+    counts = np.array([5000.0, 3000, 2000, 50, -20, 59])
+    moved, how_many = kp.relocate_unreliable(centroids, counts, 20.0, 3, h, np.random.default_rng(3))
+    assert how_many == 3
+    np.testing.assert_array_equal(moved[:3], centroids[:3])
+    gap = math.sqrt(52.0)  # every reliable centroid's nearest reliable neighbour is √52 away
+    for spare in moved[3:]:
+        dist = np.linalg.norm(centroids[:3] - spare, axis=1)
+        assert np.isclose(dist, kp.RELOCATE_STEP * gap).any()
+    assert np.all(np.abs(moved) <= h)
+    for k in (4, 5):  # fewer than k reliable: the release cannot place k clusters, nothing moves
+        untouched, none = kp.relocate_unreliable(centroids, counts, 20.0, k, h, np.random.default_rng(3))
+        assert none == 0 and untouched is centroids
+
+
+def test_relocate_unreliable_sends_spares_in_proportion_to_the_noisy_counts():
+    """Anchors with counts 9000 and 1000 get the spares in a 9 : 1 ratio (binomial, 4 sd)."""
+    centroids = np.vstack([[[-5.0, 0], [5, 0]], np.zeros((4000, 2))])
+    counts = np.concatenate([[9000.0, 1000.0], np.zeros(4000)])
+    moved, _ = kp.relocate_unreliable(centroids, counts, 10.0, 2, np.full(2, 50.0), np.random.default_rng(4))
+    near_heavy = np.mean(moved[2:, 0] < 0)
+    assert abs(near_heavy - 0.9) < 4 * math.sqrt(0.9 * 0.1 / 4000)
+
+
 def test_overseed_is_no_worse_than_the_box_centre_when_noise_swamps_it(gmm_k10):
     """ε = 10⁻⁴ on 10^5 records: no count clears its noise, and the box centre bounds the SSE."""
     ref_box_centre = sse_per_n([gmm_k10], np.zeros((1, 10)))
@@ -400,11 +428,13 @@ def test_overseed_is_no_worse_than_the_box_centre_when_noise_swamps_it(gmm_k10):
         assert sse_per_n([gmm_k10], out.output) <= ref_box_centre
 
 
-def test_overseed_runs_su_on_three_centres_per_cluster(gmm_k10):
+def test_overseed_runs_su_on_five_centres_per_cluster(gmm_k10):
     notes = json.loads(kp.dplloyd_su_overseed(_box_task(gmm_k10, 10, 1.0, 12.0)).notes)
-    assert notes["overseed"] == kp.OVERSEED == 3
-    assert notes["iterations"] == kp.su_iterations(0.5, 100_000, 30, 10)
-    assert 10 <= notes["reliable_centroids"] <= 30
+    assert notes["overseed"] == kp.OVERSEED == 5
+    assert notes["iterations"] == kp.su_iterations(0.5, 100_000, 50, 10)
+    assert len(notes["relocated"]) == notes["iterations"] - 1
+    assert all(0 < r < 40 for r in notes["relocated"])
+    assert 10 <= notes["reliable_centroids"] <= 50
 
 
 def test_overseed_escapes_the_local_optima_of_su(gmm_k10):
