@@ -13,8 +13,12 @@ su-floor  the noiseless floor of DPLloyd's data-independent starts on the same d
           box ±15): Lloyd with exact means from Su's sphere packing (2 iterations, and run to
           convergence) and from a uniform start, against the over-seeded start reduced to k.
           No privacy is involved: this bounds what any amount of ε can give each start.
+su-robust how often each Su-based method misses 1.2 at ε = 0.1 and 0.03 (n = 10^6, box ±15),
+          one dataset per trial: DPLloyd + Su, the over-seeded variant without relocation (3k
+          centres, this variant's first version) and ``dplloyd-su-overseed`` as it is now.
 
-Usage: python benchmarks/bench_compare.py pca|subspace|kmeans|su-floor [--trials T]
+Usage: python benchmarks/bench_compare.py pca|subspace|kmeans|su-floor|su-robust [--trials T]
+          [--n N] (--n: su-floor and su-robust only)
 """
 
 from __future__ import annotations
@@ -94,10 +98,48 @@ def su_floor(seeds: int, n: int = 200_000, k: int = 10, half: float = 15.0) -> N
         print(f"| {name} | {med:.3f} | {q1:.3f} | {q3:.3f} | {max(v):.3f} |")
 
 
+def overseed_without_relocation(task: Task, factor: int = 3) -> np.ndarray:
+    """The over-seeded variant's first version: Su on factor·k centres, reduced to k, no
+    relocation between iterations (data units)."""
+    run = kp.su_run(task, factor * task.k)
+    centres, _ = kp.reduce_centroids(run.centroids, run.counts, run.trace.count_scale, task.k, task.rng,
+                                     np.zeros(task.d))
+    return centres + run.data.centre
+
+
+def su_robust(datasets: int, n: int = 1_000_000, k: int = 10, half: float = 15.0,
+              epsilons: tuple[float, ...] = (0.1, 0.03)) -> None:
+    """Relative SSE of each Su-based method on ``datasets`` datasets of paper 004's protocol (one
+    run per dataset and ε, replace-one); prints per-dataset rows, then median, q3, max and the
+    share of runs above 1.2."""
+    methods = {
+        "DPLloyd + Su": lambda t: kp.dplloyd_su(t).output,
+        "over-seeded 3k, no relocation": overseed_without_relocation,
+        f"dplloyd-su-overseed ({kp.OVERSEED}k, relocation)": lambda t: kp.dplloyd_su_overseed(t).output,
+    }
+    rel: dict[tuple[str, float], list[float]] = {}
+    h = np.full(k, half)
+    for seed in range(datasets):
+        x = gmm(n, k, k, 2.5, seed)[0].astype(np.float64)
+        ref = kp.nearest(x, kp.converged_kmeans(x, k, np.random.default_rng(100 + seed))[0])[1].sum()
+        for eps in epsilons:
+            for name, method in methods.items():
+                task = Task(x, k, eps, lo=-h, hi=h, rng=np.random.default_rng(7000 + seed))
+                rel.setdefault((name, eps), []).append(float(kp.nearest(x, method(task))[1].sum() / ref))
+        print(f"dataset {seed}: " + ", ".join(f"{v[-1]:.3f}" for v in rel.values()), flush=True)
+    print(f"\nSu-based methods, n = {n}, k = d = {k}, box ±{half:g}, {datasets} datasets\n\n"
+          "| method | ε | median | q3 | max | runs > 1.2 |\n|---|---|---|---|---|---|")
+    for (name, eps), v in rel.items():
+        q3 = np.quantile(v, 0.75)
+        print(f"| {name} | {eps:g} | {np.median(v):.3f} | {q3:.3f} | {max(v):.3f} | "
+              f"{sum(r > 1.2 for r in v)} of {len(v)} |")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("part", choices=("pca", "subspace", "kmeans", "su-floor"))
+    ap.add_argument("part", choices=("pca", "subspace", "kmeans", "su-floor", "su-robust"))
     ap.add_argument("--trials", type=int, default=5)
+    ap.add_argument("--n", type=int, default=None, help="records (su-floor, su-robust)")
     args = ap.parse_args()
     if args.part == "pca":
         run("pca", 5000, 10, 2, [0.1, 0.2, 0.5, 1.0, 2.0], ["pca", "mod-sulq", "ppca", "random"],
@@ -113,7 +155,9 @@ def main() -> None:
                 args.trials, f"subspace_sulq_d{d}.png", f"SuLQ k-plane, d = {d}", q=3,
                 delta=1e-3)
     elif args.part == "su-floor":
-        su_floor(args.trials)
+        su_floor(args.trials, **({"n": args.n} if args.n else {}))
+    elif args.part == "su-robust":
+        su_robust(args.trials, **({"n": args.n} if args.n else {}))
     else:
         run("kmeans", 1_000_000, 10, 10, [0.001, 0.003, 0.01, 0.03, 0.1, 1.0],
             ["ckm", "ckm-quantized", "dplloyd", "dplloyd-su", "dplloyd-su-overseed", "white", "colored"],

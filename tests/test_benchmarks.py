@@ -14,11 +14,15 @@ import pytest
 BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
 
 
-def test_su_floor_runs_and_prints_every_start(capsys):
+def _bench_compare():
     spec = importlib.util.spec_from_file_location("bench_compare", BENCHMARKS / "bench_compare.py")
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)
-    bench.su_floor(2, n=4000, k=3)
+    return bench
+
+
+def test_su_floor_runs_and_prints_every_start(capsys):
+    _bench_compare().su_floor(2, n=4000, k=3)
     out = capsys.readouterr().out
     rows = {line.split("|")[1].strip(): float(line.split("|")[2]) for line in out.splitlines()
             if line.startswith("| ") and not line.startswith("| start")}
@@ -26,6 +30,17 @@ def test_su_floor_runs_and_prints_every_start(capsys):
                          "uniform in the box, converged", "over-seeded (5k), T = 2, reduced"}
     assert all(v >= 0.99 for v in rows.values())
     assert rows["over-seeded (5k), T = 2, reduced"] < 1.1
+
+
+def test_su_robust_counts_the_runs_above_1_2_for_every_method_and_eps(capsys):
+    _bench_compare().su_robust(2, n=20_000, k=3, epsilons=(10.0, 1.0))
+    rows = [line.split("|")[1:-1] for line in capsys.readouterr().out.splitlines()
+            if line.startswith("| ") and not line.startswith("| method")]
+    assert {(r[0].strip(), float(r[1])) for r in rows} == {
+        (m, e) for m in ("DPLloyd + Su", "over-seeded 3k, no relocation",
+                         "dplloyd-su-overseed (5k, relocation)") for e in (10.0, 1.0)}
+    assert all(r[5].strip().endswith("of 2") for r in rows)
+    assert all(0.9 <= float(r[2]) <= float(r[4]) for r in rows)
 
 
 @pytest.mark.slow
@@ -41,3 +56,23 @@ def test_benchmark_runs_at_a_tiny_size(tmp_path, script, args, row):
                          capture_output=True, text=True, timeout=300)
     assert res.returncode == 0, res.stderr[-2000:]
     assert any(line.startswith(row) for line in res.stdout.splitlines()), res.stdout[-2000:]
+
+
+@pytest.mark.parametrize(("family", "n", "d", "k", "names", "kw"), [
+    ("kmeans", 3000, 3, 3, ["kmeans", "ckm", "dplloyd", "dplloyd-su", "dplloyd-su-overseed", "white"],
+     {"box": 15.0}),
+    ("pca", 500, 4, 2, ["pca", "mod-sulq", "ppca", "random"], {"norm_bound": 3.0, "delta": 0.05}),
+    ("subspace", 200, 5, 2, ["kplane", "sulq-kplane", "sample-aggregate"], {"q": 2, "delta": 1e-3}),
+])
+def test_bench_compare_run_writes_its_plot_and_table(tmp_path, monkeypatch, capsys, family, n, d, k,
+                                                     names, kw):
+    """The runner behind the kmeans, pca and subspace parts, at a tiny size: one table row per
+    method and ε, and the plot file."""
+    bench = _bench_compare()
+    monkeypatch.setattr(bench, "PLOTS", tmp_path)
+    bench.run(family, n, d, k, [1.0, 10.0], names, 1, "smoke.png", f"smoke {family}", **kw)
+    assert (tmp_path / "smoke.png").stat().st_size > 0
+    lines = capsys.readouterr().out.splitlines()
+    rows = {(line.split("|")[1].strip(), float(line.split("|")[2])) for line in lines
+            if line.startswith("| ") and not line.startswith("| method")}
+    assert rows == {(m, e) for m in names for e in (1.0, 10.0)}
