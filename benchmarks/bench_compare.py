@@ -11,7 +11,8 @@ kmeans    paper 004 Fig. 1 at n = 10^6 (k = d = 10, separation 2.5): relative SS
           Gaussian centroids.
 su-floor  the noiseless floor of DPLloyd's data-independent starts on the same data (n = 2·10^5,
           box ±15): Lloyd with exact means from Su's sphere packing (2 iterations, and run to
-          convergence) and from a uniform start, against the over-seeded start reduced to k.
+          convergence) and from a uniform start, against the over-seeded start (with the
+          variant's relocation of empty centres) reduced to k.
           No privacy is involved: this bounds what any amount of ε can give each start.
 su-robust how often each Su-based method misses 1.2 at ε = 0.1 and 0.03 (n = 10^6, box ±15),
           one dataset per trial: DPLloyd + Su, the over-seeded variant without relocation (3k
@@ -25,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -62,31 +64,38 @@ def run(family: str, n: int, d: int, k: int, eps: list[float], names: list[str],
     return rows
 
 
-def exact_lloyd(x: np.ndarray, c: np.ndarray, iterations: int) -> tuple[np.ndarray, np.ndarray]:
-    """``iterations`` Lloyd steps with exact means (an empty cluster keeps its centre); returns
-    the centres and the last counts."""
-    for _ in range(iterations):
+def exact_lloyd(x: np.ndarray, c: np.ndarray, iterations: int,
+                between: Callable[[np.ndarray, np.ndarray], np.ndarray] | None = None
+                ) -> tuple[np.ndarray, np.ndarray]:
+    """``iterations`` Lloyd steps with exact means (an empty cluster keeps its centre), with
+    ``between(c, counts)`` applied after every step but the last; returns the centres and the
+    last counts."""
+    for t in range(iterations):
         labels, _ = kp.nearest(x, c)
         counts, sums = kp.cluster_stats(x, labels, c.shape[0])
         c = np.where(counts[:, None] > 0, sums / np.maximum(counts, 1.0)[:, None], c)
+        if between is not None and t < iterations - 1:
+            c = between(c, counts)
     return c, counts
 
 
 def su_floor(seeds: int, n: int = 200_000, k: int = 10, half: float = 15.0) -> None:
     """Relative SSE of noiseless Lloyd from each data-independent start, ``seeds`` datasets."""
     rel: dict[str, list[float]] = {}
+    box = np.full(k, half)
     for seed in range(seeds):
         x = gmm(n, k, k, 2.5, seed)[0].astype(np.float64)
         rng = np.random.default_rng(1000 + seed)
         ref = kp.nearest(x, kp.converged_kmeans(x, k, rng)[0])[1].sum()
         packing = kp.sphere_packing_init(k, k, rng)[0] * half
-        over, counts = exact_lloyd(x, kp.sphere_packing_init(kp.OVERSEED * k, k, rng)[0] * half, 2)
+        over, counts = exact_lloyd(x, kp.sphere_packing_init(kp.OVERSEED * k, k, rng)[0] * half, 2,
+                                   lambda c, n, g=rng: kp.relocate_unreliable(c, n, 0.0, k, box, g)[0])
         reduced, _ = kp.reduce_centroids(over, counts, 0.0, k, rng, np.zeros(k))
         starts = {
             "Su sphere packing, T = 2": exact_lloyd(x, packing, 2)[0],
             "Su sphere packing, converged": kp.lloyd(x, packing)[0],
             "uniform in the box, converged": kp.lloyd(x, rng.uniform(-half, half, (k, k)))[0],
-            f"over-seeded ({kp.OVERSEED}k), T = 2, reduced": reduced,
+            f"over-seeded ({kp.OVERSEED}k), relocation, T = 2, reduced": reduced,
         }
         for name, c in starts.items():
             rel.setdefault(name, []).append(float(kp.nearest(x, c)[1].sum() / ref))
@@ -98,12 +107,9 @@ def su_floor(seeds: int, n: int = 200_000, k: int = 10, half: float = 15.0) -> N
         print(f"| {name} | {med:.3f} | {q1:.3f} | {q3:.3f} | {max(v):.3f} |")
 
 
-def overseed_without_relocation(task: Task, factor: int = 3) -> np.ndarray:
-    """The over-seeded variant's first version: Su on factor·k centres, reduced to k, no
-    relocation between iterations (data units)."""
-    run = kp.su_run(task, factor * task.k)
-    centres, _ = kp.reduce_centroids(run.centroids, run.counts, run.trace.count_scale, task.k, task.rng,
-                                     np.zeros(task.d))
+def overseed_without_relocation(task: Task) -> np.ndarray:
+    """The over-seeded variant's first version: 3k centres, no relocation (data units)."""
+    centres, run, _ = kp.overseeded(task, 3, relocate=False)
     return centres + run.data.centre
 
 

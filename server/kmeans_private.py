@@ -38,6 +38,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 import numpy as np
+from scipy.spatial.distance import cdist
 
 from fedsketch.common.calibration import gamma_mahalanobis, gauss_sigma_analytic, laplace_scale
 from fedsketch.common.privacy import noise_rng
@@ -268,6 +269,11 @@ class IterationBudget:
     factor: int
 
     @property
+    def count_scale(self) -> float:
+        """Laplace scale b = 1/ε_count (records) of this iteration's noisy cluster counts."""
+        return laplace_scale(1.0, self.eps_count)
+
+    @property
     def epsilon(self) -> float:
         """ε spent by this iteration under the task's relation: factor·(ε_count + Σ ε_dim)."""
         return self.factor * math.fsum((self.eps_count, *self.eps_dims))
@@ -281,11 +287,6 @@ class BudgetTrace:
     neighbouring: str
     count_epsilon: float
     iterations: tuple[IterationBudget, ...]
-
-    @property
-    def count_scale(self) -> float:
-        """Laplace scale (records) of the last iteration's noisy cluster counts, 1/ε_count."""
-        return laplace_scale(1.0, self.iterations[-1].eps_count)
 
     @property
     def total(self) -> float:
@@ -369,12 +370,13 @@ def noisy_cluster_stats(x: np.ndarray, centroids: np.ndarray, h: np.ndarray, eps
 
 
 def private_lloyd(data: ShiftedData, init: np.ndarray, trace: BudgetTrace,
-                  between: Callable[[np.ndarray, np.ndarray], np.ndarray] | None = None
+                  between: Callable[[np.ndarray, np.ndarray, IterationBudget], np.ndarray] | None = None
                   ) -> tuple[np.ndarray, np.ndarray]:
     """Lloyd iterations on shifted data, one per entry of ``trace``: c_j = clip(S~_j/max(N~_j, 1))
-    to [−h, h] (post-processing). ``between(c, N~)``, when given, maps the released centroids
-    and counts to the next iteration's centres after every iteration but the last; it sees only
-    released values, so it is post-processing too. Returns the shifted centroids (k, d) and the
+    to [−h, h] (post-processing). ``between(c, N~, budget)``, when given, maps the released
+    centroids and counts of the iteration with that budget to the next iteration's centres,
+    after every iteration but the last; it sees only released values, so it is post-processing
+    too. Returns the shifted centroids (k, d) and the
     last iteration's noisy counts N~ (k,) (records; released, so free to reuse)."""
     c = init
     counts = np.zeros(init.shape[0])
@@ -382,7 +384,7 @@ def private_lloyd(data: ShiftedData, init: np.ndarray, trace: BudgetTrace,
         counts, sums = noisy_cluster_stats(data.x, c, data.h, it.eps_count, np.array(it.eps_dims))
         c = np.clip(sums / np.maximum(counts, 1.0)[:, None], -data.h, data.h)
         if between is not None and t < len(trace.iterations) - 1:
-            c = between(c, counts)
+            c = between(c, counts, it)
     return c, counts
 
 
@@ -470,34 +472,40 @@ class SuRun:
                 "n_public": self.n_public, "init": "sphere-packing", "packing_radius": self.packing_radius}
 
 
+def excess_counts(counts: np.ndarray, count_scale: float) -> np.ndarray:
+    """w_j = N~_j − OVERSEED_KEEP_SCALES·b (records), b the Laplace scale of the noisy counts N~.
+    Centroid j is reliable when w_j > 0; at or below, its cell cannot be told from an empty one."""
+    return counts - OVERSEED_KEEP_SCALES * count_scale
+
+
 def relocate_unreliable(centroids: np.ndarray, counts: np.ndarray, count_scale: float, k: int,
                         h: np.ndarray, rng: np.random.Generator) -> tuple[np.ndarray, int]:
     """Spare centres go where the mass is, by post-processing of one iteration's release.
 
-    A centroid is unreliable when N~_j ≤ OVERSEED_KEEP_SCALES·b (b the count noise scale,
-    records): its cell is indistinguishable from an empty one, and a data-independent start in
-    d = 10 leaves about half of the cells that empty. Each unreliable centroid moves to
-    c_i + s_i·u, with i a reliable centroid drawn with probability ∝ N~_i, s_i = RELOCATE_STEP
-    times the distance from c_i to its nearest reliable neighbour (data units), u uniform on the
-    unit sphere, clipped to the shifted box [−h, h]. A heavy cell is the likeliest to hold two
-    clusters; a second centre beside it lets the next assignment split them. With fewer than
-    max(k, 2) reliable centroids nothing moves: the release then cannot tell where k clusters
-    are, and splitting the few reliable cells would only push more of them under the noise
-    (measured: it raised the relative SSE at ε = 0.003, n = 10^6). Returns (centres (k', d), how
-    many moved).
+    Reliability is :func:`excess_counts` > 0; a data-independent start in d = 10 leaves about
+    half of the cells at noise level. Each unreliable centroid moves to c_i + s_i·u, with i a
+    reliable centroid drawn with probability ∝ N~_i, s_i = RELOCATE_STEP times the distance from
+    c_i to its nearest reliable neighbour (data units; at least 10⁻³·‖h‖ so that two coinciding
+    centroids still spread), u uniform on the unit sphere, clipped to the shifted box [−h, h].
+    A heavy cell is the likeliest to hold two clusters; a second centre beside it lets the next
+    assignment split them. With fewer than max(k, 2) reliable centroids nothing moves: the
+    release then cannot tell where k clusters are, and splitting the few reliable cells would
+    only push more of them under the noise (measured: it raised the relative SSE at ε = 0.003,
+    n = 10^6). Returns (centres (k', d), how many moved).
     """
-    reliable = counts > OVERSEED_KEEP_SCALES * count_scale
+    reliable = excess_counts(counts, count_scale) > 0
     good, spare = np.flatnonzero(reliable), np.flatnonzero(~reliable)
     if good.size < max(k, 2) or spare.size == 0:
         return centroids, 0
     anchors = centroids[good]
-    gaps = np.linalg.norm(anchors[:, None, :] - anchors[None, :, :], axis=2)
+    gaps = cdist(anchors, anchors)
     np.fill_diagonal(gaps, np.inf)
+    steps = RELOCATE_STEP * np.maximum(gaps.min(axis=1), 1e-3 * float(np.linalg.norm(h)))
     pick = rng.choice(good.size, size=spare.size, p=counts[good] / counts[good].sum())
     u = rng.standard_normal((spare.size, centroids.shape[1]))
     u /= np.linalg.norm(u, axis=1, keepdims=True)
     moved = centroids.copy()
-    moved[spare] = np.clip(anchors[pick] + RELOCATE_STEP * gaps.min(axis=1)[pick, None] * u, -h, h)
+    moved[spare] = np.clip(anchors[pick] + steps[pick, None] * u, -h, h)
     return moved, int(spare.size)
 
 
@@ -505,7 +513,8 @@ def su_run(task: Task, k_run: int, relocate: bool = False) -> SuRun:
     """Sphere-packing init of ``k_run`` centres (§6.1, from ``Task.rng``, data-independent, scaled
     to the box), the count/sum split of :func:`su_split`, and T from :func:`su_iterations` on
     ``k_run`` clusters with a public n (:func:`su_budget`). ``relocate`` applies
-    :func:`relocate_unreliable` (with ``Task.rng``) between iterations: not part of Su et al."""
+    :func:`relocate_unreliable` (with ``Task.rng``, gated on ``Task.k`` reliable centroids, not
+    ``k_run``) between iterations: not part of Su et al."""
     require_finite_epsilon(task, "dplloyd-su", "kmeans")
     data = shifted_data(task)
     n_public = public_count(task.x.shape[0], su_count_epsilon(task.epsilon, task.neighbouring))
@@ -513,8 +522,8 @@ def su_run(task: Task, k_run: int, relocate: bool = False) -> SuRun:
     init, a = sphere_packing_init(k_run, task.d, task.rng)
     relocated: list[int] = []
 
-    def between(c: np.ndarray, counts: np.ndarray) -> np.ndarray:
-        moved, how_many = relocate_unreliable(c, counts, trace.count_scale, task.k, data.h, task.rng)
+    def between(c: np.ndarray, counts: np.ndarray, budget: IterationBudget) -> np.ndarray:
+        moved, how_many = relocate_unreliable(c, counts, budget.count_scale, task.k, data.h, task.rng)
         relocated.append(how_many)
         return moved
 
@@ -539,8 +548,8 @@ def reduce_centroids(centroids: np.ndarray, counts: np.ndarray, count_scale: flo
                      rng: np.random.Generator, fallback: np.ndarray) -> tuple[np.ndarray, int]:
     """k centres from k' ≥ k released centroids and noisy counts, by post-processing only.
 
-    A centroid is reliable when w_j = N~_j − OVERSEED_KEEP_SCALES·b > 0, b the Laplace scale of
-    the counts (records); below that its cluster is indistinguishable from an empty one.
+    A centroid is reliable when its :func:`excess_counts` w_j = N~_j − OVERSEED_KEEP_SCALES·b is
+    > 0, b the Laplace scale of the counts (records).
 
     * At least k reliable: weighted k-means (k-means++ seeding and Lloyd, OVERSEED_RESTARTS
       restarts, best weighted SSE) of the reliable centroids with weights w_j: each centre is
@@ -552,7 +561,7 @@ def reduce_centroids(centroids: np.ndarray, counts: np.ndarray, count_scale: flo
 
     Returns (centres (k, d), reliable centroids).
     """
-    weights = counts - OVERSEED_KEEP_SCALES * count_scale
+    weights = excess_counts(counts, count_scale)
     order = np.argsort(-counts, kind="stable")
     reliable = order[weights[order] > 0]
     if reliable.size >= k:
@@ -562,12 +571,23 @@ def reduce_centroids(centroids: np.ndarray, counts: np.ndarray, count_scale: flo
     return np.vstack([centroids[reliable], fallback, centroids[rest]])[:k], int(reliable.size)
 
 
+def overseeded(task: Task, factor: int = OVERSEED, relocate: bool = True) -> tuple[np.ndarray, SuRun, int]:
+    """:func:`su_run` on factor·k centres (with :func:`relocate_unreliable` between iterations
+    when ``relocate``), then :func:`reduce_centroids` to k with the box centre as the fallback.
+    Returns (shifted centres (k, d), the run, how many released centroids were reliable)."""
+    run = su_run(task, factor * task.k, relocate)
+    centres, reliable = reduce_centroids(run.centroids, run.counts, run.trace.iterations[-1].count_scale,
+                                         task.k, task.rng, np.zeros(task.d))
+    return centres, run, reliable
+
+
 def dplloyd_su_overseed(task: Task) -> Outcome:
     """fedsketch's over-seeded variant of DPLloyd + Su (not in Su et al. or MECHANISMS §6), pure
-    ε-DP with exactly :func:`dplloyd_su`'s spend: :func:`su_run` on k' = OVERSEED·k centres (T
-    from the rule at k', so the same or fewer iterations) with :func:`relocate_unreliable`
-    between iterations, then :func:`reduce_centroids` to k centres (with the box centre as the
-    fallback). Relocation and reduction see only released centroids and counts: post-processing.
+    ε-DP with exactly :func:`dplloyd_su`'s spend: :func:`overseeded`, that is :func:`su_run` on
+    k' = OVERSEED·k centres (T from the rule at k', so the same or fewer iterations) with
+    :func:`relocate_unreliable` between iterations, then :func:`reduce_centroids` to k centres
+    (with the box centre as the fallback). Relocation and reduction see only released centroids
+    and counts: post-processing.
 
     Why: Lloyd from any data-independent start stalls in local optima on well-separated data
     (one centre straddling two clusters, two sharing one). With five centres per cluster, and
@@ -576,9 +596,7 @@ def dplloyd_su_overseed(task: Task) -> Outcome:
     n/k' records). ``notes`` adds the over-seeding factor, the number of centres relocated after
     each iteration but the last, and how many released centroids were reliable.
     """
-    run = su_run(task, OVERSEED * task.k, relocate=True)
-    centres, reliable = reduce_centroids(run.centroids, run.counts, run.trace.count_scale, task.k, task.rng,
-                                         np.zeros(task.d))
+    centres, run, reliable = overseeded(task)
     notes = {**run.notes(), "overseed": OVERSEED, "relocated": list(run.relocated),
              "reliable_centroids": reliable}
     return _pure_outcome(task, run.data, centres, notes)

@@ -27,9 +27,9 @@ def test_su_floor_runs_and_prints_every_start(capsys):
     rows = {line.split("|")[1].strip(): float(line.split("|")[2]) for line in out.splitlines()
             if line.startswith("| ") and not line.startswith("| start")}
     assert set(rows) == {"Su sphere packing, T = 2", "Su sphere packing, converged",
-                         "uniform in the box, converged", "over-seeded (5k), T = 2, reduced"}
+                         "uniform in the box, converged", "over-seeded (5k), relocation, T = 2, reduced"}
     assert all(v >= 0.99 for v in rows.values())
-    assert rows["over-seeded (5k), T = 2, reduced"] < 1.1
+    assert rows["over-seeded (5k), relocation, T = 2, reduced"] < 1.1
 
 
 def test_su_robust_counts_the_runs_above_1_2_for_every_method_and_eps(capsys):

@@ -12,7 +12,7 @@ import math
 import numpy as np
 import pytest
 
-from fedsketch.common.calibration import gamma_mahalanobis, gauss_sigma_analytic
+from fedsketch.common.calibration import gamma_mahalanobis, gauss_sigma_analytic, laplace_scale
 from fedsketch.common.synthetic import gmm
 from fedsketch.server import kmeans_private as kp
 from fedsketch.server.evaluate import kmeans_reference as sklearn_reference
@@ -417,6 +417,29 @@ def test_relocate_unreliable_sends_spares_in_proportion_to_the_noisy_counts():
     moved, _ = kp.relocate_unreliable(centroids, counts, 10.0, 2, np.full(2, 50.0), np.random.default_rng(4))
     near_heavy = np.mean(moved[2:, 0] < 0)
     assert abs(near_heavy - 0.9) < 4 * math.sqrt(0.9 * 0.1 / 4000)
+
+
+def test_overseed_moves_exactly_the_noise_level_centres_between_iterations(gmm_k10, monkeypatch):
+    """Spy on the private release: iteration 2 starts from iteration 1's clipped centroids,
+    except at the centres whose noisy count is at or below 3 noise scales, which all moved."""
+    calls = []
+    release = kp.noisy_cluster_stats
+
+    def spy(x, centroids, h, eps_count, eps_dims):
+        counts, sums = release(x, centroids, h, eps_count, eps_dims)
+        calls.append((centroids.copy(), counts, sums, laplace_scale(1.0, eps_count), h))
+        return counts, sums
+
+    monkeypatch.setattr(kp, "noisy_cluster_stats", spy)
+    notes = json.loads(kp.dplloyd_su_overseed(_box_task(gmm_k10, 10, 1.0, 12.0)).notes)
+    assert len(calls) == notes["iterations"] >= 2
+    _, counts, sums, b, h = calls[0]
+    released = np.clip(sums / np.maximum(counts, 1.0)[:, None], -h, h)
+    spare = counts <= kp.OVERSEED_KEEP_SCALES * b
+    started = calls[1][0]
+    assert 10 <= (~spare).sum() and spare.sum() == notes["relocated"][0] > 0
+    np.testing.assert_array_equal(started[~spare], released[~spare])
+    assert np.all(np.linalg.norm(started[spare] - released[spare], axis=1) > 0)
 
 
 def test_overseed_is_no_worse_than_the_box_centre_when_noise_swamps_it(gmm_k10):
