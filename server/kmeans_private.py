@@ -376,8 +376,8 @@ def private_lloyd(data: ShiftedData, init: np.ndarray, trace: BudgetTrace,
     to [−h, h] (post-processing). ``between(c, N~, budget)``, when given, maps the released
     centroids and counts of the iteration with that budget to the next iteration's centres,
     after every iteration but the last; it sees only released values, so it is post-processing
-    too. Returns the shifted centroids (k, d) and the
-    last iteration's noisy counts N~ (k,) (records; released, so free to reuse)."""
+    too. Returns the shifted centroids (k, d) and the last iteration's noisy counts N~ (k,)
+    (records; released, so free to reuse)."""
     c = init
     counts = np.zeros(init.shape[0])
     for t, it in enumerate(trace.iterations):
