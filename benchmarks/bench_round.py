@@ -2,13 +2,17 @@
 
 1. Ingest: sustained accepted contributions per second into one ``fedsketch coordinator serve``
    process over TLS on loopback (m = 1000 complex sketches, 8 kB each, with Ed25519 signature
-   checks, payload checks and a durable SQLite commit per contribution). The client pre-signs
-   every contribution and keeps ``--inflight`` calls in flight with gRPC futures. Peer: a bare
-   gRPC echo server (same TLS, same message bytes, no work), the transport's ceiling here.
-2. Scale: ``simulate`` with 1000 in-process devices of 10^3 records each (N = 10^6) against the
-   same N on 20 devices: the study must complete; the ratio is the cost of 50× more devices.
+   checks, payload checks and a durable SQLite commit per contribution), ``--runs`` (3) times.
+   The client pre-signs one contribution per device (``--devices``, 500) and study
+   (``--studies``, 4) and keeps ``--inflight`` (32) calls in flight with gRPC futures. Peer: a
+   bare gRPC echo server (same TLS, same message bytes, no work), the transport's ceiling here.
+2. Scale: ``simulate`` with ``--sim-devices`` (1000) in-process devices sharing
+   ``--sim-records`` (N = 10^6, so 10^3 records each) against the same N on 20 devices: the
+   study must complete; the ratio is the cost of 50× more devices.
 
-Usage: python benchmarks/bench_round.py [--runs 3] [--devices 500] [--studies 4]
+Usage: python benchmarks/bench_round.py [--runs 3] [--devices 500] [--studies 4] [--inflight 32]
+    [--sim-devices 1000] [--sim-records 1000000]
+A smoke run: --runs 1 --devices 5 --studies 1 --sim-devices 40 --sim-records 20000.
 """
 
 from __future__ import annotations
@@ -37,6 +41,7 @@ from fedsketch.server.simulate import SimConfig, run_simulation
 
 M = 1000
 N_PER_DEVICE = 10_000
+FEW_DEVICES = 20
 
 
 def start_coordinator(folder: Path) -> tuple[subprocess.Popen, str, str]:
@@ -134,28 +139,39 @@ def ingest(runs: int, devices: int, studies: int, inflight: int) -> tuple[list, 
     return ours, peer
 
 
+def timed_simulation(devices: int, records: int) -> tuple[float, dict]:
+    """Wall seconds and report of one in-process ``simulate`` study at ε = 1."""
+    t = time.perf_counter()
+    report = run_simulation(SimConfig(devices=devices, records=records, epsilon=1.0))
+    return time.perf_counter() - t, report
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("--runs", type=int, default=3)
-    ap.add_argument("--devices", type=int, default=500)
-    ap.add_argument("--studies", type=int, default=4)
-    ap.add_argument("--inflight", type=int, default=32)
+    ap.add_argument("--runs", type=int, default=3,
+                    help="ingest runs, each on a fresh coordinator (default: %(default)s)")
+    ap.add_argument("--devices", type=int, default=500,
+                    help="devices enrolled for the ingest (default: %(default)s)")
+    ap.add_argument("--studies", type=int, default=4,
+                    help="studies each ingest device contributes to (default: %(default)s)")
+    ap.add_argument("--inflight", type=int, default=32,
+                    help="concurrent calls during the ingest (default: %(default)s)")
+    ap.add_argument("--sim-devices", type=int, default=1000,
+                    help=f"devices of the big simulation, against {FEW_DEVICES} (default: %(default)s)")
+    ap.add_argument("--sim-records", type=int, default=1_000_000,
+                    help="records N of both simulations, split over their devices (default: %(default)s)")
     args = ap.parse_args()
     ours, peer = ingest(args.runs, args.devices, args.studies, args.inflight)
-    t = time.perf_counter()
-    many = run_simulation(SimConfig(devices=1000, records=1_000_000, epsilon=1.0))
-    t_many = time.perf_counter() - t
-    t = time.perf_counter()
-    few = run_simulation(SimConfig(devices=20, records=1_000_000, epsilon=1.0))
-    t_few = time.perf_counter() - t
+    t_many, many = timed_simulation(args.sim_devices, args.sim_records)
+    t_few, few = timed_simulation(FEW_DEVICES, args.sim_records)
     o, p = statistics.median(ours), statistics.median(peer)
     print("\n| round | fedsketch | peer | ratio |\n|---|---|---|---|")
     print(f"| accepted contributions/s, m = {M}, TLS, signed, durable (median of {args.runs}) | "
           f"{o:.0f} | bare TLS gRPC echo {p:.0f} | {o / p:.2f} |")
-    print(f"| simulate: 1000 devices x 10^3 records, wall s | {t_many:.1f} "
-          f"(devices {many['seconds']['devices']:.1f}, relative SSE {many['relative_sse']:.3f}) | "
-          f"20 devices x 5·10^4: {t_few:.1f} (relative SSE {few['relative_sse']:.3f}) | "
-          f"{t_many / t_few:.1f}x |")
+    print(f"| simulate: {args.sim_devices} devices x {args.sim_records // args.sim_devices:,} records, "
+          f"wall s | {t_many:.1f} (devices {many['seconds']['devices']:.1f}, relative SSE "
+          f"{many['relative_sse']:.3f}) | {FEW_DEVICES} devices x {args.sim_records // FEW_DEVICES:,}: "
+          f"{t_few:.1f} (relative SSE {few['relative_sse']:.3f}) | {t_many / t_few:.1f}x |")
 
 
 if __name__ == "__main__":

@@ -1,17 +1,22 @@
 """Secure aggregation against per-device (local) noise, and what it costs.
 
-utility: paper 004's data (k = d = 10, separation 2.5), L = 100 in-process devices over TLS,
-    N = 10^7, m = 10kd, ``quantized``, r = 1, replace-one, ε per device on a grid; secure
-    aggregation (full graph, h_min = L: one central DLap draw) against the local-noise mode
-    (each device adds its own DLap: L draws). The data and the KMeans reference (n_init = 3)
-    are made once per seed and shared by every run. Prints medians over seeds, the ε at which
-    each mode crosses relative SSE 1.2 (log-linear interpolation), and writes a plot.
-cost: m = 1000, N = 10^3 records per device, L = 100 and L = 1000, sparse SecAgg+ graph of
-    degree ⌈3·log2 L⌉ (and the full graph at L = 100): per-device CPU seconds of its own thread
-    (sketching, noise, masks, crypto; median over devices), bytes each device sends (median),
-    and the coordinator's seconds to close each stage.
+utility: paper 004's data (k = d = 10, separation 2.5), L = ``--devices`` (100) in-process
+    devices over TLS, N = ``--n`` (10^7), m = 10kd, ``quantized``, r = 1, replace-one,
+    ``--replicates`` (3) CL-OMPR replicates, ε per device on a grid; secure aggregation (full
+    graph, h_min = L: one central DLap draw) against the local-noise mode (each device adds its
+    own DLap: L draws). The data and the KMeans reference (n_init = 3) are made once per seed and
+    shared by every run. Prints medians over ``--seeds`` (5) seeds, the ε at which each mode
+    crosses relative SSE 1.2 (log-linear interpolation), and writes a plot to ``--plot``
+    (benchmarks/plots/secagg_utility.png).
+cost: m = 1000, 10^3 records per device, L and a larger L (``--devices``, 100 and 1000), sparse
+    SecAgg+ graph of degree ⌈3·log2 L⌉ (and the full graph at the smaller L; for L ≤ 13 that
+    degree is at least L - 1, so the "sparse" graph is the full one): per-device CPU seconds of its
+    own thread (sketching, noise, masks, crypto; median over devices), bytes each device sends
+    (median), and the coordinator's seconds to close each stage.
 
-Usage: python benchmarks/bench_secagg.py utility [--seeds 5] | cost
+Usage: python benchmarks/bench_secagg.py utility [--seeds 5] [--devices 100] [--n 10000000]
+           [--replicates 3] [--plot PATH]
+       python benchmarks/bench_secagg.py cost [--devices 100 1000]
 """
 
 from __future__ import annotations
@@ -41,7 +46,6 @@ from fedsketch.server.simulate import (
 PLOTS = Path(__file__).resolve().parent / "plots"
 SECURE_EPS = (0.002, 0.005, 0.01, 0.02)
 LOCAL_EPS = (0.01, 0.02, 0.05, 0.1, 0.2)
-TOKEN = "bench-operator"
 
 
 def crossing(eps: list[float], rel: list[float], level: float = 1.2) -> float | None:
@@ -54,8 +58,9 @@ def crossing(eps: list[float], rel: list[float], level: float = 1.2) -> float | 
     return pts[0][0] if pts and pts[0][1] <= level else None
 
 
-def utility(seeds: int) -> None:
-    base = dict(devices=100, records=10_000_000, m=1000, feature="quantized", r=1)
+def utility(seeds: int, devices: int, records: int, replicates: int, plot_path: Path) -> None:
+    base = dict(devices=devices, records=records, m=1000, feature="quantized", r=1,
+                replicates=replicates)
     results: dict[tuple[str, float], list[float]] = {}
     for seed in range(seeds):
         data = pooled_data(SimConfig(**base, seed=seed))
@@ -66,7 +71,7 @@ def utility(seeds: int) -> None:
                 rel = run_simulation(cfg, data=data)["relative_sse"]
                 results.setdefault((mode, eps), []).append(rel)
                 print(f"seed {seed} {mode} ε = {eps:g}: relative SSE {rel:.4f}", flush=True)
-    print(f"\n| mode (L = 100, N = 10^7, quantized, r = 1; {seeds} seeds) | ε per device | "
+    print(f"\n| mode (L = {devices}, N = {records:,}, quantized, r = 1; {seeds} seeds) | ε per device | "
           "median relative SSE | min | max |")
     print("|---|---|---|---|---|")
     medians = {}
@@ -80,16 +85,16 @@ def utility(seeds: int) -> None:
         cross = crossing(eps, rel)
         print(f"{mode}: ε for relative SSE 1.2 ≈ {cross:.3g}" if cross else
               f"{mode}: does not reach 1.2 on the grid")
-    plot(medians, PLOTS / "secagg_utility.png")
+    plot(medians, plot_path, f"L = {devices} devices, N = {records:,}, quantized, m = 10kd, r = 1")
 
 
-def plot(medians: dict, path: Path) -> None:
+def plot(medians: dict, path: Path, title: str) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    PLOTS.mkdir(exist_ok=True)
+    path.parent.mkdir(parents=True, exist_ok=True)
     fig, ax = plt.subplots(figsize=(6, 4))
     for mode, (eps, rel) in medians.items():
         ax.plot(eps, rel, marker="o", label={"secure": "secure aggregation (one DLap)",
@@ -99,7 +104,7 @@ def plot(medians: dict, path: Path) -> None:
     ax.set_yscale("log")
     ax.set_xlabel("ε per device")
     ax.set_ylabel("relative SSE (median)")
-    ax.set_title("L = 100 devices, N = 10^7, quantized, m = 10kd, r = 1")
+    ax.set_title(title)
     ax.grid(True, which="both", alpha=0.3)
     ax.legend()
     fig.tight_layout()
@@ -137,10 +142,10 @@ def cost_once(devices: int, degree: int | None) -> dict:
                 "coordinator_s": loop.coordinator.rounds[study.study_id].stage_seconds, "wall_s": wall}
 
 
-def cost() -> None:
+def cost(small: int, large: int) -> None:
     rows = []
-    for devices, degree in ((100, None), (100, math.ceil(3 * math.log2(100))),
-                            (1000, math.ceil(3 * math.log2(1000)))):
+    for devices, degree in ((small, None), (small, math.ceil(3 * math.log2(small))),
+                            (large, math.ceil(3 * math.log2(large)))):
         r = cost_once(devices, degree)
         rows.append(r)
         print(r, flush=True)
@@ -155,18 +160,30 @@ def cost() -> None:
               f"{r['wall_s']:.1f} |")
     sparse = [r for r in rows if r["degree"] is not None]
     growth = sparse[1]["device_cpu_s"] / sparse[0]["device_cpu_s"]
-    print(f"\nsparse graph: per-device CPU grows {growth:.2f}x from L = 100 to L = 1000")
+    print(f"\nsparse graph: per-device CPU grows {growth:.2f}x from L = {small} to L = {large}")
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("part", choices=("utility", "cost"))
-    ap.add_argument("--seeds", type=int, default=5)
+    parts = ap.add_subparsers(dest="part", required=True)
+    util = parts.add_parser("utility", help="relative SSE against ε, secure vs local noise")
+    util.add_argument("--seeds", type=int, default=5,
+                      help="datasets, seeds 0 to S - 1 (default: %(default)s)")
+    util.add_argument("--devices", type=int, default=100, help="devices L (default: %(default)s)")
+    util.add_argument("--n", type=int, default=10_000_000,
+                      help="records N, split over the devices (default: %(default)s)")
+    util.add_argument("--replicates", type=int, default=3,
+                      help="CL-OMPR replicates per decoding (default: %(default)s)")
+    util.add_argument("--plot", type=Path, default=PLOTS / "secagg_utility.png",
+                      help="plot file (default: %(default)s)")
+    cst = parts.add_parser("cost", help="per-device CPU and bytes, coordinator seconds per stage")
+    cst.add_argument("--devices", type=int, nargs=2, default=[100, 1000], metavar=("L", "L_LARGE"),
+                     help="the two device counts compared (default: %(default)s)")
     args = ap.parse_args()
     if args.part == "utility":
-        utility(args.seeds)
+        utility(args.seeds, args.devices, args.n, args.replicates, args.plot)
     else:
-        cost()
+        cost(*args.devices)
 
 
 if __name__ == "__main__":

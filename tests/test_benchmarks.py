@@ -50,6 +50,14 @@ def test_su_robust_counts_the_runs_above_1_2_for_every_method_and_eps(capsys):
     ("bench_pipeline.py", ["--runs", "1", "--n", "20000"], "| relative SSE (median)"),
     ("bench_accuracy.py", ["nonprivate", "--seeds", "1", "--n", "20000", "--replicates", "1"],
      "| quantized m=10kd"),
+    ("bench_scale.py", ["--seeds", "1", "--n", "20000", "--replicates", "1"], "| median |"),
+    ("bench_round.py", ["--runs", "1", "--devices", "5", "--studies", "1", "--sim-devices", "40",
+                        "--sim-records", "20000"], "| simulate: 40 devices x 500 records"),
+    ("bench_federated.py", ["--seeds", "1", "--n", "20000", "--replicates", "1"],
+     "| 5 daemon processes, N = 20,000"),
+    ("bench_secagg.py", ["utility", "--seeds", "1", "--devices", "5", "--n", "20000", "--replicates",
+                         "1", "--plot", "secagg.png"], "| secure | 0.01 |"),
+    ("bench_secagg.py", ["cost", "--devices", "16", "32"], "| 32 | degree 15 | DONE |"),
 ])
 def test_benchmark_runs_at_a_tiny_size(tmp_path, script, args, row):
     res = subprocess.run([sys.executable, str(BENCHMARKS / script), *args], cwd=tmp_path,
