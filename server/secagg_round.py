@@ -82,11 +82,11 @@ class SecAggRound:
         """Refuse a message or fetch for any stage but the open one (lock held)."""
         if self.finished:
             raise Refusal(grpc.StatusCode.FAILED_PRECONDITION,
-                               "the secure-aggregation round is over; see the study's state")
+                          "the secure-aggregation round is over; see the study's state")
         if stage != self.stage:
             raise Refusal(grpc.StatusCode.FAILED_PRECONDITION,
-                               f"stage {pb.Stage.Name(stage)} is not open (the study is at "
-                               f"{pb.Stage.Name(self.stage)})")
+                          f"stage {pb.Stage.Name(stage)} is not open (the study is at "
+                          f"{pb.Stage.Name(self.stage)})")
 
     def _end(self) -> None:
         """Mark the round FINISHED (lock held) and drop what only a running round needs: the
@@ -116,11 +116,11 @@ class SecAggRound:
                 if inbox[device_id] == body:
                     return True
                 raise Refusal(grpc.StatusCode.ALREADY_EXISTS,
-                                   f"device {device_id} already sent a different {pb.Stage.Name(stage)}")
+                              f"device {device_id} already sent a different {pb.Stage.Name(stage)}")
             expected = self._expected()
             if expected is not None and device_id not in expected:
                 raise Refusal(grpc.StatusCode.PERMISSION_DENIED,
-                                   f"device {device_id} is not in this round's roster")
+                              f"device {device_id} is not in this round's roster")
             if stage == pb.REGISTER:
                 self._register(device_id, body)
                 if not inbox:
@@ -137,7 +137,7 @@ class SecAggRound:
         n = obj.get("n") if isinstance(obj, dict) else None
         if not isinstance(n, int) or n < self.spec.min_records:
             raise Refusal(grpc.StatusCode.INVALID_ARGUMENT,
-                               f"REGISTER needs an integer record count >= {self.spec.min_records}")
+                          f"REGISTER needs an integer record count >= {self.spec.min_records}")
         self._records[device_id] = float(n)
 
     def fetch(self, device_id: str, stage: int) -> bytes:
@@ -147,11 +147,11 @@ class SecAggRound:
             if stage == pb.ADVERTISE_KEYS and self._shared_body is not None:
                 if device_id not in self._params.share_x:
                     raise Refusal(grpc.StatusCode.PERMISSION_DENIED,
-                                       f"device {device_id} is not in this round's roster")
+                                  f"device {device_id} is not in this round's roster")
                 return self._shared_body
             if device_id not in self._outbox:
                 raise Refusal(grpc.StatusCode.PERMISSION_DENIED,
-                                   f"nothing for device {device_id} at this stage (dropped?)")
+                              f"nothing for device {device_id} at this stage (dropped?)")
             return self._outbox[device_id]
 
     def tick(self, now: float) -> None:
