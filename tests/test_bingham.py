@@ -27,6 +27,11 @@ from fedsketch.server.bingham import (
     sample_vector_bingham,
 )
 
+#: Seeded outcomes here depend on floating-point summation order (BLAS kernels): tests/test_blas_kernels.py
+#: re-runs this module under each OpenBLAS kernel the CPU offers.
+pytestmark = pytest.mark.blas
+
+
 N_1D = 20_000
 P_MIN = 1e-3          # KS p-value below which a 1-D sampler is declared wrong
 TOL_SE = 4.5          # moment tolerance, in combined standard errors per entry

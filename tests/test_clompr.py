@@ -17,6 +17,11 @@ from fedsketch.common.synthetic import gmm
 from fedsketch.server import clompr as C
 from fedsketch.server.evaluate import kmeans_reference, split, sse_per_n
 
+#: Seeded outcomes here depend on floating-point summation order (BLAS kernels): tests/test_blas_kernels.py
+#: re-runs this module under each OpenBLAS kernel the CPU offers.
+pytestmark = pytest.mark.blas
+
+
 
 @pytest.fixture(scope="module")
 def problem():

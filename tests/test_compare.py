@@ -11,6 +11,11 @@ from typer.testing import CliRunner
 
 from fedsketch.server.cli import app
 
+#: Seeded outcomes here depend on floating-point summation order (BLAS kernels): tests/test_blas_kernels.py
+#: re-runs this module under each OpenBLAS kernel the CPU offers.
+pytestmark = pytest.mark.blas
+
+
 runner = CliRunner()
 ROW_KEYS = {"method", "epsilon", "metric", "median", "q1", "q3", "seconds"}
 

@@ -19,6 +19,11 @@ from fedsketch.server.evaluate import kmeans_reference as sklearn_reference
 from fedsketch.server.evaluate import sse_per_n
 from fedsketch.server.mechanism import Task
 
+#: Seeded outcomes here depend on floating-point summation order (BLAS kernels): tests/test_blas_kernels.py
+#: re-runs this module under each OpenBLAS kernel the CPU offers.
+pytestmark = pytest.mark.blas
+
+
 RELATIONS = ("add_remove", "replace_one")
 FACTOR = {"add_remove": 1, "replace_one": 2}
 PRIVATE = ("dplloyd", "dplloyd-su", "dplloyd-su-overseed", "white", "colored")

@@ -27,6 +27,11 @@ from fedsketch.server.pca_private import (
     second_moment,
 )
 
+#: Seeded outcomes here depend on floating-point summation order (BLAS kernels): tests/test_blas_kernels.py
+#: re-runs this module under each OpenBLAS kernel the CPU offers.
+pytestmark = pytest.mark.blas
+
+
 N, D, K, R, DELTA = 5000, 10, 2, 3.0, 0.05
 
 
@@ -196,18 +201,26 @@ def _median_q_f(name: str, x: np.ndarray, epsilon: float, a: np.ndarray, trials:
     return statistics.median(values)
 
 
+#: Trials per median in the ordering test. Measured spread of q_F/q_F(PCA) over 200 seeded trials,
+#: identical (to ±0.002) with OpenBLAS's Haswell and SkylakeX kernels: PPCA(ε = 0.5) mean 0.926,
+#: sd 0.028; PPCA(ε = 2) mean 0.982, sd 0.006; MOD-SULQ(0.5) mean 0.49, sd 0.15. The median of
+#: 40 trials has sd ≈ 1.25·sd/√40, so 0.006 at ε = 0.5: the band (0.90, 0.95) sits 4.3 sd either
+#: side of the mean, and 0.97 sits 9 sd below the ε = 2 mean. A BLAS kernel changes each seeded
+#: chain, so the 40 trials are a fresh sample on another CPU; the band holds there too. A PPCA that
+#: samples with ε/2 (mean 0.855) falls below the band and one with 2ε (0.966) above it.
+ORDERING_TRIALS = 40
+
+
 @pytest.mark.usefixtures("seeded_noise")
 def test_utility_ordering_on_paper_003_data(paper_data):
-    """Medians over 5 trials: random < MOD-SULQ(0.5) < PPCA(0.5) ≤ PCA, and PPCA(2) ≥ 0.97·PCA.
-
-    Measured (40 trials): q_F/q_F(PCA) ≈ 0.23 (random), 0.50 (MOD-SULQ, ε = 0.5), 0.94 (PPCA,
-    ε = 0.5), 0.98 (PPCA, ε = 2)."""
+    """Medians over ORDERING_TRIALS trials: random < MOD-SULQ(0.5) < PPCA(0.5) ≤ PCA, PPCA(0.5)
+    within (0.90, 0.95)·PCA and PPCA(2) ≥ 0.97·PCA (margins from the spread measured above)."""
     a, _ = second_moment(_task(paper_data, 1.0))
     best = q_f(METHODS["pca"](_task(paper_data, 1.0)).output, a)
-    random = _median_q_f("random", paper_data, 0.5, a, 5)
-    sulq = _median_q_f("mod-sulq", paper_data, 0.5, a, 5)
-    ppca_low = _median_q_f("ppca", paper_data, 0.5, a, 5)
-    ppca_high = _median_q_f("ppca", paper_data, 2.0, a, 5)
+    random = _median_q_f("random", paper_data, 0.5, a, ORDERING_TRIALS)
+    sulq = _median_q_f("mod-sulq", paper_data, 0.5, a, ORDERING_TRIALS)
+    ppca_low = _median_q_f("ppca", paper_data, 0.5, a, ORDERING_TRIALS)
+    ppca_high = _median_q_f("ppca", paper_data, 2.0, a, ORDERING_TRIALS)
     assert random < sulq < ppca_low <= best
-    assert ppca_low > 0.9 * best
+    assert 0.90 * best < ppca_low < 0.95 * best
     assert ppca_high >= 0.97 * best

@@ -17,6 +17,11 @@ from fedsketch.common.synthetic import random_orthonormal, subspaces
 from fedsketch.server import subspace_private as sp
 from fedsketch.server.mechanism import Task
 
+#: Seeded outcomes here depend on floating-point summation order (BLAS kernels): tests/test_blas_kernels.py
+#: re-runs this module under each OpenBLAS kernel the CPU offers.
+pytestmark = pytest.mark.blas
+
+
 
 def _task(x: np.ndarray, epsilon: float = 10.0, seed: int = 0, **kw) -> Task:
     k, q = kw.pop("k", 3), kw.pop("q", 3)
