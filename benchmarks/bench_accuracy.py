@@ -24,8 +24,8 @@ from fedsketch.common.frequencies import FrequencySpec, draw_frequencies
 from fedsketch.common.privacy import PrivacySpec, privatize
 from fedsketch.common.sketching import feature_sum
 from fedsketch.common.synthetic import gmm
-from fedsketch.server.clompr import clompr
-from fedsketch.server.evaluate import kmeans_reference, split, sse_per_n
+from fedsketch.server.bench.metrics import kmeans_reference, split, sse_per_n
+from fedsketch.server.decode.clompr import clompr
 
 K = D = 10
 BOUND = 15.0

@@ -32,9 +32,9 @@ from pathlib import Path
 import numpy as np
 
 from fedsketch.common.synthetic import gmm
-from fedsketch.server import kmeans_private as kp
-from fedsketch.server.compare import compare, plot, synthetic
-from fedsketch.server.mechanism import Task
+from fedsketch.server.bench import kmeans as kp
+from fedsketch.server.bench.compare import compare, plot, synthetic
+from fedsketch.server.bench.task import Task
 
 PLOTS = Path(__file__).resolve().parent / "plots"
 

@@ -19,7 +19,7 @@ from pathlib import Path
 from bench_sketch import OUT, data_file
 
 from fedsketch.common.dataio import load_all
-from fedsketch.server.evaluate import split, sse_per_n
+from fedsketch.server.bench.metrics import split, sse_per_n
 
 KMEANS = """
 import json, sys, numpy as np

@@ -37,7 +37,7 @@ from fedsketch.common.privacy import PrivacySpec
 from fedsketch.common.spec import SketchSpec
 from fedsketch.common.study import StudySpec
 from fedsketch.common.tls import init_certs, secure_channel, server_credentials
-from fedsketch.server.simulate import SimConfig, run_simulation
+from fedsketch.server.sim.simulate import SimConfig, run_simulation
 
 M = 1000
 N_PER_DEVICE = 10_000

@@ -23,8 +23,8 @@ from fedsketch.common.privacy import PrivacySpec, privatize
 from fedsketch.common.scale import calibrate_scale
 from fedsketch.common.sketching import feature_sum
 from fedsketch.common.synthetic import gmm
-from fedsketch.server.clompr import clompr
-from fedsketch.server.evaluate import kmeans_reference, split, sse_per_n
+from fedsketch.server.bench.metrics import kmeans_reference, split, sse_per_n
+from fedsketch.server.decode.clompr import clompr
 
 K = D = 10
 M, EPS, FRACTION, BOUND = 10 * K * D, 0.01, 0.1, 15.0

@@ -33,7 +33,7 @@ import numpy as np
 
 from fedsketch.common.pb import fedsketch_pb2 as pb
 from fedsketch.common.synthetic import gmm
-from fedsketch.server.simulate import (
+from fedsketch.server.sim.simulate import (
     SimConfig,
     _agents,
     _study_spec,

@@ -27,8 +27,8 @@ from fedsketch.common.features import FIRST_HARMONIC
 from fedsketch.common.frequencies import FrequencySpec, draw_frequencies
 from fedsketch.common.privacy import PrivacySpec, privatize
 from fedsketch.common.sketching import feature_sum
-from fedsketch.server.clompr import clompr
-from fedsketch.server.evaluate import kmeans_reference, split, sse_per_n
+from fedsketch.server.bench.metrics import kmeans_reference, split, sse_per_n
+from fedsketch.server.decode.clompr import clompr
 
 N, K, D, M = 1_000_000, 10, 10, 1000
 SIGMA = 2.0  # σ in data units (benchmarks/RESULTS.md: the oracle grid picks 2 on this data)

@@ -20,9 +20,9 @@ from fedsketch.common.privacy import PrivacySpec
 from fedsketch.common.spec import SketchSpec
 from fedsketch.common.study import StudySpec
 from fedsketch.common.tls import CertPaths, init_certs, secure_channel, server_credentials
-from fedsketch.server.coordinator import Coordinator, build_server
-from fedsketch.server.evaluate import split
-from fedsketch.server.store import Store
+from fedsketch.server.bench.metrics import split
+from fedsketch.server.service.coordinator import Coordinator, build_server
+from fedsketch.server.store.sqlite import Store
 
 OPERATOR_TOKEN = "test-operator-token"
 META = (("authorization", f"Bearer {OPERATOR_TOKEN}"),)

@@ -20,7 +20,7 @@ import pytest
 from scipy import integrate, stats
 
 from fedsketch.common.synthetic import random_orthonormal
-from fedsketch.server.bingham import (
+from fedsketch.server.bench.bingham import (
     sample_matrix_bingham,
     sample_rotation_angle,
     sample_theta,

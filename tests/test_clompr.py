@@ -14,8 +14,8 @@ from fedsketch.common.frequencies import FrequencySpec, draw_frequencies
 from fedsketch.common.privacy import PrivacySpec, privatize
 from fedsketch.common.sketching import feature_sum
 from fedsketch.common.synthetic import gmm
-from fedsketch.server import clompr as C
-from fedsketch.server.evaluate import kmeans_reference, split, sse_per_n
+from fedsketch.server.bench.metrics import kmeans_reference, split, sse_per_n
+from fedsketch.server.decode import clompr as C
 
 #: Seeded outcomes here depend on floating-point summation order (BLAS kernels): tests/test_blas_kernels.py
 #: re-runs this module under each OpenBLAS kernel the CPU offers.

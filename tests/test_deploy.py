@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from fedsketch.common.synthetic import gmm
-from fedsketch.server.store import Store
+from fedsketch.server.store.sqlite import Store
 
 ROOT = Path(__file__).resolve().parent.parent
 FEDSKETCH = str(Path(sys.executable).with_name("fedsketch"))

@@ -37,10 +37,10 @@ from fedsketch.common.spec import SketchSpec
 from fedsketch.common.study import StudySpec
 from fedsketch.common.synthetic import gmm, spectrum, subspaces
 from fedsketch.common.wire import max_abs_entry
-from fedsketch.server import kmeans_private, pca_private, subspace_private
-from fedsketch.server.cli import app
-from fedsketch.server.clompr import clompr
-from fedsketch.server.mechanism import Task
+from fedsketch.server.bench import kmeans, pca, subspace
+from fedsketch.server.bench.task import Task
+from fedsketch.server.cli.main import app
+from fedsketch.server.decode.clompr import clompr
 
 GOLDEN = Path(__file__).resolve().parent / "golden"
 M = 16
@@ -60,7 +60,7 @@ def signature() -> str:
 def _seeded_noise(monkeypatch_or_none, start: int) -> None:
     seeds = iter(range(start, start + 10_000))
     fake = lambda: np.random.default_rng(next(seeds))  # noqa: E731
-    for module in (privacy_module, kmeans_private, pca_private, subspace_private):
+    for module in (privacy_module, kmeans, pca, subspace):
         if monkeypatch_or_none is None:
             module.noise_rng = fake
         else:
@@ -108,17 +108,17 @@ def _mechanisms(monkeypatch=None) -> dict[str, np.ndarray]:
     x, _, _ = gmm(4000, 3, 2, separation=2.5, seed=1)
     x = np.asarray(x, dtype=np.float64)
     lo, hi = np.full(2, -12.0), np.full(2, 12.0)
-    for j, (name, method) in enumerate(sorted(kmeans_private.METHODS.items())):
+    for j, (name, method) in enumerate(sorted(kmeans.METHODS.items())):
         _seeded_noise(monkeypatch, 50_000 + 1000 * j)
         res = method(Task(x, 3, 1.0, delta=1e-6, lo=lo, hi=hi, rng=np.random.default_rng(j)))
         out[f"kmeans/{name}"] = np.asarray(res.output)
     xp, _ = spectrum(2000, (4.0, 2.0, 1.0, 0.5, 0.25), seed=2)
-    for j, (name, method) in enumerate(sorted(pca_private.METHODS.items())):
+    for j, (name, method) in enumerate(sorted(pca.METHODS.items())):
         _seeded_noise(monkeypatch, 60_000 + 1000 * j)
         res = method(Task(xp, 2, 1.0, delta=0.05, norm_bound=6.0, rng=np.random.default_rng(j)))
         out[f"pca/{name}"] = np.asarray(res.output)
     xs, _, _ = subspaces(1500, 5, 2, 1, noise=0.05, seed=3)
-    for j, (name, method) in enumerate(sorted(subspace_private.METHODS.items())):
+    for j, (name, method) in enumerate(sorted(subspace.METHODS.items())):
         _seeded_noise(monkeypatch, 70_000 + 1000 * j)
         res = method(Task(xs, 2, 2.0, delta=1e-6, norm_bound=3.0, q=1,
                           rng=np.random.default_rng(j)))

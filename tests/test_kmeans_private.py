@@ -14,10 +14,10 @@ import pytest
 
 from fedsketch.common.calibration import gamma_mahalanobis, gauss_sigma_analytic, laplace_scale
 from fedsketch.common.synthetic import gmm
-from fedsketch.server import kmeans_private as kp
-from fedsketch.server.evaluate import kmeans_reference as sklearn_reference
-from fedsketch.server.evaluate import sse_per_n
-from fedsketch.server.mechanism import Task
+from fedsketch.server.bench import kmeans as kp
+from fedsketch.server.bench.metrics import kmeans_reference as sklearn_reference
+from fedsketch.server.bench.metrics import sse_per_n
+from fedsketch.server.bench.task import Task
 
 #: Seeded outcomes here depend on floating-point summation order (BLAS kernels): tests/test_blas_kernels.py
 #: re-runs this module under each OpenBLAS kernel the CPU offers.

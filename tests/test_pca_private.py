@@ -1,4 +1,4 @@
-"""MOD-SULQ, PPCA and the two references of :mod:`fedsketch.server.pca_private`.
+"""MOD-SULQ, PPCA and the two references of :mod:`fedsketch.server.bench.pca`.
 
 The utility comparisons run on paper 003's Fig. 2 data (n = 5000, d = 10, k = 2, covariance
 eigenvalues SPECTRUM_003) with the public bound R = 3 (every row has ‖x‖ < 3, so nothing is
@@ -17,15 +17,15 @@ import numpy as np
 import pytest
 
 from fedsketch.common.synthetic import SPECTRUM_003, spectrum
-from fedsketch.server import pca_private
-from fedsketch.server.mechanism import Task
-from fedsketch.server.pca_private import (
+from fedsketch.server.bench import pca
+from fedsketch.server.bench.pca import (
     METHODS,
     mod_sulq_beta,
     mod_sulq_matrix,
     q_f,
     second_moment,
 )
+from fedsketch.server.bench.task import Task
 
 #: Seeded outcomes here depend on floating-point summation order (BLAS kernels): tests/test_blas_kernels.py
 #: re-runs this module under each OpenBLAS kernel the CPU offers.
@@ -46,7 +46,7 @@ def paper_data() -> np.ndarray:
 def seeded_noise(monkeypatch):
     """Replace the CSPRNG by a sequence of seeded generators (reproducible utility tests)."""
     seeds = itertools.count(100)
-    monkeypatch.setattr(pca_private, "noise_rng", lambda: np.random.default_rng(next(seeds)))
+    monkeypatch.setattr(pca, "noise_rng", lambda: np.random.default_rng(next(seeds)))
 
 
 def _task(x: np.ndarray, epsilon: float, **kw) -> Task:
@@ -104,7 +104,7 @@ def test_private_methods_draw_from_noise_rng_only(name, paper_data, monkeypatch)
         calls.append(1)
         return np.random.default_rng(0)
 
-    monkeypatch.setattr(pca_private, "noise_rng", spy)
+    monkeypatch.setattr(pca, "noise_rng", spy)
     task = _task(paper_data[:500], 1.0)
     before = task.rng.bit_generator.state
     METHODS[name](task)
@@ -120,9 +120,9 @@ def test_ppca_samples_the_paper_constant(paper_data, monkeypatch):
         seen.update(a=a, b=np.asarray(b), n_iter=n_iter, v0=V0)
         return np.eye(D)[:, :K]
 
-    monkeypatch.setattr(pca_private, "sample_matrix_bingham", spy)
+    monkeypatch.setattr(pca, "sample_matrix_bingham", spy)
     task = _task(paper_data, 0.7)
-    out = pca_private.ppca(task, n_iter=37)
+    out = pca.ppca(task, n_iter=37)
     a, _ = second_moment(task)
     np.testing.assert_allclose(seen["a"], 0.5 * N * 0.7 * a, rtol=1e-12)
     np.testing.assert_array_equal(seen["b"], np.ones(K))

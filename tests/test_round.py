@@ -15,7 +15,7 @@ from fedsketch.common.pb import fedsketch_pb2 as pb
 from fedsketch.common.pb import fedsketch_pb2_grpc as pb_grpc
 from fedsketch.common.synthetic import gmm
 from fedsketch.common.tls import MAX_MESSAGE_BYTES, init_certs, secure_channel
-from fedsketch.server.evaluate import kmeans_reference, split, sse_per_n
+from fedsketch.server.bench.metrics import kmeans_reference, split, sse_per_n
 
 
 @pytest.fixture(scope="module")

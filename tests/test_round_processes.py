@@ -17,7 +17,7 @@ import pytest
 
 from fedsketch.client.ledger import Ledger
 from fedsketch.common.synthetic import gmm
-from fedsketch.server.store import Store
+from fedsketch.server.store.sqlite import Store
 
 FEDSKETCH = str(Path(sys.executable).with_name("fedsketch"))
 pytestmark = pytest.mark.slow

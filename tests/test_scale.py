@@ -19,8 +19,8 @@ from fedsketch.common.scale import (
     fit_scale,
 )
 from fedsketch.common.sketchfile import load_sketch
-from fedsketch.server.cli import app
-from fedsketch.server.evaluate import split
+from fedsketch.server.bench.metrics import split
+from fedsketch.server.cli.main import app
 
 #: Seeded outcomes here depend on floating-point summation order (BLAS kernels): tests/test_blas_kernels.py
 #: re-runs this module under each OpenBLAS kernel the CPU offers.

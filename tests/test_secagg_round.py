@@ -19,7 +19,7 @@ from fedsketch.common.sketching import feature_sum
 from fedsketch.common.spec import SketchSpec
 from fedsketch.common.study import SecAggSpec, StudySpec
 from fedsketch.common.synthetic import gmm
-from fedsketch.server.evaluate import split
+from fedsketch.server.bench.metrics import split
 
 
 def secure_spec(devices: int, epsilon: float = 1000.0, threshold: int | None = None,

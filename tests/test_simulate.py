@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from fedsketch.server.simulate import SimConfig, run_simulation, split_records
+from fedsketch.server.sim.simulate import SimConfig, run_simulation, split_records
 
 FEDSKETCH = str(Path(sys.executable).with_name("fedsketch"))
 

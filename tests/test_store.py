@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from fedsketch.server.store import SCHEMA_VERSION, ContributionRow, Store, StoreError
+from fedsketch.server.store.sqlite import SCHEMA_VERSION, ContributionRow, Store, StoreError
 
 
 def key(i: int) -> bytes:
@@ -213,7 +213,7 @@ def test_results_and_listing(store):
 
 CHILD = """
 import hashlib, sys, time
-from fedsketch.server.store import ContributionRow, Store
+from fedsketch.server.store.sqlite import ContributionRow, Store
 store = Store(sys.argv[1])
 store.create_study("s", "{}", "0" * 64, None, 1)
 for i in range(100000):

@@ -14,8 +14,8 @@ from fedsketch.common.calibration import (
     gauss_sigma_analytic,
 )
 from fedsketch.common.synthetic import random_orthonormal, subspaces
-from fedsketch.server import subspace_private as sp
-from fedsketch.server.mechanism import Task
+from fedsketch.server.bench import subspace as sp
+from fedsketch.server.bench.task import Task
 
 #: Seeded outcomes here depend on floating-point summation order (BLAS kernels): tests/test_blas_kernels.py
 #: re-runs this module under each OpenBLAS kernel the CPU offers.

@@ -1,4 +1,5 @@
-"""``fedsketch compare``: private compressive k-means next to the centralized mechanisms.
+"""The trusted-curator comparison behind ``fedsketch compare``: private compressive k-means next
+to the centralized mechanisms.
 
 A trusted curator's view: one dataset (a file, or a synthetic set), every method at every ε,
 ``--trials`` fresh runs each (new noise, same data), and the utility metric of each family's
@@ -7,7 +8,7 @@ papers, reported as the median and interquartile range over trials, with the wal
 * ``kmeans``: relative SSE = SSE(C)/SSE(k-means, k-means++, n_init = 3) (paper 004 Fig. 1);
   methods ``kmeans`` (the reference itself), ``ckm`` and ``ckm-quantized`` (this project's
   sketch, m = 10kd, r = 1, replace-one, σ by the private calibration round: 10 % of ε), and the
-  mechanisms of :mod:`fedsketch.server.kmeans_private`;
+  mechanisms of :mod:`fedsketch.server.bench.kmeans`;
 * ``pca``: q_F(V) = tr(VᵀAV), A = XᵀX/n of the rows clipped to the norm bound R and divided
   by R (paper 003);
 * ``subspace``: the k-means subspace cost (rows clipped to R, divided by R) and the Wasserstein
@@ -17,18 +18,13 @@ papers, reported as the median and interquartile range over trials, with the wal
 
 from __future__ import annotations
 
-import importlib
-import json
 import math
 import statistics
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from pathlib import Path
-from typing import Annotated
 
 import numpy as np
-import typer
 
 from fedsketch.common.features import FIRST_HARMONIC
 from fedsketch.common.frequencies import FrequencySpec, draw_frequencies
@@ -36,12 +32,15 @@ from fedsketch.common.privacy import PrivacySpec, privatize
 from fedsketch.common.scale import calibrate_scale
 from fedsketch.common.sketching import feature_sum
 from fedsketch.common.synthetic import SPECTRUM_003, gmm, spectrum, subspaces
+from fedsketch.server.bench import kmeans, pca, subspace
+from fedsketch.server.bench.metrics import kmeans_reference, split, sse_per_n
+from fedsketch.server.bench.task import Outcome, Task, clip_rows_to_box
+from fedsketch.server.decode.clompr import clompr
 
-from .clompr import clompr
-from .evaluate import kmeans_reference, split, sse_per_n
-from .mechanism import Outcome, Task, clip_rows_to_box, clip_rows_to_norm
-
-FAMILIES = {"kmeans": "kmeans_private", "pca": "pca_private", "subspace": "subspace_private"}
+#: The method registry: each family's methods by CLI name (``ckm`` variants join k-means below).
+FAMILIES: dict[str, dict[str, Callable[[Task], Outcome]]] = {
+    "kmeans": kmeans.METHODS, "pca": pca.METHODS, "subspace": subspace.METHODS,
+}
 SYNTHETIC = {"kmeans": "gmm", "pca": "spectrum", "subspace": "subspaces"}
 #: Share of ε that CKM spends on the private choice of σ.
 CKM_SCALE_FRACTION = 0.1
@@ -75,8 +74,7 @@ def _ckm(feature: str) -> Callable[[Task], Outcome]:
 
 def methods(family: str) -> dict[str, Callable[[Task], Outcome]]:
     """Every method of a family by its CLI name."""
-    module = importlib.import_module(f"fedsketch.server.{FAMILIES[family]}")
-    table = dict(module.METHODS)
+    table = dict(FAMILIES[family])
     if family == "kmeans":
         table["ckm"] = _ckm("complex")
         table["ckm-quantized"] = _ckm("quantized")
@@ -128,12 +126,10 @@ def _metrics(family: str, data: Dataset, task: Task, out: Outcome,
              ref: dict) -> dict[str, float]:
     if family == "kmeans":
         return {"relative_sse": sse_per_n(split(data.x), out.output) / ref["sse"]}
-    pca = importlib.import_module("fedsketch.server.pca_private")
     if family == "pca":
         return {"q_F": pca.q_f(out.output, ref["A"])}
-    sub = importlib.import_module("fedsketch.server.subspace_private")
-    return {"cost": sub.subspace_cost(out.output, ref["x"]),
-            "d_W": sub.wasserstein_distance(out.output, ref["truth"])}
+    return {"cost": subspace.subspace_cost(out.output, ref["x"]),
+            "d_W": subspace.wasserstein_distance(out.output, ref["truth"])}
 
 
 def _reference(family: str, data: Dataset, task: Task) -> dict:
@@ -142,13 +138,11 @@ def _reference(family: str, data: Dataset, task: Task) -> dict:
         return {"sse": sse_per_n(split(data.x), kmeans_reference(data.x, task.k, 0))}
     lenient = replace(task, strict=False)  # the metric reads every row; methods obey --strict
     if family == "pca":
-        pca = importlib.import_module("fedsketch.server.pca_private")
         return {"A": pca.second_moment(lenient)[0]}
-    sub = importlib.import_module("fedsketch.server.subspace_private")
-    x, _ = sub.prepare(lenient)
+    x, _ = subspace.prepare(lenient)
     truth = data.truth
     if truth is None:
-        truth = sub.kplane_reference(lenient).output
+        truth = subspace.kplane_reference(lenient).output
     return {"x": x, "truth": truth}
 
 
@@ -220,116 +214,3 @@ def plot(rows: list[Row], path: str, title: str) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
-
-
-def _parse_epsilons(text: str) -> list[float]:
-    try:
-        values = [float(v) for v in text.split(",") if v.strip()]
-    except ValueError:
-        raise ValueError(f"--epsilons must be a comma-separated list of numbers, got {text!r}") \
-            from None
-    if not values or not all(v > 0 for v in values):
-        raise ValueError(f"every ε must be > 0, got {text!r}")
-    return values
-
-
-def compare_command(
-    family: Annotated[str, typer.Argument(help="kmeans, pca or subspace.")],
-    data: Annotated[Path | None, typer.Option(help="Records (.npy or .csv).")] = None,
-    synthetic_set: Annotated[str | None, typer.Option(
-        "--synthetic", help="gmm (kmeans), spectrum (pca) or subspaces (subspace).")] = None,
-    n: Annotated[int, typer.Option(help="Synthetic records.")] = 100_000,
-    d: Annotated[int, typer.Option(help="Synthetic dimension.")] = 10,
-    k: Annotated[int, typer.Option(help="Clusters, PCA rank or subspaces.")] = 10,
-    q: Annotated[int, typer.Option(help="Subspace dimension (subspace).")] = 3,
-    noise: Annotated[float, typer.Option(help="Noise σ of the subspaces set.")] = 0.1,
-    epsilons: Annotated[str, typer.Option(help="Comma-separated ε values.")] = "0.01,0.1,1",
-    method_list: Annotated[str | None, typer.Option(
-        "--methods", help="Comma-separated methods (default: all of the family).")] = None,
-    trials: Annotated[int, typer.Option(help="Runs per method and ε.")] = 3,
-    seed: Annotated[int, typer.Option(help="Seed of the data and of non-private randomness.")]
-    = 0,
-    delta: Annotated[float, typer.Option(help="δ of approximate mechanisms, in (0, 1).")] = 1e-6,
-    bounds: Annotated[str | None, typer.Option(help="Public box LO:HI or bounds.json (kmeans; "
-                                               "a default is derived for --synthetic gmm).")]
-    = None,
-    norm_bound: Annotated[float, typer.Option(help="Public bound on ‖x‖ (pca, subspace).")]
-    = 1.0,
-    neighbouring: Annotated[str, typer.Option(help="replace_one or add_remove.")] = "replace_one",
-    strict: Annotated[bool, typer.Option(help="Refuse rows outside the public bound instead "
-                                         "of clipping them.")] = False,
-    as_json: Annotated[bool, typer.Option("--json", help="A JSON list of rows on stdout.")]
-    = False,
-    plot_path: Annotated[Path | None, typer.Option("--plot", help="Write a PNG plot here.")]
-    = None,
-    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar.")] = False,
-) -> None:
-    """Every method at every ε on one dataset: median [IQR] of the family's utility metric."""
-    from rich import box
-    from rich.console import Console
-    from rich.markup import escape
-    from rich.progress import Progress
-    from rich.table import Table
-
-    from fedsketch.common.dataio import load_all
-
-    from .bounds import parse_bounds
-    from .cli_errors import clean_errors
-
-    with clean_errors():
-        if family not in FAMILIES:
-            raise ValueError(f"unknown family {family!r}; choose kmeans, pca or subspace")
-        if (data is None) == (synthetic_set is None):
-            raise ValueError("give exactly one of --data and --synthetic")
-        if synthetic_set is not None and synthetic_set != SYNTHETIC[family]:
-            raise ValueError(f"the {family} family's synthetic set is {SYNTHETIC[family]!r}, "
-                             f"got {synthetic_set!r}")
-        eps_list = _parse_epsilons(epsilons)
-        if trials < 1:
-            raise ValueError(f"--trials must be >= 1, got {trials}")
-        if data is not None:
-            dataset = Dataset(load_all(data).astype(np.float64))
-        else:
-            dataset = synthetic(family, n, d, k, q, noise, seed)
-        dim = dataset.x.shape[1]
-        if family == "subspace" and not 1 <= q < dim:
-            raise ValueError(f"need 1 <= q < d, got q = {q}, d = {dim}")
-        lo = hi = None
-        if family == "kmeans":
-            if bounds is None:
-                if data is not None:
-                    raise ValueError("kmeans on a data file needs a public box: --bounds LO:HI")
-                half = 4 * 2.5 * k ** (1 / dim) + 3
-                bounds = f"{-half}:{half}"
-            lo, hi = parse_bounds(bounds, dim)
-        if family == "kmeans":
-            _, clipped = clip_rows_to_box(dataset.x, lo, hi, strict)
-        else:
-            _, clipped = clip_rows_to_norm(dataset.x, norm_bound, strict)
-        if clipped:
-            typer.echo(f"note: {clipped} of {dataset.x.shape[0]} rows lie outside the public "
-                       "bound; the mechanisms clip them onto it (--strict refuses them)", err=True)
-        names = method_list.split(",") if method_list else list(methods(family))
-        base = Task(dataset.x, k, eps_list[0], delta, lo, hi, norm_bound, q, neighbouring,
-                    strict, np.random.default_rng(seed))
-        with Progress(console=Console(stderr=True), disable=quiet, transient=True) as bar:
-            job = bar.add_task("trials", total=len(names) * len(eps_list) * trials)
-            rows = compare(family, dataset, base, eps_list, names, trials,
-                           progress=lambda: bar.advance(job))
-        if plot_path is not None:
-            plot(rows, str(plot_path), f"{family}: n = {dataset.x.shape[0]:,}, d = {dim}, "
-                                       f"k = {k}, {trials} trials")
-    if as_json:
-        typer.echo(json.dumps([r.to_dict() for r in rows]))
-        return
-    table = Table(title=escape(f"{family}: median [q1, q3] over {trials} trials"), box=box.SIMPLE_HEAD,
-                  pad_edge=False, collapse_padding=True)
-    table.add_column("method", no_wrap=True, min_width=max(len(r.method) for r in rows))
-    table.add_column("ε", no_wrap=True)
-    table.add_column("metric")
-    for col in ("median", "IQR", "seconds"):
-        table.add_column(col, no_wrap=True)
-    for r in rows:
-        table.add_row(r.method, f"{r.epsilon:g}", r.metric, f"{r.median:.4g}",
-                      escape(f"[{r.q1:.4g}, {r.q3:.4g}]"), f"{r.seconds:.2f}")
-    Console().print(table)

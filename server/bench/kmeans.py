@@ -42,7 +42,7 @@ from scipy.spatial.distance import cdist
 
 from fedsketch.common.calibration import gamma_mahalanobis, gauss_sigma_analytic, laplace_scale
 from fedsketch.common.privacy import noise_rng
-from fedsketch.server.mechanism import Outcome, Task, clip_rows_to_box, require_finite_epsilon
+from fedsketch.server.bench.task import Outcome, Task, clip_rows_to_box, require_finite_epsilon
 
 #: Su et al.'s coordinate normalisation factor ρ (§6.2).
 RHO = 0.225

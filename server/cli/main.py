@@ -1,5 +1,5 @@
 """The ``fedsketch`` command line: synthetic data, private sketching, decoding and evaluation,
-and (from :mod:`fedsketch.server.cli_round` and :mod:`fedsketch.server.simulate`) the federated
+and (from :mod:`fedsketch.server.cli.coordinator` and :mod:`fedsketch.server.sim.simulate`) the federated
 round: certificates, the coordinator, the device daemon and the simulator.
 
 Every command reports bad input as one line on stderr (``error: ...``) with exit status 1 and
@@ -20,6 +20,7 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 from rich.table import Table
 
+from fedsketch.client.cli import device_app
 from fedsketch.common.dataio import DataSource, load_all, write_npy_stream
 from fedsketch.common.features import FEATURES, FIRST_HARMONIC, check_feature
 from fedsketch.common.frequencies import LAWS, FrequencySpec, draw_frequencies
@@ -29,14 +30,13 @@ from fedsketch.common.sketchfile import load_sketch, save_sketch
 from fedsketch.common.sketching import check_r, feature_sum
 from fedsketch.common.spec import SketchSpec
 from fedsketch.common.synthetic import gmm_chunks
-
-from .bounds import parse_bounds
-from .cli_errors import clean_errors
-from .cli_round import certs_app, coordinator_app, device_app
-from .clompr import clompr
-from .compare import compare_command
-from .evaluate import kmeans_reference, sse_per_n
-from .simulate import simulate_command
+from fedsketch.server.bench.metrics import kmeans_reference, sse_per_n
+from fedsketch.server.cli.bounds import parse_bounds
+from fedsketch.server.cli.compare import compare_command
+from fedsketch.server.cli.coordinator import certs_app, coordinator_app
+from fedsketch.server.cli.errors import clean_errors
+from fedsketch.server.cli.simulate import simulate_command
+from fedsketch.server.decode.clompr import clompr
 
 app = typer.Typer(
     no_args_is_help=True,

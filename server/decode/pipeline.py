@@ -22,8 +22,7 @@ import numpy as np
 from fedsketch.common.features import FIRST_HARMONIC
 from fedsketch.common.frequencies import draw_frequencies
 from fedsketch.common.study import StudySpec
-
-from .clompr import clompr
+from fedsketch.server.decode.clompr import clompr
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,6 @@
-"""Command line of the federated round: ``certs``, ``coordinator`` and ``device`` sub-commands.
+"""``fedsketch certs`` and ``fedsketch coordinator``: the operator's commands.
 
-The long-running commands also read their options from ``FEDSKETCH_*`` environment variables
+``serve`` also reads their options from ``FEDSKETCH_*`` environment variables
 (named in each ``--help``), so systemd units can take them from an ``EnvironmentFile`` (see
 ``deploy/``); a flag on the command line wins over the environment.
 
@@ -13,7 +13,6 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import math
 import os
 import secrets
 import signal
@@ -25,8 +24,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from fedsketch.client import daemon
-from fedsketch.client.ledger import Ledger, fingerprint_file
+from fedsketch.common.cli import CaOpt, InsecureOpt, Target, check_tls
 from fedsketch.common.features import FEATURES
 from fedsketch.common.frequencies import LAWS, FrequencySpec
 from fedsketch.common.pb import fedsketch_pb2 as pb
@@ -35,30 +33,16 @@ from fedsketch.common.privacy import NEIGHBOURING, PrivacySpec
 from fedsketch.common.spec import SketchSpec
 from fedsketch.common.study import SecAggSpec, StudySpec
 from fedsketch.common.tls import init_certs, secure_channel, server_credentials
-
-from .bounds import parse_bounds
-from .cli_errors import clean_errors
-from .store import Store
+from fedsketch.server.cli.bounds import parse_bounds
+from fedsketch.server.cli.errors import clean_errors
+from fedsketch.server.store.sqlite import Store
 
 certs_app = typer.Typer(no_args_is_help=True, help="TLS certificates for a coordinator.")
 coordinator_app = typer.Typer(no_args_is_help=True, help="Run and operate a coordinator.")
-device_app = typer.Typer(no_args_is_help=True, help="Run a device daemon; read its ledger.")
 
-Target = Annotated[str, typer.Option("--coordinator", envvar="FEDSKETCH_COORDINATOR",
-                                      help="Coordinator HOST:PORT.")]
-CaOpt = Annotated[Path | None, typer.Option("--ca", envvar="FEDSKETCH_CA",
-                                            help="CA certificate (PEM) to trust.")]
-InsecureOpt = Annotated[bool, typer.Option("--insecure", help="Plaintext gRPC (loopback demos "
-                                           "only; explicit opt-out of TLS).")]
 TokenFile = Annotated[Path, typer.Option("--token-file", envvar="FEDSKETCH_OPERATOR_TOKEN_FILE",
                                          help="File holding the operator token.")]
 STATE_NAMES = {v: k for k, v in pb.StudyState.items()}
-
-
-def check_tls(ca: Path | None, insecure: bool) -> None:
-    """Exactly one of --ca and --insecure, unless the system roots are meant (neither)."""
-    if ca is not None and insecure:
-        raise ValueError("--ca and --insecure exclude each other")
 
 
 def read_token(path: Path) -> str:
@@ -110,7 +94,7 @@ def serve(
                                                    "serving (for port 0).")] = None,
 ) -> None:
     """Serve the Device and Operator gRPC services until SIGTERM or SIGINT."""
-    from .coordinator import build_server
+    from fedsketch.server.service.coordinator import build_server
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     with clean_errors():
@@ -269,74 +253,3 @@ def result(
     typer.echo(json.dumps({"centroids": c, "weights": list(res.weights),
                            "residual": res.residual, "devices": res.devices,
                            "records": res.records}))
-
-
-@device_app.command("run")
-def device_run(
-    coordinator: Target,
-    data: Annotated[Path, typer.Option(envvar="FEDSKETCH_DATA",
-                                       help="Local records (.npy or .csv).")],
-    ledger: Annotated[Path, typer.Option(envvar="FEDSKETCH_LEDGER",
-                                         help="Budget ledger (SQLite; created if missing).")],
-    budget: Annotated[float, typer.Option(envvar="FEDSKETCH_BUDGET",
-                                          help="Total ε this device may spend on DATA.")],
-    ca: CaOpt = None,
-    insecure: InsecureOpt = False,
-    token: Annotated[str | None, typer.Option(envvar="FEDSKETCH_ENROLL_TOKEN",
-                                              help="One-time enrollment token (first run).")]
-    = None,
-    label: Annotated[str, typer.Option(envvar="FEDSKETCH_LABEL", help="Name shown to operators.")] = "",
-    once: Annotated[bool, typer.Option(help="One pass over the open studies, then exit.")] = False,
-    poll: Annotated[float, typer.Option(envvar="FEDSKETCH_POLL", help="Base poll interval (s).")] = 2.0,
-    max_poll: Annotated[float, typer.Option(envvar="FEDSKETCH_MAX_POLL",
-                                            help="Longest poll interval (s).")] = 60.0,
-) -> None:
-    """Enroll once, then poll for studies; sketch, record the spend, sign and submit."""
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
-    stop = threading.Event()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: stop.set())
-    with clean_errors():
-        check_tls(ca, insecure)
-        if not (budget > 0 and math.isfinite(budget)):
-            raise ValueError(f"--budget must be a finite ε > 0, got {budget}")
-        cfg = daemon.DaemonConfig(coordinator, data, ledger, budget, ca, insecure, token, label,
-                                  once, poll, max_poll)
-        status = daemon.run(cfg, stop)
-    raise typer.Exit(status)
-
-
-@device_app.command("budget")
-def device_budget(
-    ledger: Annotated[Path, typer.Option(help="The device's ledger.")],
-    data: Annotated[Path | None, typer.Option(help="Show what remains for this data file.")]
-    = None,
-    budget: Annotated[float, typer.Option(help="The budget the daemon runs with.")] = 1.0,
-    as_json: Annotated[bool, typer.Option("--json", help="JSON on stdout.")] = False,
-) -> None:
-    """Every spend in the ledger, and what remains for a data file."""
-    with clean_errors():
-        if not ledger.exists():
-            raise ValueError(f"{ledger}: no such ledger")
-        book = Ledger(ledger, budget)
-        try:
-            spends = book.spends()
-            fp = fingerprint_file(data) if data is not None else None
-            remaining = book.remaining(fp) if fp is not None else None
-        finally:
-            book.close()
-    rows = [{"study": s.study_id, "epsilon": s.epsilon, "delta": s.delta, "n": s.n,
-             "dataset": s.fingerprint[:12], "spent_at": s.spent_at,
-             "acknowledged": s.acked_at is not None} for s in spends]
-    if as_json:
-        typer.echo(json.dumps({"spends": rows, "remaining": remaining}))
-        return
-    table = Table(title=f"ledger {ledger}")
-    for col in ("study", "ε", "δ", "records", "dataset", "acknowledged"):
-        table.add_column(col)
-    for r in rows:
-        table.add_row(r["study"], f"{r['epsilon']:g}", f"{r['delta']:g}", f"{r['n']:,.0f}",
-                      r["dataset"], "yes" if r["acknowledged"] else "not yet")
-    Console().print(table)
-    if remaining is not None:
-        typer.echo(f"remaining for {data}: ε = {remaining:g} of {budget:g}")

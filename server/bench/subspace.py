@@ -39,10 +39,9 @@ from fedsketch.common.calibration import (
 )
 from fedsketch.common.privacy import noise_rng
 from fedsketch.common.synthetic import random_orthonormal
-
-from .bingham import sample_matrix_bingham
-from .mechanism import Outcome, Task, clip_rows_to_norm, require_finite_epsilon
-from .pca_private import top_eigenvectors
+from fedsketch.server.bench.bingham import sample_matrix_bingham
+from fedsketch.server.bench.pca import top_eigenvectors
+from fedsketch.server.bench.task import Outcome, Task, clip_rows_to_norm, require_finite_epsilon
 
 # ---------------------------------------------------------------------------------------------
 # Distances and costs (§9.1, §9.6)

@@ -35,10 +35,9 @@ from fedsketch.common.pb import fedsketch_pb2 as pb
 from fedsketch.common.pb import fedsketch_pb2_grpc as pb_grpc
 from fedsketch.common.study import StudySpec, spec_sha256
 from fedsketch.common.tls import MAX_MESSAGE_BYTES
-
-from .aggregate import StudyResult, decode_sketch, decode_study, integer_sketch
-from .secagg_round import Refusal, SecAggRound
-from .store import ACCEPTING, ContributionRow, Store, StoreError, StudyRow
+from fedsketch.server.decode.pipeline import StudyResult, decode_sketch, decode_study, integer_sketch
+from fedsketch.server.service.secure_round import Refusal, SecAggRound
+from fedsketch.server.store.sqlite import ACCEPTING, ContributionRow, Store, StoreError, StudyRow
 
 log = logging.getLogger("fedsketch.coordinator")
 

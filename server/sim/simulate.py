@@ -15,7 +15,6 @@ quorum and decodes; the result is scored by relative SSE against scikit-learn KM
 from __future__ import annotations
 
 import hashlib
-import json
 import signal
 import subprocess
 import sys
@@ -25,13 +24,9 @@ from collections.abc import Callable
 from contextlib import ExitStack
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Annotated
 
 import grpc
 import numpy as np
-import typer
-from rich.console import Console
-from rich.table import Table
 
 from fedsketch.client.agent import Agent, LocalData
 from fedsketch.client.ledger import Ledger
@@ -40,17 +35,15 @@ from fedsketch.common.features import FEATURES
 from fedsketch.common.frequencies import FrequencySpec
 from fedsketch.common.pb import fedsketch_pb2 as pb
 from fedsketch.common.pb import fedsketch_pb2_grpc as pb_grpc
-from fedsketch.common.privacy import NEIGHBOURING, PrivacySpec
+from fedsketch.common.privacy import PrivacySpec
 from fedsketch.common.secagg import default_threshold
 from fedsketch.common.spec import SketchSpec
 from fedsketch.common.study import SecAggSpec, StudySpec
 from fedsketch.common.synthetic import gmm
 from fedsketch.common.tls import CertPaths, init_certs, secure_channel, server_credentials
-
-from .cli_errors import clean_errors
-from .coordinator import Coordinator, build_server
-from .evaluate import kmeans_reference, split, sse_per_n
-from .store import Store
+from fedsketch.server.bench.metrics import kmeans_reference, split, sse_per_n
+from fedsketch.server.service.coordinator import Coordinator, build_server
+from fedsketch.server.store.sqlite import Store
 
 OPERATOR_TOKEN = "simulation-operator-token"
 #: Longest wait (seconds) for a study to be decoded after the last contribution.
@@ -331,65 +324,3 @@ def run_simulation(cfg: SimConfig, data: Pooled | None = None) -> dict:
         "bytes_sent": bytes_up,
         "config": asdict(cfg),
     }
-
-
-def simulate_command(
-    devices: Annotated[int, typer.Option(help="Number of devices L.")] = 20,
-    records: Annotated[int, typer.Option(help="Total records N, split over the devices.")]
-    = 1_000_000,
-    k: Annotated[int, typer.Option(help="Clusters.")] = 10,
-    d: Annotated[int, typer.Option(help="Dimension.")] = 10,
-    m: Annotated[int, typer.Option(help="Frequencies.")] = 1000,
-    feature: Annotated[str, typer.Option(help=f"{', '.join(FEATURES)}.")] = "complex",
-    epsilon: Annotated[float, typer.Option(help="ε per device (each device's budget).")] = 1.0,
-    delta: Annotated[float, typer.Option(help="δ per device.")] = 0.0,
-    neighbouring: Annotated[str, typer.Option(help=f"{' or '.join(NEIGHBOURING)}.")]
-    = "replace_one",
-    r: Annotated[int, typer.Option(help="Entries per record.")] = 1,
-    scale: Annotated[float, typer.Option(help="σ (data units).")] = 2.0,
-    partition: Annotated[str, typer.Option(help="iid or dirichlet:ALPHA.")] = "iid",
-    processes: Annotated[bool, typer.Option(help="Real daemon processes, not in-process.")]
-    = False,
-    replicates: Annotated[int, typer.Option(help="CL-OMPR replicates.")] = 3,
-    seed: Annotated[int, typer.Option(help="Seed of the data and of Ω.")] = 0,
-    secure_aggregation: Annotated[bool, typer.Option(
-        "--secure-aggregation", help="Secure aggregation with distributed DLap noise "
-        "(quantized map).")] = False,
-    threshold: Annotated[int | None, typer.Option(help="Shamir threshold t (default: a strict "
-                                                  "majority of a neighbourhood).")] = None,
-    min_honest: Annotated[int | None, typer.Option(help="h_min, honest submitters the noise "
-                                                   "is split over (default: the devices that "
-                                                   "will submit).")]
-    = None,
-    degree: Annotated[int | None, typer.Option(help="Neighbours per device (sparse SecAgg+ "
-                                               "graph; default: everyone).")] = None,
-    stage_timeout: Annotated[float, typer.Option(help="Seconds before a stage proceeds "
-                                                 "without silent devices.")] = 5.0,
-    dropout: Annotated[float, typer.Option(help="Fraction of devices that go silent.")] = 0.0,
-    dropout_stage: Annotated[str, typer.Option(help=f"Where they go silent: "
-                                               f"{', '.join(DROPOUT_STAGES)}.")]
-    = "masked_input",
-    as_json: Annotated[bool, typer.Option("--json", help="One JSON object on stdout.")] = False,
-) -> None:
-    """Simulate a federated study: real coordinator, L real devices, loopback gRPC over TLS."""
-    cfg = SimConfig(devices=devices, records=records, k=k, d=d, m=m, feature=feature,
-                    epsilon=epsilon, delta=delta, neighbouring=neighbouring, r=r, scale=scale,
-                    partition=partition, processes=processes, replicates=replicates, seed=seed,
-                    secure_aggregation=secure_aggregation, threshold=threshold,
-                    min_honest=min_honest, degree=degree, stage_timeout=stage_timeout,
-                    dropout=dropout, dropout_stage=dropout_stage)
-    with clean_errors(RuntimeError):  # RuntimeError: a device refused or the study failed
-        report = run_simulation(cfg)
-    if as_json:
-        typer.echo(json.dumps(report))
-        return
-    table = Table(title=f"{cfg.devices} devices, {cfg.records:,} records, k = {cfg.k}, "
-                        f"d = {cfg.d}, m = {cfg.m}, {cfg.feature}, ε = {cfg.epsilon:g} per device")
-    table.add_column("")
-    table.add_column("value", justify="right")
-    table.add_row("relative SSE vs k-means (n_init = 3)", f"{report['relative_sse']:.4f}")
-    for phase, sec in report["seconds"].items():
-        table.add_row(f"seconds: {phase}", f"{sec:.2f}")
-    if report["bytes_sent"] is not None:
-        table.add_row("bytes sent by the devices", f"{report['bytes_sent']:,}")
-    Console().print(table)

@@ -29,9 +29,8 @@ import numpy as np
 
 from fedsketch.common.privacy import noise_rng
 from fedsketch.common.synthetic import random_orthonormal
-
-from .bingham import sample_matrix_bingham
-from .mechanism import Outcome, Task, clip_rows_to_norm, require_finite_epsilon
+from fedsketch.server.bench.bingham import sample_matrix_bingham
+from fedsketch.server.bench.task import Outcome, Task, clip_rows_to_norm, require_finite_epsilon
 
 #: Gibbs sweeps of the PPCA chain (each updates every column once). Measured on paper 003's data
 #: (n = 5000, d = 10, k = 2, ε from 0.05 to 20): from the worst start (the bottom-k eigenvectors)
@@ -125,7 +124,7 @@ def ppca(task: Task, n_iter: int = PPCA_SWEEPS) -> Outcome:
     whose replace-one sensitivity is 1 (each term lies in [0, 1]); it needs no δ. Under add/remove
     u moves by a term in [0, 1] too, so the same ε bound holds.
 
-    Sampled by ``n_iter`` Gibbs sweeps of :func:`fedsketch.server.bingham.sample_matrix_bingham`
+    Sampled by ``n_iter`` Gibbs sweeps of :func:`fedsketch.server.bench.bingham.sample_matrix_bingham`
     (A_H = (nε/2)·A, B_H = I_k) from a Haar-random start, all from :func:`noise_rng`. The ε-DP
     guarantee holds for exact samples only; a finite chain is private only asymptotically (kind
     "asymptotic-mcmc", MECHANISMS §10.18).

@@ -1,0 +1,48 @@
+"""What every ``fedsketch`` command shares, device and coordinator side alike: one-line error
+reporting and the options that name a coordinator and how to reach it.
+
+Errors: an expected failure (bad input, an unusable file or state, a missing optional package, a
+refused gRPC call) becomes ``error: <first line>`` on stderr and exit status 1; anything else
+propagates with its traceback (a bug, not bad input).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Annotated
+
+import grpc
+import typer
+
+#: Failures that mean bad input, an unusable file or state, or a missing optional package.
+EXPECTED: tuple[type[BaseException], ...] = (ValueError, OSError, ImportError)
+
+Target = Annotated[str, typer.Option("--coordinator", envvar="FEDSKETCH_COORDINATOR",
+                                      help="Coordinator HOST:PORT.")]
+CaOpt = Annotated[Path | None, typer.Option("--ca", envvar="FEDSKETCH_CA",
+                                            help="CA certificate (PEM) to trust.")]
+InsecureOpt = Annotated[bool, typer.Option("--insecure", help="Plaintext gRPC (loopback demos "
+                                           "only; explicit opt-out of TLS).")]
+
+
+@contextmanager
+def clean_errors(*extra: type[BaseException]) -> Iterator[None]:
+    """Turn an expected failure (:data:`EXPECTED`, plus ``extra``) into ``error: <first line>``
+    on stderr and exit status 1; a refused gRPC call prints its status code and reason."""
+    try:
+        yield
+    except grpc.RpcError as exc:
+        typer.echo(f"error: {exc.code().name}: {exc.details()}", err=True)
+        raise typer.Exit(1) from None
+    except (*EXPECTED, *extra) as exc:
+        message = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        typer.echo(f"error: {message}", err=True)
+        raise typer.Exit(1) from None
+
+
+def check_tls(ca: Path | None, insecure: bool) -> None:
+    """Exactly one of --ca and --insecure, unless the system roots are meant (neither)."""
+    if ca is not None and insecure:
+        raise ValueError("--ca and --insecure exclude each other")

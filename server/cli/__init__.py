@@ -1,0 +1,1 @@
+"""The ``fedsketch`` command line, one module per command group; :mod:`.main` holds the app."""

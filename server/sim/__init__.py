@@ -1,0 +1,1 @@
+"""The multi-device simulator: a real coordinator and real devices on loopback gRPC with TLS."""
