@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import ast
+import shutil
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -24,19 +27,84 @@ def test_generated_code_matches_the_proto(tmp_path):
             f"common/pb/{name} is stale: run `make proto`")
 
 
-def _imports(folder: str) -> set[tuple[str, str]]:
-    found = set()
-    for path in (ROOT / folder).rglob("*.py"):
-        for node in ast.walk(ast.parse(path.read_text())):
-            if isinstance(node, ast.ImportFrom) and node.module:
-                found.add((path.name, node.module))
-            elif isinstance(node, ast.Import):
-                found.update((path.name, a.name) for a in node.names)
+#: Who may not import whom, by fedsketch package prefix (the layering of README's Layout).
+FORBIDDEN: dict[str, tuple[str, ...]] = {
+    "fedsketch.common": ("fedsketch.client", "fedsketch.server"),
+    "fedsketch.client": ("fedsketch.server",),
+    # the coordinator product never reaches into the research bench, the simulator or the CLI
+    "fedsketch.server.service": ("fedsketch.server.bench", "fedsketch.server.sim", "fedsketch.server.cli"),
+    "fedsketch.server.store": ("fedsketch.server.bench", "fedsketch.server.sim", "fedsketch.server.cli",
+                               "fedsketch.server.service"),
+    "fedsketch.server.decode": ("fedsketch.server.bench", "fedsketch.server.sim", "fedsketch.server.cli",
+                                "fedsketch.server.service", "fedsketch.server.store"),
+    # and the bench does not depend on the service: it compares mechanisms on one dataset
+    "fedsketch.server.bench": ("fedsketch.server.service", "fedsketch.server.store", "fedsketch.server.sim",
+                               "fedsketch.server.cli"),
+}
+
+
+def module_name(root: Path, path: Path) -> str:
+    """The dotted name of a source file under ``root`` (common/x.py → fedsketch.common.x)."""
+    parts = list(path.relative_to(root).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(["fedsketch", *parts])
+
+
+def imports_of(root: Path, path: Path) -> set[str]:
+    """Every module ``path`` imports, at any depth of the file (lazy imports included), with
+    relative imports resolved against its package."""
+    name = module_name(root, path)
+    package = name if path.name == "__init__.py" else name.rsplit(".", 1)[0]
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom):
+            base = package.split(".")
+            if node.level:
+                base = base[: len(base) - node.level + 1]
+                target = ".".join(base + ([node.module] if node.module else []))
+            else:
+                target = node.module or ""
+            found.add(target)
+            found.update(f"{target}.{a.name}" for a in node.names)
+        elif isinstance(node, ast.Import):
+            found.update(a.name for a in node.names)
     return found
 
 
+def violations(root: Path) -> list[tuple[str, str]]:
+    """(module, imported) pairs that break :data:`FORBIDDEN`."""
+    bad = []
+    for folder in ("common", "client", "server"):
+        for path in sorted((root / folder).rglob("*.py")):
+            if "pb" in path.relative_to(root).parts:
+                continue
+            name = module_name(root, path)
+            rules = [banned for owner, banned in FORBIDDEN.items()
+                     if name == owner or name.startswith(owner + ".")]
+            for imported in sorted(imports_of(root, path)):
+                if any(imported == b or imported.startswith(b + ".") for ban in rules for b in ban):
+                    bad.append((name, imported))
+    return bad
+
+
 def test_layering():
-    for name, module in _imports("common"):
-        assert not module.startswith(("fedsketch.client", "fedsketch.server")), (name, module)
-    for name, module in _imports("client"):
-        assert not module.startswith("fedsketch.server"), (name, module)
+    assert violations(ROOT) == []
+
+
+@pytest.mark.parametrize(("where", "line"), [
+    ("server/service/rogue.py", "from fedsketch.server.bench.task import Task\n"),
+    ("server/service/rogue.py", "def f():\n    from ..bench import compare\n"),
+    ("server/bench/rogue.py", "from fedsketch.server.service import coordinator\n"),
+    ("server/store/rogue.py", "import fedsketch.server.cli.main\n"),
+    ("client/rogue.py", "from fedsketch.server.decode import clompr\n"),
+    ("common/rogue.py", "from ..client import ledger\n"),
+])
+def test_layering_check_catches_a_crossing_import(tmp_path, where, line):
+    """The checker itself: a copy of the tree with one crossing import (absolute, relative or
+    lazy inside a function) fails it, and names that import."""
+    for folder in ("common", "client", "server"):
+        shutil.copytree(ROOT / folder, tmp_path / folder, ignore=shutil.ignore_patterns("__pycache__"))
+    (tmp_path / where).write_text(line)
+    found = violations(tmp_path)
+    assert [bad for bad in found if bad[0] == module_name(tmp_path, tmp_path / where)], found
