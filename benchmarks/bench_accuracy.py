@@ -24,7 +24,7 @@ from fedsketch.common.frequencies import FrequencySpec, draw_frequencies
 from fedsketch.common.privacy import PrivacySpec, privatize
 from fedsketch.common.sketching import feature_sum
 from fedsketch.common.synthetic import gmm
-from fedsketch.server.bench.metrics import kmeans_reference, split, sse_per_n
+from fedsketch.server.bench.metrics import sklearn_kmeans_centroids, split, sse_per_n
 from fedsketch.server.decode.clompr import clompr
 
 K = D = 10
@@ -53,7 +53,7 @@ def run_seed(seed: int, n: int, configs, replicates: int) -> dict[str, float]:
     """Relative SSE of every configuration on the dataset of ``seed``."""
     x, _, _ = gmm(n, K, D, 2.5, seed)
     t = time.perf_counter()
-    ref = sse_per_n(split(x), kmeans_reference(x, K, seed))
+    ref = sse_per_n(split(x), sklearn_kmeans_centroids(x, K, seed))
     print(f"  seed {seed}: data + k-means {time.perf_counter() - t:.0f} s", flush=True)
     lo, hi = np.full(D, -BOUND), np.full(D, BOUND)
     out = {}

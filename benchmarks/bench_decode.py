@@ -22,7 +22,7 @@ from fedsketch.common.frequencies import FrequencySpec, draw_frequencies
 from fedsketch.common.privacy import PrivacySpec, privatize
 from fedsketch.common.sketching import feature_sum
 from fedsketch.common.synthetic import gmm
-from fedsketch.server.bench.metrics import kmeans_reference, split, sse_per_n
+from fedsketch.server.bench.metrics import sklearn_kmeans_centroids, split, sse_per_n
 from fedsketch.server.decode.clompr import clompr
 
 K = D = 10
@@ -34,7 +34,7 @@ def one_run(seed: int) -> dict[str, float]:
     import pycle.sketching as pysk
 
     x, _, _ = gmm(N, K, D, 2.5, seed)
-    ref = sse_per_n(split(x), kmeans_reference(x, K, seed))
+    ref = sse_per_n(split(x), sklearn_kmeans_centroids(x, K, seed))
     freqs = draw_frequencies(FrequencySpec(d=D, m=M, scale=SIGMA, seed=seed))
     sketch = privatize(feature_sum(split(x), freqs, "complex"), PrivacySpec(float("inf"))).sketch
     lo, hi = np.full(D, -BOUND), np.full(D, BOUND)

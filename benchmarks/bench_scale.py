@@ -23,7 +23,7 @@ from fedsketch.common.privacy import PrivacySpec, privatize
 from fedsketch.common.scale import calibrate_scale
 from fedsketch.common.sketching import feature_sum
 from fedsketch.common.synthetic import gmm
-from fedsketch.server.bench.metrics import kmeans_reference, split, sse_per_n
+from fedsketch.server.bench.metrics import sklearn_kmeans_centroids, split, sse_per_n
 from fedsketch.server.decode.clompr import clompr
 
 K = D = 10
@@ -43,7 +43,7 @@ def relative_sse(x: np.ndarray, ref: float, sigma: float, eps: float, seed: int,
 def one_seed(seed: int, n: int, replicates: int) -> tuple[float, float, float, float]:
     """Oracle σ, auto σ, and the relative SSE of each on the dataset of ``seed``."""
     x, _, _ = gmm(n, K, D, 2.5, seed)
-    ref = sse_per_n(split(x), kmeans_reference(x, K, seed))
+    ref = sse_per_n(split(x), sklearn_kmeans_centroids(x, K, seed))
     grid = {s: relative_sse(x, ref, s, EPS, seed, replicates) for s in GRID}
     oracle = min(grid, key=grid.get)
     cal = calibrate_scale(lambda: split(x), D, EPS * FRACTION, seed=seed)

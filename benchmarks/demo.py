@@ -27,7 +27,7 @@ from fedsketch.common.features import FIRST_HARMONIC
 from fedsketch.common.frequencies import FrequencySpec, draw_frequencies
 from fedsketch.common.privacy import PrivacySpec, privatize
 from fedsketch.common.sketching import feature_sum
-from fedsketch.server.bench.metrics import kmeans_reference, split, sse_per_n
+from fedsketch.server.bench.metrics import sklearn_kmeans_centroids, split, sse_per_n
 from fedsketch.server.decode.clompr import clompr
 
 N, K, D, M = 1_000_000, 10, 10, 1000
@@ -64,7 +64,7 @@ def main() -> None:
                       f"[bold]{ev['relative_sse']:.3f}[/bold]\n")
         x = load_all(x_path)
 
-    ref = sse_per_n(split(x), kmeans_reference(x, K))
+    ref = sse_per_n(split(x), sklearn_kmeans_centroids(x, K))
     lo, hi = np.full(D, -BOUND), np.full(D, BOUND)
     freqs = draw_frequencies(FrequencySpec(d=D, m=M, scale=SIGMA))
     table = Table(title=f"CKM on {N:,} records, k = d = {K}, m = {M}, r = 1 "

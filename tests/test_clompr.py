@@ -14,7 +14,7 @@ from fedsketch.common.frequencies import FrequencySpec, draw_frequencies
 from fedsketch.common.privacy import PrivacySpec, privatize
 from fedsketch.common.sketching import feature_sum
 from fedsketch.common.synthetic import gmm
-from fedsketch.server.bench.metrics import kmeans_reference, split, sse_per_n
+from fedsketch.server.bench.metrics import sklearn_kmeans_centroids, split, sse_per_n
 from fedsketch.server.decode import clompr as C
 
 #: Seeded outcomes here depend on floating-point summation order (BLAS kernels): tests/test_blas_kernels.py
@@ -101,7 +101,7 @@ def test_sketch_of_gaussian_mixture_decodes_close_to_kmeans(feature):
     sketch = privatize(feature_sum(split(x), freqs, feature), PrivacySpec(math.inf)).sketch
     out = C.clompr(sketch, freqs.omega, freqs.xi, 4, np.full(3, -15.0), np.full(3, 15.0),
                    harmonic=FIRST_HARMONIC[feature], replicates=2, rng=np.random.default_rng(0))
-    ref = sse_per_n(split(x), kmeans_reference(x, 4))
+    ref = sse_per_n(split(x), sklearn_kmeans_centroids(x, 4))
     assert sse_per_n(split(x), out.centroids) / ref < 1.05
 
 

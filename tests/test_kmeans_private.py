@@ -15,8 +15,7 @@ import pytest
 from fedsketch.common.calibration import gamma_mahalanobis, gauss_sigma_analytic, laplace_scale
 from fedsketch.common.synthetic import gmm
 from fedsketch.server.bench import kmeans as kp
-from fedsketch.server.bench.metrics import kmeans_reference as sklearn_reference
-from fedsketch.server.bench.metrics import sse_per_n
+from fedsketch.server.bench.metrics import sklearn_kmeans_centroids, sse_per_n
 from fedsketch.server.bench.task import Task
 
 #: Seeded outcomes here depend on floating-point summation order (BLAS kernels): tests/test_blas_kernels.py
@@ -318,7 +317,7 @@ def test_methods_table_and_reference_matches_sklearn():
     x = gmm(20_000, 4, 3, 2.5, 11)[0]
     out = kp.kmeans_reference(Task(x, 4, 1.0, rng=np.random.default_rng(0)))
     assert (out.kind, out.epsilon) == ("none", math.inf)
-    ours, theirs = sse_per_n([x], out.output), sse_per_n([x], sklearn_reference(x, 4))
+    ours, theirs = sse_per_n([x], out.output), sse_per_n([x], sklearn_kmeans_centroids(x, 4))
     assert ours == pytest.approx(theirs, rel=1e-3)
 
 

@@ -15,7 +15,7 @@ from fedsketch.common.pb import fedsketch_pb2 as pb
 from fedsketch.common.pb import fedsketch_pb2_grpc as pb_grpc
 from fedsketch.common.synthetic import gmm
 from fedsketch.common.tls import MAX_MESSAGE_BYTES, init_certs, secure_channel
-from fedsketch.server.bench.metrics import kmeans_reference, split, sse_per_n
+from fedsketch.server.bench.metrics import sklearn_kmeans_centroids, split, sse_per_n
 
 
 @pytest.fixture(scope="module")
@@ -34,7 +34,7 @@ def test_four_devices_decode_close_to_kmeans(coordinator_round, data):
     assert s.state == pb.DONE and s.contributions == 4 and s.records == 60_000
     res = coordinator_round.device_stub().GetResult(pb.StudyRef(study_id=study.study_id))
     centroids = np.asarray(res.centroids).reshape(res.k, res.d)
-    ref = sse_per_n(split(data), kmeans_reference(data, 3))
+    ref = sse_per_n(split(data), sklearn_kmeans_centroids(data, 3))
     assert sse_per_n(split(data), centroids) / ref < 1.1
     assert res.devices == 4 and math.isclose(sum(res.weights), 1.0)
     # a second pass sends nothing: one release per study

@@ -33,7 +33,7 @@ from fedsketch.common.scale import calibrate_scale
 from fedsketch.common.sketching import feature_sum
 from fedsketch.common.synthetic import SPECTRUM_003, gmm, spectrum, subspaces
 from fedsketch.server.bench import kmeans, pca, subspace
-from fedsketch.server.bench.metrics import kmeans_reference, split, sse_per_n
+from fedsketch.server.bench.metrics import sklearn_kmeans_centroids, split, sse_per_n
 from fedsketch.server.bench.task import Outcome, Task, clip_rows_to_box
 from fedsketch.server.decode.clompr import clompr
 
@@ -135,7 +135,7 @@ def _metrics(family: str, data: Dataset, task: Task, out: Outcome,
 def _reference(family: str, data: Dataset, task: Task) -> dict:
     """What the metrics compare against, computed once per dataset."""
     if family == "kmeans":
-        return {"sse": sse_per_n(split(data.x), kmeans_reference(data.x, task.k, 0))}
+        return {"sse": sse_per_n(split(data.x), sklearn_kmeans_centroids(data.x, task.k, 0))}
     lenient = replace(task, strict=False)  # the metric reads every row; methods obey --strict
     if family == "pca":
         return {"A": pca.second_moment(lenient)[0]}

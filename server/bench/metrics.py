@@ -36,8 +36,11 @@ def split(x: np.ndarray, rows: int = CHUNK) -> Iterable[np.ndarray]:
     return (x[i:i + rows] for i in range(0, x.shape[0], rows))
 
 
-def kmeans_reference(x: np.ndarray, k: int, seed: int = 0, n_init: int = 3) -> np.ndarray:
-    """Centroids (k, d) of scikit-learn KMeans (k-means++, ``n_init`` restarts) on ``x``.
+def sklearn_kmeans_centroids(x: np.ndarray, k: int, seed: int = 0, n_init: int = 3) -> np.ndarray:
+    """Centroids (k, d), data units, of scikit-learn KMeans (k-means++, ``n_init`` restarts) on ``x``:
+    the C_km of relative SSE. Not the k-means family's own non-private ``kmeans`` method
+    (:func:`fedsketch.server.bench.kmeans.kmeans_reference`, a :class:`Task` → :class:`Outcome`
+    mechanism of ``fedsketch compare``).
 
     Raises ImportError with an install hint when scikit-learn is missing (the ``bench`` extra).
     """

@@ -30,7 +30,7 @@ from fedsketch.common.sketchfile import load_sketch, save_sketch
 from fedsketch.common.sketching import check_r, feature_sum
 from fedsketch.common.spec import SketchSpec
 from fedsketch.common.synthetic import gmm_chunks
-from fedsketch.server.bench.metrics import kmeans_reference, sse_per_n
+from fedsketch.server.bench.metrics import sklearn_kmeans_centroids, sse_per_n
 from fedsketch.server.cli.bounds import parse_bounds
 from fedsketch.server.cli.compare import compare_command
 from fedsketch.server.cli.coordinator import certs_app, coordinator_app
@@ -293,7 +293,7 @@ def evaluate(
         sse = sse_per_n(source.chunks(), c)
         try:
             x = load_all(data)
-            ref = sse_per_n([x], kmeans_reference(x, c.shape[0], seed))
+            ref = sse_per_n([x], sklearn_kmeans_centroids(x, c.shape[0], seed))
         except ImportError:
             ref = None
     out = {

@@ -41,7 +41,7 @@ from fedsketch.common.spec import SketchSpec
 from fedsketch.common.study import SecAggSpec, StudySpec
 from fedsketch.common.synthetic import gmm
 from fedsketch.common.tls import CertPaths, init_certs, secure_channel, server_credentials
-from fedsketch.server.bench.metrics import kmeans_reference, split, sse_per_n
+from fedsketch.server.bench.metrics import sklearn_kmeans_centroids, split, sse_per_n
 from fedsketch.server.service.coordinator import Coordinator, build_server
 from fedsketch.server.store.sqlite import Store
 
@@ -253,7 +253,7 @@ class Pooled:
 def pooled_data(cfg: SimConfig) -> Pooled:
     """Paper 004's data for ``cfg`` and the SSE/n of KMeans (k-means++, n_init = 3) on it."""
     x, labels, _ = gmm(cfg.records, cfg.k, cfg.d, cfg.separation, cfg.seed)
-    return Pooled(x, labels, sse_per_n(split(x), kmeans_reference(x, cfg.k, cfg.seed)))
+    return Pooled(x, labels, sse_per_n(split(x), sklearn_kmeans_centroids(x, cfg.k, cfg.seed)))
 
 
 def run_simulation(cfg: SimConfig, data: Pooled | None = None) -> dict:
