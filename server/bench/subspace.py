@@ -335,10 +335,12 @@ def smooth_bound(radii: np.ndarray, t0: int, beta: float, diameter: float) -> fl
     return 2.0 * max(best, diameter * math.exp(-beta * j))
 
 
-def aggregate(points: np.ndarray, epsilon: float, delta: float, diameter: float,
-              rng: np.random.Generator) -> tuple[np.ndarray, float]:
-    """Center of attention plus smooth-sensitivity Gaussian noise (Alg. 1 steps 5–7); returns the
-    noisy point and the noise standard deviation S(B)/α.
+def sample_aggregate_combine(points: np.ndarray, epsilon: float, delta: float, diameter: float,
+                             rng: np.random.Generator) -> tuple[np.ndarray, float]:
+    """Sample-and-aggregate's combining step (Alg. 1 steps 5–7; unrelated to the coordinator's
+    aggregation of device sketches): the m subset outputs ``points`` (m, D) become their center of
+    attention plus smooth-sensitivity Gaussian noise; returns the noisy point (D,) and the noise
+    standard deviation S(B)/α, both in the units of ``points`` (as ``diameter`` Λ).
 
     α = ε/(5√(2 ln(2/δ))), β = ε/(4(D + ln(2/δ))), t0 = ⌈(m + s)/2 + 1⌉, g(B) = s_{i*} with
     i* = argmin_i r_i(t0), output g(B) + (S(B)/α)·u, u ~ N(0, I_D).
@@ -377,7 +379,7 @@ def sample_aggregate(task: Task, m: int | None = None, n_neighbours: int | None 
     rng = noise_rng()
     subsets = draw_subsets(n, m, rng)
     points = np.stack([canonical_vector(tsc(x[s], k, q, n_neighbours, rng)) for s in subsets])
-    noisy, scale = aggregate(points, task.epsilon, task.delta, math.sqrt(2.0 * k * q), rng)
+    noisy, scale = sample_aggregate_combine(points, task.epsilon, task.delta, math.sqrt(2.0 * k * q), rng)
     dim = points.shape[1]
     notes = f"m={m} subsets of {n // m}, D={dim}, noise std {scale:.4g}"
     if task.epsilon <= 2.0 * dim / math.sqrt(m):
