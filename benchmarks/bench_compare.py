@@ -31,6 +31,7 @@ from pathlib import Path
 
 import numpy as np
 
+from fedsketch.common.lloyd import cluster_stats, nearest
 from fedsketch.common.synthetic import gmm
 from fedsketch.server.bench import kmeans as kp
 from fedsketch.server.bench.compare import compare, plot, synthetic
@@ -71,8 +72,8 @@ def exact_lloyd(x: np.ndarray, c: np.ndarray, iterations: int,
     ``between(c, counts)`` applied after every step but the last; returns the centres and the
     last counts."""
     for t in range(iterations):
-        labels, _ = kp.nearest(x, c)
-        counts, sums = kp.cluster_stats(x, labels, c.shape[0])
+        labels, _ = nearest(x, c)
+        counts, sums = cluster_stats(x, labels, c.shape[0])
         c = np.where(counts[:, None] > 0, sums / np.maximum(counts, 1.0)[:, None], c)
         if between is not None and t < iterations - 1:
             c = between(c, counts)
@@ -86,7 +87,7 @@ def su_floor(seeds: int, n: int = 200_000, k: int = 10, half: float = 15.0) -> N
     for seed in range(seeds):
         x = gmm(n, k, k, 2.5, seed)[0].astype(np.float64)
         rng = np.random.default_rng(1000 + seed)
-        ref = kp.nearest(x, kp.converged_kmeans(x, k, rng)[0])[1].sum()
+        ref = nearest(x, kp.converged_kmeans(x, k, rng)[0])[1].sum()
         packing = kp.sphere_packing_init(k, k, rng)[0] * half
         over, counts = exact_lloyd(x, kp.sphere_packing_init(kp.OVERSEED * k, k, rng)[0] * half, 2,
                                    lambda c, n, g=rng: kp.relocate_unreliable(c, n, 0.0, k, box, g)[0])
@@ -98,7 +99,7 @@ def su_floor(seeds: int, n: int = 200_000, k: int = 10, half: float = 15.0) -> N
             f"over-seeded ({kp.OVERSEED}k), relocation, T = 2, reduced": reduced,
         }
         for name, c in starts.items():
-            rel.setdefault(name, []).append(float(kp.nearest(x, c)[1].sum() / ref))
+            rel.setdefault(name, []).append(float(nearest(x, c)[1].sum() / ref))
         print(f"seed {seed}: " + ", ".join(f"{v[-1]:.3f}" for v in rel.values()), flush=True)
     print(f"\nnoiseless floor, n = {n}, k = d = {k}, box ±{half:g}, {seeds} datasets\n\n"
           "| start | median | q1 | q3 | max |\n|---|---|---|---|---|")
@@ -127,11 +128,11 @@ def su_robust(datasets: int, n: int = 1_000_000, k: int = 10, half: float = 15.0
     h = np.full(k, half)
     for seed in range(datasets):
         x = gmm(n, k, k, 2.5, seed)[0].astype(np.float64)
-        ref = kp.nearest(x, kp.converged_kmeans(x, k, np.random.default_rng(100 + seed))[0])[1].sum()
+        ref = nearest(x, kp.converged_kmeans(x, k, np.random.default_rng(100 + seed))[0])[1].sum()
         for eps in epsilons:
             for name, method in methods.items():
                 task = Task(x, k, eps, lo=-h, hi=h, rng=np.random.default_rng(7000 + seed))
-                rel.setdefault((name, eps), []).append(float(kp.nearest(x, method(task))[1].sum() / ref))
+                rel.setdefault((name, eps), []).append(float(nearest(x, method(task))[1].sum() / ref))
         print(f"dataset {seed}: " + ", ".join(f"{v[-1]:.3f}" for v in rel.values()), flush=True)
     print(f"\nSu-based methods, n = {n}, k = d = {k}, box ±{half:g}, {datasets} datasets\n\n"
           "| method | ε | median | q3 | max | runs > 1.2 |\n|---|---|---|---|---|---|")

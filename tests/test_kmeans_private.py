@@ -12,7 +12,9 @@ import math
 import numpy as np
 import pytest
 
+from fedsketch.common import lloyd as common_lloyd
 from fedsketch.common.calibration import gamma_mahalanobis, gauss_sigma_analytic, laplace_scale
+from fedsketch.common.privacy import noise_rng
 from fedsketch.common.synthetic import gmm
 from fedsketch.server.bench import kmeans as kp
 from fedsketch.server.bench.metrics import sklearn_kmeans_centroids, sse_per_n
@@ -97,13 +99,13 @@ def test_su_budget_iteration_rule_and_totals(relation, n, expected_t):
 def test_runs_spend_what_their_trace_says(monkeypatch, relation, method):
     """The noise actually drawn in a run uses the trace's shares, and the trace sums to ε."""
     calls = []
-    original = kp.noisy_cluster_stats
+    original = common_lloyd.noisy_cluster_stats
 
-    def spy(x, c, h, eps_count, eps_dims):
+    def spy(x, c, h, eps_count, eps_dims, rng):
         calls.append(eps_count + float(np.sum(eps_dims)))
-        return original(x, c, h, eps_count, eps_dims)
+        return original(x, c, h, eps_count, eps_dims, rng)
 
-    monkeypatch.setattr(kp, "noisy_cluster_stats", spy)
+    monkeypatch.setattr(common_lloyd, "noisy_cluster_stats", spy)
     x = _blobs(2000, 3, 3)
     out = kp.METHODS[method](_box_task(x, 3, 0.8, 5.0, neighbouring=relation))
     trace = json.loads(out.notes)["budget_trace"]
@@ -141,7 +143,7 @@ def _measured_scales(it: kp.IterationBudget, h: np.ndarray, draws: int) -> tuple
     counts, sums = _exact_stats(x, c)
     dc, ds = [], []
     for _ in range(draws):
-        nc, ns = kp.noisy_cluster_stats(x, c, h, it.eps_count, np.array(it.eps_dims))
+        nc, ns = common_lloyd.noisy_cluster_stats(x, c, h, it.eps_count, np.array(it.eps_dims), noise_rng())
         dc.append(nc - counts)
         ds.append(ns - sums)
     return float(np.abs(dc).mean()), np.abs(np.array(ds)).mean(axis=(0, 1))
@@ -226,8 +228,9 @@ def test_colored_draws_have_the_planned_covariance(small_gmm):
 def test_noisy_stats_noise_empty_clusters():
     x = np.zeros((50, 2))
     c = np.array([[0.0, 0.0], [9.0, 9.0]])  # the second cluster is empty
-    a = kp.noisy_cluster_stats(x, c, np.array([10.0, 10.0]), 0.5, np.array([0.25, 0.25]))
-    b = kp.noisy_cluster_stats(x, c, np.array([10.0, 10.0]), 0.5, np.array([0.25, 0.25]))
+    h, eps_dims = np.array([10.0, 10.0]), np.array([0.25, 0.25])
+    a = common_lloyd.noisy_cluster_stats(x, c, h, 0.5, eps_dims, noise_rng())
+    b = common_lloyd.noisy_cluster_stats(x, c, h, 0.5, eps_dims, noise_rng())
     assert a[0][1] != 0.0 and np.all(a[1][1] != 0.0)
     assert a[0][1] != b[0][1] and np.all(a[1][1] != b[1][1])
 
@@ -427,14 +430,14 @@ def test_overseed_moves_exactly_the_noise_level_centres_between_iterations(gmm_k
     """Spy on the private release: iteration 2 starts from iteration 1's clipped centroids,
     except at the centres whose noisy count is at or below 3 noise scales, which all moved."""
     calls = []
-    release = kp.noisy_cluster_stats
+    release = common_lloyd.noisy_cluster_stats
 
-    def spy(x, centroids, h, eps_count, eps_dims):
-        counts, sums = release(x, centroids, h, eps_count, eps_dims)
+    def spy(x, centroids, h, eps_count, eps_dims, rng):
+        counts, sums = release(x, centroids, h, eps_count, eps_dims, rng)
         calls.append((centroids.copy(), counts, sums, laplace_scale(1.0, eps_count), h))
         return counts, sums
 
-    monkeypatch.setattr(kp, "noisy_cluster_stats", spy)
+    monkeypatch.setattr(common_lloyd, "noisy_cluster_stats", spy)
     notes = json.loads(kp.dplloyd_su_overseed(_box_task(gmm_k10, 10, 1.0, 12.0)).notes)
     assert len(calls) == notes["iterations"] >= 2
     _, counts, sums, b, h = calls[0]

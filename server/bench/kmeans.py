@@ -41,6 +41,7 @@ import numpy as np
 from scipy.spatial.distance import cdist
 
 from fedsketch.common.calibration import gamma_mahalanobis, gauss_sigma_analytic, laplace_scale
+from fedsketch.common.lloyd import cluster_stats, nearest, noisy_lloyd_step
 from fedsketch.common.privacy import noise_rng
 from fedsketch.server.bench.task import Outcome, Task, clip_rows_to_box, require_finite_epsilon
 
@@ -74,8 +75,6 @@ COVER_MAX_ITER = 20000
 COVER_CHECK_EVERY = 100
 COVER_PRUNE = 1e-12
 
-CHUNK = 1 << 15
-
 
 # ---------------------------------------------------------------------------------------------
 # Shared helpers
@@ -102,35 +101,6 @@ def public_box(task: Task) -> tuple[np.ndarray, np.ndarray]:
             raise ValueError(f"box {name} must be finite")
         sides.append(np.broadcast_to(v, (task.d,)).copy())
     return sides[0], sides[1]
-
-
-def nearest(x: np.ndarray, c: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(labels (n,), squared distance to the nearest centroid (n,)), in chunks of CHUNK rows:
-    argmax_j (x·c_j − ‖c_j‖²/2), then ‖x‖² − 2(x·c_j − ‖c_j‖²/2) (floored at 0)."""
-    n = x.shape[0]
-    labels = np.empty(n, dtype=np.intp)
-    d2 = np.empty(n)
-    ct = np.ascontiguousarray(c.T)
-    half = 0.5 * (c * c).sum(axis=1)
-    for s in range(0, n, CHUNK):
-        xb = x[s:s + CHUNK]
-        g = xb @ ct
-        g -= half
-        lab = g.argmax(axis=1)
-        labels[s:s + CHUNK] = lab
-        d2[s:s + CHUNK] = np.einsum("ij,ij->i", xb, xb) - 2.0 * np.take_along_axis(g, lab[:, None], 1)[:, 0]
-    return labels, np.maximum(d2, 0.0, out=d2)
-
-
-def cluster_stats(x: np.ndarray, labels: np.ndarray, k: int,
-                  weights: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """Exact per-cluster counts (k,) and coordinate sums (k, d) of ``x`` under ``labels``; with
-    ``weights`` (n,), the weighted counts Σ w_i and sums Σ w_i x_i instead."""
-    counts = np.bincount(labels, weights=weights, minlength=k).astype(np.float64)
-    wx = x if weights is None else x * weights[:, None]
-    sums = np.stack([np.bincount(labels, weights=wx[:, j], minlength=k) for j in range(x.shape[1])],
-                    axis=1)
-    return counts, sums
 
 
 # ---------------------------------------------------------------------------------------------
@@ -350,39 +320,20 @@ def shifted_data(task: Task) -> ShiftedData:
     return ShiftedData(x - centre, centre, (hi - lo) / 2.0, clipped)
 
 
-def noisy_cluster_stats(x: np.ndarray, centroids: np.ndarray, h: np.ndarray, eps_count: float,
-                        eps_dims: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """One private iteration's release on shifted records ``x`` (coordinate l in [−h_l, h_l]).
-
-    Assigns every record to its nearest centroid, then releases, for EVERY cluster (empty ones
-    included), N_j + Lap(1/ε_count) and S_{j,l} + Lap(h_l/ε_dim,l), noise from
-    :func:`noise_rng`. ε_count + Σ_l ε_dim,l is the add/remove ε of the whole release (parallel
-    composition over clusters; sensitivities 1 and h_l).
-    """
-    k, d = centroids.shape
-    labels, _ = nearest(x, centroids)
-    counts, sums = cluster_stats(x, labels, k)
-    rng = noise_rng()
-    b_dims = np.array([laplace_scale(float(hl), float(e)) for hl, e in zip(h, eps_dims, strict=True)])
-    noisy_counts = counts + rng.laplace(0.0, laplace_scale(1.0, eps_count), k)
-    noisy_sums = sums + rng.laplace(0.0, 1.0, (k, d)) * b_dims[None, :]
-    return noisy_counts, noisy_sums
-
-
 def private_lloyd(data: ShiftedData, init: np.ndarray, trace: BudgetTrace,
                   between: Callable[[np.ndarray, np.ndarray, IterationBudget], np.ndarray] | None = None
                   ) -> tuple[np.ndarray, np.ndarray]:
-    """Lloyd iterations on shifted data, one per entry of ``trace``: c_j = clip(S~_j/max(N~_j, 1))
-    to [−h, h] (post-processing). ``between(c, N~, budget)``, when given, maps the released
-    centroids and counts of the iteration with that budget to the next iteration's centres,
-    after every iteration but the last; it sees only released values, so it is post-processing
-    too. Returns the shifted centroids (k, d) and the last iteration's noisy counts N~ (k,)
-    (records; released, so free to reuse)."""
+    """Lloyd iterations on shifted data, one :func:`~fedsketch.common.lloyd.noisy_lloyd_step` per
+    entry of ``trace`` with that entry's shares and a fresh :func:`noise_rng`:
+    c_j = clip(S~_j/max(N~_j, 1)) to [−h, h] (post-processing). ``between(c, N~, budget)``, when
+    given, maps the released centroids and counts of the iteration with that budget to the next
+    iteration's centres, after every iteration but the last; it sees only released values, so it
+    is post-processing too. Returns the shifted centroids (k, d) and the last iteration's noisy
+    counts N~ (k,) (records; released, so free to reuse)."""
     c = init
     counts = np.zeros(init.shape[0])
     for t, it in enumerate(trace.iterations):
-        counts, sums = noisy_cluster_stats(data.x, c, data.h, it.eps_count, np.array(it.eps_dims))
-        c = np.clip(sums / np.maximum(counts, 1.0)[:, None], -data.h, data.h)
+        c, counts = noisy_lloyd_step(data.x, c, data.h, it.eps_count, np.array(it.eps_dims), noise_rng())
         if between is not None and t < len(trace.iterations) - 1:
             c = between(c, counts, it)
     return c, counts
