@@ -124,6 +124,26 @@ def test_su_noisy_count_only_under_add_remove():
     assert noisy["n_public"] != 3000.0 and abs(noisy["n_public"] - 3000.0) < 20.0 * 25  # Lap(20)
 
 
+@pytest.mark.parametrize("method", PRIVATE)
+def test_every_privacy_draw_goes_through_the_family_noise_rng(method, small_gmm, monkeypatch):
+    """Replacing the package's ``noise_rng`` (as tests/test_golden.py does) reaches every draw of
+    every submodule: with the same Task seed and seeded noise, two runs are identical."""
+    calls = []
+
+    def run() -> np.ndarray:
+        seeds = iter(range(1000))
+
+        def seeded() -> np.random.Generator:
+            calls.append(1)
+            return np.random.default_rng(next(seeds))
+
+        monkeypatch.setattr(kp, "noise_rng", seeded)
+        return kp.METHODS[method](_box_task(small_gmm, 3, 1.0, 9.0, neighbouring="add_remove")).output
+
+    np.testing.assert_array_equal(run(), run())
+    assert calls
+
+
 # --- noise scales -------------------------------------------------------------------------------
 
 

@@ -121,3 +121,18 @@ def clip_rows_to_box(x: np.ndarray, lo: np.ndarray, hi: np.ndarray,
     if count and strict:
         raise ValueError(f"{count} rows lie outside the public box (--strict)")
     return (np.clip(x, lo, hi) if count else x), count
+
+
+def public_box(task: Task) -> tuple[np.ndarray, np.ndarray]:
+    """The public box (lo, hi), each (d,) float64 in data units; scalars are broadcast."""
+    if task.lo is None or task.hi is None:
+        raise ValueError("this mechanism needs a public box: give Task.lo and Task.hi")
+    sides = []
+    for name, side in (("lo", task.lo), ("hi", task.hi)):
+        v = np.asarray(side, dtype=np.float64)
+        if v.shape not in ((), (task.d,)):
+            raise ValueError(f"box {name} must be a scalar or have shape ({task.d},), got {v.shape}")
+        if not np.all(np.isfinite(v)):
+            raise ValueError(f"box {name} must be finite")
+        sides.append(np.broadcast_to(v, (task.d,)).copy())
+    return sides[0], sides[1]

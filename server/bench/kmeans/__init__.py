@@ -1,0 +1,88 @@
+"""The k-means family of ``fedsketch compare``: a non-private reference, DPLloyd, DPLloyd with the
+Su et al. improvements (and fedsketch's over-seeded variant of it), and white / colored Gaussian
+noise on converged centroids. :data:`METHODS` maps each CLI method name to its mechanism, a
+function of a :class:`~fedsketch.server.bench.task.Task` returning an
+:class:`~fedsketch.server.bench.task.Outcome`.
+
+* :mod:`.engine`: non-private k-means (k-means++ seeding, weighted Lloyd, best of restarts) and
+  the ``kmeans`` reference method;
+* :mod:`.budget`: what a DPLloyd iteration spends: sensitivities, the classical and Su splits,
+  Su's iteration rule, budget traces, the neighbouring relation's factor;
+* :mod:`.dplloyd`: ``dplloyd``, ``dplloyd-su``, ``dplloyd-su-overseed``, pure ε-DP given a public
+  box (MECHANISMS §5–6);
+* :mod:`.gaussian`: ``white`` and ``colored`` Gaussian noise on converged centroids,
+  local-sensitivity (ε, δ) heuristics, not worst-case DP (§7).
+
+The Lloyd step itself (assignment, cluster statistics, the noisy count-and-sum release) lives in
+:mod:`fedsketch.common.lloyd`.
+
+Noise: every privacy draw of the family comes from this package's :func:`noise_rng` (that is
+:func:`fedsketch.common.privacy.noise_rng`, a fresh OS-CSPRNG-seeded generator), which
+:mod:`.dplloyd` and :mod:`.gaussian` look up here at each draw: replacing
+``fedsketch.server.bench.kmeans.noise_rng`` (as tests/test_golden.py does) seeds every mechanism
+of the family. ``Task.rng`` drives only data-independent starts, post-processing of released
+values and the non-private reference.
+
+Units: records, boxes, centroids and Laplace scales are in data units; Gaussian covariances in
+squared data units; ε, γ and budget shares are dimensionless. ``Outcome.clipped`` (rows moved onto
+the box) is an operator diagnostic and is not privatized; ``Outcome.notes`` is JSON (budget trace
+for DPLloyd; calibration diagnostics for §7).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from fedsketch.common.privacy import noise_rng
+from fedsketch.server.bench.kmeans.budget import (
+    IterationBudget,
+    classical_split,
+    dplloyd_budget,
+    su_budget,
+    su_iterations,
+    su_split,
+)
+from fedsketch.server.bench.kmeans.dplloyd import (
+    OVERSEED,
+    OVERSEED_KEEP_SCALES,
+    RELOCATE_STEP,
+    dplloyd,
+    dplloyd_su,
+    dplloyd_su_overseed,
+    overseeded,
+    reduce_centroids,
+    relocate_unreliable,
+    sphere_packing_init,
+    uniform_init,
+)
+from fedsketch.server.bench.kmeans.engine import converged_kmeans, kmeans_plus_plus, kmeans_reference, lloyd
+from fedsketch.server.bench.kmeans.gaussian import (
+    COVER_TOL,
+    colored_gaussian,
+    colored_plan,
+    converged_clusters,
+    gaussian_release,
+    min_trace_cover,
+    white_gaussian,
+    white_plan,
+)
+from fedsketch.server.bench.task import Outcome, Task
+
+METHODS: dict[str, Callable[[Task], Outcome]] = {
+    "kmeans": kmeans_reference,
+    "dplloyd": dplloyd,
+    "dplloyd-su": dplloyd_su,
+    "dplloyd-su-overseed": dplloyd_su_overseed,
+    "white": white_gaussian,
+    "colored": colored_gaussian,
+}
+
+#: The registry, the noise seam, and the names tests and benchmarks reach through the package.
+__all__ = [
+    "COVER_TOL", "METHODS", "OVERSEED", "OVERSEED_KEEP_SCALES", "RELOCATE_STEP", "IterationBudget",
+    "classical_split", "colored_gaussian", "colored_plan", "converged_clusters", "converged_kmeans",
+    "dplloyd", "dplloyd_budget", "dplloyd_su", "dplloyd_su_overseed", "gaussian_release",
+    "kmeans_plus_plus", "kmeans_reference", "lloyd", "min_trace_cover", "noise_rng", "overseeded",
+    "reduce_centroids", "relocate_unreliable", "sphere_packing_init", "su_budget", "su_iterations",
+    "su_split", "uniform_init", "white_gaussian", "white_plan",
+]

@@ -1,0 +1,307 @@
+"""DPLloyd and its Su et al. variants, pure ε-DP given a public box ``Task.lo``/``Task.hi``
+(MECHANISMS §5–6): ``dplloyd``, ``dplloyd-su`` and fedsketch's ``dplloyd-su-overseed``.
+
+Records are clipped into the box and shifted by its centre, so coordinate l lies in [−h_l, h_l],
+h_l = (hi_l − lo_l)/2. From a data-independent start, each iteration is one
+:func:`fedsketch.common.lloyd.noisy_lloyd_step` (noisy counts and sums of every cluster, then the
+clipped means) with the shares of its :class:`~fedsketch.server.bench.kmeans.budget.IterationBudget`;
+sensitivities and the replace-one factor are in :mod:`fedsketch.server.bench.kmeans.budget`.
+Everything done with released centroids and counts (relocating spare centres, reducing k' centres
+to k) is post-processing and uses ``Task.rng``.
+
+Noise: each iteration's generator, and the one of Su's noisy record count, is a fresh
+``fedsketch.server.bench.kmeans.noise_rng()``, looked up on the package at every draw (see the
+package docstring). ``Outcome.notes`` is JSON with the budget trace.
+
+Units: records, boxes, centroids and Laplace scales of the sums in data units; counts in records;
+ε dimensionless.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+from scipy.spatial.distance import cdist
+
+from fedsketch.common.calibration import laplace_scale
+from fedsketch.common.lloyd import noisy_lloyd_step
+from fedsketch.server.bench import kmeans as family
+from fedsketch.server.bench.kmeans.budget import (
+    BudgetTrace,
+    IterationBudget,
+    dplloyd_budget,
+    su_budget,
+    su_count_epsilon,
+)
+from fedsketch.server.bench.kmeans.engine import converged_kmeans
+from fedsketch.server.bench.task import Outcome, Task, clip_rows_to_box, public_box, require_finite_epsilon
+
+#: Sphere packing (§6.1): failures tolerated per centre, bisection steps on the radius a.
+PACKING_MAX_FAIL = 100
+PACKING_STEPS = 20
+#: fedsketch's over-seeded Su variant: centres run per cluster, the noisy-count level (in count
+#: noise scales) at or below which a centroid is dropped, k-means restarts of the reduction, and
+#: how far a spare centre lands from the centroid it is sent to split (a fraction of the
+#: distance from that centroid to its nearest reliable neighbour).
+OVERSEED = 5
+OVERSEED_KEEP_SCALES = 3.0
+OVERSEED_RESTARTS = 20
+RELOCATE_STEP = 0.25
+
+
+@dataclass(frozen=True)
+class ShiftedData:
+    """Records clipped to the public box and shifted by its centre: coordinate l in [−h_l, h_l]."""
+
+    x: np.ndarray
+    centre: np.ndarray
+    h: np.ndarray
+    clipped: int
+
+
+def shifted_data(task: Task) -> ShiftedData:
+    """Clip ``task.x`` to the public box (ValueError under ``strict``) and shift by its centre."""
+    lo, hi = public_box(task)
+    x, clipped = clip_rows_to_box(np.asarray(task.x, dtype=np.float64), lo, hi, task.strict)
+    centre = (lo + hi) / 2.0
+    return ShiftedData(x - centre, centre, (hi - lo) / 2.0, clipped)
+
+
+def private_lloyd(data: ShiftedData, init: np.ndarray, trace: BudgetTrace,
+                  between: Callable[[np.ndarray, np.ndarray, IterationBudget], np.ndarray] | None = None
+                  ) -> tuple[np.ndarray, np.ndarray]:
+    """Lloyd iterations on shifted data, one :func:`~fedsketch.common.lloyd.noisy_lloyd_step` per
+    entry of ``trace`` with that entry's shares and a fresh ``family.noise_rng()``:
+    c_j = clip(S~_j/max(N~_j, 1)) to [−h, h] (post-processing). ``between(c, N~, budget)``, when
+    given, maps the released centroids and counts of the iteration with that budget to the next
+    iteration's centres, after every iteration but the last; it sees only released values, so it
+    is post-processing too. Returns the shifted centroids (k, d) and the last iteration's noisy
+    counts N~ (k,) (records; released, so free to reuse)."""
+    c = init
+    counts = np.zeros(init.shape[0])
+    for t, it in enumerate(trace.iterations):
+        c, counts = noisy_lloyd_step(data.x, c, data.h, it.eps_count, np.array(it.eps_dims),
+                                     family.noise_rng())
+        if between is not None and t < len(trace.iterations) - 1:
+            c = between(c, counts, it)
+    return c, counts
+
+
+def uniform_init(k: int, h: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """k centres uniform in the shifted box Π[−h_l, h_l], independent of the data."""
+    return rng.uniform(-h, h, size=(k, h.size))
+
+
+def _pack(k: int, d: int, a: float, rng: np.random.Generator) -> np.ndarray | None:
+    """One packing attempt in [−1, 1]^d: centres uniform in [−1 + a, 1 − a]^d, kept when at
+    distance ≥ 2a from every kept centre; None after PACKING_MAX_FAIL consecutive rejections."""
+    centres: list[np.ndarray] = []
+    fails = 0
+    while len(centres) < k:
+        c = rng.uniform(-1.0 + a, 1.0 - a, d)
+        if all(np.linalg.norm(c - o) >= 2.0 * a for o in centres):
+            centres.append(c)
+            fails = 0
+        else:
+            fails += 1
+            if fails >= PACKING_MAX_FAIL:
+                return None
+    return np.array(centres)
+
+
+def sphere_packing_init(k: int, d: int, rng: np.random.Generator) -> tuple[np.ndarray, float]:
+    """Su et al.'s data-independent init (§6.1) in normalized coordinates [−1, 1]^d: centres at
+    distance ≥ a from the boundary and ≥ 2a from each other, with a found by bisection on
+    (0, 1] (PACKING_STEPS steps). Returns (centres (k, d), a); a = 0 always succeeds."""
+    best, best_a = _pack(k, d, 0.0, rng), 0.0
+    lo, hi = 0.0, 1.0
+    for _ in range(PACKING_STEPS):
+        mid = (lo + hi) / 2.0
+        found = _pack(k, d, mid, rng)
+        if found is None:
+            hi = mid
+        else:
+            best, best_a, lo = found, mid, mid
+    return best, best_a
+
+
+def _pure_outcome(task: Task, data: ShiftedData, centroids: np.ndarray, notes: dict) -> Outcome:
+    """The pure ε-DP outcome of a DPLloyd run: shifted ``centroids`` (k, d) moved back by the box
+    centre (data units), all of ``task.epsilon`` spent, δ = 0, ``notes`` as JSON."""
+    return Outcome(centroids + data.centre, task.epsilon, 0.0, task.neighbouring, "pure",
+                   data.clipped, json.dumps(notes))
+
+
+def dplloyd(task: Task, iterations: int = 5) -> Outcome:
+    """DPLloyd, pure ε-DP (§5): clip to the public box, shift by its centre, uniform init in the
+    box from ``Task.rng`` (data-independent), then T = ``iterations`` (public) noisy iterations
+    of ε/T each with one shared Laplace scale b = (1 + Σ_l h_l)·T·f/ε, f = 2 under replace-one,
+    1 under add/remove (sensitivities in :mod:`fedsketch.server.bench.kmeans.budget`). Noisy counts are
+    clamped to ≥ 1 and centroids clipped to the box. ``notes`` is JSON with the budget trace."""
+    require_finite_epsilon(task, "dplloyd", "kmeans")
+    data = shifted_data(task)
+    trace = dplloyd_budget(task.epsilon, task.neighbouring, data.h, iterations)
+    c, _ = private_lloyd(data, uniform_init(task.k, data.h, task.rng), trace)
+    return _pure_outcome(task, data, c, {"budget_trace": trace.to_dict(), "init": "uniform"})
+
+
+def public_count(n: int, count_epsilon: float) -> float:
+    """n itself when ``count_epsilon`` is 0 (replace-one: n public), else max(n + Lap(1/ε), 1)
+    with ε = ``count_epsilon`` (add/remove sensitivity 1), noise from ``family.noise_rng()``."""
+    if count_epsilon == 0.0:
+        return float(n)
+    return max(n + float(family.noise_rng().laplace(0.0, laplace_scale(1.0, count_epsilon))), 1.0)
+
+
+@dataclass(frozen=True)
+class SuRun:
+    """One private Lloyd run with Su et al.'s init, split and iteration rule on ``k_run``
+    centres: shifted data, the budget trace, the public n, the packing radius a, the released
+    shifted centroids (k_run, d) with their last noisy counts (k_run,), and how many centres
+    :func:`relocate_unreliable` moved after each iteration but the last (empty unless asked)."""
+
+    data: ShiftedData
+    trace: BudgetTrace
+    n_public: float
+    packing_radius: float
+    centroids: np.ndarray
+    counts: np.ndarray
+    relocated: tuple[int, ...] = ()
+
+    def notes(self) -> dict:
+        """JSON-ready diagnostics: the budget trace, T, the public n, the init and its radius a."""
+        return {"budget_trace": self.trace.to_dict(), "iterations": len(self.trace.iterations),
+                "n_public": self.n_public, "init": "sphere-packing", "packing_radius": self.packing_radius}
+
+
+def excess_counts(counts: np.ndarray, count_scale: float) -> np.ndarray:
+    """w_j = N~_j − OVERSEED_KEEP_SCALES·b (records), b the Laplace scale of the noisy counts N~.
+    Centroid j is reliable when w_j > 0; at or below, its cell cannot be told from an empty one."""
+    return counts - OVERSEED_KEEP_SCALES * count_scale
+
+
+def relocate_unreliable(centroids: np.ndarray, counts: np.ndarray, count_scale: float, k: int,
+                        h: np.ndarray, rng: np.random.Generator) -> tuple[np.ndarray, int]:
+    """Spare centres go where the mass is, by post-processing of one iteration's release.
+
+    Reliability is :func:`excess_counts` > 0; a data-independent start in d = 10 leaves about
+    half of the cells at noise level. Each unreliable centroid moves to c_i + s_i·u, with i a
+    reliable centroid drawn with probability ∝ N~_i, s_i = RELOCATE_STEP times the distance from
+    c_i to its nearest reliable neighbour (data units; at least 10⁻³·‖h‖ so that two coinciding
+    centroids still spread), u uniform on the unit sphere, clipped to the shifted box [−h, h].
+    A heavy cell is the likeliest to hold two clusters; a second centre beside it lets the next
+    assignment split them. With fewer than max(k, 2) reliable centroids nothing moves: the
+    release then cannot tell where k clusters are, and splitting the few reliable cells would
+    only push more of them under the noise (measured: it raised the relative SSE at ε = 0.003,
+    n = 10^6). Returns (centres (k', d), how many moved).
+    """
+    reliable = excess_counts(counts, count_scale) > 0
+    good, spare = np.flatnonzero(reliable), np.flatnonzero(~reliable)
+    if good.size < max(k, 2) or spare.size == 0:
+        return centroids, 0
+    anchors = centroids[good]
+    gaps = cdist(anchors, anchors)
+    np.fill_diagonal(gaps, np.inf)
+    steps = RELOCATE_STEP * np.maximum(gaps.min(axis=1), 1e-3 * float(np.linalg.norm(h)))
+    pick = rng.choice(good.size, size=spare.size, p=counts[good] / counts[good].sum())
+    u = rng.standard_normal((spare.size, centroids.shape[1]))
+    u /= np.linalg.norm(u, axis=1, keepdims=True)
+    moved = centroids.copy()
+    moved[spare] = np.clip(anchors[pick] + steps[pick, None] * u, -h, h)
+    return moved, int(spare.size)
+
+
+def su_run(task: Task, k_run: int, relocate: bool = False) -> SuRun:
+    """Sphere-packing init of ``k_run`` centres (§6.1, from ``Task.rng``, data-independent, scaled
+    to the box), the count/sum split of :func:`su_split`, and T from :func:`su_iterations` on
+    ``k_run`` clusters with a public n (:func:`su_budget`). ``relocate`` applies
+    :func:`relocate_unreliable` (with ``Task.rng``, gated on ``Task.k`` reliable centroids, not
+    ``k_run``) between iterations: not part of Su et al."""
+    require_finite_epsilon(task, "dplloyd-su", "kmeans")
+    data = shifted_data(task)
+    n_public = public_count(task.x.shape[0], su_count_epsilon(task.epsilon, task.neighbouring))
+    trace = su_budget(task.epsilon, task.neighbouring, n_public, k_run, task.d)
+    init, a = sphere_packing_init(k_run, task.d, task.rng)
+    relocated: list[int] = []
+
+    def between(c: np.ndarray, counts: np.ndarray, budget: IterationBudget) -> np.ndarray:
+        moved, how_many = relocate_unreliable(c, counts, budget.count_scale, task.k, data.h, task.rng)
+        relocated.append(how_many)
+        return moved
+
+    c, counts = private_lloyd(data, init * data.h, trace, between if relocate else None)
+    return SuRun(data, trace, n_public, a, c, counts, tuple(relocated))
+
+
+def dplloyd_su(task: Task) -> Outcome:
+    """DPLloyd with Su et al.'s improvements, pure ε-DP (§6): :func:`su_run` on k centres.
+
+    * replace-one: n is public; the iterations get all of ε (each calibrated to ε/(2T)).
+    * add/remove: n is private; SU_COUNT_SHARE·ε (5 %) buys n~ = n + Lap(1/(0.05ε)) (sensitivity
+      1), used as max(n~, 1) in the rule, and the iterations share the remaining 0.95ε.
+
+    ``notes`` is JSON: the budget trace, T, the public n used, the packing radius a.
+    """
+    run = su_run(task, task.k)
+    return _pure_outcome(task, run.data, run.centroids, run.notes())
+
+
+def reduce_centroids(centroids: np.ndarray, counts: np.ndarray, count_scale: float, k: int,
+                     rng: np.random.Generator, fallback: np.ndarray) -> tuple[np.ndarray, int]:
+    """k centres from k' ≥ k released centroids and noisy counts, by post-processing only.
+
+    A centroid is reliable when its :func:`excess_counts` w_j = N~_j − OVERSEED_KEEP_SCALES·b is
+    > 0, b the Laplace scale of the counts (records).
+
+    * At least k reliable: weighted k-means (k-means++ seeding and Lloyd, OVERSEED_RESTARTS
+      restarts, best weighted SSE) of the reliable centroids with weights w_j: each centre is
+      the w-weighted mean of its group's (clipped) centroids, close to the pooled ΣS~/ΣN~ when
+      the counts are well above their noise.
+    * Fewer: the reliable centroids, then the data-independent ``fallback`` (d,) (the box centre),
+      then the others by decreasing N~, the first k of these. An extra centre never raises the
+      SSE, so when noise swamps every count the result is no worse than the box centre alone.
+
+    Returns (centres (k, d), reliable centroids).
+    """
+    weights = excess_counts(counts, count_scale)
+    order = np.argsort(-counts, kind="stable")
+    reliable = order[weights[order] > 0]
+    if reliable.size >= k:
+        centres, _ = converged_kmeans(centroids[reliable], k, rng, OVERSEED_RESTARTS, weights[reliable])
+        return centres, int(reliable.size)
+    rest = order[weights[order] <= 0]
+    return np.vstack([centroids[reliable], fallback, centroids[rest]])[:k], int(reliable.size)
+
+
+def overseeded(task: Task, factor: int = OVERSEED, relocate: bool = True) -> tuple[np.ndarray, SuRun, int]:
+    """:func:`su_run` on factor·k centres (with :func:`relocate_unreliable` between iterations
+    when ``relocate``), then :func:`reduce_centroids` to k with the box centre as the fallback.
+    Returns (shifted centres (k, d), the run, how many released centroids were reliable)."""
+    run = su_run(task, factor * task.k, relocate)
+    centres, reliable = reduce_centroids(run.centroids, run.counts, run.trace.iterations[-1].count_scale,
+                                         task.k, task.rng, np.zeros(task.d))
+    return centres, run, reliable
+
+
+def dplloyd_su_overseed(task: Task) -> Outcome:
+    """fedsketch's over-seeded variant of DPLloyd + Su (not in Su et al. or MECHANISMS §6), pure
+    ε-DP with exactly :func:`dplloyd_su`'s spend: :func:`overseeded`, that is :func:`su_run` on
+    k' = OVERSEED·k centres (T from the rule at k', so the same or fewer iterations) with
+    :func:`relocate_unreliable` between iterations, then :func:`reduce_centroids` to k centres
+    (with the box centre as the fallback). Relocation and reduction see only released centroids
+    and counts: post-processing.
+
+    Why: Lloyd from any data-independent start stalls in local optima on well-separated data
+    (one centre straddling two clusters, two sharing one). With five centres per cluster, and
+    the empty ones moved beside the heavy ones after each iteration, every cluster is likely to
+    hold some, and the reduction merges them. The price is noisier centroids (k' clusters of
+    n/k' records). ``notes`` adds the over-seeding factor, the number of centres relocated after
+    each iteration but the last, and how many released centroids were reliable.
+    """
+    centres, run, reliable = overseeded(task)
+    notes = {**run.notes(), "overseed": OVERSEED, "relocated": list(run.relocated),
+             "reliable_centroids": reliable}
+    return _pure_outcome(task, run.data, centres, notes)
