@@ -96,10 +96,12 @@ def sample_rotation_angle(c: float, rng: np.random.Generator) -> float:
 
 
 def _random_sign(rng: np.random.Generator) -> float:
+    """±1 with probability 1/2 each."""
     return 1.0 if rng.random() < 0.5 else -1.0
 
 
 def _uniform_direction(p: int, rng: np.random.Generator) -> np.ndarray:
+    """A point (p,) uniform on the unit sphere S^{p−1} (a normalized standard Gaussian)."""
     g = rng.standard_normal(p)
     return g / np.linalg.norm(g)
 
@@ -140,6 +142,8 @@ def _vector_chain(lam: np.ndarray, e: np.ndarray, x: np.ndarray, n_iter: int,
 
 
 def _check_symmetric(a: np.ndarray) -> np.ndarray:
+    """A as a finite float64 square matrix, symmetrized (A + Aᵀ)/2 after checking that it is
+    symmetric to 1e-10 relative to max|A_ij|; ValueError otherwise."""
     a = np.asarray(a, dtype=np.float64)
     if a.ndim != 2 or a.shape[0] != a.shape[1] or not np.all(np.isfinite(a)):
         raise ValueError(f"A must be a finite square matrix, got shape {a.shape}")
@@ -149,6 +153,7 @@ def _check_symmetric(a: np.ndarray) -> np.ndarray:
 
 
 def _check_n_iter(n_iter: int) -> None:
+    """Refuse a negative number of Gibbs scans."""
     if n_iter < 0:
         raise ValueError(f"n_iter must be >= 0, got {n_iter}")
 
@@ -226,6 +231,8 @@ def _diagonal(B: np.ndarray) -> np.ndarray:
 
 
 def _check_start(v0: np.ndarray, d: int, k: int) -> np.ndarray:
+    """V0 as a float64 copy after checking its shape (d, k) and orthonormal columns (VᵀV = I_k
+    to 1e-8); ValueError otherwise."""
     v = np.array(v0, dtype=np.float64)
     if v.shape != (d, k):
         raise ValueError(f"V0 must have shape ({d}, {k}), got {v.shape}")

@@ -50,6 +50,7 @@ def _ckm(feature: str) -> Callable[[Task], Outcome]:
     """CKM with m = 10kd, r = 1, σ from the calibration round, decoded in the public box."""
 
     def run(task: Task) -> Outcome:
+        """One CKM run on ``task`` (see :func:`_ckm`): pure ε-DP under the task's relation."""
         if task.lo is None:
             raise ValueError("ckm needs a public box (--bounds)")
         clipped_x, clipped = clip_rows_to_box(task.x, task.lo, task.hi, task.strict)
@@ -113,17 +114,21 @@ class Row:
     seconds: float
 
     def to_dict(self) -> dict:
+        """JSON-ready form (the rows of ``fedsketch compare --json``)."""
         return {"method": self.method, "epsilon": self.epsilon, "metric": self.metric,
                 "median": self.median, "q1": self.q1, "q3": self.q3, "seconds": self.seconds}
 
 
 def _quartiles(values: list[float]) -> tuple[float, float, float]:
+    """(median, first quartile, third quartile) of ``values`` (numpy's linear interpolation)."""
     q1, med, q3 = np.percentile(values, [25, 50, 75])
     return float(med), float(q1), float(q3)
 
 
 def _metrics(family: str, data: Dataset, task: Task, out: Outcome,
              ref: dict) -> dict[str, float]:
+    """The family's utility metrics of one outcome against the precomputed reference ``ref``
+    (relative SSE, dimensionless; q_F in units of R²; subspace cost and d_W on rows divided by R)."""
     if family == "kmeans":
         return {"relative_sse": sse_per_n(split(data.x), out.output) / ref["sse"]}
     if family == "pca":

@@ -39,6 +39,7 @@ PPCA_SWEEPS = 200
 
 
 def _check_rank(task: Task) -> None:
+    """Refuse a PCA rank k above the dimension d."""
     if task.k > task.d:
         raise ValueError(f"the PCA rank k must be <= d = {task.d}, got {task.k}")
 

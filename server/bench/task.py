@@ -1,9 +1,11 @@
 """What every centralized mechanism of ``fedsketch compare`` takes and returns.
 
 A trusted curator holds all records; each mechanism (k-means, PCA, subspace clustering; see
-``server/kmeans_private.py``, ``server/pca_private.py``, ``server/subspace_private.py``) reads a
-:class:`Task` and returns an :class:`Outcome` that states what it spent, under which
-neighbouring relation, and what kind of guarantee it gives. Privacy noise and the randomness of
+:mod:`fedsketch.server.bench.kmeans`, :mod:`fedsketch.server.bench.pca`,
+:mod:`fedsketch.server.bench.subspace`) reads a :class:`Task` and returns an :class:`Outcome` that
+states what it spent, under which neighbouring relation, and what kind of guarantee it gives.
+(:class:`Outcome` is a mechanism's release; ``fedsketch.client.agent.Outcome``, what a device's
+pass over its open studies did, is unrelated.) Privacy noise and the randomness of
 exponential-mechanism samplers come from :func:`fedsketch.common.privacy.noise_rng` (the OS
 CSPRNG); ``Task.rng`` is only for randomness that is not part of a privacy proof (a non-private
 reference's restarts, the data-independent initialization of a public-seeded method).
@@ -47,6 +49,7 @@ class Task:
     rng: np.random.Generator = field(default_factory=np.random.default_rng)
 
     def __post_init__(self) -> None:
+        """Refuse an inconsistent task (shapes, k, ε, δ, relation, bounds) with ValueError."""
         if self.x.ndim != 2 or self.x.shape[0] < 1:
             raise ValueError(f"x must be a non-empty (n, d) array, got shape {self.x.shape}")
         if not 1 <= self.k <= self.x.shape[0]:
@@ -65,12 +68,14 @@ class Task:
 
     @property
     def d(self) -> int:
+        """The record dimension d (columns of ``x``)."""
         return self.x.shape[1]
 
 
 @dataclass(frozen=True)
 class Outcome:
-    """A mechanism's release and its accounting.
+    """A mechanism's release and its accounting (not the device agent's
+    ``fedsketch.client.agent.Outcome``).
 
     ``output``: centroids (k, d) for k-means; an orthonormal basis (d, k) for PCA; bases
     (k, d, q) for subspace clustering. ``epsilon``/``delta`` actually spent, ``kind`` one of
@@ -87,6 +92,7 @@ class Outcome:
     notes: str = ""
 
     def __post_init__(self) -> None:
+        """Refuse a kind of guarantee outside :data:`KINDS`."""
         if self.kind not in KINDS:
             raise ValueError(f"unknown kind {self.kind!r}")
 

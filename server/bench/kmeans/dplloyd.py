@@ -228,6 +228,7 @@ def su_run(task: Task, k_run: int, relocate: bool = False) -> SuRun:
     relocated: list[int] = []
 
     def between(c: np.ndarray, counts: np.ndarray, budget: IterationBudget) -> np.ndarray:
+        """:func:`relocate_unreliable` on one iteration's release, recording how many moved."""
         moved, how_many = relocate_unreliable(c, counts, budget.count_scale, task.k, data.h, task.rng)
         relocated.append(how_many)
         return moved

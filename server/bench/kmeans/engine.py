@@ -34,6 +34,7 @@ def kmeans_plus_plus(x: np.ndarray, k: int, rng: np.random.Generator,
     x_sq = np.einsum("ij,ij->i", x, x)
 
     def draw(mass: np.ndarray, size: int | None) -> np.ndarray:
+        """Record indices drawn with probability ∝ ``mass`` (n,) (inverse CDF on the cumulative sum)."""
         cumulative = np.cumsum(mass)
         return np.minimum(np.searchsorted(cumulative, rng.uniform(0.0, cumulative[-1], size),
                                           side="right"), n - 1)

@@ -98,6 +98,7 @@ def converged_clusters(task: Task) -> Clusters:
     key = _digest(x, lo, hi, np.array(task.k))
 
     def compute() -> Clusters:
+        """The clustering on a memo-owned, read-only copy of the clipped records."""
         own = x.copy()
         own.setflags(write=False)
         _, labels = converged_kmeans(own, task.k, np.random.default_rng(int(key[:16], 16)))
