@@ -22,7 +22,7 @@ from fedsketch.common.study import StudySpec
 from fedsketch.common.tls import CertPaths, init_certs, secure_channel, server_credentials
 from fedsketch.server.bench.metrics import split
 from fedsketch.server.service.coordinator import Coordinator, build_server
-from fedsketch.server.store.sqlite import Store
+from fedsketch.server.store import Store, open_store
 
 OPERATOR_TOKEN = "test-operator-token"
 META = (("authorization", f"Bearer {OPERATOR_TOKEN}"),)
@@ -81,7 +81,7 @@ class Round:
 
 @pytest.fixture
 def coordinator_round(tmp_path, certs) -> Round:
-    store = Store(tmp_path / "coordinator.db")
+    store = open_store(tmp_path / "coordinator.db")
     server, coordinator, port = build_server(
         store, hashlib.sha256(OPERATOR_TOKEN.encode()).hexdigest(), "127.0.0.1:0",
         server_credentials(certs.server_cert, certs.server_key))

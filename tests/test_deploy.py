@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from fedsketch.common.synthetic import gmm
-from fedsketch.server.store.sqlite import Store
+from fedsketch.server.store import open_store
 
 ROOT = Path(__file__).resolve().parent.parent
 FEDSKETCH = str(Path(sys.executable).with_name("fedsketch"))
@@ -87,7 +87,7 @@ def test_units_with_example_configs_run_a_study(tmp_path):
         device = subprocess.Popen(argv("fedsketch-device.service"), env={**os.environ, **dev_env},
                                   stderr=subprocess.PIPE, text=True)
         stop = time.monotonic() + 60
-        store = Store(tmp_path / "c.db")
+        store = open_store(tmp_path / "c.db")
         try:
             while store.get_study(study).state != "done":
                 assert time.monotonic() < stop, "the study did not complete"

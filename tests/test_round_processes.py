@@ -17,7 +17,7 @@ import pytest
 
 from fedsketch.client.ledger import Ledger
 from fedsketch.common.synthetic import gmm
-from fedsketch.server.store.sqlite import Store
+from fedsketch.server.store import open_store
 
 FEDSKETCH = str(Path(sys.executable).with_name("fedsketch"))
 pytestmark = pytest.mark.slow
@@ -136,7 +136,7 @@ def test_coordinator_killed_after_acks_keeps_them_and_completes(coordinator, tmp
         book.close()
     coordinator.kill()
     coordinator.start()  # same database, same port
-    store = Store(coordinator.db)
+    store = open_store(coordinator.db)
     stored = {r.device_id: r.payload for r in store.contributions(study)}
     store.close()
     assert stored == acked
@@ -158,7 +158,7 @@ def test_device_killed_between_commit_and_send_resends_identical_bytes(coordinat
     (spend,) = book.spends()
     assert spend.study_id == study and spend.acked_at is None
     book.close()
-    store = Store(coordinator.db)
+    store = open_store(coordinator.db)
     assert store.contributions(study) == []
     store.close()
     device(coordinator, device_files[0], ledger)  # restart: enrolled already, no token
@@ -168,7 +168,7 @@ def test_device_killed_between_commit_and_send_resends_identical_bytes(coordinat
     assert after.receipt == spend.payload_sha256
     book.close()
     wait_done(coordinator, study)
-    store = Store(coordinator.db)
+    store = open_store(coordinator.db)
     (row,) = store.contributions(study)
     assert row.payload == spend.payload
     store.close()

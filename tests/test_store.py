@@ -1,5 +1,7 @@
-"""The coordinator store on real SQLite files: schema and refusals, enrollment, idempotent
-contributions, compare-and-set, durability across a real SIGKILL, and concurrent writers."""
+"""The coordinator store. The contract every backend keeps (enrollment, idempotent
+contributions, compare-and-set, the lifecycle, results, concurrent writers) runs against each
+backend through the ``store`` fixture; the tests that open a SQLite file themselves (schema,
+foreign and newer files, durability across a real SIGKILL) stay SQLite-only."""
 
 from __future__ import annotations
 
@@ -13,7 +15,11 @@ import time
 
 import pytest
 
-from fedsketch.server.store.sqlite import SCHEMA_VERSION, ContributionRow, Store, StoreError
+from fedsketch.server.store import ContributionRow, SQLiteStore, Store, StoreError, open_store
+from fedsketch.server.store.sqlite import SCHEMA_VERSION
+
+#: Where a fresh store of each backend lives, by name: a second backend adds an entry here.
+BACKENDS = {"sqlite": lambda tmp_path: f"sqlite:///{tmp_path / 'store.db'}"}
 
 
 def key(i: int) -> bytes:
@@ -35,9 +41,9 @@ def contribution(study: str, device: str, data: bytes, n: float = 10.0) -> Contr
     )
 
 
-@pytest.fixture
-def store(tmp_path):
-    s = Store(tmp_path / "store.db")
+@pytest.fixture(params=sorted(BACKENDS))
+def store(request, tmp_path):
+    s = open_store(BACKENDS[request.param](tmp_path))
     yield s
     s.close()
 
@@ -48,12 +54,12 @@ def refusal(fn, *args) -> StoreError:
     return info.value
 
 
-# schema
+# schema (SQLite-only: these read and plant the file with sqlite3 directly)
 
 
 def test_schema_wal_and_reopen(tmp_path):
     path = tmp_path / "store.db"
-    s = Store(path)
+    s = open_store(path)
     dev = enroll(s, 1)
     s.create_study("s1", '{"k": 3}', "ab" * 32, 123.5, 4)
     s.close()
@@ -67,7 +73,7 @@ def test_schema_wal_and_reopen(tmp_path):
     assert tokens == [(hashlib.sha256(b"tok-1").hexdigest(),)]  # only the digest, never the token
     raw.close()
 
-    s = Store(path)
+    s = open_store(path)
     try:
         row = s.get_study("s1")
         assert (row.spec_json, row.deadline, row.min_devices, row.state) == ('{"k": 3}', 123.5, 4, "open")
@@ -78,11 +84,11 @@ def test_schema_wal_and_reopen(tmp_path):
 
 def test_future_schema_refused(tmp_path):
     path = tmp_path / "store.db"
-    Store(path).close()
+    open_store(path).close()
     raw = sqlite3.connect(path)
     raw.execute(f"PRAGMA user_version = {SCHEMA_VERSION + 1}")
     raw.close()
-    err = refusal(Store, path)
+    err = refusal(open_store, path)
     assert err.code == "failed_precondition"
     assert "newer" in str(err)
 
@@ -92,7 +98,7 @@ def test_foreign_sqlite_file_refused_untouched(tmp_path):
     raw = sqlite3.connect(path)
     raw.execute("CREATE TABLE t (x)")
     raw.close()
-    err = refusal(Store, path)
+    err = refusal(open_store, path)
     assert err.code == "failed_precondition"
     assert "not a fedsketch store" in str(err)
     raw = sqlite3.connect(path)
@@ -104,10 +110,24 @@ def test_non_sqlite_file_refused(tmp_path):
     path = tmp_path / "notes.txt"
     data = b"these are not the pages you are looking for\n" * 20
     path.write_bytes(data)
-    err = refusal(Store, path)
+    err = refusal(open_store, path)
     assert err.code == "failed_precondition"
     assert str(path) in str(err) and "not a database" in str(err)
     assert path.read_bytes() == data
+
+
+def test_open_store_picks_the_backend_from_a_path_or_url(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    for where in (tmp_path / "a.db", str(tmp_path / "a.db"), "sqlite:///a.db", f"sqlite:///{tmp_path}/a.db",
+                  "a:b.db"):  # no "://": a file name with a colon
+        s = open_store(where)
+        assert isinstance(s, SQLiteStore)
+        s.close()
+    assert sorted(p.name for p in tmp_path.glob("*.db")) == ["a.db", "a:b.db"]
+    for url, words in (("postgresql://db.example/fedsketch", "unsupported"),
+                       ("sqlite://host/a.db", "bad SQLite"), ("sqlite://", "bad SQLite")):
+        with pytest.raises(ValueError, match=words):
+            open_store(url)
 
 
 # enrollment
@@ -213,8 +233,8 @@ def test_results_and_listing(store):
 
 CHILD = """
 import hashlib, sys, time
-from fedsketch.server.store.sqlite import ContributionRow, Store
-store = Store(sys.argv[1])
+from fedsketch.server.store import ContributionRow, open_store
+store = open_store(sys.argv[1])
 store.create_study("s", "{}", "0" * 64, None, 1)
 for i in range(100000):
     store.add_tokens([f"tok-{i}"])
@@ -228,7 +248,7 @@ time.sleep(60)
 """
 
 
-def test_acked_contributions_survive_sigkill(tmp_path):
+def test_acked_contributions_survive_sigkill(tmp_path):  # SQLite-only: kills a writer of the file
     path = tmp_path / "store.db"
     proc = subprocess.Popen([sys.executable, "-c", CHILD, str(path)], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
@@ -254,7 +274,7 @@ def test_acked_contributions_survive_sigkill(tmp_path):
     raw = sqlite3.connect(path)
     assert raw.execute("PRAGMA integrity_check").fetchall() == [("ok",)]
     raw.close()
-    store = Store(path)
+    store = open_store(path)
     try:
         stored = {c.device_id: c for c in store.contributions("s")}
         for i, dev in acked.items():

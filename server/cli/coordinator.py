@@ -35,7 +35,7 @@ from fedsketch.common.study import SecAggSpec, StudySpec
 from fedsketch.common.tls import init_certs, secure_channel, server_credentials
 from fedsketch.server.cli.bounds import parse_bounds
 from fedsketch.server.cli.errors import clean_errors
-from fedsketch.server.store.sqlite import Store
+from fedsketch.server.store import open_store
 
 certs_app = typer.Typer(no_args_is_help=True, help="TLS certificates for a coordinator.")
 coordinator_app = typer.Typer(no_args_is_help=True, help="Run and operate a coordinator.")
@@ -109,7 +109,7 @@ def serve(
                 fh.write(secrets.token_urlsafe(32) + "\n")
             typer.echo(f"wrote a new operator token to {token_file}", err=True)
         token_sha256 = hashlib.sha256(read_token(token_file).encode()).hexdigest()
-        store = Store(db)
+        store = open_store(db)
         server, coordinator, port = build_server(store, token_sha256, listen, creds)
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):

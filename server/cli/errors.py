@@ -7,7 +7,7 @@ from contextlib import AbstractContextManager
 
 from fedsketch.client.ledger import LedgerError
 from fedsketch.common.cli import clean_errors as _clean_errors
-from fedsketch.server.store.sqlite import StoreError
+from fedsketch.server.store import StoreError
 
 
 def clean_errors(*extra: type[BaseException]) -> AbstractContextManager[None]:

@@ -37,7 +37,7 @@ from fedsketch.common.study import StudySpec, spec_sha256
 from fedsketch.common.tls import MAX_MESSAGE_BYTES
 from fedsketch.server.decode.pipeline import StudyResult, decode_sketch, decode_study, integer_sketch
 from fedsketch.server.service.secure_round import Refusal, SecAggRound
-from fedsketch.server.store.sqlite import ACCEPTING, ContributionRow, Store, StoreError, StudyRow
+from fedsketch.server.store.base import ACCEPTING, ContributionRow, Store, StoreError, StudyRow
 
 log = logging.getLogger("fedsketch.coordinator")
 

@@ -43,7 +43,7 @@ from fedsketch.common.synthetic import gmm
 from fedsketch.common.tls import CertPaths, init_certs, secure_channel, server_credentials
 from fedsketch.server.bench.metrics import sklearn_kmeans_centroids, split, sse_per_n
 from fedsketch.server.service.coordinator import Coordinator, build_server
-from fedsketch.server.store.sqlite import Store
+from fedsketch.server.store import Store, open_store
 
 OPERATOR_TOKEN = "simulation-operator-token"
 #: Longest wait (seconds) for a study to be decoded after the last contribution.
@@ -149,7 +149,7 @@ def loopback_coordinator(stack: ExitStack, folder: Path) -> Loopback:
     """A fresh CA and server certificate, a SQLite store and a coordinator in ``folder``,
     listening on a free loopback port; ``stack`` stops and closes everything."""
     certs = init_certs(folder / "certs", ["localhost", "127.0.0.1"])
-    store = Store(folder / "coordinator.db")
+    store = open_store(folder / "coordinator.db")
     stack.callback(store.close)
     server, coordinator, port = build_server(
         store, hashlib.sha256(OPERATOR_TOKEN.encode()).hexdigest(), "127.0.0.1:0",

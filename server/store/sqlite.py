@@ -1,13 +1,11 @@
-"""The coordinator's durable state: one SQLite file in WAL mode behind the ``Store`` class.
+"""The coordinator's durable state in one SQLite file in WAL mode: :class:`SQLiteStore`.
 
-Contract: every method that writes does so in one transaction, committed with ``synchronous=FULL``
-before it returns. A write that returned survives the coordinator being killed (SIGKILL) at any
-later point; a write interrupted before it returned leaves no trace. All SQL lives in this module, so
-a server database could replace SQLite behind the same interface.
+It implements :class:`fedsketch.server.store.base.Store` (the contract: transactions, refusals,
+the study lifecycle); every write is committed with ``synchronous=FULL`` before it returns, which
+is what makes a returned write survive a SIGKILL. All SQL lives in this module.
 
 A file is marked as a fedsketch store by ``PRAGMA application_id`` and versioned by ``PRAGMA
-user_version`` (``SCHEMA_VERSION``); any other file is refused before it is modified. Enrollment
-tokens are kept only as SHA-256 digests. Times are float Unix seconds (``time.time()``).
+user_version`` (``SCHEMA_VERSION``); any other file is refused before it is modified.
 """
 
 from __future__ import annotations
@@ -20,17 +18,27 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+
+from fedsketch.server.store.base import (
+    ACCEPTING,
+    KINDS,
+    STATES,
+    ContributionRow,
+    Store,
+    StoreError,
+    StudyRow,
+)
 
 SCHEMA_VERSION = 1
-STATES = ("open", "collecting", "decoding", "done", "failed")
-KINDS = ("float32_pairs", "int32_pairs")
-ERROR_CODES = ("not_found", "conflict", "failed_precondition", "permission_denied")
 
 _APPLICATION_ID = 0x46534B53  # "FSKS" in the SQLite header
-#: States in which a study accepts contributions or stage messages.
-ACCEPTING = ("open", "collecting")
 _COORDINATOR = "coordinator"  # audit actor for writes not made on behalf of a device
+
+
+def _sql_list(values: tuple[str, ...]) -> str:
+    """``'a', 'b'`` for a CHECK constraint (the values are constants of this package, not input)."""
+    return ", ".join(f"'{v}'" for v in values)
+
 
 _SCHEMA = (
     """CREATE TABLE devices (
@@ -43,20 +51,20 @@ _SCHEMA = (
         added_at REAL NOT NULL,
         used_by TEXT REFERENCES devices(device_id),
         used_at REAL)""",
-    """CREATE TABLE studies (
+    f"""CREATE TABLE studies (
         study_id TEXT PRIMARY KEY,
         spec_json TEXT NOT NULL,
         spec_sha256 TEXT NOT NULL,
-        state TEXT NOT NULL CHECK (state IN ('open', 'collecting', 'decoding', 'done', 'failed')),
+        state TEXT NOT NULL CHECK (state IN ({_sql_list(STATES)})),
         detail TEXT NOT NULL,
         created_at REAL NOT NULL,
         deadline REAL,
         min_devices INTEGER NOT NULL)""",
-    """CREATE TABLE contributions (
+    f"""CREATE TABLE contributions (
         study_id TEXT NOT NULL REFERENCES studies(study_id),
         device_id TEXT NOT NULL REFERENCES devices(device_id),
         n REAL NOT NULL,
-        kind TEXT NOT NULL CHECK (kind IN ('float32_pairs', 'int32_pairs')),
+        kind TEXT NOT NULL CHECK (kind IN ({_sql_list(KINDS)})),
         payload BLOB NOT NULL,
         payload_sha256 TEXT NOT NULL,
         signature BLOB NOT NULL,
@@ -87,47 +95,6 @@ ORDER BY s.created_at, s.study_id
 _CONTRIBUTION_COLUMNS = "study_id, device_id, n, kind, payload, payload_sha256, signature, received_at"
 
 
-class StoreError(Exception):
-    """A request the store refuses; ``.code`` is one of ``ERROR_CODES``, ``str(exc)`` the message."""
-
-    def __init__(self, code: str, message: str) -> None:
-        if code not in ERROR_CODES:
-            raise ValueError(f"unknown StoreError code {code!r}")
-        super().__init__(message)
-        self.code = code
-        self.message = message
-
-
-@dataclass(frozen=True)
-class StudyRow:
-    """One study; ``contributions`` (count) and ``records`` (sum of n) are computed, not stored."""
-
-    study_id: str
-    spec_json: str
-    spec_sha256: str
-    state: str
-    detail: str
-    created_at: float
-    deadline: float | None
-    min_devices: int
-    contributions: int
-    records: float
-
-
-@dataclass(frozen=True)
-class ContributionRow:
-    """One device's sketch for one study, as received; ``kind`` is one of ``KINDS``."""
-
-    study_id: str
-    device_id: str
-    n: float
-    kind: str
-    payload: bytes
-    payload_sha256: str
-    signature: bytes
-    received_at: float
-
-
 def _sha256_hex(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
@@ -136,12 +103,9 @@ def _study_row(row: tuple) -> StudyRow:
     return StudyRow(*row[:9], records=float(row[9]))
 
 
-class Store:
-    """The coordinator's state in one SQLite file; safe to call from several threads.
-
-    One connection is shared under a lock, so calls are serialized. Refusals raise ``StoreError``;
-    malformed arguments raise ``ValueError``.
-    """
+class SQLiteStore(Store):
+    """The coordinator's state in one SQLite file; one connection is shared under a lock, so
+    calls are serialized."""
 
     def __init__(self, path: str | os.PathLike) -> None:
         """Open or create the store at ``path`` (WAL, foreign keys, synchronous=FULL).
@@ -169,7 +133,8 @@ class Store:
         self._check_identity()  # before anything below can modify a foreign file
         mode = self._conn.execute("PRAGMA journal_mode=WAL").fetchone()[0]
         if mode != "wal":
-            raise StoreError("failed_precondition", f"{self.path}: cannot enable WAL (journal mode {mode})")
+            message = f"{self.path}: cannot enable WAL (journal mode {mode})"
+            raise StoreError("failed_precondition", message)
         self._conn.execute("PRAGMA synchronous=FULL")
         self._conn.execute("PRAGMA foreign_keys=ON")
         with self._tx() as c:
@@ -228,14 +193,12 @@ class Store:
         return _study_row(row)
 
     def close(self) -> None:
-        """Close the connection; the store must not be used afterwards."""
         with self._lock:
             self._conn.close()
 
     # enrollment
 
     def add_tokens(self, tokens: list[str]) -> None:
-        """Store the SHA-256 of each (non-empty) token as usable once; re-adding a token changes nothing."""
         if any(not t for t in tokens):
             raise ValueError("enrollment tokens must be non-empty")
         now = time.time()
@@ -247,11 +210,6 @@ class Store:
             self._log(c, _COORDINATOR, "add_tokens", f"{len(tokens)} tokens")
 
     def enroll(self, token: str, public_key: bytes, label: str) -> str:
-        """Atomically trade an unused token for a new device id bound to ``public_key``; return the id.
-
-        ValueError unless public_key is 32 bytes. StoreError 'permission_denied' for an unknown or
-        used token; 'conflict' if the key is already enrolled (the token then stays unused).
-        """
         public_key = bytes(public_key)
         if len(public_key) != 32:
             raise ValueError(f"public key must be 32 bytes, got {len(public_key)}")
@@ -277,7 +235,6 @@ class Store:
         return device_id
 
     def device_key(self, device_id: str) -> bytes | None:
-        """The enrolled public key of ``device_id``, or None for an unknown device."""
         rows = self._query("SELECT public_key FROM devices WHERE device_id = ?", (device_id,))
         return rows[0][0] if rows else None
 
@@ -286,25 +243,22 @@ class Store:
     def create_study(
         self, study_id: str, spec_json: str, spec_sha256: str, deadline: float | None, min_devices: int
     ) -> StudyRow:
-        """Create a study in state "open"; StoreError 'conflict' if ``study_id`` exists."""
         with self._tx() as c:
             if c.execute("SELECT 1 FROM studies WHERE study_id = ?", (study_id,)).fetchone():
                 raise StoreError("conflict", f"study {study_id!r} already exists")
             c.execute(
                 "INSERT INTO studies (study_id, spec_json, spec_sha256, state, detail, created_at, deadline,"
-                " min_devices) VALUES (?, ?, ?, 'open', '', ?, ?, ?)",
-                (study_id, spec_json, spec_sha256, time.time(), deadline, min_devices),
+                " min_devices) VALUES (?, ?, ?, ?, '', ?, ?, ?)",
+                (study_id, spec_json, spec_sha256, STATES[0], time.time(), deadline, min_devices),
             )
             self._log(c, _COORDINATOR, "create_study", f"study {study_id!r} spec_sha256 {spec_sha256}")
             return self._study(c, study_id)
 
     def get_study(self, study_id: str) -> StudyRow:
-        """The study ``study_id``; StoreError 'not_found' if there is none."""
         with self._lock:
             return self._study(self._conn, study_id)
 
     def list_studies(self, states: tuple[str, ...] | None = None) -> list[StudyRow]:
-        """All studies (or those whose state is in ``states``), oldest first."""
         if states is None:
             rows = self._query(_STUDY_SQL.format(where=""))
         else:
@@ -315,11 +269,6 @@ class Store:
     def set_state(
         self, study_id: str, state: str, detail: str = "", expect: tuple[str, ...] | None = None
     ) -> StudyRow:
-        """Set a study's state and detail, returning the new row.
-
-        With ``expect``, this is an atomic compare-and-set: StoreError 'failed_precondition' unless the
-        current state is in ``expect``. 'not_found' for an unknown study; ValueError for an unknown state.
-        """
         if state not in STATES:
             raise ValueError(f"unknown study state {state!r}; expected one of {STATES}")
         with self._tx() as c:
@@ -338,15 +287,6 @@ class Store:
     # contributions
 
     def add_contribution(self, row: ContributionRow) -> bool:
-        """Record a device's contribution to a study, at most one per (study, device); one transaction.
-
-        Returns True if inserted (an "open" study becomes "collecting"), False for an idempotent re-send
-        (same payload_sha256 and n as the stored one; nothing is written), even once the study has
-        closed, so a device whose acknowledgement was lost learns that its bytes are stored.
-        StoreError: 'not_found' for an unknown study or device; 'failed_precondition' unless the
-        study is open or collecting; 'conflict' if the device already contributed different
-        bytes. ValueError for an unknown kind.
-        """
         if row.kind not in KINDS:
             raise ValueError(f"unknown contribution kind {row.kind!r}; expected one of {KINDS}")
         with self._tx() as c:
@@ -365,9 +305,8 @@ class Store:
                     f"device {row.device_id!r} already contributed different bytes to study {row.study_id!r}",
                 )
             if state not in ACCEPTING:
-                raise StoreError(
-                    "failed_precondition", f"study {row.study_id!r} is {state!r} and accepts no contributions"
-                )
+                message = f"study {row.study_id!r} is {state!r} and accepts no contributions"
+                raise StoreError("failed_precondition", message)
             c.execute(
                 f"INSERT INTO contributions ({_CONTRIBUTION_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
                 (row.study_id, row.device_id, row.n, row.kind, bytes(row.payload), row.payload_sha256,
@@ -382,7 +321,6 @@ class Store:
             return True
 
     def contributions(self, study_id: str) -> list[ContributionRow]:
-        """The study's contributions in order of arrival (empty for an unknown study)."""
         rows = self._query(
             f"SELECT {_CONTRIBUTION_COLUMNS} FROM contributions WHERE study_id = ?"
             " ORDER BY received_at, device_id",
@@ -393,10 +331,6 @@ class Store:
     # results
 
     def put_result(self, study_id: str, result_json: str) -> None:
-        """Store a study's result and set its state to "done" (detail cleared) in one transaction.
-
-        StoreError 'not_found' for an unknown study; 'conflict' if it already has a result.
-        """
         with self._tx() as c:
             current = self._study(c, study_id).state
             if c.execute("SELECT 1 FROM results WHERE study_id = ?", (study_id,)).fetchone():
@@ -409,18 +343,15 @@ class Store:
             self._log(c, _COORDINATOR, "put_result", f"study {study_id!r}: {current} -> done")
 
     def get_result(self, study_id: str) -> str | None:
-        """The study's result JSON, or None if it has none (or does not exist)."""
         rows = self._query("SELECT result_json FROM results WHERE study_id = ?", (study_id,))
         return rows[0][0] if rows else None
 
     # audit log
 
     def audit(self, actor: str, action: str, detail: str) -> None:
-        """Append one row to the audit log."""
         with self._tx() as c:
             self._log(c, actor, action, detail)
 
     def audit_log(self, limit: int = 100) -> list[tuple[float, str, str, str]]:
-        """The newest ``limit`` audit rows as (at, actor, action, detail), newest last."""
         rows = self._query("SELECT at, actor, action, detail FROM audit ORDER BY seq DESC LIMIT ?", (limit,))
         return rows[::-1]

@@ -1,0 +1,171 @@
+"""The coordinator's domain model and storage contract, independent of any database.
+
+The row types, the study states, the refusals (:class:`StoreError`) and the abstract
+:class:`Store` that a backend implements (:mod:`fedsketch.server.store.sqlite` today), so the
+service is written against one interface and a second backend only adds a module.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+
+#: What a :class:`StoreError` may say (``.code``).
+ERROR_CODES = ("not_found", "conflict", "failed_precondition", "permission_denied")
+
+
+class StoreError(Exception):
+    """A request the store refuses; ``.code`` is one of ``ERROR_CODES``, ``str(exc)`` the message."""
+
+    def __init__(self, code: str, message: str) -> None:
+        if code not in ERROR_CODES:
+            raise ValueError(f"unknown StoreError code {code!r}")
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+#: Study states, in lifecycle order: a study is created in the first (``studies.state``; the API
+#: maps each to ``StudyState``).
+STATES = ("open", "collecting", "decoding", "done", "failed")
+#: States in which a study accepts contributions or stage messages.
+ACCEPTING = ("open", "collecting")
+#: How a contribution's payload travels (``ContributionRow.kind``, the ``Contribution`` oneof).
+KINDS = ("float32_pairs", "int32_pairs")
+
+
+@dataclass(frozen=True)
+class StudyRow:
+    """One study; ``contributions`` (count) and ``records`` (sum of n) are computed, not stored."""
+
+    study_id: str
+    spec_json: str
+    spec_sha256: str
+    state: str
+    detail: str
+    created_at: float
+    deadline: float | None
+    min_devices: int
+    contributions: int
+    records: float
+
+
+@dataclass(frozen=True)
+class ContributionRow:
+    """One device's sketch for one study, as received; ``kind`` is one of ``KINDS``."""
+
+    study_id: str
+    device_id: str
+    n: float
+    kind: str
+    payload: bytes
+    payload_sha256: str
+    signature: bytes
+    received_at: float
+
+
+class Store(ABC):
+    """The coordinator's durable state: devices, enrollment tokens, studies, contributions,
+    results and an audit log. Safe to call from several threads.
+
+    Transactions: every method that writes does so in one transaction that is durable before it
+    returns; a write that returned survives the coordinator being killed at any later point, and
+    a write interrupted before it returned leaves no trace. A refusal (:class:`StoreError`) or a
+    ``ValueError`` for a malformed argument writes nothing. Reads see every write that returned.
+    Times are float Unix seconds (``time.time()``); tokens are kept only as SHA-256 digests.
+    """
+
+    @abstractmethod
+    def close(self) -> None:
+        """Release the backend; the store must not be used afterwards."""
+
+    # enrollment
+
+    @abstractmethod
+    def add_tokens(self, tokens: list[str]) -> None:
+        """Store each (non-empty) token as usable once; re-adding a token, used or not, changes
+        nothing. ValueError for an empty token. Audited."""
+
+    @abstractmethod
+    def enroll(self, token: str, public_key: bytes, label: str) -> str:
+        """Atomically trade an unused token for a new device id bound to ``public_key``; return
+        the id (``dev-`` and 16 hex digits). Audited.
+
+        ValueError unless public_key is 32 bytes. StoreError 'permission_denied' for an unknown or
+        used token; 'conflict' if the key is already enrolled (the token then stays unused).
+        """
+
+    @abstractmethod
+    def device_key(self, device_id: str) -> bytes | None:
+        """The enrolled public key of ``device_id``, or None for an unknown device."""
+
+    # studies
+
+    @abstractmethod
+    def create_study(
+        self, study_id: str, spec_json: str, spec_sha256: str, deadline: float | None, min_devices: int
+    ) -> StudyRow:
+        """Create a study in state "open" and return it; StoreError 'conflict' if ``study_id``
+        exists. Audited."""
+
+    @abstractmethod
+    def get_study(self, study_id: str) -> StudyRow:
+        """The study ``study_id``; StoreError 'not_found' if there is none."""
+
+    @abstractmethod
+    def list_studies(self, states: tuple[str, ...] | None = None) -> list[StudyRow]:
+        """All studies (or those whose state is in ``states``), oldest first (ties by id)."""
+
+    @abstractmethod
+    def set_state(
+        self, study_id: str, state: str, detail: str = "", expect: tuple[str, ...] | None = None
+    ) -> StudyRow:
+        """Set a study's state and detail in one transaction and return the new row. Audited.
+
+        With ``expect``, an atomic compare-and-set: StoreError 'failed_precondition' unless the
+        current state is in ``expect``; without it, unconditional. 'not_found' for an unknown
+        study; ValueError for a state not in ``STATES``.
+        """
+
+    # contributions
+
+    @abstractmethod
+    def add_contribution(self, row: ContributionRow) -> bool:
+        """Record a device's contribution, at most one per (study, device), in one transaction.
+
+        Returns True if inserted (an "open" study becomes "collecting" in the same transaction),
+        False for an idempotent re-send (same payload_sha256 and n as the stored one; nothing is
+        written), even once the study has closed, so a device whose acknowledgement was lost
+        learns that its bytes are stored. StoreError: 'not_found' for an unknown study or device;
+        'conflict' if the device already contributed different bytes; 'failed_precondition' unless
+        the study is in ``ACCEPTING``. ValueError for a kind not in ``KINDS``. Audited.
+        """
+
+    @abstractmethod
+    def contributions(self, study_id: str) -> list[ContributionRow]:
+        """The study's contributions in order of arrival, ties by device id (empty for an unknown
+        study)."""
+
+    # results
+
+    @abstractmethod
+    def put_result(self, study_id: str, result_json: str) -> None:
+        """Store a study's result and set its state to "done" (detail cleared) in one
+        transaction. Audited.
+
+        StoreError 'not_found' for an unknown study; 'conflict' if it already has a result.
+        """
+
+    @abstractmethod
+    def get_result(self, study_id: str) -> str | None:
+        """The study's result JSON, or None if it has none (or does not exist)."""
+
+    # audit log
+
+    @abstractmethod
+    def audit(self, actor: str, action: str, detail: str) -> None:
+        """Append one row to the audit log."""
+
+    @abstractmethod
+    def audit_log(self, limit: int = 100) -> list[tuple[float, str, str, str]]:
+        """The newest ``limit`` audit rows as (at, actor, action, detail), newest last."""
