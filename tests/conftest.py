@@ -21,7 +21,8 @@ from fedsketch.common.spec import SketchSpec
 from fedsketch.common.study import StudySpec
 from fedsketch.common.tls import CertPaths, init_certs, secure_channel, server_credentials
 from fedsketch.server.bench.metrics import split
-from fedsketch.server.service.coordinator import Coordinator, build_server
+from fedsketch.server.service.api import build_server
+from fedsketch.server.service.coordinator import Coordinator
 from fedsketch.server.store import Store, open_store
 
 OPERATOR_TOKEN = "test-operator-token"

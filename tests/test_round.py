@@ -16,12 +16,19 @@ from fedsketch.common.pb import fedsketch_pb2_grpc as pb_grpc
 from fedsketch.common.synthetic import gmm
 from fedsketch.common.tls import MAX_MESSAGE_BYTES, init_certs, secure_channel
 from fedsketch.server.bench.metrics import sklearn_kmeans_centroids, split, sse_per_n
+from fedsketch.server.service.api import STATUS, STUDY_STATES
+from fedsketch.server.store.base import Code
 
 
 @pytest.fixture(scope="module")
 def data():
     x, _, _ = gmm(60_000, 3, 3, 3.0, seed=2)
     return x
+
+
+def test_every_refusal_code_and_study_state_has_its_wire_form():
+    assert set(STATUS) == set(Code)
+    assert list(STUDY_STATES.values()) == [pb.OPEN, pb.COLLECTING, pb.DECODING, pb.DONE, pb.FAILED]
 
 
 def test_four_devices_decode_close_to_kmeans(coordinator_round, data):

@@ -16,6 +16,7 @@ import time
 import pytest
 
 from fedsketch.server.store import ContributionRow, SQLiteStore, Store, StoreError, open_store
+from fedsketch.server.store.base import Code
 from fedsketch.server.store.sqlite import SCHEMA_VERSION
 
 #: Where a fresh store of each backend lives, by name: a second backend adds an entry here.
@@ -227,6 +228,12 @@ def test_results_and_listing(store):
         ("coordinator", "put_result", "study 's2': decoding -> done"),
         ("operator", "note", "hello"),
     ]
+
+
+def test_refusal_codes_are_a_closed_set():
+    assert StoreError(Code.CONFLICT, "x").code == "conflict" == StoreError("conflict", "x").code
+    with pytest.raises(ValueError, match="unknown refusal code"):
+        StoreError("teapot", "x")
 
 
 # durability and concurrency

@@ -94,7 +94,7 @@ def serve(
                                                    "serving (for port 0).")] = None,
 ) -> None:
     """Serve the Device and Operator gRPC services until SIGTERM or SIGINT."""
-    from fedsketch.server.service.coordinator import build_server
+    from fedsketch.server.service.api import build_server
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     with clean_errors():

@@ -1,3 +1,5 @@
-"""The coordinator service: gRPC wiring, validation of every message, the study lifecycle and the
-secure-aggregation round. Imports the store and the decoder, never the bench, the simulator or
-the CLI (``tests/test_contract.py`` keeps it so)."""
+"""The coordinator service: :mod:`.coordinator` (the study lifecycle and the validation of every
+message, free of any transport), :mod:`.secure_round` (the secure-aggregation round) and
+:mod:`.api` (the gRPC edge: servicers, messages, operator credentials, refusal codes to statuses).
+Imports the store and the decoder, never the bench, the simulator or the CLI
+(``tests/test_contract.py`` keeps it so)."""

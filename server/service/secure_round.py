@@ -17,6 +17,10 @@ to less than one DLap(a)), the study fails and nothing is released.
 
 State lives in memory: a coordinator that restarts during a round fails the study (the devices'
 secrets are gone too); only the result is durable.
+
+Stages are the protocol's ``Stage`` numbers (:data:`fedsketch.common.secagg_wire.STAGES`): each
+stage message's signature covers its number, so they are part of the wire contract rather than a
+transport detail. Refusals carry domain codes; :mod:`.api` turns them into gRPC statuses.
 """
 
 from __future__ import annotations
@@ -27,22 +31,13 @@ import threading
 import time
 from collections.abc import Callable
 
-import grpc
 import numpy as np
 
 from fedsketch.common import secagg_wire as sw
 from fedsketch.common.pb import fedsketch_pb2 as pb
 from fedsketch.common.secagg import Aggregator, SecAggAbort, SecAggParams, modulus_bits
 from fedsketch.common.study import StudySpec
-
-
-class Refusal(Exception):
-    """A request refused with a gRPC status code and a one-line reason (stage messages here; the
-    coordinator's services raise it too)."""
-
-    def __init__(self, code: grpc.StatusCode, message: str) -> None:
-        super().__init__(message)
-        self.code = code
+from fedsketch.server.store.base import Code, Refusal
 
 
 class SecAggRound:
@@ -81,10 +76,10 @@ class SecAggRound:
     def _check_open(self, stage: int) -> None:
         """Refuse a message or fetch for any stage but the open one (lock held)."""
         if self.finished:
-            raise Refusal(grpc.StatusCode.FAILED_PRECONDITION,
+            raise Refusal(Code.FAILED_PRECONDITION,
                           "the secure-aggregation round is over; see the study's state")
         if stage != self.stage:
-            raise Refusal(grpc.StatusCode.FAILED_PRECONDITION,
+            raise Refusal(Code.FAILED_PRECONDITION,
                           f"stage {pb.Stage.Name(stage)} is not open (the study is at "
                           f"{pb.Stage.Name(self.stage)})")
 
@@ -115,11 +110,11 @@ class SecAggRound:
             if device_id in inbox:
                 if inbox[device_id] == body:
                     return True
-                raise Refusal(grpc.StatusCode.ALREADY_EXISTS,
+                raise Refusal(Code.CONFLICT,
                               f"device {device_id} already sent a different {pb.Stage.Name(stage)}")
             expected = self._expected()
             if expected is not None and device_id not in expected:
-                raise Refusal(grpc.StatusCode.PERMISSION_DENIED,
+                raise Refusal(Code.PERMISSION_DENIED,
                               f"device {device_id} is not in this round's roster")
             if stage == pb.REGISTER:
                 self._register(device_id, body)
@@ -136,7 +131,7 @@ class SecAggRound:
         obj = sw.load(body)
         n = obj.get("n") if isinstance(obj, dict) else None
         if not isinstance(n, int) or n < self.spec.min_records:
-            raise Refusal(grpc.StatusCode.INVALID_ARGUMENT,
+            raise Refusal(Code.INVALID_ARGUMENT,
                           f"REGISTER needs an integer record count >= {self.spec.min_records}")
         self._records[device_id] = float(n)
 
@@ -146,11 +141,11 @@ class SecAggRound:
             self._check_open(stage)
             if stage == pb.ADVERTISE_KEYS and self._shared_body is not None:
                 if device_id not in self._params.share_x:
-                    raise Refusal(grpc.StatusCode.PERMISSION_DENIED,
+                    raise Refusal(Code.PERMISSION_DENIED,
                                   f"device {device_id} is not in this round's roster")
                 return self._shared_body
             if device_id not in self._outbox:
-                raise Refusal(grpc.StatusCode.PERMISSION_DENIED,
+                raise Refusal(Code.PERMISSION_DENIED,
                               f"nothing for device {device_id} at this stage (dropped?)")
             return self._outbox[device_id]
 

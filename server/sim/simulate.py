@@ -42,7 +42,8 @@ from fedsketch.common.study import SecAggSpec, StudySpec
 from fedsketch.common.synthetic import gmm
 from fedsketch.common.tls import CertPaths, init_certs, secure_channel, server_credentials
 from fedsketch.server.bench.metrics import sklearn_kmeans_centroids, split, sse_per_n
-from fedsketch.server.service.coordinator import Coordinator, build_server
+from fedsketch.server.service.api import build_server
+from fedsketch.server.service.coordinator import Coordinator
 from fedsketch.server.store import Store, open_store
 
 OPERATOR_TOKEN = "simulation-operator-token"

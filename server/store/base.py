@@ -1,28 +1,49 @@
 """The coordinator's domain model and storage contract, independent of any database.
 
-The row types, the study states, the refusals (:class:`StoreError`) and the abstract
-:class:`Store` that a backend implements (:mod:`fedsketch.server.store.sqlite` today), so the
-service is written against one interface and a second backend only adds a module.
+Everything the coordinator persists or refuses is named here once: the refusal codes, the study
+states, the row types, and the abstract :class:`Store` that a backend implements
+(:mod:`fedsketch.server.store.sqlite` today). The service raises and the store raises the same
+:class:`Refusal`; only the gRPC layer (:mod:`fedsketch.server.service.api`) turns its code into a
+status, so neither of them depends on the transport.
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-
-#: What a :class:`StoreError` may say (``.code``).
-ERROR_CODES = ("not_found", "conflict", "failed_precondition", "permission_denied")
+from enum import Enum
 
 
-class StoreError(Exception):
-    """A request the store refuses; ``.code`` is one of ``ERROR_CODES``, ``str(exc)`` the message."""
+class Code(str, Enum):
+    """Why a request is refused, in the coordinator's terms (a ``str`` so ``code == "conflict"``
+    reads naturally in tests and logs); the gRPC layer maps each one to one status code."""
 
-    def __init__(self, code: str, message: str) -> None:
-        if code not in ERROR_CODES:
-            raise ValueError(f"unknown StoreError code {code!r}")
+    NOT_FOUND = "not_found"
+    CONFLICT = "conflict"  # the thing exists with different content
+    FAILED_PRECONDITION = "failed_precondition"  # valid request, wrong moment (state, stage)
+    INVALID_ARGUMENT = "invalid_argument"
+    UNAUTHENTICATED = "unauthenticated"
+    PERMISSION_DENIED = "permission_denied"
+
+
+class Refusal(Exception):
+    """A request refused with a :class:`Code` and a one-line reason (``str(exc)``) for the client.
+
+    A refusal changes nothing: it is raised before any write, or its transaction is rolled back.
+    """
+
+    def __init__(self, code: Code | str, message: str) -> None:
+        try:
+            code = Code(code)
+        except ValueError:
+            raise ValueError(f"unknown refusal code {code!r}") from None
         super().__init__(message)
         self.code = code
         self.message = message
+
+
+class StoreError(Refusal):
+    """A refusal by the store (unknown study, used token, closed study, unreadable file...)."""
 
 
 #: Study states, in lifecycle order: a study is created in the first (``studies.state``; the API

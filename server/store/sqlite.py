@@ -23,6 +23,7 @@ from fedsketch.server.store.base import (
     ACCEPTING,
     KINDS,
     STATES,
+    Code,
     ContributionRow,
     Store,
     StoreError,
@@ -127,14 +128,14 @@ class SQLiteStore(Store):
                 raise
         except sqlite3.DatabaseError as exc:
             message = f"cannot open {self.path} as a fedsketch store: {exc}"
-            raise StoreError("failed_precondition", message) from exc
+            raise StoreError(Code.FAILED_PRECONDITION, message) from exc
 
     def _open(self) -> None:
         self._check_identity()  # before anything below can modify a foreign file
         mode = self._conn.execute("PRAGMA journal_mode=WAL").fetchone()[0]
         if mode != "wal":
             message = f"{self.path}: cannot enable WAL (journal mode {mode})"
-            raise StoreError("failed_precondition", message)
+            raise StoreError(Code.FAILED_PRECONDITION, message)
         self._conn.execute("PRAGMA synchronous=FULL")
         self._conn.execute("PRAGMA foreign_keys=ON")
         with self._tx() as c:
@@ -152,10 +153,10 @@ class SQLiteStore(Store):
         if app_id == 0 and c.execute("SELECT COUNT(*) FROM sqlite_master").fetchone()[0] == 0:
             return True
         if app_id != _APPLICATION_ID:
-            raise StoreError("failed_precondition", f"{self.path} is SQLite but not a fedsketch store")
+            raise StoreError(Code.FAILED_PRECONDITION, f"{self.path} is SQLite but not a fedsketch store")
         if version != SCHEMA_VERSION:
             raise StoreError(
-                "failed_precondition",
+                Code.FAILED_PRECONDITION,
                 f"{self.path} has store schema version {version}; this fedsketch reads {SCHEMA_VERSION}"
                 + (" (the file was written by a newer fedsketch)" if version > SCHEMA_VERSION else ""),
             )
@@ -189,7 +190,7 @@ class SQLiteStore(Store):
     def _study(c: sqlite3.Connection, study_id: str) -> StudyRow:
         row = c.execute(_STUDY_SQL.format(where="WHERE s.study_id = ?"), (study_id,)).fetchone()
         if row is None:
-            raise StoreError("not_found", f"no study {study_id!r}")
+            raise StoreError(Code.NOT_FOUND, f"no study {study_id!r}")
         return _study_row(row)
 
     def close(self) -> None:
@@ -221,9 +222,9 @@ class SQLiteStore(Store):
                 "SELECT 1 FROM tokens WHERE token_sha256 = ? AND used_by IS NULL", (digest,)
             ).fetchone()
             if unused is None:
-                raise StoreError("permission_denied", "unknown or already used enrollment token")
+                raise StoreError(Code.PERMISSION_DENIED, "unknown or already used enrollment token")
             if c.execute("SELECT 1 FROM devices WHERE public_key = ?", (public_key,)).fetchone():
-                raise StoreError("conflict", "this public key is already enrolled")
+                raise StoreError(Code.CONFLICT, "this public key is already enrolled")
             c.execute(
                 "INSERT INTO devices (device_id, public_key, label, enrolled_at) VALUES (?, ?, ?, ?)",
                 (device_id, public_key, label, now),
@@ -245,7 +246,7 @@ class SQLiteStore(Store):
     ) -> StudyRow:
         with self._tx() as c:
             if c.execute("SELECT 1 FROM studies WHERE study_id = ?", (study_id,)).fetchone():
-                raise StoreError("conflict", f"study {study_id!r} already exists")
+                raise StoreError(Code.CONFLICT, f"study {study_id!r} already exists")
             c.execute(
                 "INSERT INTO studies (study_id, spec_json, spec_sha256, state, detail, created_at, deadline,"
                 " min_devices) VALUES (?, ?, ?, ?, '', ?, ?, ?)",
@@ -275,7 +276,7 @@ class SQLiteStore(Store):
             current = self._study(c, study_id).state
             if expect is not None and current not in expect:
                 raise StoreError(
-                    "failed_precondition", f"study {study_id!r} is {current!r}, expected one of {expect}"
+                    Code.FAILED_PRECONDITION, f"study {study_id!r} is {current!r}, expected one of {expect}"
                 )
             c.execute(
                 "UPDATE studies SET state = ?, detail = ? WHERE study_id = ?", (state, detail, study_id)
@@ -292,7 +293,7 @@ class SQLiteStore(Store):
         with self._tx() as c:
             state = self._study(c, row.study_id).state
             if not c.execute("SELECT 1 FROM devices WHERE device_id = ?", (row.device_id,)).fetchone():
-                raise StoreError("not_found", f"no enrolled device {row.device_id!r}")
+                raise StoreError(Code.NOT_FOUND, f"no enrolled device {row.device_id!r}")
             prior = c.execute(
                 "SELECT payload_sha256, n FROM contributions WHERE study_id = ? AND device_id = ?",
                 (row.study_id, row.device_id),
@@ -301,12 +302,12 @@ class SQLiteStore(Store):
                 if prior == (row.payload_sha256, row.n):
                     return False
                 raise StoreError(
-                    "conflict",
+                    Code.CONFLICT,
                     f"device {row.device_id!r} already contributed different bytes to study {row.study_id!r}",
                 )
             if state not in ACCEPTING:
                 message = f"study {row.study_id!r} is {state!r} and accepts no contributions"
-                raise StoreError("failed_precondition", message)
+                raise StoreError(Code.FAILED_PRECONDITION, message)
             c.execute(
                 f"INSERT INTO contributions ({_CONTRIBUTION_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
                 (row.study_id, row.device_id, row.n, row.kind, bytes(row.payload), row.payload_sha256,
@@ -334,7 +335,7 @@ class SQLiteStore(Store):
         with self._tx() as c:
             current = self._study(c, study_id).state
             if c.execute("SELECT 1 FROM results WHERE study_id = ?", (study_id,)).fetchone():
-                raise StoreError("conflict", f"study {study_id!r} already has a result")
+                raise StoreError(Code.CONFLICT, f"study {study_id!r} already has a result")
             c.execute(
                 "INSERT INTO results (study_id, result_json, created_at) VALUES (?, ?, ?)",
                 (study_id, result_json, time.time()),
