@@ -230,6 +230,13 @@ def test_results_and_listing(store):
     ]
 
 
+def test_only_a_decoding_study_gets_a_result(store):
+    store.create_study("s", "{}", "0" * 64, None, 1)
+    err = refusal(store.put_result, "s", "{}")
+    assert err.code == "failed_precondition" and "'open'" in str(err)
+    assert (store.get_result("s"), store.get_study("s").state) == (None, "open")
+
+
 def test_refusal_codes_are_a_closed_set():
     assert StoreError(Code.CONFLICT, "x").code == "conflict" == StoreError("conflict", "x").code
     with pytest.raises(ValueError, match="unknown refusal code"):

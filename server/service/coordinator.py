@@ -2,12 +2,13 @@
 durable :class:`~fedsketch.server.store.base.Store`. Nothing here knows about gRPC, so the rules
 read without the transport and :mod:`.api` stays a thin translation.
 
-Lifecycle: open → collecting (first stored contribution) → decoding → done | failed. A study
-without a deadline closes as soon as it holds ``min_devices`` contributions (quorum); a study
-with a deadline collects until the deadline and then decodes if it holds ``min_devices``
-contributions, otherwise it fails. An operator may close a study early (same rule). Decoding
-runs on a worker thread so that a submission is answered at once; a coordinator that restarts
-re-decodes any study it left in ``decoding`` and closes studies whose deadline passed.
+Lifecycle (the transitions are defined once, in :mod:`fedsketch.server.store.base`): open →
+collecting (first stored contribution) → decoding → done | failed. A study without a deadline
+closes as soon as it holds ``min_devices`` contributions (quorum); a study with a deadline
+collects until the deadline and then decodes if it holds ``min_devices`` contributions,
+otherwise it fails. An operator may close a study early (same rule). Decoding runs on a worker
+thread so that a submission is answered at once; a coordinator that restarts re-decodes any study
+it left in ``decoding`` and closes studies whose deadline passed.
 
 Every contribution is checked before it is stored, and a :class:`Refusal` changes nothing:
 unknown study (not_found), closed study or spec-hash mismatch (failed_precondition), unenrolled
@@ -33,12 +34,16 @@ from fedsketch.common.study import StudySpec, spec_sha256
 from fedsketch.server.decode.pipeline import StudyResult, decode_sketch, decode_study, integer_sketch
 from fedsketch.server.service.secure_round import SecAggRound
 from fedsketch.server.store.base import (
+    ABANDON,
     ACCEPTING,
+    DECODE,
+    DECODING_FAILED,
     Code,
     ContributionRow,
     Refusal,
     Store,
     StudyRow,
+    Transition,
 )
 
 log = logging.getLogger("fedsketch.coordinator")
@@ -92,8 +97,8 @@ class Coordinator:
             self._decoder.submit(self._decode, row.study_id)
         for row in self.store.list_studies(ACCEPTING):
             if self.spec(row.study_id).secure_aggregation is not None:
-                self.store.set_state(row.study_id, "failed", "the coordinator restarted during "
-                                     "secure aggregation; the round cannot resume")
+                self._move(row.study_id, ABANDON, "the coordinator restarted during "
+                           "secure aggregation; the round cannot resume")
         self._watcher.start()
 
     def stop(self) -> None:
@@ -102,6 +107,11 @@ class Coordinator:
         if self._watcher.is_alive():
             self._watcher.join()
         self._decoder.shutdown(wait=True)
+
+    def _move(self, study_id: str, transition: Transition, detail: str) -> StudyRow:
+        """Make one lifecycle transition as a compare-and-set (StoreError 'failed_precondition'
+        if the study has left the transition's sources meanwhile)."""
+        return self.store.set_state(study_id, transition.target, detail, expect=transition.sources)
 
     # --- devices -------------------------------------------------------------------------------
 
@@ -179,10 +189,9 @@ class Coordinator:
             raise Refusal(Code.FAILED_PRECONDITION,
                           "a secure-aggregation study closes its stages by their timeouts")
         if row.contributions < row.min_devices:
-            return self.store.set_state(
-                study_id, "failed", f"{reason}: {row.contributions} of {row.min_devices} "
-                "devices contributed", expect=ACCEPTING)
-        row = self.store.set_state(study_id, "decoding", reason, expect=ACCEPTING)
+            return self._move(study_id, ABANDON, f"{reason}: {row.contributions} of "
+                              f"{row.min_devices} devices contributed")
+        row = self._move(study_id, DECODE, reason)
         self._decoder.submit(self._decode, study_id)
         return row
 
@@ -235,7 +244,7 @@ class Coordinator:
             log.info("study %s decoded from %d devices", study_id, result.devices)
         except Exception as exc:  # a failed decoding fails the study, with the reason
             log.exception("decoding study %s failed", study_id)
-            self.store.set_state(study_id, "failed", f"decoding failed: {exc}")
+            self._move(study_id, DECODING_FAILED, f"decoding failed: {exc}")
 
     # --- contributions -------------------------------------------------------------------------
 
@@ -274,12 +283,12 @@ class Coordinator:
 
     def _new_round(self, study_id: str, spec: StudySpec) -> SecAggRound:
         def finish(total, devices: int, records: float) -> None:
-            self.store.set_state(study_id, "decoding", "secure aggregate unmasked")
+            self._move(study_id, DECODE, "secure aggregate unmasked")
             self._decoder.submit(self._decode_secure, study_id, total, devices, records)
 
         def fail(reason: str) -> None:
             log.warning("study %s: %s", study_id, reason)
-            self.store.set_state(study_id, "failed", reason)
+            self._move(study_id, ABANDON, reason)
 
         return SecAggRound(study_id, spec, self.store.device_key, finish, fail)
 

@@ -1,10 +1,23 @@
 """The coordinator's domain model and storage contract, independent of any database.
 
 Everything the coordinator persists or refuses is named here once: the refusal codes, the study
-states, the row types, and the abstract :class:`Store` that a backend implements
-(:mod:`fedsketch.server.store.sqlite` today). The service raises and the store raises the same
-:class:`Refusal`; only the gRPC layer (:mod:`fedsketch.server.service.api`) turns its code into a
-status, so neither of them depends on the transport.
+states and the transitions between them, the row types, and the abstract :class:`Store` that a
+backend implements (:mod:`fedsketch.server.store.sqlite` today). The service raises and the store
+raises the same :class:`Refusal`; only the gRPC layer (:mod:`fedsketch.server.service.api`)
+turns its code into a status, so neither of them depends on the transport.
+
+Study lifecycle (each row is one :class:`Transition` below; nothing else moves a study)::
+
+    COLLECT          open              -> collecting  its first contribution is stored
+    DECODE           open | collecting -> decoding    closed with quorum, or secure aggregate unmasked
+    ABANDON          open | collecting -> failed      closed without quorum; secure aggregation
+                                                      aborted or cut by a coordinator restart
+    PUBLISH          decoding          -> done        its result is stored
+    DECODING_FAILED  decoding          -> failed      the decoder raised
+
+The store makes COLLECT and PUBLISH itself, inside the write that causes them; the coordinator
+makes the others with ``Store.set_state(..., expect=t.sources)``, a compare-and-set, so a study
+that moved meanwhile (two closes racing) is left alone and the loser is refused.
 """
 
 from __future__ import annotations
@@ -12,6 +25,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from enum import Enum
+from typing import NamedTuple
 
 
 class Code(str, Enum):
@@ -53,6 +67,20 @@ STATES = ("open", "collecting", "decoding", "done", "failed")
 ACCEPTING = ("open", "collecting")
 #: How a contribution's payload travels (``ContributionRow.kind``, the ``Contribution`` oneof).
 KINDS = ("float32_pairs", "int32_pairs")
+
+
+class Transition(NamedTuple):
+    """One edge of the study lifecycle: a study in one of ``sources`` may move to ``target``."""
+
+    sources: tuple[str, ...]
+    target: str
+
+
+COLLECT = Transition(("open",), "collecting")
+DECODE = Transition(ACCEPTING, "decoding")
+ABANDON = Transition(ACCEPTING, "failed")
+PUBLISH = Transition(("decoding",), "done")
+DECODING_FAILED = Transition(("decoding",), "failed")
 
 
 @dataclass(frozen=True)
@@ -144,8 +172,9 @@ class Store(ABC):
         """Set a study's state and detail in one transaction and return the new row. Audited.
 
         With ``expect``, an atomic compare-and-set: StoreError 'failed_precondition' unless the
-        current state is in ``expect``; without it, unconditional. 'not_found' for an unknown
-        study; ValueError for a state not in ``STATES``.
+        current state is in ``expect`` (the coordinator always passes a :class:`Transition`'s
+        sources); without it, unconditional. 'not_found' for an unknown study; ValueError for a
+        state not in ``STATES``.
         """
 
     # contributions
@@ -154,12 +183,13 @@ class Store(ABC):
     def add_contribution(self, row: ContributionRow) -> bool:
         """Record a device's contribution, at most one per (study, device), in one transaction.
 
-        Returns True if inserted (an "open" study becomes "collecting" in the same transaction),
-        False for an idempotent re-send (same payload_sha256 and n as the stored one; nothing is
-        written), even once the study has closed, so a device whose acknowledgement was lost
-        learns that its bytes are stored. StoreError: 'not_found' for an unknown study or device;
-        'conflict' if the device already contributed different bytes; 'failed_precondition' unless
-        the study is in ``ACCEPTING``. ValueError for a kind not in ``KINDS``. Audited.
+        Returns True if inserted (an "open" study makes its COLLECT transition in the same
+        transaction), False for an idempotent re-send (same payload_sha256 and n as the stored
+        one; nothing is written), even once the study has closed, so a device whose
+        acknowledgement was lost learns that its bytes are stored. StoreError: 'not_found' for an
+        unknown study or device; 'conflict' if the device already contributed different bytes;
+        'failed_precondition' unless the study is in ``ACCEPTING``. ValueError for a kind not in
+        ``KINDS``. Audited.
         """
 
     @abstractmethod
@@ -171,10 +201,11 @@ class Store(ABC):
 
     @abstractmethod
     def put_result(self, study_id: str, result_json: str) -> None:
-        """Store a study's result and set its state to "done" (detail cleared) in one
+        """Store a study's result and make its PUBLISH transition (detail cleared) in one
         transaction. Audited.
 
-        StoreError 'not_found' for an unknown study; 'conflict' if it already has a result.
+        StoreError 'not_found' for an unknown study; 'conflict' if it already has a result;
+        'failed_precondition' unless it is decoding.
         """
 
     @abstractmethod

@@ -21,7 +21,9 @@ from contextlib import contextmanager
 
 from fedsketch.server.store.base import (
     ACCEPTING,
+    COLLECT,
     KINDS,
+    PUBLISH,
     STATES,
     Code,
     ContributionRow,
@@ -313,8 +315,8 @@ class SQLiteStore(Store):
                 (row.study_id, row.device_id, row.n, row.kind, bytes(row.payload), row.payload_sha256,
                  bytes(row.signature), row.received_at),
             )
-            if state == "open":
-                c.execute("UPDATE studies SET state = 'collecting' WHERE study_id = ?", (row.study_id,))
+            if state in COLLECT.sources:
+                c.execute("UPDATE studies SET state = ? WHERE study_id = ?", (COLLECT.target, row.study_id))
             self._log(
                 c, row.device_id, "contribute",
                 f"study {row.study_id!r} n={row.n} payload_sha256 {row.payload_sha256}",
@@ -336,12 +338,16 @@ class SQLiteStore(Store):
             current = self._study(c, study_id).state
             if c.execute("SELECT 1 FROM results WHERE study_id = ?", (study_id,)).fetchone():
                 raise StoreError(Code.CONFLICT, f"study {study_id!r} already has a result")
+            if current not in PUBLISH.sources:
+                raise StoreError(Code.FAILED_PRECONDITION, f"study {study_id!r} is {current!r}, not decoding")
             c.execute(
                 "INSERT INTO results (study_id, result_json, created_at) VALUES (?, ?, ?)",
                 (study_id, result_json, time.time()),
             )
-            c.execute("UPDATE studies SET state = 'done', detail = '' WHERE study_id = ?", (study_id,))
-            self._log(c, _COORDINATOR, "put_result", f"study {study_id!r}: {current} -> done")
+            c.execute(
+                "UPDATE studies SET state = ?, detail = '' WHERE study_id = ?", (PUBLISH.target, study_id)
+            )
+            self._log(c, _COORDINATOR, "put_result", f"study {study_id!r}: {current} -> {PUBLISH.target}")
 
     def get_result(self, study_id: str) -> str | None:
         rows = self._query("SELECT result_json FROM results WHERE study_id = ?", (study_id,))
