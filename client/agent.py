@@ -29,11 +29,13 @@ import numpy as np
 
 from fedsketch.common import secagg_wire as sw
 from fedsketch.common import signing, wire
+from fedsketch.common.dp.plan import integer_sum_term
+from fedsketch.common.dp.samplers import dlap_noise_share, noise_rng
 from fedsketch.common.frequencies import draw_frequencies
 from fedsketch.common.pb import fedsketch_pb2 as pb
 from fedsketch.common.pb import fedsketch_pb2_grpc as pb_grpc
-from fedsketch.common.privacy import noise_rng, privatize
-from fedsketch.common.secagg import Client, SecAggAbort, dlap_noise_share
+from fedsketch.common.privacy import privatize
+from fedsketch.common.secagg import Client, SecAggAbort
 from fedsketch.common.sketching import feature_sum
 from fedsketch.common.study import StudySpec, spec_sha256
 
@@ -240,13 +242,17 @@ class Agent:
 
     def _masked_input(self, identity: Identity, study: pb.Study, session: _Session,
                       inbox: dict[str, bytes], out: Outcome) -> str | None:
-        """Sketch, add a noise share, mask, commit the spend with the bytes, then send."""
+        """Sketch, add a noise share, mask, commit the spend with the bytes, then send.
+
+        The shares of min_honest devices add up to the study's integer-sum term (MECHANISMS §4.2).
+        """
         spec = session.spec
         m, r = spec.sketch.frequencies.m, spec.sketch.r
         fs = feature_sum(self.data.chunks(), draw_frequencies(spec.sketch.frequencies),
                          "quantized", r)
-        noise = dlap_noise_share(spec.sketch.privacy.epsilon, 4.0 * r,
-                                 spec.secure_aggregation.min_honest, 2 * m, noise_rng())
+        term = integer_sum_term(spec.sketch.privacy.epsilon, r, "replace_one")
+        noise = dlap_noise_share(term.epsilon, term.sensitivity, spec.secure_aggregation.min_honest,
+                                 2 * m, noise_rng())
         y = session.client.masked_input(np.concatenate([fs.re, fs.im]), inbox, noise)
         try:
             spend = self.ledger.record_spend(

@@ -49,7 +49,6 @@ independent extra noise (variance × m'/h_min); the modulus is sized so the tota
 from __future__ import annotations
 
 import hashlib
-import math
 import secrets
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
@@ -66,11 +65,10 @@ from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
 from . import signing
-from .calibration import check_epsilon
+from .dp.calibration import noise_radius
 from .shamir import SHARE_BYTES, combine, decode_share, encode_share, split
 
 MAX_BITS = 62  # the masked payload travels as uint64
-LOG_TAIL = -40.0 * math.log(2.0)  # log P(the noise overflows the modulus), union over coordinates
 KEY_BYTES = 32
 NONCE_BYTES = 12
 KIND_B = "b"  # share of a survivor's self-mask seed
@@ -109,39 +107,7 @@ def _final(method: _Method) -> _Method:
     return stage  # type: ignore[return-value]
 
 
-# ---------------------------------------------------------------- modulus and distributed noise
-
-
-def noise_radius(a: float, dim: int, shape: float = 1.0) -> int:
-    """Smallest t ≥ 0 with dim · P(|Z| > t) ≤ 2^−40, Z = NB(ρ, 1−a) − NB(ρ, 1−a), ρ = ``shape``.
-
-    ρ = 1 is DLap(a), P(|Z| > t) = 2a^{t+1}/(1+a) (MECHANISMS §4.4, union bound over ``dim``
-    coordinates). ρ > 1 (more than h_min submitters: ρ = m'/h_min) uses P(|Z| > t) ≤ 2 P(X ≥ k),
-    k = t+1, and the Chernoff bound P(X ≥ k) ≤ ((1−a)(k+ρ)/ρ)^ρ · (a(k+ρ)/k)^k for k > ρa/(1−a).
-    a = 0 (no noise) gives 0.
-    """
-    if not 0.0 <= a < 1.0:
-        raise ValueError(f"the discrete-Laplace parameter must lie in [0, 1), got {a}")
-    if shape < 1.0:
-        raise ValueError(f"shape = submitters / h_min must be >= 1, got {shape}")
-    if a == 0.0:
-        return 0
-    budget = LOG_TAIL - math.log(2.0 * dim)
-    if shape == 1.0:
-        return max(math.ceil((budget + math.log1p(a)) / math.log(a)) - 1, 0)
-
-    def fits(k: int) -> bool:
-        log_tail = shape * math.log((1 - a) * (k + shape) / shape) + k * math.log(a * (k + shape) / k)
-        return log_tail <= budget
-
-    lo = math.floor(shape * a / (1 - a)) + 1  # the bound holds above the mean
-    hi = 2 * lo
-    while not fits(hi):
-        lo, hi = hi, 2 * hi
-    while lo < hi:  # the bound decreases in k above the mean
-        mid = (lo + hi) // 2
-        lo, hi = (lo, mid) if fits(mid) else (mid + 1, hi)
-    return hi - 1
+# ---------------------------------------------------------------- modulus
 
 
 def modulus_bits(n_max: int, a: float, dim: int, shape: float = 1.0) -> int:
@@ -165,22 +131,6 @@ def check_capacity(n_max: int, a: float, dim: int, shape: float = 1.0) -> int:
             f"but the masked payload travels as uint64 with at most {MAX_BITS} bits"
         )
     return bits
-
-
-def dlap_noise_share(epsilon: float, delta1: float, h_min: int, dim: int,
-                     rng: np.random.Generator) -> np.ndarray:
-    """One device's int64 noise share: NB(1/h_min, 1−a) − NB(1/h_min, 1−a) per coordinate.
-
-    a = exp(−ε/Δ1) with Δ1 the sensitivity of the *total* integer sum (4r, replace-one). The
-    shares of h_min devices sum in law to one DLap(a) draw per coordinate (MECHANISMS §4.2; numpy's
-    Gamma–Poisson sampler is integer-valued but only approximately exact, §10 item 7). ``rng``
-    must come from :func:`fedsketch.common.privacy.noise_rng` (OS CSPRNG seed).
-    """
-    if h_min < 1 or delta1 <= 0:
-        raise ValueError(f"need h_min >= 1 and delta1 > 0, got {h_min}, {delta1}")
-    p = -math.expm1(-check_epsilon(epsilon) / delta1)  # 1 − a without cancellation
-    return (rng.negative_binomial(1.0 / h_min, p, dim)
-            - rng.negative_binomial(1.0 / h_min, p, dim)).astype(np.int64)
 
 
 # ---------------------------------------------------------------- public parameters and graph

@@ -16,6 +16,7 @@ import json
 import math
 from dataclasses import asdict, dataclass
 
+from .dp.plan import integer_sum_term
 from .frequencies import draw_frequencies
 from .secagg import check_capacity
 from .spec import SketchSpec, canonical_json
@@ -114,8 +115,12 @@ class StudySpec:
                        shape=self.min_devices / sa.min_honest)
 
     def noise_param(self) -> float:
-        """a = exp(−ε/Δ1), Δ1 = 4r: the DLap parameter of the integer sum (MECHANISMS §1.5)."""
-        return math.exp(-self.sketch.privacy.epsilon / (4.0 * self.sketch.r))
+        """a = exp(−ε/Δ1), Δ1 = 4r: the DLap parameter of the integer sum (MECHANISMS §1.5).
+
+        The scale of :func:`~fedsketch.common.dp.plan.integer_sum_term` (replace-one), the noise
+        the devices' shares add up to under secure aggregation (§4.2).
+        """
+        return integer_sum_term(self.sketch.privacy.epsilon, self.sketch.r, "replace_one").scale
 
     @classmethod
     def create(cls, name: str, sketch: SketchSpec, k: int, lo, hi, **rules) -> StudySpec:

@@ -9,10 +9,12 @@ Encodings (``Contribution.payload`` in ``proto/fedsketch.proto``):
   interleaved the same way. The coordinator divides by α·N·√m after summing (MECHANISMS §1.5).
 
 Magnitude bounds (DESIGN §6). A clean entry obeys |Re|, |Im| ≤ 1/(α√m) (normalized) or ≤ n
-(integer). Laplace noise exceeds T·b with probability e^{−T}; T = 60 makes a false refusal
-(≈ 2m·1e-26) negligible; Gaussian noise uses 12σ; discrete Laplace uses the t of §1.5 with
-2m·2a^{t+1}/(1+a) ≤ 2^{−40}. Under add/remove the released count is itself noisy, so the true
-count is bounded by count + T/ε₂.
+(integer). The noise is the study's plan (:func:`fedsketch.common.dp.plan.noise_plan`): Laplace
+noise exceeds T·b with probability e^{−T}; T = 60 makes a false refusal (≈ 2m·1e-26) negligible;
+Gaussian noise uses 12σ; discrete Laplace uses t + 1, t the radius of §1.5
+(:func:`fedsketch.common.dp.calibration.noise_radius`: the smallest t with 2m·2a^{t+1}/(1+a) ≤
+2^{−40}). Under add/remove the released count is itself noisy, so the true count is bounded by
+count + T/ε₂, ε₂ the count's share of ε (:func:`fedsketch.common.dp.budget.add_remove_split`).
 """
 
 from __future__ import annotations
@@ -21,9 +23,10 @@ import math
 
 import numpy as np
 
-from .calibration import dlap_param, gauss_sigma_analytic
-from .features import C_F, MAX_ENTRY_CHANGE
-from .privacy import PrivateSketch, add_remove_split
+from .dp.budget import add_remove_split
+from .dp.calibration import noise_radius
+from .dp.plan import noise_plan
+from .privacy import PrivateSketch
 from .study import StudySpec
 
 KINDS: dict[str, str] = {"complex": "float32_pairs", "quantized": "int32_pairs"}
@@ -84,34 +87,26 @@ def check_count(spec: StudySpec, n: float) -> None:
 
 
 def max_abs_entry(spec: StudySpec, n: float) -> float:
-    """The largest |Re| or |Im| of a payload entry that the study's mechanism can produce."""
-    freq, privacy = spec.sketch.frequencies, spec.sketch.privacy
-    m, r, feature = freq.m, spec.sketch.r, spec.sketch.feature
-    alpha, eps, delta = r / m, privacy.epsilon, privacy.delta
-    quantized = feature == "quantized"
-    if privacy.neighbouring == "replace_one":
-        count_hi, eps_num = n, eps
+    """The largest |Re| or |Im| of a payload entry that the study's mechanism can produce.
+
+    Payload units: normalized sketch (float payloads) or integer sum (integer payloads); ``n`` is
+    the contribution's record count as sent (module docstring).
+    """
+    privacy = spec.sketch.privacy
+    m, r, feature = spec.sketch.frequencies.m, spec.sketch.r, spec.sketch.feature
+    alpha = r / m
+    term = noise_plan(feature, m, r, privacy, n)[0]  # the noise on the 2m coordinates
+    replace_one = privacy.neighbouring == "replace_one"
+    if replace_one:
+        count_hi = n
     else:
-        eps_num, eps_cnt = add_remove_split(eps, m)
-        count_hi = max(n, 0.0) + LAPLACE_TAIL / eps_cnt
-    if delta > 0:  # Gaussian, float payload only
-        g = MAX_ENTRY_CHANGE[feature]
-        if privacy.neighbouring == "replace_one":
-            sigma = gauss_sigma_analytic(g * math.sqrt(m) / (n * math.sqrt(r)), eps, delta)
-            return (1.0 / (alpha * math.sqrt(m)) + GAUSS_TAIL * sigma) * (1 + FLOAT32_SLACK)
-        sigma = gauss_sigma_analytic(math.sqrt((g / 2) ** 2 * m / r + 1.0), eps, delta)
-        bound = count_hi / (alpha * math.sqrt(m)) + GAUSS_TAIL * sigma
-        return bound / max(n, 1.0) * (1 + FLOAT32_SLACK)
-    if quantized:
-        delta1 = 4.0 * r if privacy.neighbouring == "replace_one" else 2.0 * r
-        a = dlap_param(eps_num, delta1)
-        t = math.ceil(math.log(2.0**-40 * (1 + a) / (4 * m)) / math.log(a))
-        return count_hi + t
-    if privacy.neighbouring == "replace_one":
-        b = C_F[feature] * math.sqrt(m) / (n * eps)
-        return (1.0 / (alpha * math.sqrt(m)) + LAPLACE_TAIL * b) * (1 + FLOAT32_SLACK)
-    b = C_F[feature] / 2.0 * math.sqrt(m) / eps_num
-    bound = count_hi / (alpha * math.sqrt(m)) + LAPLACE_TAIL * b
+        count_hi = max(n, 0.0) + LAPLACE_TAIL / add_remove_split(privacy.epsilon, m)[1]
+    if term.law == "discrete_laplace":
+        return count_hi + (noise_radius(term.scale, 2 * m) + 1)
+    tail = (GAUSS_TAIL if term.law == "gaussian" else LAPLACE_TAIL) * term.scale
+    if replace_one:
+        return (1.0 / (alpha * math.sqrt(m)) + tail) * (1 + FLOAT32_SLACK)
+    bound = count_hi / (alpha * math.sqrt(m)) + tail
     return bound / max(n, 1.0) * (1 + FLOAT32_SLACK)
 
 

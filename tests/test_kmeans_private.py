@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from fedsketch.common import lloyd as common_lloyd
-from fedsketch.common.calibration import gamma_mahalanobis, gauss_sigma_analytic, laplace_scale
+from fedsketch.common.dp.calibration import gamma_mahalanobis, gauss_sigma_analytic, laplace_scale
 from fedsketch.common.privacy import noise_rng
 from fedsketch.common.synthetic import gmm
 from fedsketch.server.bench import kmeans as kp

@@ -9,22 +9,18 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from fedsketch.common.calibration import (
+from fedsketch.common.dp.budget import add_remove_split
+from fedsketch.common.dp.calibration import (
     _gauss_delta,
     dlap_param,
     dlap_variance,
     gauss_sigma_analytic,
     gauss_sigma_classical,
 )
+from fedsketch.common.dp.samplers import discrete_laplace
 from fedsketch.common.features import C_F, MAX_ENTRY_CHANGE
 from fedsketch.common.frequencies import FrequencySpec, draw_frequencies
-from fedsketch.common.privacy import (
-    PrivacySpec,
-    add_remove_split,
-    discrete_laplace,
-    noise_rng,
-    privatize,
-)
+from fedsketch.common.privacy import PrivacySpec, noise_rng, privatize
 from fedsketch.common.sketching import FeatureSum, feature_sum
 
 FEATURES = ("complex", "quantized")

@@ -12,7 +12,8 @@ import pytest
 from scipy import stats
 
 from fedsketch.common import signing
-from fedsketch.common.calibration import dlap_variance
+from fedsketch.common.dp.calibration import dlap_variance, noise_radius
+from fedsketch.common.dp.samplers import dlap_noise_share
 from fedsketch.common.privacy import noise_rng
 from fedsketch.common.secagg import (
     KIND_B,
@@ -24,10 +25,8 @@ from fedsketch.common.secagg import (
     SecAggParams,
     check_capacity,
     default_threshold,
-    dlap_noise_share,
     modulus_bits,
     neighbours,
-    noise_radius,
     prg,
 )
 from fedsketch.common.shamir import combine, decode_share

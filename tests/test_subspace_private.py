@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from scipy.integrate import quad
 
-from fedsketch.common.calibration import (
+from fedsketch.common.dp.calibration import (
     advanced_composition,
     advanced_composition_inverse,
     gauss_sigma_analytic,

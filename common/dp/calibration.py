@@ -1,0 +1,241 @@
+"""Noise calibration: budgets, the sketch's sensitivities, noise scales, tails and composition.
+
+The one module of MECHANISMS §0.6. Every function states its unit: a sensitivity is in the units
+of the released quantity, and the returned scale is in the same units. ε is dimensionless, δ is a
+probability (MECHANISMS §0.4). Sections: budget checks; the sensitivities of the sketch (one
+function per released quantity, §1.2, §1.5–1.7); the scale of each noise primitive and the
+discrete-Laplace tail (§1.5, §4.4); composition (§0.5, §9.5) and the Mahalanobis γ (§7.2).
+"""
+
+from __future__ import annotations
+
+import math
+
+from scipy.special import log_ndtr, ndtr
+
+from ..features import C_F, MAX_ENTRY_CHANGE
+
+#: The neighbouring relations (MECHANISMS §0.3): replace one record (n public) or add/remove one.
+NEIGHBOURING: tuple[str, ...] = ("replace_one", "add_remove")
+#: Δ1 = Δ2 of the record count under add/remove (records).
+COUNT_SENSITIVITY = 1.0
+#: log of the probability, over all coordinates, that a noise vector leaves its radius (§4.4).
+LOG_TAIL = -40.0 * math.log(2.0)
+
+
+# ---------------------------------------------------------------- budget checks
+
+
+def check_epsilon(epsilon: float) -> float:
+    """Return ε if 0 < ε ≤ ∞ (∞ means: release without noise), else raise ValueError."""
+    if not (epsilon > 0):  # also rejects NaN
+        raise ValueError(f"epsilon must be > 0 (or inf for no noise), got {epsilon}")
+    return float(epsilon)
+
+
+def check_delta(delta: float) -> float:
+    """Return δ if 0 ≤ δ < 1 (0 means pure ε-DP), else raise ValueError."""
+    if not (0.0 <= delta < 1.0):
+        raise ValueError(f"delta must be in [0, 1), got {delta}")
+    return float(delta)
+
+
+def check_neighbouring(neighbouring: str) -> str:
+    """Return ``neighbouring`` if it is one of :data:`NEIGHBOURING`, else raise ValueError."""
+    if neighbouring not in NEIGHBOURING:
+        raise ValueError(
+            f"unknown neighbouring relation {neighbouring!r}; "
+            f"choose one of {', '.join(NEIGHBOURING)}"
+        )
+    return neighbouring
+
+
+# ---------------------------------------------------------------- sensitivities of the sketch
+
+
+def quantized_l1_sensitivity(r: int, neighbouring: str) -> float:
+    """Δ1 of the quantized integer sum S ∈ Z^{2m} (integer-sum units): 4r (replace-one), 2r (add/remove).
+
+    A record touches r entries; each moves by |ΔRe| + |ΔIm| ≤ 4 = c_f under a replace and ≤ 2
+    under an add or a remove (MECHANISMS §1.5, §1.7).
+    """
+    if check_neighbouring(neighbouring) == "replace_one":
+        return 4.0 * r
+    return 2.0 * r
+
+
+def complex_l1_sensitivity(m: int, n: float, neighbouring: str) -> float:
+    """Δ1 of the float release of the ``complex`` map, c_f = 2√2 (MECHANISMS §1.2, §1.7).
+
+    replace-one: c_f √m / n on the normalized sketch s = S/(α n √m) (sketch units);
+    add/remove: (c_f/2) √m on the numerator S/(α√m) (numerator units), whatever n.
+    """
+    if check_neighbouring(neighbouring) == "replace_one":
+        return C_F["complex"] * math.sqrt(m) / n
+    return C_F["complex"] / 2.0 * math.sqrt(m)
+
+
+def gaussian_l2_sensitivity(feature: str, m: int, r: int, n: float, neighbouring: str) -> float:
+    """Δ2 of the Gaussian release, g = ``MAX_ENTRY_CHANGE`` (2 or 2√2) (MECHANISMS §1.6).
+
+    replace-one: g √m/(n √r) on the normalized sketch (sketch units), r entries each moving by
+    g/(α n √m); add/remove: √((g/2)² m/r + 1) on the joint vector (numerator S/(α√m), record
+    count) (numerator units, i.e. records), the count adding :data:`COUNT_SENSITIVITY`.
+    """
+    g = MAX_ENTRY_CHANGE[feature]
+    if check_neighbouring(neighbouring) == "replace_one":
+        return g * math.sqrt(m) / (n * math.sqrt(r))
+    return math.sqrt((g / 2.0) ** 2 * m / r + 1.0)
+
+
+# ---------------------------------------------------------------- noise scales and tails
+
+
+def laplace_scale(delta1: float, epsilon: float) -> float:
+    """Laplace scale b = Δ1/ε (variance 2b²) that makes a query of L1 sensitivity Δ1 ε-DP."""
+    return delta1 / check_epsilon(epsilon)
+
+
+def dlap_param(epsilon: float, delta1: float) -> float:
+    """Discrete-Laplace parameter a = exp(−ε/Δ1) for an integer query of L1 sensitivity Δ1.
+
+    P(k) = (1−a)/(1+a)·a^|k| on the integers; variance 2a/(1−a)².
+    """
+    return math.exp(-check_epsilon(epsilon) / delta1)
+
+
+def dlap_variance(a: float) -> float:
+    """Variance 2a/(1−a)² of DLap(a)."""
+    return 2.0 * a / (1.0 - a) ** 2
+
+
+def noise_radius(a: float, dim: int, shape: float = 1.0) -> int:
+    """Smallest t ≥ 0 with dim · P(|Z| > t) ≤ 2^−40, Z = NB(ρ, 1−a) − NB(ρ, 1−a), ρ = ``shape``.
+
+    t is in the units of the noise (integers). ρ = 1 is DLap(a), P(|Z| > t) = 2a^{t+1}/(1+a)
+    (MECHANISMS §0.4, §4.4, union bound over ``dim`` coordinates). ρ > 1 (more than h_min
+    submitters: ρ = m'/h_min, §4.3) uses P(|Z| > t) ≤ 2 P(X ≥ k), k = t+1, and the Chernoff bound
+    P(X ≥ k) ≤ ((1−a)(k+ρ)/ρ)^ρ · (a(k+ρ)/k)^k for k > ρa/(1−a). a = 0 (no noise) gives 0.
+    """
+    if not 0.0 <= a < 1.0:
+        raise ValueError(f"the discrete-Laplace parameter must lie in [0, 1), got {a}")
+    if shape < 1.0:
+        raise ValueError(f"shape = submitters / h_min must be >= 1, got {shape}")
+    if a == 0.0:
+        return 0
+    budget = LOG_TAIL - math.log(2.0 * dim)
+    if shape == 1.0:
+        return max(math.ceil((budget + math.log1p(a)) / math.log(a)) - 1, 0)
+
+    def fits(k: int) -> bool:
+        log_tail = shape * math.log((1 - a) * (k + shape) / shape) + k * math.log(a * (k + shape) / k)
+        return log_tail <= budget
+
+    lo = math.floor(shape * a / (1 - a)) + 1  # the bound holds above the mean
+    hi = 2 * lo
+    while not fits(hi):
+        lo, hi = hi, 2 * hi
+    while lo < hi:  # the bound decreases in k above the mean
+        mid = (lo + hi) // 2
+        lo, hi = (lo, mid) if fits(mid) else (mid + 1, hi)
+    return hi - 1
+
+
+def gauss_sigma_classical(delta2: float, epsilon: float, delta: float) -> float:
+    """Classical Gaussian σ = Δ2·√(2 ln(1.25/δ))/ε (Dwork–Roth Thm A.1); valid only for ε < 1."""
+    if not 0 < epsilon < 1:
+        raise ValueError(f"the classical Gaussian mechanism needs 0 < epsilon < 1, got {epsilon}")
+    if not 0 < delta < 1:
+        raise ValueError(f"delta must be in (0, 1), got {delta}")
+    return delta2 * math.sqrt(2.0 * math.log(1.25 / delta)) / epsilon
+
+
+def _gauss_delta(sigma: float, delta2: float, epsilon: float) -> float:
+    """δ(σ) = Φ(Δ/(2σ) − εσ/Δ) − e^ε Φ(−Δ/(2σ) − εσ/Δ), the exact δ of N(0, σ²) (Balle–Wang)."""
+    u = delta2 / (2.0 * sigma)
+    v = epsilon * sigma / delta2
+    return float(ndtr(u - v) - math.exp(epsilon + log_ndtr(-u - v)))
+
+
+def gauss_sigma_analytic(delta2: float, epsilon: float, delta: float) -> float:
+    """Smallest σ with δ(σ) ≤ δ for a query of L2 sensitivity Δ2 (Balle & Wang 2018, all ε > 0).
+
+    δ(σ) decreases in σ; bisection on log σ to a relative width of 1e-12, returning the upper
+    end, so the returned σ always satisfies the constraint.
+    """
+    check_epsilon(epsilon)
+    if not 0 < delta < 1:
+        raise ValueError(f"delta must be in (0, 1), got {delta}")
+    if math.isinf(epsilon):
+        return 0.0
+    lo, hi = delta2 * 1e-6, delta2
+    while _gauss_delta(hi, delta2, epsilon) > delta:
+        lo, hi = hi, hi * 2.0
+    while _gauss_delta(lo, delta2, epsilon) <= delta:
+        lo /= 2.0
+    while hi / lo > 1.0 + 1e-12:
+        mid = math.sqrt(lo * hi)
+        if _gauss_delta(mid, delta2, epsilon) > delta:
+            lo = mid
+        else:
+            hi = mid
+    return hi
+
+
+# ---------------------------------------------------------------- composition and γ
+
+
+def advanced_composition(epsilon: float, delta: float, k: int) -> tuple[float, float]:
+    """(ε', δ') of k adaptive (ε, δ)-DP mechanisms with slack δ'' = δ (MECHANISMS §0.5, §9.5).
+
+    ε' = √(2k ln(1/δ))·ε + kε(e^ε − 1),  δ' = kδ + δ = (k + 1)δ  (Dwork–Roth Thm 3.20 with
+    δ'' = δ, as paper 001 Prop. E.2). ε = ∞ gives ε' = ∞.
+    """
+    check_epsilon(epsilon)
+    if not 0 < delta < 1:
+        raise ValueError(f"delta must be in (0, 1), got {delta}")
+    if k < 1:
+        raise ValueError(f"k must be >= 1, got {k}")
+    if math.isinf(epsilon):
+        return math.inf, (k + 1) * delta
+    growth = math.expm1(epsilon) if epsilon < 700.0 else math.inf  # e^ε − 1 overflows past ~709
+    eps_total = math.sqrt(2.0 * k * math.log(1.0 / delta)) * epsilon + k * epsilon * growth
+    return eps_total, (k + 1) * delta
+
+
+def advanced_composition_inverse(epsilon_total: float, delta_total: float, k: int) -> tuple[float, float]:
+    """Per-mechanism (ε, δ) whose k-fold :func:`advanced_composition` is (ε', δ') (MECHANISMS §9.5).
+
+    δ = δ'/(k + 1); ε' is increasing in ε, so ε is found by bisection to a relative width of
+    1e-15, returning the lower end: the composed ε never exceeds ε'. ε' = ∞ gives ε = ∞.
+    """
+    check_epsilon(epsilon_total)
+    if not 0 < delta_total < 1:
+        raise ValueError(f"delta_total must be in (0, 1), got {delta_total}")
+    if k < 1:
+        raise ValueError(f"k must be >= 1, got {k}")
+    delta = delta_total / (k + 1)
+    if math.isinf(epsilon_total):
+        return math.inf, delta
+    lo, hi = 0.0, epsilon_total
+    while advanced_composition(hi, delta, k)[0] < epsilon_total:
+        lo, hi = hi, 2.0 * hi
+    while hi - lo > 1e-15 * hi:
+        mid = 0.5 * (lo + hi)
+        if advanced_composition(mid, delta, k)[0] > epsilon_total:
+            hi = mid
+        else:
+            lo = mid
+    return lo, delta
+
+
+def gamma_mahalanobis(epsilon: float, delta: float) -> float:
+    """Largest γ (dimensionless) such that noise N(0, Σ) is (ε, δ)-DP for every pair of datasets
+    whose query difference Δ satisfies ΔᵀΣ⁻¹Δ ≤ γ (MECHANISMS §7.2, analytic calibration).
+
+    The privacy loss of such a pair is N(s²/2, s²) with s² = ΔᵀΣ⁻¹Δ, the loss of a scalar
+    Gaussian with Δ2/σ = s; so γ = 1/σ(1, ε, δ)² with σ from :func:`gauss_sigma_analytic`, whose
+    σ errs upward, so γ errs downward. ε = ∞ gives γ = ∞ (no constraint).
+    """
+    sigma = gauss_sigma_analytic(1.0, epsilon, delta)
+    return math.inf if sigma == 0.0 else 1.0 / sigma**2
