@@ -27,7 +27,6 @@ from dataclasses import dataclass, field
 import grpc
 import numpy as np
 
-from fedsketch.common import secagg_wire as sw
 from fedsketch.common import signing, wire
 from fedsketch.common.dp.plan import integer_sum_term
 from fedsketch.common.dp.samplers import dlap_noise_share, noise_rng
@@ -36,6 +35,7 @@ from fedsketch.common.pb import fedsketch_pb2 as pb
 from fedsketch.common.pb import fedsketch_pb2_grpc as pb_grpc
 from fedsketch.common.privacy import privatize
 from fedsketch.common.secagg import Client, SecAggAbort
+from fedsketch.common.secagg import wire as sw
 from fedsketch.common.sketching import feature_sum
 from fedsketch.common.study import StudySpec, spec_sha256
 

@@ -10,16 +10,22 @@ import numpy as np
 import pytest
 from conftest import META
 
-from fedsketch.common import secagg_wire as sw
 from fedsketch.common import signing
 from fedsketch.common.frequencies import FrequencySpec, draw_frequencies
 from fedsketch.common.pb import fedsketch_pb2 as pb
 from fedsketch.common.privacy import PrivacySpec
+from fedsketch.common.secagg import wire as sw
 from fedsketch.common.sketching import feature_sum
 from fedsketch.common.spec import SketchSpec
 from fedsketch.common.study import SecAggSpec, StudySpec
 from fedsketch.common.synthetic import gmm
 from fedsketch.server.bench.metrics import split
+from fedsketch.server.sim.simulate import DROPOUT_STAGES
+
+
+def test_the_stages_are_defined_once_and_keep_their_wire_values_and_names():
+    assert sw.STAGES == (pb.REGISTER, pb.ADVERTISE_KEYS, pb.SHARE_KEYS, pb.MASKED_INPUT, pb.UNMASK)
+    assert DROPOUT_STAGES == ("advertise_keys", "share_keys", "masked_input", "unmask")
 
 
 def secure_spec(devices: int, epsilon: float = 1000.0, threshold: int | None = None,

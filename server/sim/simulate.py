@@ -30,13 +30,13 @@ import numpy as np
 
 from fedsketch.client.agent import Agent, LocalData
 from fedsketch.client.ledger import Ledger
-from fedsketch.common import secagg_wire as sw
 from fedsketch.common.features import FEATURES
 from fedsketch.common.frequencies import FrequencySpec
 from fedsketch.common.pb import fedsketch_pb2 as pb
 from fedsketch.common.pb import fedsketch_pb2_grpc as pb_grpc
 from fedsketch.common.privacy import PrivacySpec
-from fedsketch.common.secagg import default_threshold
+from fedsketch.common.secagg import Stage, default_threshold
+from fedsketch.common.secagg import wire as sw
 from fedsketch.common.spec import SketchSpec
 from fedsketch.common.study import SecAggSpec, StudySpec
 from fedsketch.common.synthetic import gmm
@@ -50,7 +50,7 @@ OPERATOR_TOKEN = "simulation-operator-token"
 #: Longest wait (seconds) for a study to be decoded after the last contribution.
 DECODE_TIMEOUT = 600.0
 #: Secure-aggregation stages in order, and those a simulated device may drop out at.
-DROPOUT_STAGES = ("advertise_keys", "share_keys", "masked_input", "unmask")
+DROPOUT_STAGES = tuple(stage.value for stage in Stage)
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,175 @@
+"""The device's side of secure aggregation (package docstring, stages 1–4)."""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Collection, Mapping
+
+import numpy as np
+from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
+
+from .. import signing
+from ..shamir import SHARE_BYTES, decode_share, encode_share, split
+from .crypto import (
+    KEY_BYTES,
+    add_pair_mask,
+    advert_digest,
+    agree,
+    as_words,
+    mask_seed,
+    open_sealed,
+    prg,
+    public_bytes,
+    seal,
+    verify_advert,
+)
+from .params import SecAggParams
+from .protocol import KIND_B, KIND_SK, Advert, fail, final_on_abort
+
+
+class Client:
+    """One device's secure-aggregation state for one study (module docstring, stages 1–4).
+
+    ``signing_key`` is the device's raw Ed25519 private key; ``enrolled`` maps device ids to
+    their raw Ed25519 public keys as registered at enrollment. Any SecAggAbort is final: every
+    later call raises it again.
+    """
+
+    def __init__(self, params: SecAggParams, device_id: str, signing_key: bytes,
+                 enrolled: Mapping[str, bytes]) -> None:
+        if device_id not in params.share_x:
+            raise ValueError(f"{device_id!r} is not invited to study {params.study_id!r}")
+        self.params = params
+        self.device_id = device_id
+        self._signing_key = signing_key
+        self._enrolled = dict(enrolled)
+        self._c_sk = X25519PrivateKey.generate()
+        self._s_sk = X25519PrivateKey.generate()
+        self._b = secrets.token_bytes(KEY_BYTES)
+        self._advert: Advert | None = None
+        self._peers: dict[str, Advert] | None = None  # verified adverts of A ∩ N(u)
+        self._channels: dict[str, bytes] = {}  # peer → X25519(c_sk_u, c_pk_v), for both directions
+        self._held: dict[str, tuple[int, int]] = {}  # peer → (s_sk-share, b-share) at x(u)
+        self._masked = False
+        self._revealed: dict[str, str] = {}  # peer → kind of share already revealed
+        self._aborted: str | None = None
+
+    @final_on_abort
+    def advertise(self) -> Advert:
+        """Stage 1: the signed advert of (c_pk, s_pk); the same advert if asked again."""
+        if self._advert is None:
+            c_pk, s_pk = public_bytes(self._c_sk), public_bytes(self._s_sk)
+            digest = advert_digest(self.params.study_id, self.device_id, c_pk, s_pk)
+            self._advert = Advert(self.device_id, c_pk, s_pk, signing.sign(self._signing_key, digest))
+        return self._advert
+
+    def _verified(self, adverts: Mapping[str, Advert]) -> dict[str, Advert]:
+        peers = {}
+        for v, advert in adverts.items():
+            if advert.device_id != v:
+                fail(f"advert filed under {v!r} is from {advert.device_id!r}")
+            if v == self.device_id:
+                if advert != self._advert:
+                    fail("my own advert came back altered")
+                continue
+            if v not in self.params.graph[self.device_id]:
+                fail(f"advert from {v!r}, who is not my neighbour")
+            key = self._enrolled.get(v)
+            if key is None or not verify_advert(advert, self.params.study_id, key):
+                fail(f"the advert of {v!r} is not signed by its enrolled key")
+            peers[v] = advert
+        return peers
+
+    @final_on_abort
+    def share_keys(self, adverts: Mapping[str, Advert]) -> dict[str, bytes]:
+        """Stage 2: verify the neighbours' adverts, share s_sk and b t-of-|H(u)|; receiver → ciphertext.
+
+        H(u) = {u} ∪ {advertised neighbours}; aborts if |H(u)| < t or any advert is bad.
+        """
+        if self._advert is None or self._peers is not None:
+            fail("share_keys must follow advertise and run once")
+        peers = self._verified(adverts)
+        t, x = self.params.threshold, self.params.share_x
+        holders = [self.device_id, *peers]
+        if len(holders) < t:
+            fail(f"only {len(holders)} holders (me and advertised neighbours) for threshold {t}")
+        xs = [x[v] for v in holders]
+        s_shares = split(self._s_sk.private_bytes_raw(), t, xs)
+        b_shares = split(self._b, t, xs)
+        self._channels = {v: agree(self._c_sk, advert.c_pk) for v, advert in peers.items()}
+        self._peers = peers
+        self._held[self.device_id] = (s_shares[x[self.device_id]], b_shares[x[self.device_id]])
+        return {
+            v: seal(self._channels[v], self.params.study_id, self.device_id, v,
+                     encode_share(x[v], s_shares[x[v]]) + encode_share(x[v], b_shares[x[v]]))
+            for v in peers
+        }
+
+    def _receive(self, sender: str, ciphertext: bytes) -> tuple[int, int]:
+        if self._peers is None or sender not in self._peers:
+            fail(f"shares from {sender!r}, who did not advertise to me")
+        plain = open_sealed(self._channels[sender], self.params.study_id, sender, self.device_id, ciphertext)
+        try:
+            (xs, s_share), (xb, b_share) = (decode_share(plain[:SHARE_BYTES]),
+                                            decode_share(plain[SHARE_BYTES:]))
+        except ValueError as exc:
+            fail(f"the shares from {sender!r} are malformed: {exc}")
+        if xs != xb or xs != self.params.share_x[self.device_id]:
+            fail(f"the shares from {sender!r} are not at my coordinate")
+        return s_share, b_share
+
+    @final_on_abort
+    def masked_input(self, x: np.ndarray, ciphertexts: Mapping[str, bytes],
+                     noise_share: np.ndarray | None = None) -> np.ndarray:
+        """Stage 3: store the neighbours' shares and return y_u (uint64, values < 2^B); once only.
+
+        y_u = x + noise_share + PRG(b_u) + Σ_{v sent shares} σ(u, v) PRG(s_uv) mod 2^B. Aborts on
+        a ciphertext that does not decrypt or if fewer than t of N⁺(u) (u included) shared keys.
+        """
+        if self._peers is None or self._masked:
+            fail("masked_input must follow share_keys and run once (one masked input per study)")
+        dim, bits, t = self.params.dim, self.params.bits, self.params.threshold
+        y = as_words(x, dim, "x")  # a fresh copy
+        if noise_share is not None:
+            y += as_words(noise_share, dim, "noise_share")
+        received = {v: self._receive(v, ct) for v, ct in ciphertexts.items()}
+        if len(received) + 1 < t:
+            fail(f"only {len(received) + 1} of my neighbourhood shared keys; threshold {t}")
+        self._held.update(received)
+        self._masked = True
+        y += prg(self._b, dim, bits)
+        for v in received:
+            shared = agree(self._s_sk, self._peers[v].s_pk)
+            seed = mask_seed(shared, self.params.study_id, self.device_id, v)
+            add_pair_mask(y, prg(seed, dim, bits), self.device_id, v)
+        return y & np.uint64(2**bits - 1)
+
+    @final_on_abort
+    def unmask(self, survivors: Collection[str], dropped: Collection[str]) -> dict[str, tuple[str, bytes]]:
+        """Stage 4: peer → (``KIND_B``, b-share) for survivors, (``KIND_SK``, s_sk-share) for dropped.
+
+        Aborts, revealing nothing, if a peer is in both lists or was earlier asked for the other
+        kind, if a listed peer's shares are not held, if u itself is listed as dropped (it sent
+        its masked input), or if fewer than t survivors are listed.
+        """
+        if not self._masked:
+            fail("unmask must follow masked_input")
+        alive, gone = set(survivors), set(dropped)
+        t = self.params.threshold
+        if alive & gone:
+            fail(f"asked for both shares of {sorted(alive & gone)}")
+        if self.device_id in gone:
+            fail("listed as dropped although I sent my masked input")
+        if (alive | gone) - self._held.keys():
+            fail(f"asked for shares I do not hold: {sorted((alive | gone) - self._held.keys())}")
+        conflict = [v for v in alive if self._revealed.get(v, KIND_B) != KIND_B]
+        conflict += [v for v in gone if self._revealed.get(v, KIND_SK) != KIND_SK]
+        if conflict:
+            fail(f"the other kind of share was already revealed for {sorted(conflict)}")
+        if len(alive) < t:
+            fail(f"only {len(alive)} survivors listed; threshold {t}")
+        me = self.params.share_x[self.device_id]
+        out = {v: (KIND_B, encode_share(me, self._held[v][1])) for v in alive}
+        out |= {v: (KIND_SK, encode_share(me, self._held[v][0])) for v in gone}
+        self._revealed |= {v: kind for v, (kind, _) in out.items()}
+        return out

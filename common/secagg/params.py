@@ -1,0 +1,113 @@
+"""The public parameters of a secure-aggregation round: the neighbour graph, the Shamir
+threshold and the modulus 2^B (MECHANISMS §4.4)."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import cached_property
+
+from .. import signing
+from ..dp.calibration import noise_radius
+from .protocol import DOMAIN_PREFIX
+
+MAX_BITS = 62  # the masked payload travels as uint64
+
+
+def modulus_bits(n_max: int, a: float, dim: int, shape: float = 1.0) -> int:
+    """Smallest B with 2^{B−1} > n_max + t, t = :func:`noise_radius` (MECHANISMS §4.4).
+
+    ``n_max`` is the public bound on |integer sum| per coordinate; the centred sum mod 2^B then
+    decodes exactly except with probability 2^−40 per study.
+    """
+    if n_max < 0:
+        raise ValueError(f"n_max must be >= 0, got {n_max}")
+    return (n_max + noise_radius(a, dim, shape)).bit_length() + 1
+
+
+def check_capacity(n_max: int, a: float, dim: int, shape: float = 1.0) -> int:
+    """:func:`modulus_bits`, refused (ValueError with the reason) beyond ``MAX_BITS`` = 62."""
+    bits = modulus_bits(n_max, a, dim, shape)
+    if bits > MAX_BITS:
+        t = noise_radius(a, dim, shape)
+        raise ValueError(
+            f"secure aggregation needs a {bits}-bit modulus (sum bound {n_max} + noise radius {t}) "
+            f"but the masked payload travels as uint64 with at most {MAX_BITS} bits"
+        )
+    return bits
+
+
+def neighbours(device_ids: Sequence[str], degree: int | None, seed: bytes) -> dict[str, list[str]]:
+    """The public undirected neighbour graph: id → sorted neighbour ids (never itself).
+
+    ``degree`` None (or ≥ n−1) gives the complete graph. Otherwise a Harary graph on a public
+    random ring: devices are ordered by SHA-256(domain ‖ seed ‖ id), each is joined to the
+    ⌊degree/2⌋ nearest on either side and, for odd degree, to the one(s) opposite (±⌊n/2⌋).
+    Every device then has exactly ``degree`` neighbours (degree+1 when degree and n are odd).
+    Every party computes the same graph from the same seed.
+    """
+    ids = sorted(device_ids)
+    if len(set(ids)) != len(ids):
+        raise ValueError("device ids must be distinct")
+    n = len(ids)
+    if degree is None or degree >= n - 1:
+        return {u: [v for v in ids if v != u] for u in ids}
+    if degree < 1:
+        raise ValueError(f"degree must be >= 1 or None, got {degree}")
+    order = sorted(ids, key=lambda u: hashlib.sha256(
+        DOMAIN_PREFIX + b"graph" + signing.field(seed) + signing.field(u)).digest())
+    offsets = [k for h in range(1, degree // 2 + 1) for k in (h, -h)]
+    if degree % 2:
+        offsets += [n // 2, -(n // 2)]
+    return {u: sorted({order[(i + k) % n] for k in offsets}) for i, u in enumerate(order)}
+
+
+def default_threshold(holders: int) -> int:
+    """⌊holders/2⌋ + 1: a strict majority of a neighbourhood N⁺(u)."""
+    return holders // 2 + 1
+
+
+@dataclass(frozen=True)
+class SecAggParams:
+    """The public parameters of one secure-aggregation round.
+
+    ``device_ids`` (stored sorted) are the invited devices; ``threshold`` t applies within every
+    N⁺(u) and must not exceed the smallest one; ``bits`` B (1..62, see :func:`check_capacity`)
+    and ``dim`` fix the payload; ``degree``/``graph_seed`` fix the graph (:func:`neighbours`).
+    """
+
+    study_id: str
+    device_ids: tuple[str, ...]
+    threshold: int
+    bits: int
+    dim: int
+    degree: int | None = None
+    graph_seed: bytes = b""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "device_ids", tuple(sorted(self.device_ids)))
+        if not self.device_ids:
+            raise ValueError("a round needs at least one device")
+        if not 1 <= self.bits <= MAX_BITS:
+            raise ValueError(f"bits must lie in 1..{MAX_BITS}, got {self.bits}")
+        if self.dim < 1:
+            raise ValueError(f"dim must be >= 1, got {self.dim}")
+        smallest = min(len(v) + 1 for v in self.graph.values())
+        if not 1 <= self.threshold <= smallest:
+            raise ValueError(f"threshold must lie in 1..{smallest} (smallest neighbourhood), "
+                             f"got {self.threshold}")
+
+    @cached_property
+    def graph(self) -> dict[str, frozenset[str]]:
+        """N(u) for every device u."""
+        return {u: frozenset(v) for u, v in neighbours(self.device_ids, self.degree, self.graph_seed).items()}
+
+    @cached_property
+    def share_x(self) -> dict[str, int]:
+        """x(u) = 1 + rank of u: the public Shamir coordinate of each device."""
+        return {u: i + 1 for i, u in enumerate(self.device_ids)}
+
+    def closed(self, u: str) -> frozenset[str]:
+        """N⁺(u) = N(u) ∪ {u}."""
+        return self.graph[u] | {u}

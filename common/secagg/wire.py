@@ -1,0 +1,162 @@
+"""Bodies of the secure-aggregation stage messages (``SecAggMessage``, ``SecAggBundle``).
+
+Every stage message is signed by the device's enrolled Ed25519 key over
+``message_digest(study, device, stage, body)``. Bodies, by stage (device → coordinator):
+
+* REGISTER: JSON ``{"n": records}`` (replace-one: n is public);
+* ADVERTISE_KEYS: JSON ``{"c_pk", "s_pk", "signature"}`` (base64), the :class:`Advert`;
+* SHARE_KEYS: JSON ``{receiver: base64 ciphertext}``;
+* MASKED_INPUT: the masked vector as little-endian uint64 (2m values: Re then Im);
+* UNMASK: JSON ``{peer: [kind, base64 share]}``.
+
+Bundles (coordinator → device), fetched per stage:
+
+* ADVERTISE_KEYS: JSON round parameters: ``roster``, ``threshold``, ``bits``, ``dim``,
+  ``degree``, ``graph_seed`` (hex), ``keys`` (device → base64 Ed25519 public key), ``records``;
+* SHARE_KEYS: JSON ``{peer: advert}``; MASKED_INPUT: JSON ``{sender: base64 ciphertext}``;
+* UNMASK: JSON ``{"survivors": [...], "dropped": [...]}``.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import struct
+from collections.abc import Mapping
+
+import numpy as np
+
+from ..pb import fedsketch_pb2 as pb
+from ..signing import field
+from .params import SecAggParams
+from .protocol import Advert, Stage, UnmaskRequest
+
+#: The pb value of each protocol stage (``proto/fedsketch.proto``'s ``Stage`` uses the same names).
+PB_STAGE: dict[Stage, int] = {stage: pb.Stage.Value(stage.name) for stage in Stage}
+#: The stages of a secure-aggregation study, in order (``Study.stage``, ``SecAggMessage.stage``):
+#: REGISTER (devices join; not part of the protocol), then the protocol's.
+STAGES: tuple[int, ...] = (pb.REGISTER, *PB_STAGE.values())
+
+DOMAIN = b"fedsketch/secagg/v1"
+
+
+def _b64(raw: bytes) -> str:
+    return base64.b64encode(raw).decode()
+
+
+def _raw(text: str) -> bytes:
+    return base64.b64decode(text.encode(), validate=True)
+
+
+def message_digest(study_id: str, device_id: str, stage: int, body: bytes) -> bytes:
+    """What a stage message's signature covers (see the proto)."""
+    h = hashlib.sha256(DOMAIN)
+    for text in (study_id, device_id):
+        h.update(field(text))
+    h.update(struct.pack("<I", stage))
+    h.update(hashlib.sha256(body).digest())
+    return h.digest()
+
+
+def dump(obj: object) -> bytes:
+    """Canonical JSON bytes."""
+    return json.dumps(obj, sort_keys=True, separators=(",", ":")).encode()
+
+
+def load(body: bytes) -> object:
+    """Parse a JSON body; ValueError on anything malformed."""
+    try:
+        return json.loads(body)
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise ValueError(f"malformed secure-aggregation body: {exc}") from None
+
+
+def advert_to_json(advert: Advert) -> dict:
+    """The ADVERTISE_KEYS body of an advert (keys and signature in base64)."""
+    return {"device_id": advert.device_id, "c_pk": _b64(advert.c_pk), "s_pk": _b64(advert.s_pk),
+            "signature": _b64(advert.signature)}
+
+
+def advert_from_json(obj: Mapping) -> Advert:
+    """Inverse of :func:`advert_to_json`; ValueError on anything malformed."""
+    try:
+        return Advert(str(obj["device_id"]), _raw(obj["c_pk"]), _raw(obj["s_pk"]),
+                      _raw(obj["signature"]))
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ValueError(f"malformed advert: {exc!r}") from None
+
+
+def bytes_map_to_json(items: Mapping[str, bytes]) -> dict:
+    """``{key: base64}`` of a map of raw bytes (ciphertexts, public keys)."""
+    return {k: _b64(v) for k, v in items.items()}
+
+
+def bytes_map_from_json(obj: object) -> dict[str, bytes]:
+    """Inverse of :func:`bytes_map_to_json`; ValueError on anything malformed."""
+    if not isinstance(obj, dict):
+        raise ValueError("expected a JSON object of base64 strings")
+    try:
+        return {str(k): _raw(v) for k, v in obj.items()}
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"malformed base64 map: {exc}") from None
+
+
+def params_to_json(params: SecAggParams, keys: Mapping[str, bytes], records: float) -> dict:
+    """The ADVERTISE_KEYS bundle: round parameters, enrolled keys and the record count N."""
+    return {"roster": list(params.device_ids), "threshold": params.threshold,
+            "bits": params.bits, "dim": params.dim, "degree": params.degree,
+            "graph_seed": params.graph_seed.hex(), "records": records,
+            "keys": bytes_map_to_json(keys)}
+
+
+def params_from_json(study_id: str, obj: Mapping) -> tuple[SecAggParams, dict[str, bytes], float]:
+    """Inverse of :func:`params_to_json`: (parameters, keys, N); ValueError on anything malformed."""
+    try:
+        params = SecAggParams(study_id, tuple(obj["roster"]), int(obj["threshold"]),
+                              int(obj["bits"]), int(obj["dim"]),
+                              None if obj["degree"] is None else int(obj["degree"]),
+                              bytes.fromhex(obj["graph_seed"]))
+        return params, bytes_map_from_json(obj["keys"]), float(obj["records"])
+    except (KeyError, TypeError) as exc:
+        raise ValueError(f"malformed round parameters: {exc!r}") from None
+
+
+def masked_to_bytes(y: np.ndarray) -> bytes:
+    """The MASKED_INPUT body: ``y`` as little-endian uint64."""
+    return np.asarray(y, dtype="<u8").tobytes()
+
+
+def masked_from_bytes(body: bytes, dim: int) -> np.ndarray:
+    """Inverse of :func:`masked_to_bytes` for a round of ``dim`` words; ValueError on a wrong length."""
+    if len(body) != 8 * dim:
+        raise ValueError(f"masked input has {len(body)} bytes, the round needs {8 * dim}")
+    return np.frombuffer(body, dtype="<u8").astype(np.uint64)
+
+
+def unmask_to_json(shares: Mapping[str, tuple[str, bytes]]) -> dict:
+    """The UNMASK body: ``{peer: [kind, base64 share]}``."""
+    return {peer: [kind, _b64(raw)] for peer, (kind, raw) in shares.items()}
+
+
+def unmask_from_json(obj: object) -> dict[str, tuple[str, bytes]]:
+    """Inverse of :func:`unmask_to_json`; ValueError on anything malformed."""
+    if not isinstance(obj, dict):
+        raise ValueError("expected a JSON object of [kind, share] pairs")
+    try:
+        return {str(peer): (str(kind), _raw(raw)) for peer, (kind, raw) in obj.items()}
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"malformed unmask response: {exc}") from None
+
+
+def request_to_json(req: UnmaskRequest) -> dict:
+    """The UNMASK bundle of one device: whom it reveals b-shares and s_sk-shares for."""
+    return {"survivors": list(req.survivors), "dropped": list(req.dropped)}
+
+
+def request_from_json(obj: Mapping) -> UnmaskRequest:
+    """Inverse of :func:`request_to_json`; ValueError on anything malformed."""
+    try:
+        return UnmaskRequest(tuple(obj["survivors"]), tuple(obj["dropped"]))
+    except (KeyError, TypeError) as exc:
+        raise ValueError(f"malformed unmask request: {exc!r}") from None
