@@ -9,7 +9,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from enum import Enum
 from functools import wraps
-from typing import NoReturn, TypeVar
+from typing import Any, NoReturn, TypeVar
 
 #: Domain-separation prefix of every hash, key derivation and AEAD context of the protocol.
 DOMAIN_PREFIX = b"fedsketch/secagg/v1/"
@@ -51,7 +51,7 @@ def final_on_abort(method: _Method) -> _Method:
     """Make a SecAggAbort raised by a stage final: the party refuses every later stage."""
 
     @wraps(method)
-    def stage(self, *args, **kwargs):
+    def stage(self: Any, *args: Any, **kwargs: Any) -> Any:
         if self._aborted is not None:
             raise SecAggAbort(f"already aborted: {self._aborted}")
         try:
