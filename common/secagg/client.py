@@ -28,7 +28,7 @@ from .protocol import KIND_B, KIND_SK, Advert, fail, final_on_abort
 
 
 class Client:
-    """One device's secure-aggregation state for one study (module docstring, stages 1–4).
+    """One device's secure-aggregation state for one study (package docstring, stages 1–4).
 
     ``signing_key`` is the device's raw Ed25519 private key; ``enrolled`` maps device ids to
     their raw Ed25519 public keys as registered at enrollment. Any SecAggAbort is final: every
