@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .calibration import laplace_scale
+from .dp.calibration import laplace_scale
 
 #: Rows per block of :func:`nearest` (bounds its (rows, k) scratch matrix).
 CHUNK = 1 << 15

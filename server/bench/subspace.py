@@ -31,7 +31,7 @@ from scipy.sparse import coo_matrix
 from scipy.sparse.csgraph import connected_components
 from scipy.spatial.distance import cdist
 
-from fedsketch.common.calibration import (
+from fedsketch.common.dp.calibration import (
     advanced_composition,
     advanced_composition_inverse,
     gauss_sigma_analytic,

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from fedsketch.common.calibration import check_epsilon
+from fedsketch.common.dp.calibration import check_epsilon
 
 #: Kinds of guarantee (MECHANISMS §0.6).
 KINDS = ("none", "pure", "approximate", "local-sensitivity", "asymptotic-mcmc")

@@ -29,7 +29,8 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
-from fedsketch.common import secagg_wire, signing, wire
+from fedsketch.common import signing, wire
+from fedsketch.common.secagg import wire as secagg_wire
 from fedsketch.common.study import StudySpec, spec_sha256
 from fedsketch.server.decode.pipeline import StudyResult, decode_sketch, decode_study, integer_sketch
 from fedsketch.server.service.secure_round import SecAggRound

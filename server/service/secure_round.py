@@ -18,7 +18,7 @@ to less than one DLap(a)), the study fails and nothing is released.
 State lives in memory: a coordinator that restarts during a round fails the study (the devices'
 secrets are gone too); only the result is durable.
 
-Stages are the protocol's ``Stage`` numbers (:data:`fedsketch.common.secagg_wire.STAGES`): each
+Stages are the protocol's ``Stage`` numbers (:data:`fedsketch.common.secagg.wire.STAGES`): each
 stage message's signature covers its number, so they are part of the wire contract rather than a
 transport detail. Refusals carry domain codes; :mod:`.api` turns them into gRPC statuses.
 """
@@ -33,9 +33,9 @@ from collections.abc import Callable
 
 import numpy as np
 
-from fedsketch.common import secagg_wire as sw
 from fedsketch.common.pb import fedsketch_pb2 as pb
 from fedsketch.common.secagg import Aggregator, SecAggAbort, SecAggParams, modulus_bits
+from fedsketch.common.secagg import wire as sw
 from fedsketch.common.study import StudySpec
 from fedsketch.server.store.base import Code, Refusal
 

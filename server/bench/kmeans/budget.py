@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from fedsketch.common.calibration import laplace_scale
+from fedsketch.common.dp.calibration import laplace_scale
 
 #: Su et al.'s coordinate normalisation factor ρ (§6.2).
 RHO = 0.225

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.spatial.distance import cdist
 
-from fedsketch.common.calibration import laplace_scale
+from fedsketch.common.dp.calibration import laplace_scale
 from fedsketch.common.lloyd import noisy_lloyd_step
 from fedsketch.server.bench import kmeans as family
 from fedsketch.server.bench.kmeans.budget import (

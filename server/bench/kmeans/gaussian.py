@@ -27,7 +27,7 @@ from typing import TypeVar
 
 import numpy as np
 
-from fedsketch.common.calibration import gamma_mahalanobis, gauss_sigma_analytic
+from fedsketch.common.dp.calibration import gamma_mahalanobis, gauss_sigma_analytic
 from fedsketch.common.lloyd import cluster_stats
 from fedsketch.server.bench import kmeans as family
 from fedsketch.server.bench.kmeans.budget import relation_factor
