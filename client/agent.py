@@ -33,10 +33,10 @@ from fedsketch.common.dp.samplers import dlap_noise_share, noise_rng
 from fedsketch.common.frequencies import draw_frequencies
 from fedsketch.common.pb import fedsketch_pb2 as pb
 from fedsketch.common.pb import fedsketch_pb2_grpc as pb_grpc
-from fedsketch.common.privacy import privatize
 from fedsketch.common.secagg import Client, SecAggAbort
 from fedsketch.common.secagg import wire as sw
 from fedsketch.common.sketching import feature_sum
+from fedsketch.common.spec import release_sketch
 from fedsketch.common.study import StudySpec, spec_sha256
 
 from .ledger import BudgetExceeded, Identity, Ledger, LedgerError, Spend
@@ -178,9 +178,7 @@ class Agent:
         spec = self._check(study)
         if isinstance(spec, str):
             return spec
-        freqs = draw_frequencies(spec.sketch.frequencies)
-        fs = feature_sum(self.data.chunks(), freqs, spec.sketch.feature, spec.sketch.r)
-        release = privatize(fs, spec.sketch.privacy)
+        release = release_sketch(spec.sketch, self.data.chunks())
         kind, payload = wire.encode(release, spec.sketch.feature)
         try:
             spend = self.ledger.record_spend(

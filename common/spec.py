@@ -10,12 +10,15 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
+import numpy as np
+
 from .features import check_feature
-from .frequencies import FrequencySpec
-from .privacy import PrivacySpec
-from .sketching import check_r
+from .frequencies import FrequencySpec, draw_frequencies
+from .privacy import PrivacySpec, PrivateSketch, privatize
+from .sketching import check_r, feature_sum
 
 
 @dataclass(frozen=True)
@@ -56,6 +59,18 @@ class SketchSpec:
     def digest(self) -> str:
         """SHA-256 (hex) of the canonical JSON of :meth:`to_dict`."""
         return hashlib.sha256(canonical_json(self.to_dict()).encode()).hexdigest()
+
+
+def release_sketch(spec: SketchSpec, chunks: Iterable[np.ndarray],
+                   progress: Callable[[int], None] | None = None) -> PrivateSketch:
+    """The data half of compressive k-means, as the ``sketch`` command, a device's contribution
+    and ``compare``'s ckm all run it: S = Σ_i f(Ωᵀx_i + ξ) ⊙ b_i over the float32 record
+    ``chunks`` (each (rows, d), data units), with Ω, ξ drawn from ``spec.frequencies`` and r of
+    m entries per record (:func:`~.sketching.feature_sum`), released under ``spec.privacy``
+    (:func:`~.privacy.privatize`, fresh CSPRNG noise). ``progress(rows)`` after each chunk."""
+    freqs = draw_frequencies(spec.frequencies)
+    fs = feature_sum(chunks, freqs, spec.feature, spec.r, progress=progress)
+    return privatize(fs, spec.privacy)
 
 
 def canonical_json(obj: object) -> str:

@@ -26,16 +26,15 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from fedsketch.common.features import FIRST_HARMONIC
-from fedsketch.common.frequencies import FrequencySpec, draw_frequencies
-from fedsketch.common.privacy import PrivacySpec, privatize
+from fedsketch.common.frequencies import FrequencySpec
+from fedsketch.common.privacy import PrivacySpec
 from fedsketch.common.scale import calibrate_scale
-from fedsketch.common.sketching import feature_sum
+from fedsketch.common.spec import SketchSpec, release_sketch
 from fedsketch.common.synthetic import SPECTRUM_003, gmm, spectrum, subspaces
 from fedsketch.server.bench import kmeans, pca, subspace
 from fedsketch.server.bench.metrics import sklearn_kmeans_centroids, split, sse_per_n
 from fedsketch.server.bench.task import Outcome, Task, clip_rows_to_box
-from fedsketch.server.decode.clompr import clompr
+from fedsketch.server.decode.pipeline import decode_centroids
 
 #: The method registry: each family's methods by CLI name (``ckm`` variants join k-means below).
 FAMILIES: dict[str, dict[str, Callable[[Task], Outcome]]] = {
@@ -60,13 +59,12 @@ def _ckm(feature: str) -> Callable[[Task], Outcome]:
         cal = calibrate_scale(lambda: split(x), task.d, eps_cal, neighbouring=task.neighbouring,
                               scale_range=(width / 300, width / 3))
         m = 10 * task.k * task.d
-        freqs = draw_frequencies(FrequencySpec(d=task.d, m=m, scale=cal.sigma,
-                                               seed=int(task.rng.integers(2**31))))
-        release = privatize(feature_sum(split(x), freqs, feature, 1),
-                            PrivacySpec(task.epsilon - eps_cal, 0.0, task.neighbouring))
-        out = clompr(release.sketch, freqs.omega, freqs.xi, task.k, np.asarray(task.lo),
-                     np.asarray(task.hi), harmonic=FIRST_HARMONIC[feature], replicates=3,
-                     rng=task.rng)
+        spec = SketchSpec(FrequencySpec(d=task.d, m=m, scale=cal.sigma,
+                                        seed=int(task.rng.integers(2**31))),
+                          feature, 1, PrivacySpec(task.epsilon - eps_cal, 0.0, task.neighbouring))
+        release = release_sketch(spec, split(x))
+        out = decode_centroids(release.sketch, spec, task.k, task.lo, task.hi, replicates=3,
+                               rng=task.rng)
         return Outcome(out.centroids, task.epsilon, 0.0, task.neighbouring, "pure", clipped,
                        f"σ = {cal.sigma:.3g} from the calibration round")
 

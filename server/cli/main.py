@@ -22,13 +22,13 @@ from rich.table import Table
 
 from fedsketch.client.cli import device_app
 from fedsketch.common.dataio import DataSource, load_all, write_npy_stream
-from fedsketch.common.features import FEATURES, FIRST_HARMONIC, check_feature
+from fedsketch.common.features import FEATURES, check_feature
 from fedsketch.common.frequencies import LAWS, FrequencySpec, draw_frequencies
-from fedsketch.common.privacy import NEIGHBOURING, PrivacySpec, privatize
+from fedsketch.common.privacy import NEIGHBOURING, PrivacySpec
 from fedsketch.common.scale import DEFAULT_RANGE, calibrate_scale
 from fedsketch.common.sketchfile import load_sketch, save_sketch
-from fedsketch.common.sketching import check_r, feature_sum
-from fedsketch.common.spec import SketchSpec
+from fedsketch.common.sketching import check_r
+from fedsketch.common.spec import SketchSpec, release_sketch
 from fedsketch.common.synthetic import gmm_chunks
 from fedsketch.server.bench.metrics import sklearn_kmeans_centroids, sse_per_n
 from fedsketch.server.cli.bounds import parse_bounds
@@ -36,7 +36,7 @@ from fedsketch.server.cli.compare import compare_command
 from fedsketch.server.cli.coordinator import certs_app, coordinator_app
 from fedsketch.server.cli.errors import clean_errors
 from fedsketch.server.cli.simulate import simulate_command
-from fedsketch.server.decode.clompr import clompr
+from fedsketch.server.decode.pipeline import decode_centroids
 
 app = typer.Typer(
     no_args_is_help=True,
@@ -199,17 +199,13 @@ def sketch(
             r_eff,
             PrivacySpec(eps_main, delta, neighbouring),
         )
-        freqs = draw_frequencies(spec.frequencies)
         with progress_bar(quiet) as bar:
             task = bar.add_task("sketching", total=source.n)
-            fs = feature_sum(
-                source.chunks(), freqs, feature, r_eff,
-                progress=lambda rows: bar.advance(task, rows),
-            )
-        release = privatize(fs, spec.privacy)
-        save_sketch(out, spec, release, freqs.sha256, calibration)
+            release = release_sketch(spec, source.chunks(),
+                                     progress=lambda rows: bar.advance(task, rows))
+        save_sketch(out, spec, release, draw_frequencies(spec.frequencies).sha256, calibration)
         noise = ", ".join(f"{t.law}({t.scale:.3g}) on {t.target}" for t in release.noise)
-        err.print(f"wrote {out}: n = {fs.n:,}, m = {m}, r = {r_eff}, noise: {noise or 'none'}")
+        err.print(f"wrote {out}: n = {source.n:,}, m = {m}, r = {r_eff}, noise: {noise or 'none'}")
 
 
 @app.command()
@@ -237,9 +233,8 @@ def decode(
             )
         with progress_bar(quiet) as bar:
             task = bar.add_task("decoding", total=replicates * 2 * k)
-            result = clompr(
-                loaded.sketch, freqs.omega, freqs.xi, k, lo, hi,
-                harmonic=FIRST_HARMONIC[spec.feature], replicates=replicates,
+            result = decode_centroids(
+                loaded.sketch, spec, k, lo, hi, replicates=replicates,
                 rng=np.random.default_rng(seed),
                 progress=lambda done, total: bar.update(task, completed=done),
             )

@@ -14,15 +14,16 @@ CL-OMPR inside the study's public box (never reads data).
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 import numpy as np
 
 from fedsketch.common.features import FIRST_HARMONIC
 from fedsketch.common.frequencies import draw_frequencies
+from fedsketch.common.spec import SketchSpec
 from fedsketch.common.study import StudySpec
-from fedsketch.server.decode.clompr import clompr
+from fedsketch.server.decode.clompr import DecodeResult, clompr
 
 
 @dataclass(frozen=True)
@@ -76,11 +77,22 @@ def decode_study(spec: StudySpec, parts: Iterable[tuple[float, np.ndarray]]) -> 
     return decode_sketch(spec, *average_sketch(spec, parts))
 
 
+def decode_centroids(sketch: np.ndarray, spec: SketchSpec, k: int, lo: np.ndarray, hi: np.ndarray, *,
+                     replicates: int, rng: np.random.Generator,
+                     progress: Callable[[int, int], None] | None = None) -> DecodeResult:
+    """The decoding half of compressive k-means, as the ``decode`` command, ``compare``'s ckm
+    and the coordinator all run it: CL-OMPR on ``sketch`` (complex (m,)) with the Ω, ξ of
+    ``spec.frequencies`` and the first harmonic of ``spec.feature``, k centroids inside the
+    public box [lo, hi] (data units), the best of ``replicates`` runs by sketch residual."""
+    freqs = draw_frequencies(spec.frequencies)
+    return clompr(sketch, freqs.omega, freqs.xi, k, np.asarray(lo, dtype=np.float64),
+                  np.asarray(hi, dtype=np.float64), harmonic=FIRST_HARMONIC[spec.feature],
+                  replicates=replicates, rng=rng, progress=progress)
+
+
 def decode_sketch(spec: StudySpec, sketch: np.ndarray, devices: int,
                   records: float) -> StudyResult:
     """Decode k centroids from an aggregate sketch with the study's replicates and seed."""
-    freqs = draw_frequencies(spec.sketch.frequencies)
-    out = clompr(sketch, freqs.omega, freqs.xi, spec.k, np.array(spec.lo), np.array(spec.hi),
-                 harmonic=FIRST_HARMONIC[spec.sketch.feature], replicates=spec.replicates,
-                 rng=np.random.default_rng(spec.decode_seed))
+    out = decode_centroids(sketch, spec.sketch, spec.k, np.array(spec.lo), np.array(spec.hi),
+                           replicates=spec.replicates, rng=np.random.default_rng(spec.decode_seed))
     return StudyResult(out.centroids, out.weights, out.residual, devices, records)
