@@ -108,3 +108,43 @@ def test_layering_check_catches_a_crossing_import(tmp_path, where, line):
     (tmp_path / where).write_text(line)
     found = violations(tmp_path)
     assert [bad for bad in found if bad[0] == module_name(tmp_path, tmp_path / where)], found
+
+
+#: A module longer than this says why in its docstring (a sentence containing "lines").
+MAX_MODULE_LINES = 400
+
+
+def test_modules_stay_small_or_say_why():
+    """Small modules named for what they hold: none over MAX_MODULE_LINES lines unless its
+    docstring gives the reason (generated protobuf code aside)."""
+    long = []
+    for folder in ("common", "client", "server"):
+        for path in sorted((ROOT / folder).rglob("*.py")):
+            if "pb" in path.relative_to(ROOT).parts:
+                continue
+            text = path.read_text()
+            lines = text.count("\n")
+            if lines > MAX_MODULE_LINES and "lines" not in (ast.get_docstring(ast.parse(text)) or ""):
+                long.append(f"{path.relative_to(ROOT)}: {lines} lines")
+    assert long == []
+
+
+def test_readme_layout_names_every_package():
+    """README's Layout map and the folders agree: every package is on the map, every folder on
+    the map exists."""
+    text = (ROOT / "README.md").read_text()
+    block = text[text.index("## Layout"):].split("```")[1]
+    mapped, parent = set(), ""
+    for line in block.splitlines():
+        name = line.split(" ", 1)[0] if not line.startswith(" ") else line.strip().split(" ", 1)[0]
+        if not name.endswith("/"):
+            continue
+        if line.startswith(" "):
+            mapped.add(parent + name.rstrip("/"))
+        else:
+            parent = name
+            mapped.add(name.rstrip("/"))
+    packages = {str(p.parent.relative_to(ROOT)) for folder in ("common", "client", "server")
+                for p in (ROOT / folder).glob("*/__init__.py") if p.parent.name != "pb"}
+    assert packages <= mapped, packages - mapped
+    assert all((ROOT / name).is_dir() for name in mapped), [n for n in mapped if not (ROOT / n).is_dir()]
