@@ -1,4 +1,4 @@
-"""DP subspace clustering (server/subspace_private.py; MECHANISMS §9)."""
+"""DP subspace clustering (server/bench/subspace.py; MECHANISMS §9)."""
 
 from __future__ import annotations
 
