@@ -19,13 +19,12 @@ import time
 
 import numpy as np
 
-from fedsketch.common.features import FIRST_HARMONIC
-from fedsketch.common.frequencies import FrequencySpec, draw_frequencies
-from fedsketch.common.privacy import PrivacySpec, privatize
-from fedsketch.common.sketching import feature_sum
+from fedsketch.common.frequencies import FrequencySpec
+from fedsketch.common.privacy import PrivacySpec
+from fedsketch.common.spec import SketchSpec, release_sketch
 from fedsketch.common.synthetic import gmm
 from fedsketch.server.bench.metrics import sklearn_kmeans_centroids, split, sse_per_n
-from fedsketch.server.decode.clompr import clompr
+from fedsketch.server.decode.pipeline import decode_centroids
 
 K = D = 10
 BOUND = 15.0
@@ -58,14 +57,14 @@ def run_seed(seed: int, n: int, configs, replicates: int) -> dict[str, float]:
     lo, hi = np.full(D, -BOUND), np.full(D, BOUND)
     out = {}
     for label, feature, m, r, eps in configs:
-        freqs = draw_frequencies(FrequencySpec(d=D, m=m, scale=SIGMA, seed=seed))
+        spec = SketchSpec(FrequencySpec(d=D, m=m, scale=SIGMA, seed=seed), feature,
+                          m if r is None else r, PrivacySpec(eps))
         t = time.perf_counter()
-        release = privatize(feature_sum(split(x), freqs, feature, r), PrivacySpec(eps))
+        release = release_sketch(spec, split(x))
         t_sk = time.perf_counter() - t
         t = time.perf_counter()
-        res = clompr(release.sketch, freqs.omega, freqs.xi, K, lo, hi,
-                     harmonic=FIRST_HARMONIC[feature], replicates=replicates,
-                     rng=np.random.default_rng(seed))
+        res = decode_centroids(release.sketch, spec, K, lo, hi, replicates=replicates,
+                               rng=np.random.default_rng(seed))
         t_dec = time.perf_counter() - t
         out[label] = sse_per_n(split(x), res.centroids) / ref
         print(f"    {label}: relative SSE {out[label]:.4f} (sketch {t_sk:.1f} s, "

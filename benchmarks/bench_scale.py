@@ -18,13 +18,13 @@ import statistics
 
 import numpy as np
 
-from fedsketch.common.frequencies import FrequencySpec, draw_frequencies
-from fedsketch.common.privacy import PrivacySpec, privatize
+from fedsketch.common.frequencies import FrequencySpec
+from fedsketch.common.privacy import PrivacySpec
 from fedsketch.common.scale import calibrate_scale
-from fedsketch.common.sketching import feature_sum
+from fedsketch.common.spec import SketchSpec, release_sketch
 from fedsketch.common.synthetic import gmm
 from fedsketch.server.bench.metrics import sklearn_kmeans_centroids, split, sse_per_n
-from fedsketch.server.decode.clompr import clompr
+from fedsketch.server.decode.pipeline import decode_centroids
 
 K = D = 10
 M, EPS, FRACTION, BOUND = 10 * K * D, 0.01, 0.1, 15.0
@@ -33,10 +33,10 @@ GRID = (0.7, 1.0, 1.4, 2.0, 2.8, 4.0, 5.6)
 
 def relative_sse(x: np.ndarray, ref: float, sigma: float, eps: float, seed: int,
                  replicates: int) -> float:
-    freqs = draw_frequencies(FrequencySpec(d=D, m=M, scale=sigma, seed=seed))
-    release = privatize(feature_sum(split(x), freqs, "complex", 1), PrivacySpec(eps))
-    out = clompr(release.sketch, freqs.omega, freqs.xi, K, np.full(D, -BOUND), np.full(D, BOUND),
-                 replicates=replicates, rng=np.random.default_rng(seed))
+    spec = SketchSpec(FrequencySpec(d=D, m=M, scale=sigma, seed=seed), "complex", 1, PrivacySpec(eps))
+    release = release_sketch(spec, split(x))
+    out = decode_centroids(release.sketch, spec, K, np.full(D, -BOUND), np.full(D, BOUND),
+                           replicates=replicates, rng=np.random.default_rng(seed))
     return sse_per_n(split(x), out.centroids) / ref
 
 

@@ -1,4 +1,6 @@
-"""fedsketch.common.dp: where every privacy noise is calibrated and drawn, and budgets are traced.
+"""fedsketch.common.dp: where the sketch release's noise is calibrated and drawn, and its budget
+traced (the bench's centralized mechanisms and :mod:`fedsketch.common.lloyd` use its calibration
+and draw their own noise).
 
 * :mod:`.calibration`: budget checks, the sensitivity of each released quantity, the scale of each
   noise primitive, the discrete-Laplace tail and composition (MECHANISMS §0.4–0.6);

@@ -16,16 +16,6 @@ from rich.progress import Progress
 from rich.table import Table
 
 from fedsketch.common.dataio import load_all
-from fedsketch.server.bench.compare import (
-    FAMILIES,
-    SYNTHETIC,
-    Dataset,
-    compare,
-    methods,
-    plot,
-    synthetic,
-)
-from fedsketch.server.bench.task import Task, clip_rows_to_box, clip_rows_to_norm
 from fedsketch.server.cli.bounds import parse_bounds
 from fedsketch.server.cli.errors import clean_errors
 
@@ -73,6 +63,18 @@ def compare_command(
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar.")] = False,
 ) -> None:
     """Every method at every ε on one dataset: median [IQR] of the family's utility metric."""
+    # the bench (every mechanism family) loads only when compare runs, not at CLI start-up
+    from fedsketch.server.bench.compare import (
+        FAMILIES,
+        SYNTHETIC,
+        Dataset,
+        compare,
+        methods,
+        plot,
+        synthetic,
+    )
+    from fedsketch.server.bench.task import Task, clip_rows_to_box, clip_rows_to_norm
+
     with clean_errors():
         if family not in FAMILIES:
             raise ValueError(f"unknown family {family!r}; choose kmeans, pca or subspace")

@@ -1,8 +1,9 @@
 """``fedsketch certs`` and ``fedsketch coordinator``: the operator's commands.
 
-``serve`` also reads their options from ``FEDSKETCH_*`` environment variables
-(named in each ``--help``), so systemd units can take them from an ``EnvironmentFile`` (see
-``deploy/``); a flag on the command line wins over the environment.
+Options an operator sets once (the coordinator's address, the CA, the token file, and every option
+of ``serve``) are also read from ``FEDSKETCH_*`` environment variables (named in each ``--help``),
+so a systemd unit can take them from an ``EnvironmentFile`` (see ``deploy/``); a flag on the
+command line wins over the environment.
 
 Errors follow the rest of the CLI: one line on stderr (``error: ...``) and exit status 1. A gRPC
 refusal prints its status code and the coordinator's reason.

@@ -1,6 +1,7 @@
-"""The ``fedsketch`` command line: synthetic data, private sketching, decoding and evaluation,
-and (from :mod:`fedsketch.server.cli.coordinator` and :mod:`fedsketch.server.sim.simulate`) the federated
-round: certificates, the coordinator, the device daemon and the simulator.
+"""The ``fedsketch`` command line: synthetic data, private sketching, decoding and evaluation
+here; the groups of the other modules joined to it: certificates and the coordinator
+(:mod:`.coordinator`), the device daemon (:mod:`fedsketch.client.cli`), the simulator
+(:mod:`.simulate`) and the comparison (:mod:`.compare`).
 
 Every command reports bad input as one line on stderr (``error: ...``) with exit status 1 and
 writes no partial output file. ``--quiet`` turns progress bars off.

@@ -21,9 +21,10 @@ import grpc
 from fedsketch.common.pb import fedsketch_pb2 as pb
 from fedsketch.common.pb import fedsketch_pb2_grpc as pb_grpc
 from fedsketch.common.tls import MAX_MESSAGE_BYTES
+from fedsketch.server.errors import Code, Refusal
 from fedsketch.server.service.coordinator import Coordinator, StageMessage, Submission
 from fedsketch.server.service.secure_round import SecAggRound
-from fedsketch.server.store.base import ACCEPTING, STATES, Code, Refusal, Store, StudyRow
+from fedsketch.server.store.base import ACCEPTING, STATES, Store, StudyRow
 
 #: The gRPC status each refusal code is sent as.
 STATUS = {

@@ -33,15 +33,14 @@ from fedsketch.common import signing, wire
 from fedsketch.common.secagg import wire as secagg_wire
 from fedsketch.common.study import StudySpec, spec_sha256
 from fedsketch.server.decode.pipeline import StudyResult, decode_sketch, decode_study, integer_sketch
+from fedsketch.server.errors import Code, Refusal
 from fedsketch.server.service.secure_round import SecAggRound
 from fedsketch.server.store.base import (
     ABANDON,
     ACCEPTING,
     DECODE,
     DECODING_FAILED,
-    Code,
     ContributionRow,
-    Refusal,
     Store,
     StudyRow,
     Transition,
@@ -98,8 +97,8 @@ class Coordinator:
             self._decoder.submit(self._decode, row.study_id)
         for row in self.store.list_studies(ACCEPTING):
             if self.spec(row.study_id).secure_aggregation is not None:
-                self._move(row.study_id, ABANDON, "the coordinator restarted during "
-                           "secure aggregation; the round cannot resume")
+                self._settle(row.study_id, ABANDON, "the coordinator restarted during "
+                             "secure aggregation; the round cannot resume")
         self._watcher.start()
 
     def stop(self) -> None:
@@ -113,6 +112,17 @@ class Coordinator:
         """Make one lifecycle transition as a compare-and-set (StoreError 'failed_precondition'
         if the study has left the transition's sources meanwhile)."""
         return self.store.set_state(study_id, transition.target, detail, expect=transition.sources)
+
+    def _settle(self, study_id: str, transition: Transition, detail: str) -> bool:
+        """:meth:`_move` for the coordinator's own threads (start-up, the decoder, a round's end),
+        where no client waits for a refusal: a study that already left the transition's sources
+        is left as it is, and the skipped transition is logged. True when the study moved."""
+        try:
+            self._move(study_id, transition, detail)
+        except Refusal as exc:
+            log.warning("study %s: no move to %s (%s)", study_id, transition.target, exc)
+            return False
+        return True
 
     # --- devices -------------------------------------------------------------------------------
 
@@ -245,7 +255,7 @@ class Coordinator:
             log.info("study %s decoded from %d devices", study_id, result.devices)
         except Exception as exc:  # a failed decoding fails the study, with the reason
             log.exception("decoding study %s failed", study_id)
-            self._move(study_id, DECODING_FAILED, f"decoding failed: {exc}")
+            self._settle(study_id, DECODING_FAILED, f"decoding failed: {exc}")
 
     # --- contributions -------------------------------------------------------------------------
 
@@ -284,12 +294,12 @@ class Coordinator:
 
     def _new_round(self, study_id: str, spec: StudySpec) -> SecAggRound:
         def finish(total, devices: int, records: float) -> None:
-            self._move(study_id, DECODE, "secure aggregate unmasked")
-            self._decoder.submit(self._decode_secure, study_id, total, devices, records)
+            if self._settle(study_id, DECODE, "secure aggregate unmasked"):
+                self._decoder.submit(self._decode_secure, study_id, total, devices, records)
 
         def fail(reason: str) -> None:
             log.warning("study %s: %s", study_id, reason)
-            self._move(study_id, ABANDON, reason)
+            self._settle(study_id, ABANDON, reason)
 
         return SecAggRound(study_id, spec, self.store.device_key, finish, fail)
 

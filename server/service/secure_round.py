@@ -37,7 +37,7 @@ from fedsketch.common.pb import fedsketch_pb2 as pb
 from fedsketch.common.secagg import Aggregator, SecAggAbort, SecAggParams, modulus_bits
 from fedsketch.common.secagg import wire as sw
 from fedsketch.common.study import StudySpec
-from fedsketch.server.store.base import Code, Refusal
+from fedsketch.server.errors import Code, Refusal
 
 
 class SecAggRound:

@@ -1,9 +1,9 @@
 """The coordinator's domain model and storage contract, independent of any database.
 
-Everything the coordinator persists or refuses is named here once: the refusal codes, the study
+Everything the coordinator persists or refuses is named here once: the study
 states and the transitions between them, the row types, and the abstract :class:`Store` that a
-backend implements (:mod:`fedsketch.server.store.sqlite` today). The service raises and the store
-raises the same :class:`Refusal`; only the gRPC layer (:mod:`fedsketch.server.service.api`)
+backend implements (:mod:`fedsketch.server.store.sqlite` today). The service and the store raise
+the same :class:`~fedsketch.server.errors.Refusal`; only the gRPC layer (:mod:`fedsketch.server.service.api`)
 turns its code into a status, so neither of them depends on the transport.
 
 Study lifecycle (each row is one :class:`Transition` below; nothing else moves a study)::
@@ -24,36 +24,9 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from enum import Enum
 from typing import NamedTuple
 
-
-class Code(str, Enum):
-    """Why a request is refused, in the coordinator's terms (a ``str`` so ``code == "conflict"``
-    reads naturally in tests and logs); the gRPC layer maps each one to one status code."""
-
-    NOT_FOUND = "not_found"
-    CONFLICT = "conflict"  # the thing exists with different content
-    FAILED_PRECONDITION = "failed_precondition"  # valid request, wrong moment (state, stage)
-    INVALID_ARGUMENT = "invalid_argument"
-    UNAUTHENTICATED = "unauthenticated"
-    PERMISSION_DENIED = "permission_denied"
-
-
-class Refusal(Exception):
-    """A request refused with a :class:`Code` and a one-line reason (``str(exc)``) for the client.
-
-    A refusal changes nothing: it is raised before any write, or its transaction is rolled back.
-    """
-
-    def __init__(self, code: Code | str, message: str) -> None:
-        try:
-            code = Code(code)
-        except ValueError:
-            raise ValueError(f"unknown refusal code {code!r}") from None
-        super().__init__(message)
-        self.code = code
-        self.message = message
+from fedsketch.server.errors import Refusal
 
 
 class StoreError(Refusal):

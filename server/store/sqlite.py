@@ -19,13 +19,13 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+from fedsketch.server.errors import Code
 from fedsketch.server.store.base import (
     ACCEPTING,
     COLLECT,
     KINDS,
     PUBLISH,
     STATES,
-    Code,
     ContributionRow,
     Store,
     StoreError,

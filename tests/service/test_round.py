@@ -16,8 +16,8 @@ from fedsketch.common.pb import fedsketch_pb2_grpc as pb_grpc
 from fedsketch.common.synthetic import gmm
 from fedsketch.common.tls import MAX_MESSAGE_BYTES, init_certs, secure_channel
 from fedsketch.server.bench.metrics import sklearn_kmeans_centroids, split, sse_per_n
+from fedsketch.server.errors import Code
 from fedsketch.server.service.api import STATUS, STUDY_STATES
-from fedsketch.server.store.base import Code
 
 
 @pytest.fixture(scope="module")

@@ -15,8 +15,8 @@ import time
 
 import pytest
 
+from fedsketch.server.errors import Code
 from fedsketch.server.store import ContributionRow, SQLiteStore, Store, StoreError, open_store
-from fedsketch.server.store.base import Code
 from fedsketch.server.store.sqlite import SCHEMA_VERSION
 
 #: Where a fresh store of each backend lives, by name: a second backend adds an entry here.
