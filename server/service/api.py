@@ -1,7 +1,7 @@
 """The coordinator's gRPC edge: the Device and Operator services over a :class:`Coordinator`.
 
 This module is the only one that speaks gRPC: it turns requests into the coordinator's calls,
-rows into messages, and every :class:`~fedsketch.server.store.base.Refusal` (the service's and
+rows into messages, and every :class:`~fedsketch.server.errors.Refusal` (the service's and
 the store's) into a status with its message unchanged, through :data:`STATUS`. Anything else
 raised is a bug and reaches the client as UNKNOWN. Messages larger than the server's limit are
 refused by gRPC itself (RESOURCE_EXHAUSTED). Operator calls need ``authorization: Bearer <token>``
