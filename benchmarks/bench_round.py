@@ -75,12 +75,12 @@ def prepare(target: str, ca: Path, token: str, devices: int, studies: int) -> li
         device_id = dev.Enroll(pb.EnrollRequest(token=tok, public_key=signing.public_key(key)),
                                timeout=30).device_id
         for study in made:
-            pairs = (rng.laplace(0, 0.02, 2 * M)).astype("<f4").tobytes()
+            pairs = (rng.integers(-10**6, 10**6, 2 * M)).astype("<i8").tobytes()
             digest = signing.contribution_digest(study.study_id, device_id, N_PER_DEVICE,
                                                  study.spec_sha256, pairs)
             msgs.append(pb.Contribution(study_id=study.study_id, device_id=device_id,
                                         spec_sha256=study.spec_sha256, n=N_PER_DEVICE,
-                                        float32_pairs=pairs,
+                                        int64_pairs=pairs,
                                         signature=signing.sign(key, digest)))
     channel.close()
     return msgs

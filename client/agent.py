@@ -29,7 +29,7 @@ import numpy as np
 
 from fedsketch.common import signing, wire
 from fedsketch.common.dp.plan import integer_sum_term
-from fedsketch.common.dp.samplers import dlap_noise_share, noise_rng
+from fedsketch.common.dp.samplers import dlap_noise_share
 from fedsketch.common.frequencies import draw_frequencies
 from fedsketch.common.pb import fedsketch_pb2 as pb
 from fedsketch.common.pb import fedsketch_pb2_grpc as pb_grpc
@@ -247,10 +247,10 @@ class Agent:
         spec = session.spec
         m, r = spec.sketch.frequencies.m, spec.sketch.r
         fs = feature_sum(self.data.chunks(), draw_frequencies(spec.sketch.frequencies),
-                         "quantized", r)
-        term = integer_sum_term(spec.sketch.privacy.epsilon, r, "replace_one")
+                         spec.sketch.feature, r)
+        term = integer_sum_term(spec.sketch.feature, spec.sketch.privacy.epsilon, r, "replace_one")
         noise = dlap_noise_share(term.epsilon, term.sensitivity, spec.secure_aggregation.min_honest,
-                                 2 * m, noise_rng())
+                                 2 * m)
         y = session.client.masked_input(np.concatenate([fs.re, fs.im]), inbox, noise)
         try:
             spend = self.ledger.record_spend(

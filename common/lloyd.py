@@ -14,7 +14,7 @@ post-processing. Replace-one and the composition over iterations are the caller'
 (the budget traces of ``fedsketch.server.bench.kmeans``).
 
 The noise generator is an argument, never created here: callers pass a fresh
-:func:`fedsketch.common.privacy.noise_rng` (OS CSPRNG seed) for each release. This module imports
+:func:`fedsketch.common.dp.samplers.noise_rng` (OS CSPRNG seed) for each release. This module imports
 nothing from ``server`` or ``client``, so a federated refinement round can use the same step.
 """
 
@@ -66,7 +66,7 @@ def noisy_cluster_stats(x: np.ndarray, centroids: np.ndarray, h: np.ndarray, eps
     Assigns every record to its nearest of ``centroids`` (k, d), then releases, for EVERY cluster
     (empty ones included), N~_j = N_j + Lap(1/ε_count) (records) and
     S~_{j,l} = S_{j,l} + Lap(h_l/ε_dim,l) (data units), noise from ``rng`` (pass a fresh
-    :func:`fedsketch.common.privacy.noise_rng`). ε_count + Σ_l ε_dim,l (``eps_dims`` (d,)) is the
+    :func:`fedsketch.common.dp.samplers.noise_rng`). ε_count + Σ_l ε_dim,l (``eps_dims`` (d,)) is the
     add/remove ε of the whole release (parallel composition over clusters; sensitivities 1 and h_l).
     Returns (N~ (k,), S~ (k, d)).
     """

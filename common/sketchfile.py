@@ -1,21 +1,24 @@
-"""The sketch file (``.npz``): a released sketch, its record count and its full spec as JSON.
+"""The sketch file (``.npz``): a released sketch as integers, its record count and its full spec.
 
 Keys:
-    ``sketch``   complex128 (m,): the normalized sketch (1/n)·Σ f(Ωᵀx+ξ)/√m (+ noise);
-    ``n``        float64 scalar: the released record count (exact under replace-one, noisy under
+    ``payload``  int64 (2m,): the noisy encoded sum S~ (re, then im) in grid steps;
+    ``n``        int64 scalar: the released record count (exact under replace-one, noisy under
                  add/remove);
     ``spec``     JSON text: ``format``, ``spec`` (:class:`SketchSpec`), ``spec_sha256``,
-                 ``omega_sha256`` (SHA-256 of Ω‖ξ), ``mechanism`` (noise terms), and
-                 ``calibration`` (the private-scale round, or null);
-    ``payload``  int64 (2m,), only for integer releases: the noisy integer sums (re, then im).
+                 ``omega_sha256`` (SHA-256 of Ω‖ξ), ``grid`` (γ, steps per unit of the feature
+                 map), ``mechanism`` (noise terms), ``epsilon_spent`` (the ε of everything this
+                 file's data was charged for, calibration included) and ``calibration`` (the
+                 private-scale round, or null).
 
-Files are written to a temporary sibling and renamed into place, so an error never leaves a
-partial file behind.
+Every released value is an integer (MECHANISMS §1.10); the normalized sketch
+s = S~/(γ·α·max(n, 1)·√m) is computed when the file is read. Files are written to a temporary
+sibling and renamed into place, so an error never leaves a partial file behind.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import os
 import zipfile
 from dataclasses import dataclass
@@ -24,23 +27,31 @@ from pathlib import Path
 import numpy as np
 
 from .atomicfile import atomic_write
-from .privacy import PrivateSketch
+from .features import GRID
+from .privacy import PrivateSketch, sketch_norm
 from .spec import SketchSpec
 
-FORMAT = "fedsketch.sketch/1"
+FORMAT = "fedsketch.sketch/2"
 
 
 @dataclass(frozen=True)
 class SketchFile:
-    """A sketch file's contents."""
+    """A sketch file's contents; ``sketch`` is the normalized complex sketch (m,)."""
 
-    sketch: np.ndarray
-    n: float
+    payload: np.ndarray
+    n: int
     spec: SketchSpec
     omega_sha256: str
     mechanism: dict
     calibration: dict | None
-    payload: np.ndarray | None
+    epsilon_spent: float
+
+    @property
+    def sketch(self) -> np.ndarray:
+        """s = S~/(γ·α·max(n, 1)·√m), complex128 (m,)."""
+        m = self.spec.frequencies.m
+        norm = sketch_norm(GRID[self.spec.feature], self.spec.r / m, self.n, m)
+        return self.payload[:m] / norm + 1j * (self.payload[m:] / norm)
 
 
 def save_sketch(
@@ -50,23 +61,27 @@ def save_sketch(
     omega_sha256: str,
     calibration: dict | None = None,
 ) -> None:
-    """Write ``release`` and its spec to ``path`` atomically."""
+    """Write ``release`` and its spec to ``path`` atomically.
+
+    ``epsilon_spent`` is the release's ε plus the calibration round's (``calibration["epsilon"]``).
+    """
     path = Path(path)
+    spent = release.privacy.epsilon + (0.0 if calibration is None else float(calibration["epsilon"]))
     meta = {
         "format": FORMAT,
         "spec": spec.to_dict(),
         "spec_sha256": spec.digest(),
         "omega_sha256": omega_sha256,
+        "grid": release.grid,
         "mechanism": release.mechanism(),
+        "epsilon_spent": "inf" if math.isinf(spent) else spent,
         "calibration": calibration,
     }
     arrays = {
-        "sketch": release.sketch,
-        "n": np.float64(release.n),
+        "payload": release.payload.astype(np.int64),
+        "n": np.int64(release.n),
         "spec": np.array(json.dumps(meta)),
     }
-    if release.payload is not None:
-        arrays["payload"] = release.payload.astype(np.int64)
     with atomic_write(path) as fh:
         np.savez(fh, **arrays)
 
@@ -79,26 +94,34 @@ def load_sketch(path: str | os.PathLike[str]) -> SketchFile:
     try:
         with np.load(path, allow_pickle=False) as npz:
             arrays = {key: npz[key] for key in npz.files}
-    except (OSError, ValueError, zipfile.BadZipFile) as exc:
+        meta = json.loads(str(arrays["spec"]))
+    except (OSError, ValueError, KeyError, zipfile.BadZipFile) as exc:
         raise ValueError(f"{path}: not a sketch file ({exc})") from None
-    missing = {"sketch", "n", "spec"} - arrays.keys()
+    if not isinstance(meta, dict) or meta.get("format") != FORMAT:
+        found = meta.get("format") if isinstance(meta, dict) else None
+        raise ValueError(f"{path}: unsupported format {found!r}, expected {FORMAT}"
+                         + (" (fedsketch.sketch/1 files hold a float release, which this version "
+                            "no longer reads: sketch the data again)"
+                            if found == "fedsketch.sketch/1" else ""))
+    missing = {"payload", "n"} - arrays.keys()
     if missing:
         raise ValueError(f"{path}: not a sketch file (missing {', '.join(sorted(missing))})")
-    meta = json.loads(str(arrays["spec"]))
-    if meta.get("format") != FORMAT:
-        raise ValueError(f"{path}: unsupported format {meta.get('format')!r}, expected {FORMAT}")
     spec = SketchSpec.from_dict(meta["spec"])
-    sketch = np.asarray(arrays["sketch"], dtype=np.complex128)
-    if sketch.shape != (spec.frequencies.m,):
-        raise ValueError(f"{path}: sketch has shape {sketch.shape}, spec says m = {spec.frequencies.m}")
-    if not np.all(np.isfinite(sketch)):
-        raise ValueError(f"{path}: sketch has non-finite entries")
+    payload, n = arrays["payload"], arrays["n"]
+    if payload.dtype != np.int64 or payload.shape != (2 * spec.frequencies.m,):
+        raise ValueError(f"{path}: payload must be int64 of shape (2m,) = "
+                         f"({2 * spec.frequencies.m},), got {payload.dtype} {payload.shape}")
+    if n.dtype != np.int64 or n.shape != ():
+        raise ValueError(f"{path}: the record count must be an int64 scalar")
+    if meta.get("grid") != GRID[spec.feature]:
+        raise ValueError(f"{path}: grid {meta.get('grid')!r} is not the {spec.feature} map's "
+                         f"{GRID[spec.feature]}")
     return SketchFile(
-        sketch=sketch,
-        n=float(arrays["n"]),
+        payload=payload,
+        n=int(n),
         spec=spec,
         omega_sha256=str(meta["omega_sha256"]),
         mechanism=meta["mechanism"],
         calibration=meta.get("calibration"),
-        payload=arrays.get("payload"),
+        epsilon_spent=float(meta["epsilon_spent"]),
     )

@@ -3,12 +3,15 @@
 For records x_i ∈ R^d, public frequencies Ω ∈ R^{d×m} and dither ξ ∈ [0, 2π)^m, the accumulator
 computes
 
-    S = Σ_i f(Ωᵀx_i + ξ) ⊙ b_i   ∈ C^m,
+    S = Σ_i q(Ωᵀx_i + ξ) ⊙ b_i   ∈ Z^m + iZ^m,
 
-where b_i ∈ {0,1}^m is a uniform random mask with exactly r ones (r = m: no subsampling). The
-normalized sketch is S / (α·n·√m) with α = r/m (MECHANISMS §1.1); noise is added by
-:mod:`fedsketch.common.privacy`. For ``complex`` S is float64; for ``quantized`` its real and
-imaginary parts are exact integers (int64), ready for discrete noise and secure aggregation.
+where q = round(γ·f) is the feature map encoded on its public grid of γ steps per unit
+(:data:`fedsketch.common.features.GRID`; MECHANISMS §1.10) and b_i ∈ {0,1}^m is a uniform random
+mask with exactly r ones (r = m: no subsampling). The normalized sketch is S / (γ·α·n·√m) with
+α = r/m (MECHANISMS §1.1); noise is added by :mod:`fedsketch.common.privacy`. The real and
+imaginary parts of S are exact integers (int64) for both maps, ready for discrete noise and
+secure aggregation: each record's γ·cos, γ·sin are rounded in float32 (exact integers below 2^24)
+and summed in float64, exact while |S| < 2^53 (n < 8·10^12 records at γ = 1024).
 
 Cost per record is O(r·d) when r < m: only the r selected phases are computed (gather, dot,
 ``bincount``), never the full n×m product. Phases are computed in float32 (SIMD trigonometry);
@@ -28,7 +31,7 @@ from typing import Protocol
 import numpy as np
 from threadpoolctl import threadpool_limits
 
-from .features import check_feature, quadrant_signs
+from .features import GRID, check_feature, quadrant_signs
 
 
 class PhaseOperator(Protocol):
@@ -52,9 +55,9 @@ PIECE_ROWS = 8192
 
 @dataclass(frozen=True)
 class FeatureSum:
-    """S = Σ_i f(Ωᵀx_i + ξ) ⊙ b_i over n records, split into real and imaginary parts.
+    """S = Σ_i q(Ωᵀx_i + ξ) ⊙ b_i over n records, split into real and imaginary parts.
 
-    ``re`` and ``im`` are float64 for ``complex`` and int64 for ``quantized`` (entries in [−n, n]).
+    ``re`` and ``im`` are int64 in grid steps (entries in [−γn, γn], γ = :attr:`grid`).
     """
 
     feature: str
@@ -69,10 +72,20 @@ class FeatureSum:
         """α = r/m, the fraction of entries each record contributes to."""
         return self.r / self.m
 
+    @property
+    def grid(self) -> int:
+        """γ: grid steps per unit of the feature map (:data:`fedsketch.common.features.GRID`)."""
+        return GRID[self.feature]
+
     def clean_sketch(self) -> np.ndarray:
-        """The noiseless normalized sketch S / (α·n·√m) as complex128."""
-        scale = 1.0 / (self.alpha * self.n * math.sqrt(self.m))
-        return (self.re.astype(np.float64) + 1j * self.im.astype(np.float64)) * scale
+        """The noiseless normalized sketch S / (γ·α·n·√m) as complex128."""
+        norm = sketch_norm(self.grid, self.alpha, self.n, self.m)
+        return self.re / norm + 1j * (self.im / norm)
+
+
+def sketch_norm(grid: int, alpha: float, n: float, m: int) -> float:
+    """γ·α·max(n, 1)·√m: grid steps of S per unit of the normalized sketch (n records released)."""
+    return grid * alpha * max(n, 1) * math.sqrt(m)
 
 
 def check_r(r: int, m: int) -> int:
@@ -111,7 +124,7 @@ class _Kernel:
         self.omega = np.ascontiguousarray(freqs.omega, dtype=np.float32)  # (d, m)
         self.omega_t = np.ascontiguousarray(self.omega.T)  # (m, d): rows gathered for r < m
         self.xi = np.asarray(freqs.xi, dtype=np.float32)
-        self.sum_dtype = np.int64 if feature == "quantized" else np.float64
+        self.grid = np.float32(GRID[self.feature])
 
     def chunk_sum(self, x: np.ndarray, rng: np.random.Generator | None) -> tuple[np.ndarray, ...]:
         """(re, im) sums of one chunk of float32 records; ``rng`` draws the masks (r < m)."""
@@ -139,12 +152,17 @@ class _Kernel:
         np.matmul(x, self.omega, out=t)
         t += self.xi
         if self.feature == "complex":
-            re += np.cos(t, out=f).sum(axis=0, dtype=np.float64)
-            im += np.sin(t, out=f).sum(axis=0, dtype=np.float64)
+            re += self._encode(np.cos(t, out=f)).sum(axis=0, dtype=np.float64)
+            im += self._encode(np.sin(t, out=f)).sum(axis=0, dtype=np.float64)
             return
         s_re, s_im = quadrant_signs(t)
         re += s_re.sum(axis=0)
         im += s_im.sum(axis=0)
+
+    def _encode(self, v: np.ndarray) -> np.ndarray:
+        """round(γ·v) in place (float32, exact integers): the grid encoding of cos or sin values."""
+        v *= self.grid
+        return np.rint(v, out=v)
 
     def _masked_block(self, x: np.ndarray, idx: np.ndarray, re: np.ndarray, im: np.ndarray) -> None:
         rows, r = idx.shape
@@ -153,8 +171,8 @@ class _Kernel:
         t += np.take(self.xi, idx)
         flat = idx.ravel()
         if self.feature == "complex":
-            re += np.bincount(flat, weights=np.cos(t).ravel(), minlength=self.m)
-            im += np.bincount(flat, weights=np.sin(t).ravel(), minlength=self.m)
+            re += np.bincount(flat, weights=self._encode(np.cos(t)).ravel(), minlength=self.m)
+            im += np.bincount(flat, weights=self._encode(np.sin(t)).ravel(), minlength=self.m)
         else:
             s_re, s_im = quadrant_signs(t)
             re += np.bincount(flat, weights=s_re.ravel(), minlength=self.m)
@@ -171,7 +189,7 @@ def feature_sum(
     workers: int | None = None,
     progress: Callable[[int], None] | None = None,
 ) -> FeatureSum:
-    """Stream ``chunks`` of float32 records (each (rows, d)) into S = Σ_i f(Ωᵀx_i + ξ) ⊙ b_i.
+    """Stream ``chunks`` of float32 records (each (rows, d)) into S = Σ_i q(Ωᵀx_i + ξ) ⊙ b_i.
 
     ``r`` defaults to m. Masks are drawn from a generator seeded from ``mask_seed`` or, when it is
     None, from the OS CSPRNG; masks are public and independent of the data, so a fixed seed only
@@ -207,9 +225,10 @@ def feature_sum(
             n += _collect(item, re, im, progress)
     if n == 0:
         raise ValueError("no records to sketch")
-    if kernel.sum_dtype is np.int64:
-        return FeatureSum(feature, kernel.m, kernel.r, n, re.astype(np.int64), im.astype(np.int64))
-    return FeatureSum(feature, kernel.m, kernel.r, n, re, im)
+    if not (np.all(np.isfinite(re)) and np.all(np.isfinite(im))):
+        raise ValueError("the feature sum is not finite: a record has NaN, inf or a value so large "
+                         "that its phases overflow; clip the data to the study's box")
+    return FeatureSum(feature, kernel.m, kernel.r, n, re.astype(np.int64), im.astype(np.int64))
 
 
 def _collect(item, re: np.ndarray, im: np.ndarray, progress: Callable[[int], None] | None) -> int:

@@ -17,6 +17,7 @@ import math
 from dataclasses import asdict, dataclass
 
 from .dp.plan import integer_sum_term
+from .features import GRID
 from .frequencies import draw_frequencies
 from .secagg import check_capacity
 from .spec import SketchSpec, canonical_json
@@ -99,8 +100,6 @@ class StudySpec:
     def _check_secure_aggregation(self) -> None:
         """Refuse a secure-aggregation study that cannot work, with the reason."""
         sa = self.secure_aggregation
-        if self.sketch.feature != "quantized":
-            raise ValueError("secure aggregation sums integers: it needs the quantized map")
         if self.sketch.privacy.neighbouring != "replace_one" or self.sketch.privacy.delta > 0:
             raise ValueError("secure aggregation supports replace-one, pure ε (n public)")
         if sa.threshold > self.min_devices or sa.min_honest > self.min_devices:
@@ -111,16 +110,21 @@ class StudySpec:
         if sa.degree is not None and sa.threshold > sa.degree + 1:
             raise ValueError(f"secure aggregation: threshold {sa.threshold} exceeds a "
                              f"neighbourhood of degree {sa.degree} plus the device itself")
-        check_capacity(sa.max_records, self.noise_param(), 2 * self.sketch.frequencies.m,
+        check_capacity(self.sum_bound(), self.noise_param(), 2 * self.sketch.frequencies.m,
                        shape=self.min_devices / sa.min_honest)
 
+    def sum_bound(self) -> int:
+        """γ·max_records: the largest |entry| of the devices' summed encoded sketches (grid steps)."""
+        return GRID[self.sketch.feature] * self.secure_aggregation.max_records
+
     def noise_param(self) -> float:
-        """a = exp(−ε/Δ1), Δ1 = 4r: the DLap parameter of the integer sum (MECHANISMS §1.5).
+        """a = exp(−ε/Δ1), Δ1 = 2rκ: the DLap parameter of the integer sum (MECHANISMS §1.5, §1.10).
 
         The scale of :func:`~fedsketch.common.dp.plan.integer_sum_term` (replace-one), the noise
         the devices' shares add up to under secure aggregation (§4.2).
         """
-        return integer_sum_term(self.sketch.privacy.epsilon, self.sketch.r, "replace_one").scale
+        return integer_sum_term(self.sketch.feature, self.sketch.privacy.epsilon, self.sketch.r,
+                                "replace_one").scale
 
     @classmethod
     def create(cls, name: str, sketch: SketchSpec, k: int, lo, hi, **rules) -> StudySpec:

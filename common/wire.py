@@ -1,41 +1,36 @@
 """Sketch payloads on the wire, and the coordinator's check that a payload is one the mechanism
 could have produced.
 
-Encodings (``Contribution.payload`` in ``proto/fedsketch.proto``):
+A payload is the noisy encoded sum S~ ∈ Z^{2m} in grid steps (:mod:`fedsketch.common.privacy`),
+interleaved (Re S~_1, Im S~_1, Re S~_2, …) in little-endian integers (``Contribution.payload`` in
+``proto/fedsketch.proto``): ``int64_pairs`` for the ``complex`` map (γ = 1024 steps per unit, so
+|S| reaches 1024·n) and ``int32_pairs`` for ``quantized`` (γ = 1). The grid γ is public, fixed
+by the feature map (:data:`fedsketch.common.features.GRID`); the record count travels as an
+integer-valued double. The coordinator sums the integers and divides by γ·α·N·√m
+(MECHANISMS §1.8, §1.10).
 
-* ``float32_pairs`` (``complex`` map): the normalized sketch s ∈ C^m as 2m little-endian float32,
-  interleaved (Re s_1, Im s_1, Re s_2, …);
-* ``int32_pairs`` (``quantized`` map): the noisy integer sum S~ ∈ Z^{2m} as 2m little-endian int32,
-  interleaved the same way. The coordinator divides by α·N·√m after summing (MECHANISMS §1.5).
-
-Magnitude bounds (DESIGN §6). A clean entry obeys |Re|, |Im| ≤ 1/(α√m) (normalized) or ≤ n
-(integer). The noise is the study's plan (:func:`fedsketch.common.dp.plan.noise_plan`): Laplace
-noise exceeds T·b with probability e^{−T}; T = 60 makes a false refusal (≈ 2m·1e-26) negligible;
-Gaussian noise uses 12σ; discrete Laplace uses t + 1, t the radius of §1.5
-(:func:`fedsketch.common.dp.calibration.noise_radius`: the smallest t with 2m·2a^{t+1}/(1+a) ≤
-2^{−40}). Under add/remove the released count is itself noisy, so the true count is bounded by
-count + T/ε₂, ε₂ the count's share of ε (:func:`fedsketch.common.dp.budget.add_remove_split`).
+Magnitude bounds (DESIGN §6). A clean entry obeys |Re|, |Im| ≤ γ·n. The noise is the study's
+plan (:func:`fedsketch.common.dp.plan.noise_plan`): discrete Laplace uses t + 1, t the radius of
+§1.5 (:func:`fedsketch.common.dp.calibration.noise_radius`: the smallest t with
+2m·2a^{t+1}/(1+a) ≤ 2^{−40}); the discrete Gaussian, σ²-subgaussian (CKS 2020), uses 12σ
+(2m·2e^{−72} is negligible). Under add/remove the released count is itself noisy, so the true
+count is bounded by the count plus the radius of its DLap term.
 """
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 
-from .dp.budget import add_remove_split
 from .dp.calibration import noise_radius
 from .dp.plan import noise_plan
+from .features import GRID
 from .privacy import PrivateSketch
 from .study import StudySpec
 
-KINDS: dict[str, str] = {"complex": "float32_pairs", "quantized": "int32_pairs"}
-#: Laplace tail multiple and Gaussian σ multiple of the magnitude check.
-LAPLACE_TAIL = 60.0
+KINDS: dict[str, str] = {"complex": "int64_pairs", "quantized": "int32_pairs"}
+_DTYPES: dict[str, str] = {"int64_pairs": "<i8", "int32_pairs": "<i4"}
+#: The discrete Gaussian's σ multiple of the magnitude check.
 GAUSS_TAIL = 12.0
-#: Relative slack for float32 rounding of the normalized sketch.
-FLOAT32_SLACK = 1e-6
-INT32_MAX = 2**31 - 1
 
 
 class PayloadError(ValueError):
@@ -45,69 +40,53 @@ class PayloadError(ValueError):
 def encode(release: PrivateSketch, feature: str) -> tuple[str, bytes]:
     """(kind, bytes) of a release for the wire (module docstring)."""
     kind = KINDS[feature]
-    m = release.sketch.size
-    if kind == "float32_pairs":
-        pairs = np.empty(2 * m, dtype="<f4")
-        pairs[0::2] = release.sketch.real
-        pairs[1::2] = release.sketch.imag
-        return kind, pairs.tobytes()
-    if release.payload is None:
-        raise ValueError("a quantized release must carry its integer payload")
-    if np.abs(release.payload).max() > INT32_MAX:
-        raise ValueError("the integer sum does not fit int32: split the data over more devices")
-    pairs = np.empty(2 * m, dtype="<i4")
+    dtype = np.dtype(_DTYPES[kind])
+    info = np.iinfo(dtype)
+    if int(release.payload.max()) > info.max or int(release.payload.min()) < -info.max:
+        raise ValueError(f"the integer sum does not fit {dtype.name}: split the data over more devices")
+    m = release.m
+    pairs = np.empty(2 * m, dtype=dtype)
     pairs[0::2] = release.payload[:m]
     pairs[1::2] = release.payload[m:]
     return kind, pairs.tobytes()
 
 
 def decode(kind: str, data: bytes, m: int) -> np.ndarray:
-    """The (2, m) array (re, im) of a payload: float64 for ``float32_pairs``, int64 otherwise."""
-    dtype = {"float32_pairs": "<f4", "int32_pairs": "<i4"}.get(kind)
+    """The (2, m) int64 array (re, im) of a payload."""
+    dtype = _DTYPES.get(kind)
     if dtype is None:
         raise PayloadError(f"unknown payload kind {kind!r}")
-    if len(data) != 8 * m:
-        raise PayloadError(f"payload has {len(data)} bytes, the study needs 2m·4 = {8 * m}")
+    width = np.dtype(dtype).itemsize
+    if len(data) != 2 * width * m:
+        raise PayloadError(f"payload has {len(data)} bytes, the study needs 2m·{width} = {2 * width * m}")
     pairs = np.frombuffer(data, dtype=dtype)
-    out = np.stack([pairs[0::2], pairs[1::2]]).astype(np.float64 if kind == "float32_pairs"
-                                                      else np.int64)
-    if kind == "float32_pairs" and not np.all(np.isfinite(out)):
-        raise PayloadError("payload has NaN or inf entries")
-    return out
+    return np.stack([pairs[0::2], pairs[1::2]]).astype(np.int64)
 
 
 def check_count(spec: StudySpec, n: float) -> None:
     """Refuse a record count the study cannot accept (PayloadError with the reason)."""
-    if not math.isfinite(n):
-        raise PayloadError(f"record count must be finite, got {n}")
-    if spec.sketch.privacy.neighbouring == "replace_one":
-        if n != int(n) or n < spec.min_records:
-            raise PayloadError(f"record count must be an integer >= {spec.min_records} "
-                               f"(replace-one, n public), got {n}")
+    if not (np.isfinite(n) and n == int(n)):
+        raise PayloadError(f"record count must be an integer, got {n}")
+    if spec.sketch.privacy.neighbouring == "replace_one" and n < spec.min_records:
+        raise PayloadError(f"record count must be >= {spec.min_records} (replace-one, n public), "
+                           f"got {n:g}")
 
 
-def max_abs_entry(spec: StudySpec, n: float) -> float:
-    """The largest |Re| or |Im| of a payload entry that the study's mechanism can produce.
-
-    Payload units: normalized sketch (float payloads) or integer sum (integer payloads); ``n`` is
-    the contribution's record count as sent (module docstring).
-    """
+def max_abs_entry(spec: StudySpec, n: float) -> int:
+    """The largest |Re| or |Im| of a payload entry (grid steps) that the study's mechanism can
+    produce, given the contribution's record count ``n`` as sent (module docstring)."""
     privacy = spec.sketch.privacy
-    m, r, feature = spec.sketch.frequencies.m, spec.sketch.r, spec.sketch.feature
-    alpha = r / m
-    term = noise_plan(feature, m, r, privacy, n)[0]  # the noise on the 2m coordinates
-    replace_one = privacy.neighbouring == "replace_one"
-    if replace_one:
-        count_hi = n
-    else:
-        count_hi = max(n, 0.0) + LAPLACE_TAIL / add_remove_split(privacy.epsilon, m)[1]
+    feature, m = spec.sketch.feature, spec.sketch.frequencies.m
+    terms = noise_plan(feature, m, spec.sketch.r, privacy)
+    count_hi = max(int(n), 0)
+    if privacy.neighbouring == "add_remove":
+        count_hi += noise_radius(terms[1].scale, 1) + 1
+    term = terms[0]
     if term.law == "discrete_laplace":
-        return count_hi + (noise_radius(term.scale, 2 * m) + 1)
-    tail = (GAUSS_TAIL if term.law == "gaussian" else LAPLACE_TAIL) * term.scale
-    if replace_one:
-        return (1.0 / (alpha * math.sqrt(m)) + tail) * (1 + FLOAT32_SLACK)
-    bound = count_hi / (alpha * math.sqrt(m)) + tail
-    return bound / max(n, 1.0) * (1 + FLOAT32_SLACK)
+        radius = noise_radius(term.scale, 2 * m) + 1
+    else:
+        radius = int(np.ceil(GAUSS_TAIL * term.scale))
+    return GRID[feature] * count_hi + radius
 
 
 def check_payload(spec: StudySpec, kind: str, data: bytes, n: float) -> np.ndarray:
@@ -119,8 +98,8 @@ def check_payload(spec: StudySpec, kind: str, data: bytes, n: float) -> np.ndarr
     check_count(spec, n)
     values = decode(kind, data, spec.sketch.frequencies.m)
     bound = max_abs_entry(spec, n)
-    worst = float(np.abs(values).max())
+    worst = max(int(values.max()), -int(values.min()))  # np.abs(−2^63) would wrap to −2^63
     if worst > bound:
-        raise PayloadError(f"payload entry {worst:.6g} exceeds {bound:.6g}, the largest value "
+        raise PayloadError(f"payload entry {worst} exceeds {bound}, the largest value "
                            "the study's mechanism can produce")
     return values

@@ -95,8 +95,9 @@ def coordinator_round(tmp_path, certs) -> Round:
 
 
 def study_spec(d: int = 3, k: int = 3, m: int = 60, epsilon: float = 50.0,
-               feature: str = "complex", r: int | None = None, **rules) -> StudySpec:
+               feature: str = "complex", r: int | None = None,
+               neighbouring: str = "replace_one", **rules) -> StudySpec:
     """A small study over [−10, 10]^d."""
     sketch = SketchSpec(FrequencySpec(d=d, m=m, scale=1.5, seed=1), feature, m if r is None else r,
-                        PrivacySpec(epsilon))
+                        PrivacySpec(epsilon, 0.0, neighbouring))
     return StudySpec.create("test", sketch, k, [-10.0] * d, [10.0] * d, replicates=2, **rules)

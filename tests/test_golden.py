@@ -1,10 +1,11 @@
-"""Golden outputs recorded before the `server/` reorganisation: the move must keep them bit for bit.
+"""Golden outputs: a change that is meant to keep behaviour (a move, a refactor) must keep them bit
+for bit. They were last recorded when releases became integer vectors with exact samplers.
 
 Three groups, all compared exactly (``np.array_equal`` on the stored arrays, ``==`` on scalars):
 
-* **portable**: the noise terms and released values of every privacy path on a fixed feature sum
-  (float64 arithmetic and numpy's seeded distributions only), the wire bound ``max_abs_entry``,
-  and Ω‖ξ's hash. These are the same on every machine, so they always run.
+* **portable**: the noise terms and released integers of every privacy path on a fixed feature
+  sum (exact samplers fed by a seeded bit stream: integer arithmetic only), the wire bound
+  ``max_abs_entry``, and Ω‖ξ's hash. These are the same on every machine, so they always run.
 * **kernel-bound**: a sketch file written by ``fedsketch sketch`` (float32 trigonometry), a
   masked feature sum (r < m, seeded masks), seeded CL-OMPR on the sketch, and each centralized
   mechanism with seeded privacy noise. These depend on numpy's SIMD dispatch and OpenBLAS's
@@ -28,7 +29,8 @@ import pytest
 import threadpoolctl
 from typer.testing import CliRunner
 
-from fedsketch.common import privacy as privacy_module
+from fedsketch.common.dp import exact
+from fedsketch.common.features import GRID
 from fedsketch.common.frequencies import FrequencySpec, draw_frequencies
 from fedsketch.common.privacy import PrivacySpec, privatize
 from fedsketch.common.sketchfile import load_sketch
@@ -58,13 +60,17 @@ def signature() -> str:
 
 
 def _seeded_noise(monkeypatch_or_none, start: int) -> None:
+    """Seed every privacy draw: the exact samplers' OS bits, and the bench's generators."""
     seeds = iter(range(start, start + 10_000))
     fake = lambda: np.random.default_rng(next(seeds))  # noqa: E731
-    for module in (privacy_module, kmeans, pca, subspace):
+    words = np.random.Generator(np.random.PCG64(start))
+    bits = lambda count: words.integers(0, 2**64, count, dtype=np.uint64)  # noqa: E731
+    for module, name, value in ((exact, "random_words", bits), (kmeans, "noise_rng", fake),
+                                (pca, "noise_rng", fake), (subspace, "noise_rng", fake)):
         if monkeypatch_or_none is None:
-            module.noise_rng = fake
+            setattr(module, name, value)
         else:
-            monkeypatch_or_none.setattr(module, "noise_rng", fake)
+            monkeypatch_or_none.setattr(module, name, value)
 
 
 # ---- portable ------------------------------------------------------------------------------------
@@ -72,9 +78,9 @@ def _seeded_noise(monkeypatch_or_none, start: int) -> None:
 def _feature_sum(feature: str, r: int) -> FeatureSum:
     i = np.arange(M, dtype=np.int64)
     n = 37
-    if feature == "quantized":
-        return FeatureSum(feature, M, r, n, (i * 7) % (2 * n + 1) - n, (i * 11) % (2 * n + 1) - n)
-    return FeatureSum(feature, M, r, n, np.cos(i * 0.37) * n * 0.6, np.sin(i * 0.53) * n * 0.4)
+    top = GRID[feature] * n  # |S| ≤ γn
+    return FeatureSum(feature, M, r, n, (i * 7919) % (2 * top + 1) - top,
+                      (i * 104729) % (2 * top + 1) - top)
 
 
 PATHS = [(f, r, nb, delta) for f in ("complex", "quantized") for r in (1, M)
@@ -90,8 +96,7 @@ def portable(monkeypatch=None) -> tuple[dict, dict[str, np.ndarray]]:
         key = f"{feature}-{r}-{nb}-{delta:g}"
         scalars[key] = {"n": rel.n, "variance": rel.variance, "mechanism": rel.mechanism()}
         arrays[f"release/{key}"] = rel.sketch
-        if rel.payload is not None:
-            arrays[f"payload/{key}"] = rel.payload
+        arrays[f"payload/{key}"] = rel.payload
         sketch = SketchSpec(FrequencySpec(d=3, m=M, scale=1.5, seed=4), feature, r,
                             PrivacySpec(0.7, delta, nb))
         freqs = draw_frequencies(sketch.frequencies)

@@ -8,6 +8,8 @@ and draw their own noise).
   :class:`~.budget.NoiseTerm`, the trace of one draw;
 * :mod:`.plan`: the noise terms of a sketch release, read by the release, the coordinator's
   payload check and secure aggregation;
-* :mod:`.samplers`: the CSPRNG-seeded generator and the samplers (Laplace, Gaussian, discrete
-  Laplace, negative-binomial shares).
+* :mod:`.samplers`: the draws of a noise term and of a secure-aggregation share, and the
+  CSPRNG-seeded generator of the bench's float mechanisms;
+* :mod:`.exact`: exact integer samplers (geometric, discrete Laplace, discrete Gaussian, negative
+  binomial, DLap shares) that read only OS random bits.
 """

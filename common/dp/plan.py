@@ -1,72 +1,56 @@
-"""The noise plan of a sketch release: which noise, on what, at which scale, for which ε.
+"""The noise plan of a sketch release: which noise, on which integers, at which scale, for which ε.
 
 One function decides the noise of every privacy path; the device's release
 (:func:`fedsketch.common.privacy.privatize`), the coordinator's magnitude check
 (:func:`fedsketch.common.wire.max_abs_entry`) and secure aggregation (the study's DLap parameter
-and each device's noise share) all read it. With α = r/m, c_f from
-:mod:`fedsketch.common.features` and S the feature sum over n records:
+and each device's noise share) all read it. Every release is an integer vector (MECHANISMS §1.9
+item 7, §1.10): the encoded sum S ∈ Z^{2m} in grid steps (:mod:`fedsketch.common.sketching`) and,
+under add/remove, the record count n ∈ Z. Every term is an integer law, drawn exactly
+(:mod:`fedsketch.common.dp.samplers`). With Δ1, Δ2 the sensitivities of S in grid steps
+(:func:`~fedsketch.common.dp.calibration.l1_sensitivity`, :func:`~.calibration.l2_sensitivity`):
 
-replace-one (n public), δ = 0 (MECHANISMS §1.1–1.2, §1.5)
-    ``complex``:   Lap(b) on each real coordinate of s = S/(α n √m), b = c_f √m/(n ε) (sketch units)
-    ``quantized``: DLap(a) on each of the 2m integers of S, a = exp(−ε/(4r))
-replace-one, δ > 0 (§1.6): N(0, σ²) on s, σ = analytic-Gaussian(Δ2, ε, δ), Δ2 = g √m/(n √r)
-add/remove (n private), δ = 0 (§1.7): ε1 = ε·2m/(2m+1) on the numerator, ε2 = ε − ε1 on n
-    ``complex``:   Lap((c_f/2)√m/ε1) on S/(α√m),  Lap(1/ε2) on n
-    ``quantized``: DLap(e^{−ε1/(2r)}) on S,        DLap(e^{−ε2}) on n
-add/remove, δ > 0: one N(0, σ²) on the joint vector (S/(α√m), n), Δ2 = √((g/2)² m/r + 1)
-
-The sensitivities come from :mod:`fedsketch.common.dp.calibration`, one function each.
+replace-one (n public), δ = 0:  DLap(a) on each of the 2m integers of S, a = exp(−ε/Δ1), Δ1 = 2rκ
+replace-one, δ > 0:             N_Z(0, σ²) on S, σ = :func:`~.calibration.dgauss_sigma`(Δ2, ε, δ)
+add/remove (n private): ε1 = ε·2m/(2m+1) on S as above (Δ1 = rκ, Δ2 = √r·L), with (ε1, δ);
+                        DLap(e^{−ε2}) on n, ε2 = ε − ε1 (sensitivity 1), always pure.
+The ε of the terms add up to the spec's ε; δ is spent by the one Gaussian term.
 """
 
 from __future__ import annotations
 
 from .budget import NoiseTerm, PrivacySpec, add_remove_split
-from .calibration import (
-    COUNT_SENSITIVITY,
-    complex_l1_sensitivity,
-    dlap_param,
-    gauss_sigma_analytic,
-    gaussian_l2_sensitivity,
-    laplace_scale,
-    quantized_l1_sensitivity,
-)
+from .calibration import COUNT_SENSITIVITY, dgauss_sigma, dlap_param, l1_sensitivity, l2_sensitivity
 
 
-def integer_sum_term(epsilon: float, r: int, neighbouring: str) -> NoiseTerm:
-    """DLap(a) on each integer of the quantized sum S, a = exp(−ε/Δ1), Δ1 = 4r or 2r (§1.5, §1.7).
+def integer_sum_term(feature: str, epsilon: float, r: int, neighbouring: str,
+                     delta: float = 0.0) -> NoiseTerm:
+    """The noise on the 2m integers of S: DLap(a), a = exp(−ε/Δ1) (δ = 0), or N_Z(0, σ²) (δ > 0).
 
-    Under secure aggregation the aggregate of the devices' shares carries exactly this term
-    (replace-one, MECHANISMS §4.2). ε = ∞ gives a = 0 (no noise).
+    Under secure aggregation the aggregate of the devices' shares carries exactly the δ = 0 term
+    (replace-one, MECHANISMS §4.2). ε = ∞ gives scale 0 (no noise).
     """
-    delta1 = quantized_l1_sensitivity(r, neighbouring)
+    if delta > 0:
+        delta2 = l2_sensitivity(feature, r, neighbouring)
+        return NoiseTerm("integer sum", "discrete_gaussian", epsilon, delta2,
+                         dgauss_sigma(delta2, epsilon, delta))
+    delta1 = l1_sensitivity(feature, r, neighbouring)
     return NoiseTerm("integer sum", "discrete_laplace", epsilon, delta1, dlap_param(epsilon, delta1))
 
 
-def noise_plan(feature: str, m: int, r: int, privacy: PrivacySpec, n: float) -> tuple[NoiseTerm, ...]:
-    """The noise terms of a release of m entries, r per record, over n records (module docstring).
+def count_term(epsilon: float) -> NoiseTerm:
+    """DLap(e^{−ε}) on the record count (add/remove, sensitivity 1)."""
+    return NoiseTerm("record count", "discrete_laplace", epsilon, COUNT_SENSITIVITY,
+                     dlap_param(epsilon, COUNT_SENSITIVITY))
 
-    The first term is added to the 2m real coordinates (normalized sketch, integer sum or
-    numerator). Under add/remove with δ = 0 a second term is added to the record count; the
-    Gaussian's single term covers both. ``n`` only enters the replace-one sensitivities of the
-    float releases. ε = ∞ gives terms of scale 0 (:func:`~fedsketch.common.privacy.privatize`
-    releases those without any term).
+
+def noise_plan(feature: str, m: int, r: int, privacy: PrivacySpec) -> tuple[NoiseTerm, ...]:
+    """The noise terms of a release of m entries, r per record (module docstring).
+
+    The first term is added to the 2m integers of S; under add/remove the second is added to the
+    record count.
     """
     eps, relation = privacy.epsilon, privacy.neighbouring
-    if privacy.delta > 0:
-        delta2 = gaussian_l2_sensitivity(feature, m, r, n, relation)
-        target = "normalized sketch" if relation == "replace_one" else "(numerator, record count)"
-        return (NoiseTerm(target, "gaussian", eps, delta2, gauss_sigma_analytic(delta2, eps, privacy.delta)),)
     if relation == "replace_one":
-        if feature == "quantized":
-            return (integer_sum_term(eps, r, relation),)
-        delta1 = complex_l1_sensitivity(m, n, relation)
-        return (NoiseTerm("normalized sketch", "laplace", eps, delta1, laplace_scale(delta1, eps)),)
+        return (integer_sum_term(feature, eps, r, relation, privacy.delta),)
     eps1, eps2 = add_remove_split(eps, m)
-    if feature == "quantized":
-        return (integer_sum_term(eps1, r, relation),
-                NoiseTerm("record count", "discrete_laplace", eps2, COUNT_SENSITIVITY,
-                          dlap_param(eps2, COUNT_SENSITIVITY)))
-    delta1 = complex_l1_sensitivity(m, n, relation)
-    return (NoiseTerm("numerator (1/α)Σ z⊙b", "laplace", eps1, delta1, laplace_scale(delta1, eps1)),
-            NoiseTerm("record count", "laplace", eps2, COUNT_SENSITIVITY,
-                      laplace_scale(COUNT_SENSITIVITY, eps2)))
+    return (integer_sum_term(feature, eps1, r, relation, privacy.delta), count_term(eps2))

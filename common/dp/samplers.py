@@ -1,16 +1,23 @@
-"""Where privacy noise is drawn: the CSPRNG-seeded generator and the samplers of each law.
+"""Where privacy noise is drawn: the exact integer samplers of the sketch releases, and the
+CSPRNG-seeded generator of the centralized mechanisms.
 
-Privacy noise never comes from a user or study seed: every draw uses a generator from
-:func:`noise_rng` (MECHANISMS §0.4 for the laws, §4.2 for the secure-aggregation shares).
+Sketch releases and secure-aggregation shares (MECHANISMS §1.9 item 7, §4.2) draw every value
+from the exact samplers of :mod:`fedsketch.common.dp.exact`, which read only OS random bits and
+decide no sample with a float: the law of a term is a function of its exact parameters, ε and
+the sensitivity read as rationals (a float is an exact dyadic rational), never of a rounded
+a = exp(−ε/Δ1). The centralized mechanisms of the bench still draw float noise from
+:func:`noise_rng` (a generator seeded from the OS CSPRNG, never from a user or study seed).
 """
 
 from __future__ import annotations
 
 import math
 import secrets
+from fractions import Fraction
 
 import numpy as np
 
+from . import exact
 from .budget import NoiseTerm
 from .calibration import check_epsilon
 
@@ -23,37 +30,36 @@ def noise_rng() -> np.random.Generator:
     return np.random.Generator(np.random.PCG64(secrets.randbits(128)))
 
 
-def discrete_laplace(rng: np.random.Generator, a: float, size: int) -> np.ndarray:
-    """Draw ``size`` int64 samples of DLap(a): P(k) ∝ a^|k|, as G1 − G2 with G ~ Geom(1−a) on {0,1,…}."""
-    p = -math.expm1(math.log(a))  # 1 − a without cancellation
-    return (rng.geometric(p, size) - rng.geometric(p, size)).astype(np.int64)
+def dlap_rate(epsilon: float, delta1: float) -> Fraction:
+    """λ = ε/Δ1 as an exact rational: DLap(e^{−λ}) on a query of L1 sensitivity Δ1 is ε-DP."""
+    return Fraction(check_epsilon(epsilon)) / Fraction(delta1)
 
 
-def draw(term: NoiseTerm, rng: np.random.Generator, size: int) -> np.ndarray:
-    """``size`` i.i.d. draws of ``term``'s law at its scale, in the units of its target.
+def draw(term: NoiseTerm, size: int) -> np.ndarray:
+    """``size`` i.i.d. int64 draws of ``term``'s integer law, exactly, from OS random bits.
 
-    Laplace: float64 Lap(b); Gaussian: float64 N(0, σ²); discrete Laplace: int64 DLap(a).
+    ``discrete_laplace``: P(k) ∝ e^{−ε|k|/Δ1} (ε = ``term.epsilon``, Δ1 = ``term.sensitivity``);
+    ``discrete_gaussian``: P(k) ∝ e^{−k²/(2σ²)}, σ = ``term.scale``. A term of scale 0 (ε = ∞)
+    draws zeros.
     """
-    if term.law == "laplace":
-        return rng.laplace(0.0, term.scale, size)
-    if term.law == "gaussian":
-        return rng.normal(0.0, term.scale, size)
+    if term.scale == 0:
+        return np.zeros(size, dtype=np.int64)
     if term.law == "discrete_laplace":
-        return discrete_laplace(rng, term.scale, size)
-    raise ValueError(f"unknown noise law {term.law!r}")
+        return exact.discrete_laplace(dlap_rate(term.epsilon, term.sensitivity), size)
+    if term.law == "discrete_gaussian":
+        return exact.discrete_gaussian(Fraction(term.scale) ** 2, size)
+    raise ValueError(f"no exact sampler for the noise law {term.law!r}")
 
 
-def dlap_noise_share(epsilon: float, delta1: float, h_min: int, dim: int,
-                     rng: np.random.Generator) -> np.ndarray:
-    """One device's int64 noise share: NB(1/h_min, 1−a) − NB(1/h_min, 1−a) per coordinate.
+def dlap_noise_share(epsilon: float, delta1: float, h_min: int, dim: int) -> np.ndarray:
+    """One device's int64 noise share: NB(1/h_min, a) − NB(1/h_min, a) per coordinate, exactly.
 
-    a = exp(−ε/Δ1) with Δ1 the sensitivity of the *total* integer sum (4r, replace-one, in
-    integer-sum units). The shares of h_min devices sum in law to one DLap(a) draw per coordinate
-    (MECHANISMS §4.2; numpy's Gamma–Poisson sampler is integer-valued but only approximately
-    exact, §10 item 7). ``rng`` must come from :func:`noise_rng` (OS CSPRNG seed).
+    a = exp(−ε/Δ1) with Δ1 the sensitivity of the *total* integer sum (2rκ, replace-one, in grid
+    steps). The shares of h_min devices sum in law to one DLap(a) draw per coordinate
+    (MECHANISMS §4.2). ε = ∞ gives zeros.
     """
     if h_min < 1 or delta1 <= 0:
         raise ValueError(f"need h_min >= 1 and delta1 > 0, got {h_min}, {delta1}")
-    p = -math.expm1(-check_epsilon(epsilon) / delta1)  # 1 − a without cancellation
-    return (rng.negative_binomial(1.0 / h_min, p, dim)
-            - rng.negative_binomial(1.0 / h_min, p, dim)).astype(np.int64)
+    if math.isinf(check_epsilon(epsilon)):
+        return np.zeros(dim, dtype=np.int64)
+    return exact.dlap_share(dlap_rate(epsilon, delta1), h_min, dim)

@@ -96,22 +96,22 @@ class Study(_message.Message):
     def __init__(self, study_id: _Optional[str] = ..., spec_json: _Optional[str] = ..., spec_sha256: _Optional[str] = ..., state: _Optional[_Union[StudyState, str]] = ..., stage: _Optional[_Union[Stage, str]] = ..., contributions: _Optional[int] = ..., records: _Optional[float] = ..., detail: _Optional[str] = ...) -> None: ...
 
 class Contribution(_message.Message):
-    __slots__ = ("study_id", "device_id", "spec_sha256", "n", "float32_pairs", "int32_pairs", "signature")
+    __slots__ = ("study_id", "device_id", "spec_sha256", "n", "int32_pairs", "int64_pairs", "signature")
     STUDY_ID_FIELD_NUMBER: _ClassVar[int]
     DEVICE_ID_FIELD_NUMBER: _ClassVar[int]
     SPEC_SHA256_FIELD_NUMBER: _ClassVar[int]
     N_FIELD_NUMBER: _ClassVar[int]
-    FLOAT32_PAIRS_FIELD_NUMBER: _ClassVar[int]
     INT32_PAIRS_FIELD_NUMBER: _ClassVar[int]
+    INT64_PAIRS_FIELD_NUMBER: _ClassVar[int]
     SIGNATURE_FIELD_NUMBER: _ClassVar[int]
     study_id: str
     device_id: str
     spec_sha256: str
     n: float
-    float32_pairs: bytes
     int32_pairs: bytes
+    int64_pairs: bytes
     signature: bytes
-    def __init__(self, study_id: _Optional[str] = ..., device_id: _Optional[str] = ..., spec_sha256: _Optional[str] = ..., n: _Optional[float] = ..., float32_pairs: _Optional[bytes] = ..., int32_pairs: _Optional[bytes] = ..., signature: _Optional[bytes] = ...) -> None: ...
+    def __init__(self, study_id: _Optional[str] = ..., device_id: _Optional[str] = ..., spec_sha256: _Optional[str] = ..., n: _Optional[float] = ..., int32_pairs: _Optional[bytes] = ..., int64_pairs: _Optional[bytes] = ..., signature: _Optional[bytes] = ...) -> None: ...
 
 class SubmitReply(_message.Message):
     __slots__ = ("duplicate", "receipt")

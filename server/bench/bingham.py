@@ -8,7 +8,7 @@ at a time, drawing θ = y_i² from the exact 1-D conditional of §8.5; the matri
 column at a time as a vector Bingham draw in the orthogonal complement of the other columns, and,
 when d = k (that complement is a line), rotates pairs of columns in their plane by an exactly
 sampled angle. Every draw comes from the caller's ``rng``; a privacy mechanism must pass a
-generator from :func:`fedsketch.common.privacy.noise_rng`. The chains are exact Gibbs kernels, so
+generator from :func:`fedsketch.common.dp.samplers.noise_rng`. The chains are exact Gibbs kernels, so
 their output is distributed as the target only in the limit of many sweeps (MECHANISMS §10.18).
 """
 

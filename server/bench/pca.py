@@ -16,7 +16,7 @@ Methods (:data:`METHODS`):
   exponential mechanism with utility Σ_i ‖Vᵀx̃_i‖² (§8.3); ε-DP for exact samples only.
 
 Privacy randomness (MOD-SULQ's N, every draw of the PPCA chain including its start) comes from
-:func:`fedsketch.common.privacy.noise_rng`; ``Task.rng`` is used only by the data-independent
+:func:`fedsketch.common.dp.samplers.noise_rng`; ``Task.rng`` is used only by the data-independent
 random baseline.
 """
 
@@ -27,7 +27,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from fedsketch.common.privacy import noise_rng
+from fedsketch.common.dp.samplers import noise_rng
 from fedsketch.common.synthetic import random_orthonormal
 from fedsketch.server.bench.bingham import sample_matrix_bingham
 from fedsketch.server.bench.task import Outcome, Task, clip_rows_to_norm, require_finite_epsilon

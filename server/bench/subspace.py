@@ -4,7 +4,7 @@ A clustering is k subspaces of dimension q of R^d, each given by an orthonormal 
 array of bases (k, d, q). Every mechanism clips the rows to ``Task.norm_bound`` (refusing under
 ``Task.strict``) and works on x / norm_bound, so ‖x_i‖ ≤ 1 as the paper assumes; subspaces are
 invariant to that scaling. All privacy randomness (Gaussian noise, the Gibbs sampler's draws, the
-subsets and coins of sample-and-aggregate) comes from :func:`fedsketch.common.privacy.noise_rng`;
+subsets and coins of sample-and-aggregate) comes from :func:`fedsketch.common.dp.samplers.noise_rng`;
 ``Task.rng`` only seeds non-private work (the reference's restarts, SuLQ's data-independent start).
 
 Distances (§9.1, §10 item 16). d(x, S)² = ‖x‖² − ‖Uᵀx‖² (projection residual). Between two
@@ -37,7 +37,7 @@ from fedsketch.common.dp.calibration import (
     gauss_sigma_analytic,
     gauss_sigma_classical,
 )
-from fedsketch.common.privacy import noise_rng
+from fedsketch.common.dp.samplers import noise_rng
 from fedsketch.common.synthetic import random_orthonormal
 from fedsketch.server.bench.bingham import sample_matrix_bingham
 from fedsketch.server.bench.pca import top_eigenvectors

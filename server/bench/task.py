@@ -6,7 +6,7 @@ A trusted curator holds all records; each mechanism (k-means, PCA, subspace clus
 states what it spent, under which neighbouring relation, and what kind of guarantee it gives.
 (:class:`Outcome` is a mechanism's release; ``fedsketch.client.agent.Outcome``, what a device's
 pass over its open studies did, is unrelated.) Privacy noise and the randomness of
-exponential-mechanism samplers come from :func:`fedsketch.common.privacy.noise_rng` (the OS
+exponential-mechanism samplers come from :func:`fedsketch.common.dp.samplers.noise_rng` (the OS
 CSPRNG); ``Task.rng`` is only for randomness that is not part of a privacy proof (a non-private
 reference's restarts, the data-independent initialization of a public-seeded method).
 """

@@ -153,7 +153,7 @@ def create_study(
     replicates: Annotated[int, typer.Option(help="CL-OMPR replicates.")] = 3,
     secure_aggregation: Annotated[bool, typer.Option(
         "--secure-aggregation", help="Secure aggregation with distributed DLap noise "
-        "(quantized map, replace-one).")] = False,
+        "(replace-one, pure ε).")] = False,
     threshold: Annotated[int | None, typer.Option(help="Shamir threshold t.")] = None,
     min_honest: Annotated[int | None, typer.Option(help="h_min: honest submitters guaranteed "
                                                    "(default: --min-devices).")] = None,

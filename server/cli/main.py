@@ -147,7 +147,7 @@ def sketch(
     seed: Annotated[int, typer.Option(help="Public seed of Ω and ξ.")] = 0,
     r: Annotated[int | None, typer.Option(help="Entries per record, 1..m (default m).")] = None,
     epsilon: Annotated[str, typer.Option(help="Total ε > 0, or 'inf' for no noise.")] = "1.0",
-    delta: Annotated[float, typer.Option(help="δ; > 0 selects the analytic Gaussian.")] = 0.0,
+    delta: Annotated[float, typer.Option(help="δ; > 0 selects the discrete Gaussian.")] = 0.0,
     neighbouring: Annotated[str, typer.Option(help=f"{' or '.join(NEIGHBOURING)}.")] = (
         "replace_one"
     ),
@@ -158,7 +158,8 @@ def sketch(
     ),
     quiet: Quiet = False,
 ) -> None:
-    """Sketch DATA: s = (1/n)·Σ f(Ωᵀx+ξ)/√m (+ calibrated noise), with its spec, into OUT.
+    """Sketch DATA into OUT: the feature sum Σ f(Ωᵀx+ξ) encoded as integers, plus exact integer
+    noise (s = that sum/(n√m) is the sketch), with its spec.
 
     With --scale auto, a private calibration release spends --auto-fraction of ε first and the
     main sketch spends the rest (sequential composition); the picked σ is printed and stored.

@@ -37,7 +37,7 @@ def simulate_command(
     seed: Annotated[int, typer.Option(help="Seed of the data and of Ω.")] = 0,
     secure_aggregation: Annotated[bool, typer.Option(
         "--secure-aggregation", help="Secure aggregation with distributed DLap noise "
-        "(quantized map).")] = False,
+        "(pure ε, replace-one).")] = False,
     threshold: Annotated[int | None, typer.Option(help="Shamir threshold t (default: a strict "
                                                   "majority of a neighbourhood).")] = None,
     min_honest: Annotated[int | None, typer.Option(help="h_min, honest submitters the noise "

@@ -1,26 +1,22 @@
 """Federated aggregation of device releases and decoding of the average (MECHANISMS §1.8).
 
-Device l releases with its own record count n_l (exact under replace-one, noisy under
-add/remove). With N = Σ_l n_l:
-
-* ``complex``: each payload is a normalized sketch s_l; the average is s = Σ_l n_l s_l / N;
-* ``quantized``: each payload is a noisy integer sum S~_l; s = Σ_l S~_l / (α·N·√m), the integer
-  sum being exact (int64).
-
-Both are ε-DP per record by parallel composition over the devices' disjoint records. Decoding is
-CL-OMPR inside the study's public box (never reads data).
+Device l releases the noisy encoded sum S~_l ∈ Z^{2m} (grid steps, γ per unit) and its record
+count n_l (exact under replace-one, noisy under add/remove). With N = Σ_l n_l the average is
+s = Σ_l S~_l / (γ·α·N·√m), the integer sum being exact (int64) for both maps (§1.10). It is
+ε-DP per record by parallel composition over the devices' disjoint records. Decoding is CL-OMPR
+inside the study's public box (never reads data).
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 import numpy as np
 
-from fedsketch.common.features import FIRST_HARMONIC
+from fedsketch.common.features import FIRST_HARMONIC, GRID
 from fedsketch.common.frequencies import draw_frequencies
+from fedsketch.common.privacy import sketch_norm
 from fedsketch.common.spec import SketchSpec
 from fedsketch.common.study import StudySpec
 from fedsketch.server.decode.clompr import DecodeResult, clompr
@@ -49,26 +45,23 @@ class StudyResult:
 
 def average_sketch(spec: StudySpec, parts: Iterable[tuple[float, np.ndarray]]) -> tuple[
         np.ndarray, int, float]:
-    """(s complex (m,), devices, N) from (n_l, payload (2, m)) pairs (module docstring)."""
-    m = spec.sketch.frequencies.m
-    quantized = spec.sketch.feature == "quantized"
-    total = np.zeros((2, m), dtype=np.int64 if quantized else np.float64)
+    """(s complex (m,), devices, N) from (n_l, payload (2, m) int64) pairs (module docstring)."""
+    total = np.zeros((2, spec.sketch.frequencies.m), dtype=np.int64)
     devices, records = 0, 0.0
     for n, values in parts:
-        total += values if quantized else n * values
+        total += values
         devices += 1
         records += n
     if devices == 0 or records <= 0:
         raise ValueError("no contributions (or no records) to aggregate")
-    if quantized:
-        return integer_sketch(spec, total, records), devices, records
-    return total[0] / records + 1j * (total[1] / records), devices, records
+    return integer_sketch(spec, total, records), devices, records
 
 
 def integer_sketch(spec: StudySpec, total: np.ndarray, records: float) -> np.ndarray:
-    """s = ΣS~ / (α·N·√m) (complex (m,)) from the summed integer payloads (2, m)."""
+    """s = ΣS~ / (γ·α·N·√m) (complex (m,)) from the summed integer payloads (2, m)."""
     m = spec.sketch.frequencies.m
-    stacked = total.astype(np.float64) / (spec.sketch.r / m * records * math.sqrt(m))
+    norm = sketch_norm(GRID[spec.sketch.feature], spec.sketch.r / m, records, m)
+    stacked = total.astype(np.float64) / norm
     return stacked[0] + 1j * stacked[1]
 
 

@@ -11,7 +11,7 @@ exp(−ε/(4r)), and noise shape roster/h_min.
 
 The coordinator learns only Σ_{u∈Y}(S_u + e_u) mod 2^B over the devices Y whose masked input
 arrived: their integer sums plus noise shares that add up to DLap(a) (or more, when
-|Y| > h_min). It decodes s = Σ / (α·N_Y·√m) like a plain quantized study. Below the threshold
+|Y| > h_min). It decodes s = Σ / (γ·α·N_Y·√m) like a plain study. Below the threshold
 at any stage, or with fewer than ``min_honest`` masked inputs (the noise shares would add up
 to less than one DLap(a)), the study fails and nothing is released.
 
@@ -211,7 +211,7 @@ class SecAggRound:
                               f"study's max_records {self.sa.max_records}")
         keys = {u: self._keys(u) for u in roster}
         dim = 2 * self.spec.sketch.frequencies.m
-        bits = modulus_bits(self.sa.max_records, self.spec.noise_param(), dim,
+        bits = modulus_bits(self.spec.sum_bound(), self.spec.noise_param(), dim,
                             shape=len(roster) / self.sa.min_honest)
         seed = hashlib.sha256(b"fedsketch/secagg-graph/" + self.study_id.encode()).digest()
         self._params = SecAggParams(self.study_id, tuple(roster), self.sa.threshold, bits, dim,

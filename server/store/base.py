@@ -39,7 +39,7 @@ STATES = ("open", "collecting", "decoding", "done", "failed")
 #: States in which a study accepts contributions or stage messages.
 ACCEPTING = ("open", "collecting")
 #: How a contribution's payload travels (``ContributionRow.kind``, the ``Contribution`` oneof).
-KINDS = ("float32_pairs", "int32_pairs")
+KINDS = ("int32_pairs", "int64_pairs")
 
 
 class Transition(NamedTuple):

@@ -14,7 +14,7 @@ import pytest
 
 from fedsketch.common import lloyd as common_lloyd
 from fedsketch.common.dp.calibration import gamma_mahalanobis, gauss_sigma_analytic, laplace_scale
-from fedsketch.common.privacy import noise_rng
+from fedsketch.common.dp.samplers import noise_rng
 from fedsketch.common.synthetic import gmm
 from fedsketch.server.bench import kmeans as kp
 from fedsketch.server.bench.metrics import sklearn_kmeans_centroids, sse_per_n

@@ -71,6 +71,33 @@ def test_sketch_file_contents(data, tmp_path):
     assert f.mechanism["noise"][0]["sensitivity"] == 20  # Δ1 = 4r
 
 
+@pytest.mark.parametrize("feature", ["complex", "quantized"])
+@pytest.mark.parametrize(("relation", "delta"), [("replace_one", "0"), ("replace_one", "1e-6"),
+                                                 ("add_remove", "0"), ("add_remove", "1e-6")])
+def test_sketch_files_hold_only_integers(data, tmp_path, feature, relation, delta):
+    """Every value a sketch file releases is an integer on the public grid: the payload, the
+    count, and nothing else but the JSON spec (MECHANISMS §1.10)."""
+    from fedsketch.common.sketchfile import load_sketch
+
+    sk = tmp_path / "s.npz"
+    res = runner.invoke(app, ["sketch", str(data), "--m", "20", "--feature", feature,
+                              "--epsilon", "1", "--delta", delta, "--neighbouring", relation,
+                              "--out", str(sk), "--quiet"])
+    assert res.exit_code == 0, res.output
+    with np.load(sk) as raw:
+        assert sorted(raw.files) == ["n", "payload", "spec"]
+        assert raw["payload"].dtype == np.int64 and raw["n"].dtype == np.int64
+        meta = json.loads(str(raw["spec"]))
+    assert meta["grid"] == {"complex": 1024, "quantized": 1}[feature]
+    assert meta["epsilon_spent"] == 1.0
+    f = load_sketch(sk)
+    laws = [t["law"] for t in f.mechanism["noise"]]
+    assert laws[0] == ("discrete_gaussian" if delta != "0" else "discrete_laplace")
+    assert laws[1:] == (["discrete_laplace"] if relation == "add_remove" else [])
+    if relation == "replace_one":
+        assert f.n == 40000
+
+
 def _bad(tmp_path: Path, name: str, body) -> Path:
     p = tmp_path / name
     body(p)

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from fedsketch.common.features import C_F
+from fedsketch.common.dp.calibration import dlap_variance, l1_sensitivity
 from fedsketch.common.scale import (
     RHO_SIGMA_HI,
     RHO_SIGMA_LO,
@@ -71,7 +71,11 @@ def test_single_gaussian_blob_gives_its_standard_deviation(sigma_c):
 def test_reported_noise_rms_matches_the_laplace_formula():
     x = np.random.default_rng(0).normal(0.0, 1.0, size=(50_000, 2)).astype(np.float32)
     out = calibrate_scale(lambda: split(x), 2, 0.5, m0=32)
-    expected = 2.0 * C_F["complex"] * 32 / (50_000 * 0.5)  # √(2·m0·2b²), b = c_f√m0/(nε)
+    # √(2·m0·v), v = DLap variance of the encoded sum (a = exp(−ε/(2·m0·κ))) / (γ·n·√m0)²: within
+    # 0.2 % of the float mechanism's 2·c_f·m0/(nε) = 0.00724
+    a = math.exp(-0.5 / l1_sensitivity("complex", 32, "replace_one"))
+    expected = math.sqrt(2 * 32 * dlap_variance(a)) / (1024 * 50_000 * math.sqrt(32))
+    assert expected == pytest.approx(2.0 * 2 * math.sqrt(2) * 32 / (50_000 * 0.5), rel=0.002)
     assert out.noise_rms == pytest.approx(expected, rel=1e-12)
     assert out.reliable == (expected <= 0.1)
     assert 0.1 <= out.sigma <= 10.0
@@ -98,6 +102,7 @@ def test_cli_scale_auto_splits_the_budget(tmp_path):
     assert f.calibration["epsilon"] == pytest.approx(0.5)
     assert f.spec.privacy.epsilon == pytest.approx(1.5)
     assert f.calibration["epsilon"] + f.spec.privacy.epsilon == pytest.approx(2.0)
+    assert f.epsilon_spent == pytest.approx(2.0)  # the file records ε_cal + ε_main
     assert f.spec.frequencies.scale == f.calibration["sigma"]
     assert f.calibration["sigma"] == pytest.approx(2.0, rel=0.2)
     assert "scale auto: σ =" in res.output

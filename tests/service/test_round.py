@@ -10,12 +10,13 @@ import numpy as np
 import pytest
 from conftest import META, study_spec
 
-from fedsketch.common import signing
+from fedsketch.common import signing, wire
 from fedsketch.common.pb import fedsketch_pb2 as pb
 from fedsketch.common.pb import fedsketch_pb2_grpc as pb_grpc
 from fedsketch.common.synthetic import gmm
 from fedsketch.common.tls import MAX_MESSAGE_BYTES, init_certs, secure_channel
 from fedsketch.server.bench.metrics import sklearn_kmeans_centroids, split, sse_per_n
+from fedsketch.server.decode import pipeline
 from fedsketch.server.errors import Code
 from fedsketch.server.service.api import STATUS, STUDY_STATES
 
@@ -48,16 +49,39 @@ def test_four_devices_decode_close_to_kmeans(coordinator_round, data):
     assert agents[0].step().submitted == [] and len(agents[0].ledger.spends()) == 1
 
 
-def test_quantized_study_sums_integers(coordinator_round, data):
-    study = coordinator_round.create(study_spec(feature="quantized", r=6, min_devices=2))
-    for i, part in enumerate(np.array_split(data, 2)):
-        coordinator_round.agent(f"q{i}", part).step()
+@pytest.mark.parametrize("feature", ["complex", "quantized"])
+@pytest.mark.parametrize("relation", ["replace_one", "add_remove"])
+def test_every_value_on_the_wire_and_in_the_aggregate_is_an_integer(coordinator_round, data,
+                                                                    monkeypatch, feature,
+                                                                    relation):
+    """What a device sends is integers on the public grid (payload and count), and the
+    coordinator's aggregate is their exact integer sum over γ·α·N·√m (MECHANISMS §1.10)."""
+    study = coordinator_round.create(study_spec(feature=feature, r=6, min_devices=2,
+                                                neighbouring=relation))
+    seen = {}
+    real = pipeline.integer_sketch
+
+    def spy(spec, total, records):
+        seen.update(total=total.copy(), records=records)
+        return real(spec, total, records)
+
+    monkeypatch.setattr(pipeline, "integer_sketch", spy)
+    agents = [coordinator_round.agent(f"{feature[0]}{relation[0]}{i}", part)
+              for i, part in enumerate(np.array_split(data, 2))]
+    for agent in agents:
+        agent.step()
     assert coordinator_round.wait(study.study_id).state == pb.DONE
+    kind = {"complex": "int64_pairs", "quantized": "int32_pairs"}[feature]
+    sent = [agent.ledger.spends()[0] for agent in agents]
+    assert {s.kind for s in sent} == {kind} and all(s.n == int(s.n) for s in sent)
     rows = coordinator_round.store.contributions(study.study_id)
-    assert {r.kind for r in rows} == {"int32_pairs"}
+    assert sorted(r.payload for r in rows) == sorted(s.payload for s in sent)  # bytes as sent
+    total = sum(wire.decode(r.kind, r.payload, 60) for r in rows)
+    assert seen["total"].dtype == np.int64 and np.array_equal(seen["total"], total)
+    assert seen["records"] == sum(s.n for s in sent)
 
 
-def _signed(agent, study: pb.Study, payload: bytes, kind: str = "float32_pairs",
+def _signed(agent, study: pb.Study, payload: bytes, kind: str = "int64_pairs",
             n: float | None = None, key: bytes | None = None) -> pb.Contribution:
     identity = agent.ledger.identity()
     n = float(agent.data.n) if n is None else n
@@ -69,47 +93,47 @@ def _signed(agent, study: pb.Study, payload: bytes, kind: str = "float32_pairs",
                            **{kind: payload})
 
 
-def _floats(values) -> bytes:
-    return np.asarray(values, dtype="<f4").tobytes()
+def _ints(values) -> bytes:
+    return np.asarray(values, dtype="<i8").tobytes()
 
 
 BAD = {
-    "wrong length": (lambda a, s: _signed(a, s, _floats(np.zeros(119))),
+    "wrong length": (lambda a, s: _signed(a, s, _ints(np.zeros(119))),
                      grpc.StatusCode.INVALID_ARGUMENT, "bytes"),
-    "NaN": (lambda a, s: _signed(a, s, _floats([np.nan] + [0.0] * 119)),
-            grpc.StatusCode.INVALID_ARGUMENT, "NaN"),
-    "beyond the mechanism": (lambda a, s: _signed(a, s, _floats([50.0] + [0.0] * 119)),
+    "beyond the mechanism": (lambda a, s: _signed(a, s, _ints([10**12] + [0] * 119)),
                              grpc.StatusCode.INVALID_ARGUMENT, "largest value"),
+    "most negative int64": (lambda a, s: _signed(a, s, _ints([-2**63] + [0] * 119)),
+                            grpc.StatusCode.INVALID_ARGUMENT, "largest value"),
     "wrong kind": (lambda a, s: _signed(a, s, np.zeros(120, "<i4").tobytes(), "int32_pairs"),
-                   grpc.StatusCode.INVALID_ARGUMENT, "travels as float32_pairs"),
-    "fractional count": (lambda a, s: _signed(a, s, _floats(np.zeros(120)), n=10.5),
+                   grpc.StatusCode.INVALID_ARGUMENT, "travels as int64_pairs"),
+    "fractional count": (lambda a, s: _signed(a, s, _ints(np.zeros(120)), n=10.5),
                          grpc.StatusCode.INVALID_ARGUMENT, "integer"),
     "tampered payload": (lambda a, s: _tampered(a, s),
                          grpc.StatusCode.UNAUTHENTICATED, "signature"),
     "missing signature": (lambda a, s: _unsigned(a, s),
                           grpc.StatusCode.UNAUTHENTICATED, "signature"),
-    "another device's key": (lambda a, s: _signed(a, s, _floats(np.zeros(120)),
+    "another device's key": (lambda a, s: _signed(a, s, _ints(np.zeros(120)),
                                                   key=signing.new_private_key()),
                              grpc.StatusCode.UNAUTHENTICATED, "signature"),
     "unknown study": (lambda a, s: _signed(a, pb.Study(study_id="st-nope",
                                                        spec_sha256=s.spec_sha256),
-                                           _floats(np.zeros(120))),
+                                           _ints(np.zeros(120))),
                       grpc.StatusCode.NOT_FOUND, "st-nope"),
     "spec hash mismatch": (lambda a, s: _signed(a, pb.Study(study_id=s.study_id,
                                                             spec_sha256="0" * 64),
-                                                _floats(np.zeros(120))),
+                                                _ints(np.zeros(120))),
                            grpc.StatusCode.FAILED_PRECONDITION, "spec hash"),
 }
 
 
 def _tampered(agent, study):
-    msg = _signed(agent, study, _floats(np.zeros(120)))
-    msg.float32_pairs = _floats([0.01] + [0.0] * 119)
+    msg = _signed(agent, study, _ints(np.zeros(120)))
+    msg.int64_pairs = _ints([1] + [0] * 119)
     return msg
 
 
 def _unsigned(agent, study):
-    msg = _signed(agent, study, _floats(np.zeros(120)))
+    msg = _signed(agent, study, _ints(np.zeros(120)))
     msg.ClearField("signature")
     return msg
 
@@ -132,7 +156,7 @@ def test_bad_contributions_are_refused_and_change_nothing(coordinator_round, dat
 def test_unenrolled_device_is_refused(coordinator_round, data):
     study = coordinator_round.create(study_spec(min_devices=5))
     agent = coordinator_round.agent("x", data[:1000])
-    msg = _signed(agent, study, _floats(np.zeros(120)))
+    msg = _signed(agent, study, _ints(np.zeros(120)))
     msg.device_id = "dev-unknown"
     with pytest.raises(grpc.RpcError) as err:
         agent.stub.Submit(msg, timeout=10)
@@ -148,7 +172,7 @@ def test_identical_resend_is_idempotent_and_different_bytes_conflict(coordinator
     msg = _signed(agent, study, spend.payload, spend.kind, spend.n)
     reply = agent.stub.Submit(msg, timeout=10)
     assert reply.duplicate and reply.receipt == spend.payload_sha256
-    other = _signed(agent, study, _floats(np.zeros(120)), n=spend.n)
+    other = _signed(agent, study, _ints(np.zeros(120)), n=spend.n)
     with pytest.raises(grpc.RpcError) as err:
         agent.stub.Submit(other, timeout=10)
     assert err.value.code() == grpc.StatusCode.ALREADY_EXISTS
@@ -165,7 +189,7 @@ def test_closed_study_refuses_but_reacknowledges_stored_bytes(coordinator_round,
     assert agent.stub.Submit(_signed(agent, study, spend.payload, spend.kind, spend.n)).duplicate
     late = coordinator_round.agent("late", data[3000:6000])
     with pytest.raises(grpc.RpcError) as err:
-        late.stub.Submit(_signed(late, study, _floats(np.zeros(120))), timeout=10)
+        late.stub.Submit(_signed(late, study, _ints(np.zeros(120))), timeout=10)
     assert err.value.code() == grpc.StatusCode.FAILED_PRECONDITION
     assert "accepts no contributions" in err.value.details()
 

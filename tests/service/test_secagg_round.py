@@ -10,7 +10,10 @@ import numpy as np
 import pytest
 from conftest import META
 
+from fedsketch.client import agent as agent_module
 from fedsketch.common import signing
+from fedsketch.common.dp.calibration import l1_sensitivity
+from fedsketch.common.dp.samplers import dlap_noise_share
 from fedsketch.common.frequencies import FrequencySpec, draw_frequencies
 from fedsketch.common.pb import fedsketch_pb2 as pb
 from fedsketch.common.privacy import PrivacySpec
@@ -30,8 +33,8 @@ def test_the_stages_are_defined_once_and_keep_their_wire_values_and_names():
 
 def secure_spec(devices: int, epsilon: float = 1000.0, threshold: int | None = None,
                 min_honest: int | None = None, degree: int | None = None,
-                timeout: float = 1.5, max_records: int = 100_000) -> StudySpec:
-    sketch = SketchSpec(FrequencySpec(d=3, m=40, scale=1.5, seed=2), "quantized", 4,
+                timeout: float = 1.5, max_records: int = 100_000, r: int = 4) -> StudySpec:
+    sketch = SketchSpec(FrequencySpec(d=3, m=40, scale=1.5, seed=2), "quantized", r,
                         PrivacySpec(epsilon))
     sa = SecAggSpec(threshold or devices // 2 + 1, min_honest or devices, max_records, degree,
                     timeout)
@@ -76,20 +79,24 @@ def spy_total(coordinator_round, study_id):
 
 
 def integer_sum(x: np.ndarray, spec: StudySpec) -> np.ndarray:
-    """The clean integer sum S of a device (r = m: no random mask)."""
+    """The clean encoded sum S of a device (r = m: no random mask)."""
     freqs = draw_frequencies(spec.sketch.frequencies)
-    fs = feature_sum(split(x), freqs, "quantized", spec.sketch.r)
+    fs = feature_sum(split(x), freqs, spec.sketch.feature, spec.sketch.r)
     return np.stack([fs.re, fs.im])
 
 
-def test_unmasked_sum_is_the_plain_integer_sum(coordinator_round, parts):
-    sketch = SketchSpec(FrequencySpec(d=3, m=40, scale=1.5, seed=2), "quantized", 40,
-                        PrivacySpec(4000.0))  # a = e^{-25}: noise shares are 0 in practice
+@pytest.mark.parametrize("feature", ["quantized", "complex"])
+def test_unmasked_sum_is_the_plain_integer_sum(coordinator_round, parts, feature):
+    """Both maps' encoded sums go through secure aggregation exactly (MECHANISMS §1.10)."""
+    epsilon = 25.0 * l1_sensitivity(feature, 40, "replace_one")  # a = e^{-25}: shares are 0
+    sketch = SketchSpec(FrequencySpec(d=3, m=40, scale=1.5, seed=2), feature, 40,
+                        PrivacySpec(epsilon))
     spec = StudySpec.create("exact", sketch, 3, [-10.0] * 3, [10.0] * 3, min_devices=6,
                             replicates=1, secure_aggregation=SecAggSpec(4, 6, 100_000, None, 5.0))
     study = coordinator_round.create(spec)
     seen = spy_total(coordinator_round, study.study_id)
-    agents = [coordinator_round.agent(f"s{i}", parts[i], budget=1e5) for i in range(6)]
+    agents = [coordinator_round.agent(f"s{feature[0]}{i}", parts[i], budget=epsilon)
+              for i in range(6)]
     s = drive(coordinator_round, study.study_id, agents)
     assert s.state == pb.DONE, s.detail
     expected = sum(integer_sum(parts[i], spec) for i in range(6))
@@ -102,8 +109,21 @@ def test_unmasked_sum_is_the_plain_integer_sum(coordinator_round, parts):
 
 
 def test_dropouts_at_masked_input_complete_and_spend_only_for_submitters(coordinator_round,
-                                                                         parts):
-    study = coordinator_round.create(secure_spec(8, threshold=5, min_honest=6, degree=6))
+                                                                         parts, monkeypatch):
+    """8 devices, h_min = 5, two silent: 6 submit. Each adds a share sized for h_min (not for
+    the roster of 8 nor the 6 submitters), and the aggregate is the clean sum plus exactly the
+    shares the submitters drew."""
+    spec = secure_spec(8, epsilon=5.0, threshold=5, min_honest=5, degree=6, r=40)  # r = m: no masks
+    study = coordinator_round.create(spec)
+    seen = spy_total(coordinator_round, study.study_id)
+    calls = []
+
+    def spy(epsilon, delta1, h_min, dim):
+        share = dlap_noise_share(epsilon, delta1, h_min, dim)
+        calls.append(((epsilon, delta1, h_min, dim), share))
+        return share
+
+    monkeypatch.setattr(agent_module, "dlap_noise_share", spy)
     agents = [coordinator_round.agent(f"d{i}", parts[i]) for i in range(8)]
     s = drive(coordinator_round, study.study_id, agents, silent={1, 5})
     assert s.state == pb.DONE, s.detail
@@ -111,6 +131,11 @@ def test_dropouts_at_masked_input_complete_and_spend_only_for_submitters(coordin
     assert res.devices == 6
     for i, agent in enumerate(agents):
         assert len(agent.ledger.spends()) == (0 if i in {1, 5} else 1)
+    delta1 = l1_sensitivity("quantized", spec.sketch.r, "replace_one")
+    assert [args for args, _ in calls] == [(spec.sketch.privacy.epsilon, delta1, 5, 80)] * 6
+    clean = sum(integer_sum(parts[i], spec) for i in range(8) if i not in {1, 5})
+    noise = sum(share for _, share in calls).reshape(2, 40)
+    assert noise.any() and np.array_equal(seen["total"], clean + noise)
 
 
 def test_too_few_submitters_abort_and_release_nothing(coordinator_round, parts):
@@ -180,7 +205,7 @@ def test_stage_refusals(coordinator_round, parts):
 
 @pytest.mark.parametrize(("change", "words"), [
     ({"max_records": 10**19}, "62"),
-    ({"feature": "complex"}, "quantized map"),
+    ({"feature": "complex", "max_records": 2**52}, "62"),  # γ = 1024 steps per record
     ({"threshold": 4, "degree": 2}, "exceeds a neighbourhood"),
 ])
 def test_unusable_secure_studies_are_refused_at_creation(change, words):

@@ -38,7 +38,7 @@ def enroll(store: Store, i: int) -> str:
 
 def contribution(study: str, device: str, data: bytes, n: float = 10.0) -> ContributionRow:
     return ContributionRow(
-        study, device, n, "float32_pairs", data, hashlib.sha256(data).hexdigest(), b"sig", time.time()
+        study, device, n, "int64_pairs", data, hashlib.sha256(data).hexdigest(), b"sig", time.time()
     )
 
 

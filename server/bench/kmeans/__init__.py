@@ -17,7 +17,7 @@ The Lloyd step itself (assignment, cluster statistics, the noisy count-and-sum r
 :mod:`fedsketch.common.lloyd`.
 
 Noise: every privacy draw of the family comes from this package's :func:`noise_rng` (that is
-:func:`fedsketch.common.privacy.noise_rng`, a fresh OS-CSPRNG-seeded generator), which
+:func:`fedsketch.common.dp.samplers.noise_rng`, a fresh OS-CSPRNG-seeded generator), which
 :mod:`.dplloyd` and :mod:`.gaussian` look up here at each draw: replacing
 ``fedsketch.server.bench.kmeans.noise_rng`` (as tests/test_golden.py does) seeds every mechanism
 of the family. ``Task.rng`` drives only data-independent starts, post-processing of released
@@ -33,7 +33,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from fedsketch.common.privacy import noise_rng
+from fedsketch.common.dp.samplers import noise_rng
 from fedsketch.server.bench.kmeans.budget import (
     IterationBudget,
     classical_split,
