@@ -31,6 +31,9 @@ KINDS: dict[str, str] = {"complex": "int64_pairs", "quantized": "int32_pairs"}
 _DTYPES: dict[str, str] = {"int64_pairs": "<i8", "int32_pairs": "<i4"}
 #: The discrete Gaussian's σ multiple of the magnitude check.
 GAUSS_TAIL = 12.0
+#: The largest record count one device may claim (2^40 ≈ 1.1·10^12): its payload entries then
+#: stay below 2^51 grid steps, so 4,096 such devices still sum exactly in int64.
+MAX_RECORDS = 2**40
 
 
 class PayloadError(ValueError):
@@ -64,12 +67,33 @@ def decode(kind: str, data: bytes, m: int) -> np.ndarray:
 
 
 def check_count(spec: StudySpec, n: float) -> None:
-    """Refuse a record count the study cannot accept (PayloadError with the reason)."""
+    """Refuse a record count the study cannot accept (PayloadError with the reason).
+
+    A count is an integer of at most :data:`MAX_RECORDS`; under replace-one at least
+    ``min_records``, under add/remove (noisy) at least −(radius + 1) of the count's DLap term,
+    the lowest the mechanism can release.
+    """
     if not (np.isfinite(n) and n == int(n)):
         raise PayloadError(f"record count must be an integer, got {n}")
-    if spec.sketch.privacy.neighbouring == "replace_one" and n < spec.min_records:
-        raise PayloadError(f"record count must be >= {spec.min_records} (replace-one, n public), "
-                           f"got {n:g}")
+    if n > MAX_RECORDS:
+        raise PayloadError(f"record count {n:g} exceeds {MAX_RECORDS:,}, the most one device may "
+                           "hold")
+    if spec.sketch.privacy.neighbouring == "replace_one":
+        if n < spec.min_records:
+            raise PayloadError(f"record count must be >= {spec.min_records} (replace-one, n "
+                               f"public), got {n:g}")
+        return
+    floor = -(count_radius(spec) + 1)
+    if n < floor:
+        raise PayloadError(f"noisy record count {n:g} is below {floor}, the lowest the study's "
+                           "mechanism can release")
+
+
+def count_radius(spec: StudySpec) -> int:
+    """Radius of the add/remove count's DLap term (records): the noise stays within it but for
+    a probability below 2^−40 (:func:`~fedsketch.common.dp.calibration.noise_radius`)."""
+    privacy, m = spec.sketch.privacy, spec.sketch.frequencies.m
+    return noise_radius(noise_plan(spec.sketch.feature, m, spec.sketch.r, privacy)[1].scale, 1)
 
 
 def max_abs_entry(spec: StudySpec, n: float) -> int:
@@ -80,7 +104,7 @@ def max_abs_entry(spec: StudySpec, n: float) -> int:
     terms = noise_plan(feature, m, spec.sketch.r, privacy)
     count_hi = max(int(n), 0)
     if privacy.neighbouring == "add_remove":
-        count_hi += noise_radius(terms[1].scale, 1) + 1
+        count_hi += count_radius(spec) + 1
     term = terms[0]
     if term.law == "discrete_laplace":
         radius = noise_radius(term.scale, 2 * m) + 1

@@ -63,5 +63,10 @@ class NoiseTerm:
 
 
 def add_remove_split(epsilon: float, m: int) -> tuple[float, float]:
-    """(ε1, ε2) = (ε·2m/(2m+1), ε/(2m+1)): the numerator's and the count's shares of ε (§1.7)."""
-    return epsilon * 2 * m / (2 * m + 1), epsilon / (2 * m + 1)
+    """(ε1, ε2) = (ε·2m/(2m+1), ε/(2m+1)): the numerator's and the count's shares of ε (§1.7).
+
+    ε2 is computed as ε − ε1, which is exact in floating point (Sterbenz: ε/2 ≤ ε1 ≤ ε), so the
+    two shares, read as the exact rationals the samplers use, add up to ε exactly.
+    """
+    eps1 = epsilon * 2 * m / (2 * m + 1)
+    return eps1, epsilon - eps1

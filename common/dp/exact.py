@@ -40,6 +40,11 @@ of e^{−t}, t rational, come from integer/Fraction arithmetic only (``_exp_neg`
   R < k drops, else R is redrawn. M is drawn by inversion of the Poisson CDF enclosed through
   μ = ρS's enclosure. Cost per draw ≈ 1 + ρS·(j̄ + 3) chunks, S ≈ log2(1/lam) + 2 for small lam.
 * ``dlap_share``: NB(1/h) − NB(1/h); h shares sum to NB(1) − NB(1) = G − G = DLap.
+
+**Timing.** The work is vectorized over a whole release, but the number of rejection rounds,
+tail rounds and exact settlements depends on the values drawn, so the running time carries a
+little information about the noise. A device's release time is seen by others only through when
+its message arrives, which sketching the data dominates by orders of magnitude.
 """
 
 from __future__ import annotations

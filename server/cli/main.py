@@ -207,7 +207,9 @@ def sketch(
                                      progress=lambda rows: bar.advance(task, rows))
         save_sketch(out, spec, release, draw_frequencies(spec.frequencies).sha256, calibration)
         noise = ", ".join(f"{t.law}({t.scale:.3g}) on {t.target}" for t in release.noise)
-        err.print(f"wrote {out}: n = {source.n:,}, m = {m}, r = {r_eff}, noise: {noise or 'none'}")
+        count = (f"n = {release.n:,}" if neighbouring == "replace_one"
+                 else f"noisy n = {release.n:,} (the released count)")
+        err.print(f"wrote {out}: {count}, m = {m}, r = {r_eff}, noise: {noise or 'none'}")
 
 
 @app.command()

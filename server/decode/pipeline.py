@@ -49,12 +49,19 @@ def average_sketch(spec: StudySpec, parts: Iterable[tuple[float, np.ndarray]]) -
     total = np.zeros((2, spec.sketch.frequencies.m), dtype=np.int64)
     devices, records = 0, 0.0
     for n, values in parts:
+        if _magnitude(total) + _magnitude(values) >= 2**63:
+            raise ValueError("the devices' integer sums overflow int64: too many records")
         total += values
         devices += 1
         records += n
     if devices == 0 or records <= 0:
         raise ValueError("no contributions (or no records) to aggregate")
     return integer_sketch(spec, total, records), devices, records
+
+
+def _magnitude(values: np.ndarray) -> int:
+    """max |v| as a Python int (np.abs would wrap −2^63)."""
+    return max(int(values.max()), -int(values.min()))
 
 
 def integer_sketch(spec: StudySpec, total: np.ndarray, records: float) -> np.ndarray:

@@ -5,6 +5,7 @@ and §1.10 on the encoded integer sum."""
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -118,3 +119,39 @@ def test_draw_follows_the_law_of_the_term():
     (gauss,) = noise_plan("complex", M, 2, PrivacySpec(2.0, 1e-5))
     x = draw(gauss, 200_000)
     assert x.dtype == np.int64 and np.std(x) == pytest.approx(gauss.scale, rel=0.02)
+
+
+def test_the_add_remove_split_adds_up_exactly():
+    """ε1 + ε2 = ε in exact rational arithmetic (the samplers read them as rationals)."""
+    from fractions import Fraction
+
+    from fedsketch.common.dp.budget import add_remove_split
+
+    rng = np.random.default_rng(3)
+    for eps, m in zip(10 ** rng.uniform(-4, 2, 2000), rng.integers(1, 100_000, 2000), strict=True):
+        eps1, eps2 = add_remove_split(float(eps), int(m))
+        assert Fraction(eps1) + Fraction(eps2) == Fraction(float(eps)) and eps2 > 0
+
+
+def test_the_payload_check_bounds_the_count_and_the_aggregate_cannot_wrap():
+    """A claimed count beyond 2^40 or a noisy count below the mechanism's floor is refused, and
+    summing payloads that would leave int64 fails loudly instead of wrapping."""
+    from fedsketch.common.wire import MAX_RECORDS, PayloadError, check_count, count_radius
+    from fedsketch.server.decode.pipeline import average_sketch
+
+    sketch = SketchSpec(FrequencySpec(d=2, m=M, scale=1.0, seed=1), "complex", 3, PrivacySpec(1.3))
+    study = StudySpec.create("dp", sketch, 2, [-1.0] * 2, [1.0] * 2)
+    check_count(study, MAX_RECORDS)
+    with pytest.raises(PayloadError, match="the most one device may hold"):
+        check_count(study, MAX_RECORDS + 1)
+    noisy = StudySpec.create("dp", replace(sketch, privacy=PrivacySpec(1.3, 0.0, "add_remove")),
+                             2, [-1.0] * 2, [1.0] * 2)
+    floor = -(count_radius(noisy) + 1)
+    check_count(noisy, floor)
+    with pytest.raises(PayloadError, match="lowest the study's mechanism can release"):
+        check_count(noisy, floor - 1)
+    big = np.full((2, M), 2**62, dtype=np.int64)
+    with pytest.raises(ValueError, match="overflow int64"):
+        average_sketch(study, [(1.0, big), (1.0, big)])
+    half = big // 2
+    assert average_sketch(study, [(1.0, half), (1.0, half)])[1:] == (2, 2.0)

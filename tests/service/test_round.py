@@ -10,9 +10,11 @@ import numpy as np
 import pytest
 from conftest import META, study_spec
 
+from fedsketch.client import agent as agent_module
 from fedsketch.common import signing, wire
 from fedsketch.common.pb import fedsketch_pb2 as pb
 from fedsketch.common.pb import fedsketch_pb2_grpc as pb_grpc
+from fedsketch.common.spec import release_sketch
 from fedsketch.common.synthetic import gmm
 from fedsketch.common.tls import MAX_MESSAGE_BYTES, init_certs, secure_channel
 from fedsketch.server.bench.metrics import sklearn_kmeans_centroids, split, sse_per_n
@@ -66,6 +68,13 @@ def test_every_value_on_the_wire_and_in_the_aggregate_is_an_integer(coordinator_
         return real(spec, total, records)
 
     monkeypatch.setattr(pipeline, "integer_sketch", spy)
+    releases = []
+
+    def released(*args, **kwargs):
+        releases.append(release_sketch(*args, **kwargs))
+        return releases[-1]
+
+    monkeypatch.setattr(agent_module, "release_sketch", released)
     agents = [coordinator_round.agent(f"{feature[0]}{relation[0]}{i}", part)
               for i, part in enumerate(np.array_split(data, 2))]
     for agent in agents:
@@ -74,6 +83,9 @@ def test_every_value_on_the_wire_and_in_the_aggregate_is_an_integer(coordinator_
     kind = {"complex": "int64_pairs", "quantized": "int32_pairs"}[feature]
     sent = [agent.ledger.spends()[0] for agent in agents]
     assert {s.kind for s in sent} == {kind} and all(s.n == int(s.n) for s in sent)
+    # each device sent its release as privatize made it: the noisy count under add/remove
+    for spend, release in zip(sent, releases, strict=True):
+        assert spend.n == release.n and spend.payload == wire.encode(release, feature)[1]
     rows = coordinator_round.store.contributions(study.study_id)
     assert sorted(r.payload for r in rows) == sorted(s.payload for s in sent)  # bytes as sent
     total = sum(wire.decode(r.kind, r.payload, 60) for r in rows)
