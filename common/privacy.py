@@ -27,9 +27,9 @@ from .dp.budget import NoiseTerm, PrivacySpec
 from .dp.calibration import NEIGHBOURING, dlap_variance
 from .dp.plan import noise_plan
 from .dp.samplers import draw
-from .sketching import FeatureSum, sketch_norm
+from .sketching import FeatureSum, normalized_sketch, sketch_norm
 
-__all__ = ["NEIGHBOURING", "PrivacySpec", "PrivateSketch", "privatize", "sketch_norm"]
+__all__ = ["NEIGHBOURING", "PrivacySpec", "PrivateSketch", "privatize"]
 
 
 @dataclass(frozen=True)
@@ -58,8 +58,8 @@ class PrivateSketch:
     @property
     def sketch(self) -> np.ndarray:
         """The normalized sketch s = S~/(γ·α·max(n, 1)·√m), complex128 (m,)."""
-        norm = sketch_norm(self.grid, self.alpha, self.n, self.m)
-        return self.payload[: self.m] / norm + 1j * (self.payload[self.m:] / norm)
+        return normalized_sketch(self.payload[: self.m], self.payload[self.m:], self.grid,
+                                 self.alpha, self.n)
 
     def mechanism(self) -> dict:
         """JSON-ready description of the noise terms."""

@@ -28,7 +28,8 @@ import numpy as np
 
 from .atomicfile import atomic_write
 from .features import GRID
-from .privacy import PrivateSketch, sketch_norm
+from .privacy import PrivateSketch
+from .sketching import normalized_sketch
 from .spec import SketchSpec
 
 FORMAT = "fedsketch.sketch/2"
@@ -50,8 +51,8 @@ class SketchFile:
     def sketch(self) -> np.ndarray:
         """s = S~/(γ·α·max(n, 1)·√m), complex128 (m,)."""
         m = self.spec.frequencies.m
-        norm = sketch_norm(GRID[self.spec.feature], self.spec.r / m, self.n, m)
-        return self.payload[:m] / norm + 1j * (self.payload[m:] / norm)
+        return normalized_sketch(self.payload[:m], self.payload[m:], GRID[self.spec.feature],
+                                 self.spec.r / m, self.n)
 
 
 def save_sketch(

@@ -79,13 +79,20 @@ class FeatureSum:
 
     def clean_sketch(self) -> np.ndarray:
         """The noiseless normalized sketch S / (γ·α·n·√m) as complex128."""
-        norm = sketch_norm(self.grid, self.alpha, self.n, self.m)
-        return self.re / norm + 1j * (self.im / norm)
+        return normalized_sketch(self.re, self.im, self.grid, self.alpha, self.n)
 
 
 def sketch_norm(grid: int, alpha: float, n: float, m: int) -> float:
     """γ·α·max(n, 1)·√m: grid steps of S per unit of the normalized sketch (n records released)."""
     return grid * alpha * max(n, 1) * math.sqrt(m)
+
+
+def normalized_sketch(re: np.ndarray, im: np.ndarray, grid: int, alpha: float,
+                      n: float) -> np.ndarray:
+    """s = (re + i·im)/(γ·α·max(n, 1)·√m), complex128 (m,), from integer sums in grid steps (the
+    one conversion of a release, a file and an aggregate into sketch units)."""
+    norm = sketch_norm(grid, alpha, n, re.size)
+    return re / norm + 1j * (im / norm)
 
 
 def check_r(r: int, m: int) -> int:

@@ -101,3 +101,14 @@ def study_spec(d: int = 3, k: int = 3, m: int = 60, epsilon: float = 50.0,
     sketch = SketchSpec(FrequencySpec(d=d, m=m, scale=1.5, seed=1), feature, m if r is None else r,
                         PrivacySpec(epsilon, 0.0, neighbouring))
     return StudySpec.create("test", sketch, k, [-10.0] * d, [10.0] * d, replicates=2, **rules)
+
+
+#: Bound at import: a test may disable numpy's generators to show that privacy noise never uses them.
+_GENERATOR = np.random.Generator
+
+
+def seeded_words(seed: int):
+    """A deterministic stand-in for :func:`fedsketch.common.dp.exact.random_words`: uint64 words
+    of PCG64(seed), so that a test can replay the exact samplers' bits."""
+    state = _GENERATOR(np.random.PCG64(seed))
+    return lambda count: state.integers(0, 2**64, count, dtype=np.uint64)

@@ -27,6 +27,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import threadpoolctl
+from conftest import seeded_words
 from typer.testing import CliRunner
 
 from fedsketch.common.dp import exact
@@ -63,9 +64,8 @@ def _seeded_noise(monkeypatch_or_none, start: int) -> None:
     """Seed every privacy draw: the exact samplers' OS bits, and the bench's generators."""
     seeds = iter(range(start, start + 10_000))
     fake = lambda: np.random.default_rng(next(seeds))  # noqa: E731
-    words = np.random.Generator(np.random.PCG64(start))
-    bits = lambda count: words.integers(0, 2**64, count, dtype=np.uint64)  # noqa: E731
-    for module, name, value in ((exact, "random_words", bits), (kmeans, "noise_rng", fake),
+    for module, name, value in ((exact, "random_words", seeded_words(start)),
+                                (kmeans, "noise_rng", fake),
                                 (pca, "noise_rng", fake), (subspace, "noise_rng", fake)):
         if monkeypatch_or_none is None:
             setattr(module, name, value)

@@ -18,6 +18,8 @@ The ε of the terms add up to the spec's ε; δ is spent by the one Gaussian ter
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 from .budget import NoiseTerm, PrivacySpec, add_remove_split
 from .calibration import COUNT_SENSITIVITY, dgauss_sigma, dlap_param, l1_sensitivity, l2_sensitivity
 
@@ -43,11 +45,13 @@ def count_term(epsilon: float) -> NoiseTerm:
                      dlap_param(epsilon, COUNT_SENSITIVITY))
 
 
+@lru_cache(maxsize=256)
 def noise_plan(feature: str, m: int, r: int, privacy: PrivacySpec) -> tuple[NoiseTerm, ...]:
     """The noise terms of a release of m entries, r per record (module docstring).
 
     The first term is added to the 2m integers of S; under add/remove the second is added to the
-    record count.
+    record count. Cached: the coordinator checks every contribution against its study's plan,
+    and the discrete Gaussian's calibration costs milliseconds.
     """
     eps, relation = privacy.epsilon, privacy.neighbouring
     if relation == "replace_one":

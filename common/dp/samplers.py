@@ -39,11 +39,8 @@ def draw(term: NoiseTerm, size: int) -> np.ndarray:
     """``size`` i.i.d. int64 draws of ``term``'s integer law, exactly, from OS random bits.
 
     ``discrete_laplace``: P(k) ∝ e^{−ε|k|/Δ1} (ε = ``term.epsilon``, Δ1 = ``term.sensitivity``);
-    ``discrete_gaussian``: P(k) ∝ e^{−k²/(2σ²)}, σ = ``term.scale``. A term of scale 0 (ε = ∞)
-    draws zeros.
+    ``discrete_gaussian``: P(k) ∝ e^{−k²/(2σ²)}, σ = ``term.scale``.
     """
-    if term.scale == 0:
-        return np.zeros(size, dtype=np.int64)
     if term.law == "discrete_laplace":
         return exact.discrete_laplace(dlap_rate(term.epsilon, term.sensitivity), size)
     if term.law == "discrete_gaussian":

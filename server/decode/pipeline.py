@@ -16,7 +16,7 @@ import numpy as np
 
 from fedsketch.common.features import FIRST_HARMONIC, GRID
 from fedsketch.common.frequencies import draw_frequencies
-from fedsketch.common.privacy import sketch_norm
+from fedsketch.common.sketching import normalized_sketch
 from fedsketch.common.spec import SketchSpec
 from fedsketch.common.study import StudySpec
 from fedsketch.server.decode.clompr import DecodeResult, clompr
@@ -66,10 +66,8 @@ def _magnitude(values: np.ndarray) -> int:
 
 def integer_sketch(spec: StudySpec, total: np.ndarray, records: float) -> np.ndarray:
     """s = ΣS~ / (γ·α·N·√m) (complex (m,)) from the summed integer payloads (2, m)."""
-    m = spec.sketch.frequencies.m
-    norm = sketch_norm(GRID[spec.sketch.feature], spec.sketch.r / m, records, m)
-    stacked = total.astype(np.float64) / norm
-    return stacked[0] + 1j * stacked[1]
+    return normalized_sketch(total[0], total[1], GRID[spec.sketch.feature],
+                             spec.sketch.r / spec.sketch.frequencies.m, records)
 
 
 def decode_study(spec: StudySpec, parts: Iterable[tuple[float, np.ndarray]]) -> StudyResult:

@@ -24,6 +24,7 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
+from conftest import seeded_words
 from scipy.stats import beta
 
 from fedsketch.common.dp import exact
@@ -127,21 +128,15 @@ def test_the_audit_datasets_are_worst_case():
         assert moved >= l1_sensitivity(feature, 1, "replace_one") * (2896 / 2900)
 
 
-def _seed_bits(monkeypatch, seed: int) -> None:
-    words = np.random.Generator(np.random.PCG64(seed))
-    monkeypatch.setattr(exact, "random_words",
-                        lambda count: words.integers(0, 2**64, count, dtype=np.uint64))
-
-
 def test_the_audit_draws_what_privatize_adds(monkeypatch):
     """Fed the same bits, privatize's release is the audit's first draw, for every path."""
     for feature, relation, delta in PATHS:
         d, _ = _neighbours(feature, relation)
         privacy = PrivacySpec(EPSILON, delta, relation)
-        _seed_bits(monkeypatch, 0)
+        monkeypatch.setattr(exact, "random_words", seeded_words(0))
         rel = privatize(d, privacy)
         got = np.concatenate([rel.payload, [rel.n]]) if relation == "add_remove" else rel.payload
-        _seed_bits(monkeypatch, 0)
+        monkeypatch.setattr(exact, "random_words", seeded_words(0))
         np.testing.assert_array_equal(got, _releases(d, privacy, 1, 1.0)[:, 0])
         assert rel.noise == noise_plan(feature, 1, 1, privacy)
 

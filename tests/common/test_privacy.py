@@ -8,6 +8,7 @@ import math
 
 import numpy as np
 import pytest
+from conftest import seeded_words
 from scipy import stats
 
 from fedsketch.common.dp import exact
@@ -89,24 +90,18 @@ def test_the_noise_is_a_function_of_os_bits_only(big_sums, monkeypatch):
     numpy's generators are never touched."""
     fs = big_sums["quantized"]
 
-    generator = np.random.Generator  # the test's own bit source, kept before numpy is disabled
-
-    def stream(seed: int):
-        state = generator(np.random.PCG64(seed))
-        return lambda count: state.integers(0, 2**64, count, dtype=np.uint64)
-
     def forbidden(*args, **kwargs):
         raise AssertionError("privacy noise drew from a numpy generator")
 
-    monkeypatch.setattr(exact, "random_words", stream(1))
+    monkeypatch.setattr(exact, "random_words", seeded_words(1))
     monkeypatch.setattr(np.random, "default_rng", forbidden)
     monkeypatch.setattr(np.random, "Generator", forbidden)
     for privacy in (PrivacySpec(1.0), PrivacySpec(1.0, 1e-6, "add_remove")):
         first, second = privatize(fs, privacy), privatize(fs, privacy)
         assert not np.array_equal(first.payload, second.payload)  # fresh bits per release
-        monkeypatch.setattr(exact, "random_words", stream(2))
+        monkeypatch.setattr(exact, "random_words", seeded_words(2))
         again = privatize(fs, privacy)
-        monkeypatch.setattr(exact, "random_words", stream(2))
+        monkeypatch.setattr(exact, "random_words", seeded_words(2))
         np.testing.assert_array_equal(privatize(fs, privacy).payload, again.payload)
         assert not np.array_equal(again.payload, first.payload)
 
