@@ -19,6 +19,7 @@ import time
 
 import numpy as np
 
+from fedsketch.common.box import Box
 from fedsketch.common.frequencies import FrequencySpec
 from fedsketch.common.privacy import PrivacySpec
 from fedsketch.common.spec import SketchSpec, release_sketch
@@ -60,7 +61,7 @@ def run_seed(seed: int, n: int, configs, replicates: int) -> dict[str, float]:
         spec = SketchSpec(FrequencySpec(d=D, m=m, scale=SIGMA, seed=seed), feature,
                           m if r is None else r, PrivacySpec(eps))
         t = time.perf_counter()
-        release = release_sketch(spec, split(x))
+        release = release_sketch(spec, split(x), Box(lo, hi))
         t_sk = time.perf_counter() - t
         t = time.perf_counter()
         res = decode_centroids(release.sketch, spec, K, lo, hi, replicates=replicates,

@@ -18,6 +18,7 @@ import statistics
 
 import numpy as np
 
+from fedsketch.common.box import Box
 from fedsketch.common.frequencies import FrequencySpec
 from fedsketch.common.privacy import PrivacySpec
 from fedsketch.common.scale import calibrate_scale
@@ -34,7 +35,7 @@ GRID = (0.7, 1.0, 1.4, 2.0, 2.8, 4.0, 5.6)
 def relative_sse(x: np.ndarray, ref: float, sigma: float, eps: float, seed: int,
                  replicates: int) -> float:
     spec = SketchSpec(FrequencySpec(d=D, m=M, scale=sigma, seed=seed), "complex", 1, PrivacySpec(eps))
-    release = release_sketch(spec, split(x))
+    release = release_sketch(spec, split(x), Box(np.full(D, -BOUND), np.full(D, BOUND)))
     out = decode_centroids(release.sketch, spec, K, np.full(D, -BOUND), np.full(D, BOUND),
                            replicates=replicates, rng=np.random.default_rng(seed))
     return sse_per_n(split(x), out.centroids) / ref
@@ -46,7 +47,8 @@ def one_seed(seed: int, n: int, replicates: int) -> tuple[float, float, float, f
     ref = sse_per_n(split(x), sklearn_kmeans_centroids(x, K, seed))
     grid = {s: relative_sse(x, ref, s, EPS, seed, replicates) for s in GRID}
     oracle = min(grid, key=grid.get)
-    cal = calibrate_scale(lambda: split(x), D, EPS * FRACTION, seed=seed)
+    cal = calibrate_scale(lambda: split(x), Box(np.full(D, -BOUND), np.full(D, BOUND)),
+                          EPS * FRACTION, seed=seed)
     auto = relative_sse(x, ref, cal.sigma, EPS * (1 - FRACTION), seed, replicates)
     print(f"seed {seed}: grid " + ", ".join(f"σ={s:g}: {v:.3f}" for s, v in grid.items()),
           flush=True)

@@ -3,9 +3,13 @@
 The order is what makes a release safe (DESIGN §3, §6):
 
 1. the study's spec JSON hashes to the announced spec hash, its Ω‖ξ hash recomputes, d matches
-   the local data, the device holds at least ``min_records`` records, and the remaining budget
-   covers ε — otherwise the study is refused with the reason and nothing is spent;
-2. the sketch is computed and noised once (noise from the OS CSPRNG);
+   the local data, the owner's policy (:mod:`.policy`) allows the study's name and ε, the
+   remaining budget of the device's source covers ε and δ, and one pass over the data finds
+   every record finite, at least ``min_records`` of them, and — if the policy refuses
+   out-of-box records — all inside the study's public box; otherwise the study is refused
+   with the reason and nothing is spent;
+2. the sketch of the records clipped into the box is computed and noised once (exact noise from
+   OS bits); how many records were clipped goes to the device's log only;
 3. the spend and the exact payload bytes are committed to the ledger in one transaction;
 4. only then is the payload signed and sent; every retry or restart re-sends the stored bytes.
 
@@ -28,6 +32,8 @@ import grpc
 import numpy as np
 
 from fedsketch.common import signing, wire
+from fedsketch.common.box import Box, Tally
+from fedsketch.common.dataio import DataError
 from fedsketch.common.dp.plan import integer_sum_term
 from fedsketch.common.dp.samplers import dlap_noise_share
 from fedsketch.common.frequencies import draw_frequencies
@@ -39,7 +45,7 @@ from fedsketch.common.sketching import feature_sum
 from fedsketch.common.spec import release_sketch
 from fedsketch.common.study import StudySpec, spec_sha256
 
-from .ledger import BudgetExceeded, Identity, Ledger, LedgerError, Spend
+from .ledger import DEFAULT_SOURCE, BudgetExceeded, Identity, Ledger, LedgerError, Spend
 
 log = logging.getLogger("fedsketch.device")
 
@@ -54,6 +60,13 @@ FINAL_REFUSALS = (grpc.StatusCode.NOT_FOUND, grpc.StatusCode.FAILED_PRECONDITION
                   grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED)
 
 
+def _log_clipped(study_id: str, tally: Tally) -> None:
+    """Tell the device's own log how many records were clipped into the box (never sent)."""
+    if tally.clipped:
+        log.info("study %s: %d of %d records lay outside the study's box and were clipped into it "
+                 "(this count stays on the device)", study_id, tally.clipped, tally.records)
+
+
 def _fault_point() -> None:
     """Between the ledger commit and the first send: where crash tests kill the device."""
     if os.environ.get(FAULT_ENV) == "kill-after-commit":
@@ -62,12 +75,20 @@ def _fault_point() -> None:
 
 @dataclass(frozen=True)
 class LocalData:
-    """The device's records: a chunk iterator factory, n records of dimension d, a fingerprint."""
+    """The device's records: a factory of chunk iterators (each chunk (rows, d), finite values,
+    any real dtype) and the dimension d. The record count is taken afresh for every study."""
 
     chunks: Callable[[], Iterable[np.ndarray]]
-    n: int
     d: int
-    fingerprint: str
+
+
+@dataclass(frozen=True)
+class _Admitted:
+    """A study the device may contribute to: its spec, public box, and the records counted now."""
+
+    spec: StudySpec
+    box: Box
+    n: int
 
 
 #: The ledger kind of a masked input.
@@ -79,6 +100,7 @@ class _Session:
     """This device's part in one secure-aggregation round (in memory: a restart drops out)."""
 
     spec: StudySpec
+    box: Box
     client: Client | None = None
     done: set[int] = field(default_factory=set)
     left: bool = False
@@ -96,10 +118,12 @@ class Outcome:
 class Agent:
     """A device's protocol logic over one gRPC channel and one ledger."""
 
-    def __init__(self, channel: grpc.Channel, ledger: Ledger, data: LocalData) -> None:
+    def __init__(self, channel: grpc.Channel, ledger: Ledger, data: LocalData,
+                 source: str = DEFAULT_SOURCE) -> None:
         self.stub = pb_grpc.DeviceStub(channel)
         self.ledger = ledger
         self.data = data
+        self.source = source
         self.bytes_sent = 0
         self._refused: set[str] = set()
         self._sessions: dict[str, _Session] = {}
@@ -136,6 +160,7 @@ class Agent:
                 out.refused[spend.study_id] = exc.details() or exc.code().name
                 continue
             out.resent.append(spend.study_id)
+        self._settle()
         studies = self.stub.ListStudies(pb.ListStudiesRequest(), timeout=RPC_TIMEOUT).studies
         for study in studies:
             if study.study_id in self._refused:
@@ -154,8 +179,10 @@ class Agent:
                 log.warning("refused study %s: %s", study.study_id, reason)
         return out
 
-    def _check(self, study: pb.Study) -> StudySpec | str:
-        """The parsed spec if this device may contribute, else the reason it may not."""
+    def _check(self, study: pb.Study) -> _Admitted | str:
+        """The study, its box and the current record count if this device may contribute, else
+        the reason it may not. Spends nothing; the data pass happens only once every public check
+        has passed."""
         if spec_sha256(study.spec_json) != study.spec_sha256:
             return "the spec does not hash to the announced spec hash"
         try:
@@ -164,25 +191,48 @@ class Agent:
             return f"unreadable spec: {exc}"
         if spec.sketch.frequencies.d != self.data.d:
             return f"the study wants d = {spec.sketch.frequencies.d}, the data has {self.data.d}"
-        if self.data.n < spec.min_records:
-            return f"the study needs {spec.min_records} records, the device has {self.data.n}"
-        eps = spec.sketch.privacy.epsilon
-        remaining = self.ledger.remaining(self.data.fingerprint)
-        if eps > remaining + 1e-12:
-            return f"insufficient budget: the study asks ε = {eps:g}, {remaining:g} remains"
-        if draw_frequencies(spec.sketch.frequencies).sha256 != spec.omega_sha256:
+        eps, delta = spec.sketch.privacy.epsilon, spec.sketch.privacy.delta
+        policy = self.ledger.policy()
+        if (reason := policy.refusal(spec.name, eps)) is not None:
+            return reason
+        left = self.ledger.remaining(self.source)
+        if eps > left.epsilon + 1e-12:
+            return (f"insufficient budget: the study asks ε = {eps:g}, {left.epsilon:g} remains "
+                    f"for source {self.source!r}")
+        if delta > left.delta + 1e-15:
+            return (f"insufficient budget: the study asks δ = {delta:g}, {left.delta:g} remains "
+                    f"for source {self.source!r}")
+        freqs = draw_frequencies(spec.sketch.frequencies)
+        if freqs.sha256 != spec.omega_sha256:
             return "the frequencies Ω, ξ do not match the spec's hash on this platform"
-        return spec
+        try:
+            box = Box(spec.lo, spec.hi)
+            box.reduce(freqs)
+            seen = box.count_outside(self.data.chunks())
+        except (DataError, ValueError) as exc:
+            return f"the data cannot be sketched for this study: {exc}"
+        if seen.records < spec.min_records:
+            return f"the study needs {spec.min_records} records, the device has {seen.records}"
+        if seen.clipped and policy.out_of_box == "refuse":
+            return (f"{seen.clipped} of {seen.records} records lie outside the study's box and the "
+                    "device's policy refuses out-of-box records (out-of-box = refuse)")
+        return _Admitted(spec, box, seen.records)
 
     def _contribute(self, identity: Identity, study: pb.Study) -> str | None:
-        spec = self._check(study)
-        if isinstance(spec, str):
-            return spec
-        release = release_sketch(spec.sketch, self.data.chunks())
+        admitted = self._check(study)
+        if isinstance(admitted, str):
+            return admitted
+        spec = admitted.spec
+        tally = Tally()
+        try:
+            release = release_sketch(spec.sketch, self.data.chunks(), admitted.box, tally=tally)
+        except (DataError, ValueError) as exc:  # the file changed since the check
+            return f"the data cannot be sketched for this study: {exc}"
+        _log_clipped(study.study_id, tally)
         kind, payload = wire.encode(release, spec.sketch.feature)
         try:
             spend = self.ledger.record_spend(
-                study_id=study.study_id, fingerprint=self.data.fingerprint,
+                study_id=study.study_id, study_name=spec.name, source=self.source,
                 epsilon=spec.sketch.privacy.epsilon, delta=spec.sketch.privacy.delta,
                 n=release.n, kind=kind, payload=payload, spec_sha256=study.spec_sha256)
         except BudgetExceeded as exc:
@@ -198,11 +248,11 @@ class Agent:
         if stage == pb.REGISTER:
             if session is not None:
                 return None
-            spec = self._check(study)
-            if isinstance(spec, str):
-                return spec
-            self._stage_send(identity, sid, pb.REGISTER, sw.dump({"n": self.data.n}))
-            self._sessions[sid] = _Session(spec)
+            admitted = self._check(study)
+            if isinstance(admitted, str):
+                return admitted
+            self._stage_send(identity, sid, pb.REGISTER, sw.dump({"n": admitted.n}))
+            self._sessions[sid] = _Session(admitted.spec, admitted.box)
             return None
         if session is None or stage in session.done or session.left:
             return None
@@ -244,17 +294,23 @@ class Agent:
 
         The shares of min_honest devices add up to the study's integer-sum term (MECHANISMS §4.2).
         """
-        spec = session.spec
+        spec, box, tally = session.spec, session.box, Tally()
         m, r = spec.sketch.frequencies.m, spec.sketch.r
-        fs = feature_sum(self.data.chunks(), draw_frequencies(spec.sketch.frequencies),
-                         spec.sketch.feature, r)
+        try:
+            fs = feature_sum(box.centred(self.data.chunks(), tally),
+                             box.reduce(draw_frequencies(spec.sketch.frequencies)),
+                             spec.sketch.feature, r)
+        except (DataError, ValueError) as exc:  # the file changed since REGISTER
+            session.left = True
+            return f"the data cannot be sketched for this study: {exc}"
+        _log_clipped(study.study_id, tally)
         term = integer_sum_term(spec.sketch.feature, spec.sketch.privacy.epsilon, r, "replace_one")
         noise = dlap_noise_share(term.epsilon, term.sensitivity, spec.secure_aggregation.min_honest,
                                  2 * m)
         y = session.client.masked_input(np.concatenate([fs.re, fs.im]), inbox, noise)
         try:
             spend = self.ledger.record_spend(
-                study_id=study.study_id, fingerprint=self.data.fingerprint,
+                study_id=study.study_id, study_name=spec.name, source=self.source,
                 epsilon=spec.sketch.privacy.epsilon, delta=0.0, n=float(fs.n),
                 kind=SECURE_KIND, payload=sw.masked_to_bytes(y), spec_sha256=study.spec_sha256)
         except BudgetExceeded as exc:
@@ -264,6 +320,20 @@ class Agent:
         self._send(identity, spend)
         out.submitted.append(study.study_id)
         return None
+
+    def _settle(self) -> None:
+        """Record the final state (DONE or FAILED) of studies this device spent on, once they end,
+        so that ``fedsketch device budget`` can show what each spend bought."""
+        for spend in self.ledger.unsettled():
+            try:
+                study = self.stub.GetStudy(pb.StudyRef(study_id=spend.study_id), timeout=RPC_TIMEOUT)
+            except grpc.RpcError as exc:
+                if exc.code() != grpc.StatusCode.NOT_FOUND:
+                    raise
+                self.ledger.set_final_state(spend.study_id, "UNKNOWN to the coordinator")
+                continue
+            if study.state in (pb.DONE, pb.FAILED):
+                self.ledger.set_final_state(spend.study_id, pb.StudyState.Name(study.state))
 
     def _stage_send(self, identity: Identity, study_id: str, stage: int, body: bytes) -> None:
         digest = sw.message_digest(study_id, identity.device_id, stage, body)

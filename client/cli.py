@@ -1,4 +1,8 @@
-"""``fedsketch device``: the device owner's commands (the daemon and its budget ledger).
+"""``fedsketch device``: the device owner's commands (the daemon, its budget and its policy).
+
+The budget and the policy live in the ledger (:mod:`.ledger`, :mod:`.policy`): ``init`` sets
+them once, ``add-source`` declares data holding other people, ``raise-budget`` is the one way up,
+``policy`` changes what the device joins, and ``budget`` shows all of it with every spend.
 
 The daemon also reads its options from ``FEDSKETCH_*`` environment variables (named in
 ``--help``), so a systemd unit can take them from an ``EnvironmentFile`` (see ``deploy/``); a
@@ -9,23 +13,44 @@ from __future__ import annotations
 
 import json
 import logging
-import math
 import signal
 import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from fedsketch.common.cli import CaOpt, InsecureOpt, Target, check_tls
 from fedsketch.common.cli import clean_errors as _clean_errors
 
 from . import daemon
-from .ledger import Ledger, LedgerError, fingerprint_file
+from .ledger import DEFAULT_SOURCE, Ledger, LedgerError, Spend
+from .policy import OUT_OF_BOX, Policy
 
-device_app = typer.Typer(no_args_is_help=True, help="Run a device daemon; read its ledger.")
+device_app = typer.Typer(no_args_is_help=True,
+                         help="Run a device daemon; set and read its budget and policy.")
+
+LedgerOpt = Annotated[Path, typer.Option(envvar="FEDSKETCH_LEDGER",
+                                         help="The device's ledger (SQLite).")]
+SourceOpt = Annotated[str, typer.Option(
+    envvar="FEDSKETCH_SOURCE",
+    help="Which declared data source the records belong to (its budget is charged).")]
+DeltaOpt = Annotated[float | None, typer.Option(help="Total δ (0 ≤ δ < 1; default 0: pure ε only).")]
+MaxEpsOpt = Annotated[float | None, typer.Option(help="Largest ε one study may take.")]
+StudyOpt = Annotated[list[str] | None, typer.Option(
+    "--study", help="Join only studies whose name matches this pattern (* and ?; repeatable).")]
+CoordOpt = Annotated[list[str] | None, typer.Option(
+    "--coordinator-pattern", help="Work only for coordinators HOST:PORT matching this pattern "
+                                  "(repeatable).")]
+BoxOpt = Annotated[str | None, typer.Option(
+    help=f"Records outside a study's box: {' or '.join(OUT_OF_BOX)} (clip reveals less: a "
+         "refusal is visible to the coordinator).")]
 
 
 def clean_errors():
@@ -33,15 +58,120 @@ def clean_errors():
     return _clean_errors(LedgerError)
 
 
+@contextmanager
+def _existing(path: Path) -> Iterator[Ledger]:
+    """An existing ledger, open for the block and closed after it."""
+    if not path.exists():
+        raise ValueError(f"{path}: no such ledger (create it with `fedsketch device init`)")
+    book = Ledger(path)
+    try:
+        yield book
+    finally:
+        book.close()
+
+
+def _policy(base: Policy, max_epsilon: float | None, studies: list[str] | None,
+            coordinators: list[str] | None, out_of_box: str | None) -> Policy:
+    """``base`` with the options that were given."""
+    return Policy(base.max_epsilon if max_epsilon is None else max_epsilon,
+                  tuple(studies) if studies else base.studies,
+                  tuple(coordinators) if coordinators else base.coordinators,
+                  base.out_of_box if out_of_box is None else out_of_box)
+
+
+@device_app.command("init")
+def device_init(
+    ledger: LedgerOpt,
+    budget: Annotated[float, typer.Option(help="Total ε the device may ever spend on SOURCE.")],
+    budget_delta: DeltaOpt = None,
+    source: SourceOpt = DEFAULT_SOURCE,
+    max_epsilon: MaxEpsOpt = None,
+    study: StudyOpt = None,
+    coordinator_pattern: CoordOpt = None,
+    out_of_box: BoxOpt = None,
+) -> None:
+    """Create the ledger with the device's total budget and the owner's policy (once).
+
+    The budget counts every study the device joins, whatever file the records come from. It
+    can later be lowered (a smaller --budget to `run`) or raised (`raise-budget`, logged)."""
+    with clean_errors():
+        policy = _policy(Policy(), max_epsilon, study, coordinator_pattern, out_of_box)
+        book = Ledger(ledger)
+        try:
+            if book.sources():
+                raise LedgerError(f"{ledger} already holds a budget; see `fedsketch device budget`")
+            book.declare(source, budget, 0.0 if budget_delta is None else budget_delta,
+                         action="init")
+            book.set_policy(policy)
+        finally:
+            book.close()
+    typer.echo(f"{ledger}: source {source!r} may spend ε = {budget:g} in total")
+
+
+@device_app.command("add-source")
+def device_add_source(
+    ledger: LedgerOpt,
+    source: Annotated[str, typer.Argument(help="A name you choose for the new data source.")],
+    budget: Annotated[float, typer.Option(help="Total ε of the new source.")],
+    budget_delta: DeltaOpt = None,
+) -> None:
+    """Declare a data source whose records are about OTHER people than every declared source's.
+
+    It gets its own budget (parallel composition). Declare one only when no person can appear in
+    two sources: otherwise that person's privacy loss is the sum over both."""
+    with clean_errors():
+        with _existing(ledger) as book:
+            book.declare(source, budget, 0.0 if budget_delta is None else budget_delta)
+    typer.echo(f"{ledger}: source {source!r} may spend ε = {budget:g} in total")
+
+
+@device_app.command("raise-budget")
+def device_raise_budget(
+    ledger: LedgerOpt,
+    budget: Annotated[float, typer.Option(help="The new total ε (above the current one).")],
+    reason: Annotated[str, typer.Option(help="Why; kept in the ledger's log.")],
+    budget_delta: DeltaOpt = None,
+    source: SourceOpt = DEFAULT_SOURCE,
+) -> None:
+    """Raise a source's total budget: the owner's explicit, logged decision that the people in the
+    data accept a larger privacy loss. The daemon's --budget can never do this."""
+    with clean_errors():
+        with _existing(ledger) as book:
+            old = book.budget(source)
+            new = book.raise_budget(source, budget, budget_delta, reason)
+    typer.echo(f"{ledger}: source {source!r}: ε {old.epsilon:g} → {new.epsilon:g}, "
+               f"δ {old.delta:g} → {new.delta:g} (logged)")
+
+
+@device_app.command("policy")
+def device_policy(
+    ledger: LedgerOpt,
+    max_epsilon: MaxEpsOpt = None,
+    study: StudyOpt = None,
+    coordinator_pattern: CoordOpt = None,
+    out_of_box: BoxOpt = None,
+) -> None:
+    """Change what the device joins (options not given keep their value); print the policy."""
+    with clean_errors():
+        with _existing(ledger) as book:
+            policy = _policy(book.policy(), max_epsilon, study, coordinator_pattern, out_of_box)
+            book.set_policy(policy)
+    typer.echo(policy.to_json())
+
+
 @device_app.command("run")
 def device_run(
     coordinator: Target,
     data: Annotated[Path, typer.Option(envvar="FEDSKETCH_DATA",
                                        help="Local records (.npy or .csv).")],
-    ledger: Annotated[Path, typer.Option(envvar="FEDSKETCH_LEDGER",
-                                         help="Budget ledger (SQLite; created if missing).")],
-    budget: Annotated[float, typer.Option(envvar="FEDSKETCH_BUDGET",
-                                          help="Total ε this device may spend on DATA.")],
+    ledger: LedgerOpt,
+    budget: Annotated[float | None, typer.Option(
+        envvar="FEDSKETCH_BUDGET",
+        help="Total ε of SOURCE: sets it on the first run; later it can only lower it.")] = None,
+    budget_delta: Annotated[float | None, typer.Option(
+        envvar="FEDSKETCH_BUDGET_DELTA",
+        help="Total δ of SOURCE (first run: default 0); later it can only lower it.")] = None,
+    source: SourceOpt = DEFAULT_SOURCE,
     ca: CaOpt = None,
     insecure: InsecureOpt = False,
     token: Annotated[str | None, typer.Option(envvar="FEDSKETCH_ENROLL_TOKEN",
@@ -60,45 +190,77 @@ def device_run(
         signal.signal(sig, lambda *_: stop.set())
     with clean_errors():
         check_tls(ca, insecure)
-        if not (budget > 0 and math.isfinite(budget)):
-            raise ValueError(f"--budget must be a finite ε > 0, got {budget}")
-        cfg = daemon.DaemonConfig(coordinator, data, ledger, budget, ca, insecure, token, label,
-                                  once, poll, max_poll)
+        cfg = daemon.DaemonConfig(coordinator, data, ledger, budget, budget_delta, source, ca,
+                                  insecure, token, label, once, poll, max_poll)
         status = daemon.run(cfg, stop)
     raise typer.Exit(status)
 
 
+def _state(spend: Spend) -> str:
+    """What became of a spend, as far as the device knows."""
+    if spend.final_state is not None:
+        return spend.final_state
+    if spend.acked_at is None:
+        return "not sent yet"
+    if spend.receipt is not None and spend.receipt.startswith("refused: "):
+        return f"refused by the coordinator ({spend.receipt.removeprefix('refused: ')})"
+    return "sent; study not ended"
+
+
+def _when(t: float) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(t))
+
+
 @device_app.command("budget")
 def device_budget(
-    ledger: Annotated[Path, typer.Option(help="The device's ledger.")],
-    data: Annotated[Path | None, typer.Option(help="Show what remains for this data file.")]
-    = None,
-    budget: Annotated[float, typer.Option(help="The budget the daemon runs with.")] = 1.0,
+    ledger: LedgerOpt,
     as_json: Annotated[bool, typer.Option("--json", help="JSON on stdout.")] = False,
 ) -> None:
-    """Every spend in the ledger, and what remains for a data file."""
+    """The device's budgets (what each source may spend, has spent, has left), its policy, every
+    spend with its time, study and outcome, and the owner's log of budget changes."""
     with clean_errors():
-        if not ledger.exists():
-            raise ValueError(f"{ledger}: no such ledger")
-        book = Ledger(ledger, budget)
-        try:
-            spends = book.spends()
-            fp = fingerprint_file(data) if data is not None else None
-            remaining = book.remaining(fp) if fp is not None else None
-        finally:
-            book.close()
-    rows = [{"study": s.study_id, "epsilon": s.epsilon, "delta": s.delta, "n": s.n,
-             "dataset": s.fingerprint[:12], "spent_at": s.spent_at,
-             "acknowledged": s.acked_at is not None} for s in spends]
+        with _existing(ledger) as book:
+            budgets = book.sources()
+            spent = {s: book.spent(s) for s in budgets}
+            policy, spends, history = book.policy(), book.spends(), book.history()
+    sources = {name: {"epsilon": b.epsilon, "delta": b.delta, "spent_epsilon": spent[name][0],
+                      "spent_delta": spent[name][1],
+                      "remaining_epsilon": max(0.0, b.epsilon - spent[name][0]),
+                      "remaining_delta": max(0.0, b.delta - spent[name][1])}
+               for name, b in budgets.items()}
+    rows = [{"study_id": s.study_id, "study": s.study_name, "source": s.source,
+             "epsilon": s.epsilon, "delta": s.delta, "n": s.n, "spent_at": s.spent_at,
+             "state": _state(s)} for s in spends]
+    log_rows = [{"at": h.at, "action": h.action, "source": h.source, "detail": h.detail}
+                for h in history]
     if as_json:
-        typer.echo(json.dumps({"spends": rows, "remaining": remaining}))
+        typer.echo(json.dumps({"sources": sources, "policy": json.loads(policy.to_json()),
+                               "spends": rows, "history": log_rows}))
         return
-    table = Table(title=f"ledger {ledger}")
-    for col in ("study", "ε", "δ", "records", "dataset", "acknowledged"):
-        table.add_column(col)
+    console = Console()
+    table = Table(title=escape(f"budget of {ledger}"))
+    for col in ("source", "ε budget", "ε spent", "ε left", "δ budget", "δ spent"):
+        table.add_column(col, justify="left" if col == "source" else "right")
+    for name, b in sources.items():
+        table.add_row(escape(name), f"{b['epsilon']:g}", f"{b['spent_epsilon']:g}",
+                      f"{b['remaining_epsilon']:g}", f"{b['delta']:g}", f"{b['spent_delta']:g}")
+    console.print(table)
+    console.print(f"policy: studies {', '.join(policy.studies)}; coordinators "
+                  f"{', '.join(policy.coordinators)}; largest ε per study "
+                  f"{'none' if policy.max_epsilon is None else f'{policy.max_epsilon:g}'}; "
+                  f"records outside a study's box: {policy.out_of_box}", markup=False)
+    spent_table = Table(title="spends")
+    for col in ("when", "study", "source", "ε", "δ", "records", "outcome"):
+        spent_table.add_column(col)
     for r in rows:
-        table.add_row(r["study"], f"{r['epsilon']:g}", f"{r['delta']:g}", f"{r['n']:,.0f}",
-                      r["dataset"], "yes" if r["acknowledged"] else "not yet")
-    Console().print(table)
-    if remaining is not None:
-        typer.echo(f"remaining for {data}: ε = {remaining:g} of {budget:g}")
+        spent_table.add_row(_when(r["spent_at"]), escape(f"{r['study']} ({r['study_id']})"),
+                            escape(r["source"]), f"{r['epsilon']:g}", f"{r['delta']:g}",
+                            f"{r['n']:,.0f}", escape(r["state"]))
+    console.print(spent_table)
+    log_table = Table(title="budget changes")
+    for col in ("when", "action", "source", "detail"):
+        log_table.add_column(col)
+    for h in log_rows:
+        log_table.add_row(_when(h["at"]), h["action"], escape(h["source"] or ""),
+                          escape(h["detail"]))
+    console.print(log_table)

@@ -22,7 +22,7 @@ from fedsketch.common.dataio import DataSource
 from fedsketch.common.tls import secure_channel
 
 from .agent import Agent, LocalData
-from .ledger import Ledger, fingerprint_file
+from .ledger import DEFAULT_SOURCE, Budget, Ledger, LedgerError
 
 log = logging.getLogger("fedsketch.device")
 _jitter = random.SystemRandom()
@@ -35,7 +35,9 @@ class DaemonConfig:
     coordinator: str
     data: Path
     ledger: Path
-    budget: float
+    budget: float | None = None
+    budget_delta: float | None = None
+    source: str = DEFAULT_SOURCE
     ca: Path | None = None
     insecure: bool = False
     token: str | None = None
@@ -46,9 +48,41 @@ class DaemonConfig:
 
 
 def local_data(path: Path) -> LocalData:
-    """A data file as the agent sees it: streamed chunks, n, d, and a content fingerprint."""
+    """A data file as the agent sees it: streamed chunks and the dimension d."""
     source = DataSource(path)
-    return LocalData(source.chunks, source.n, source.d, fingerprint_file(path))
+    return LocalData(source.chunks, source.d)
+
+
+def command_line_budget(ledger: Ledger, source: str, epsilon: float | None,
+                        delta: float | None) -> Budget:
+    """The budget of ``source`` after the daemon's ``--budget`` / ``--budget-delta``.
+
+    On a ledger without any source (the first run) they declare ``source``. Afterwards they can
+    only lower its budget: a larger value is ignored with a warning, since raising is the owner's
+    separate ``fedsketch device raise-budget``. A source the ledger does not know is refused once
+    the ledger has any (a new name must not be a way to a fresh budget)."""
+    known = ledger.sources()
+    if source not in known:
+        if known:
+            raise LedgerError(f"{ledger.path} has no source {source!r} (declared: "
+                              f"{', '.join(map(repr, known))}); an owner whose data holds other "
+                              "people declares it with `fedsketch device add-source`")
+        if epsilon is None:
+            raise LedgerError(f"{ledger.path} holds no budget yet: give --budget on the first run, "
+                              "or set it with `fedsketch device init`")
+        return ledger.declare(source, epsilon, 0.0 if delta is None else delta, action="init")
+    stored = known[source]
+    lower_eps = epsilon if epsilon is not None and epsilon < stored.epsilon else None
+    lower_delta = delta if delta is not None and delta < stored.delta else None
+    if (epsilon is not None and epsilon > stored.epsilon) or (delta is not None and delta > stored.delta):
+        log.warning("the ledger's budget for source %r is ε = %g, δ = %g; --budget / --budget-delta "
+                    "cannot raise it (use `fedsketch device raise-budget`)", source, stored.epsilon,
+                    stored.delta)
+    if lower_eps is None and lower_delta is None:
+        return stored
+    new = ledger.lower(source, lower_eps, lower_delta)
+    log.info("lowered the budget of source %r to ε = %g, δ = %g", source, new.epsilon, new.delta)
+    return new
 
 
 def backoff(failures: int, poll: float, max_poll: float) -> float:
@@ -59,10 +93,19 @@ def backoff(failures: int, poll: float, max_poll: float) -> float:
 def run(cfg: DaemonConfig, stop: threading.Event) -> int:
     """Run until ``stop`` is set (or one pass with ``once``); the exit status (0 = clean)."""
     data = local_data(cfg.data)
-    ledger = Ledger(cfg.ledger, cfg.budget)
+    ledger = Ledger(cfg.ledger)
+    try:
+        command_line_budget(ledger, cfg.source, cfg.budget, cfg.budget_delta)
+        policy = ledger.policy()
+        if not policy.allows_coordinator(cfg.coordinator):
+            raise LedgerError(f"the device's policy works only for coordinators "
+                              f"{' or '.join(policy.coordinators)}, not {cfg.coordinator!r}")
+    except BaseException:
+        ledger.close()
+        raise
     channel = secure_channel(cfg.coordinator, cfg.ca, insecure=cfg.insecure)
     try:
-        agent = Agent(channel, ledger, data)
+        agent = Agent(channel, ledger, data, cfg.source)
         agent.ensure_enrolled(cfg.coordinator, cfg.token, cfg.label)
         failures = 0
         while not stop.is_set():

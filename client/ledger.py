@@ -1,15 +1,30 @@
 """The device's privacy-budget ledger: one SQLite file (WAL, ``synchronous=FULL``) on the device.
 
 Contract:
-    * A device releases at most one sketch per study. The spend (ε, δ) and the exact payload bytes are
-      committed in ONE transaction BEFORE anything is sent; every retry or restart re-sends those stored
-      bytes (:meth:`Ledger.find`, :meth:`Ledger.pending`) and never draws fresh noise.
-    * Budgets are per dataset fingerprint (:func:`fingerprint_file`) under sequential composition:
-      ε and δ add up across studies on the same dataset. ε is dimensionless; δ is a probability.
-    * The check and the insert run under ``BEGIN IMMEDIATE``, so two processes sharing the file
-      cannot both pass the check.
+    * The budget belongs to the device, not to a file. The ledger holds each *source*'s total
+      budget (ε dimensionless, δ a probability), set once by the owner (``fedsketch device init``
+      or the daemon's first run); every spend counts against its source under sequential
+      composition, whatever file, format or row count the data has that day. A device starts with
+      one source, :data:`DEFAULT_SOURCE`. An owner whose data holds disjoint groups of people may
+      declare more sources by name (:meth:`Ledger.declare`), each with its own budget (parallel
+      composition); the name is the owner's declaration, never derived from the data's bytes.
+    * A budget can be lowered at any time (:meth:`Ledger.lower`, e.g. by a smaller ``--budget``);
+      raising it is a separate owner action (:meth:`Ledger.raise_budget`) with a stated reason.
+      Every change, and every change of the owner's :class:`~fedsketch.client.policy.Policy`, is
+      appended to a log that nothing deletes (:meth:`Ledger.history`).
+    * A device releases at most one sketch per study. The spend (ε, δ) and the exact payload bytes
+      are committed in ONE transaction BEFORE anything is sent; every retry or restart re-sends
+      those stored bytes (:meth:`Ledger.find`, :meth:`Ledger.pending`) and never draws fresh noise.
+      Checks and insert run under ``BEGIN IMMEDIATE``, so two processes sharing the file cannot
+      both pass the check.
     * The file also keeps the device identity (Ed25519 private key bytes, device id, coordinator
       address), so it is created owner-only (mode 0600).
+
+Schema version 1 keyed budgets on the SHA-256 of a data file, so that appending a row gave the
+same people a fresh budget. Opening such a file migrates it, once and in one transaction: all its
+spends move to :data:`DEFAULT_SOURCE`, whose budget is the last ``--budget`` the file recorded
+(so a device that spent on several files may find its budget already used up), and the log says
+so.
 
 A connection is used from the thread that opened the ledger (sqlite3's default).
 """
@@ -25,20 +40,40 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
-SCHEMA_VERSION = 1
+from .policy import Policy
+
+SCHEMA_VERSION = 2
+#: The source of a device that declares no other.
+DEFAULT_SOURCE = "default"
 
 _FORMAT = "fedsketch.ledger"
 _EPS_SLACK = 1e-12
 _DELTA_SLACK = 1e-15
-_CHUNK = 1 << 20
 _BUSY_TIMEOUT_S = 30.0
+_MAX_NAME = 100
 
 _SCHEMA = """
 CREATE TABLE settings (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE sources (
+    name       TEXT PRIMARY KEY,
+    epsilon    REAL NOT NULL CHECK (epsilon > 0),
+    delta      REAL NOT NULL CHECK (delta >= 0 AND delta < 1),
+    created_at REAL NOT NULL
+);
+CREATE TABLE budget_log (
+    seq     INTEGER PRIMARY KEY AUTOINCREMENT,
+    at      REAL NOT NULL,
+    action  TEXT NOT NULL,
+    source  TEXT,
+    epsilon REAL,
+    delta   REAL,
+    detail  TEXT NOT NULL
+);
 CREATE TABLE spends (
     seq            INTEGER PRIMARY KEY AUTOINCREMENT,
     study_id       TEXT NOT NULL UNIQUE,
-    fingerprint    TEXT NOT NULL,
+    study_name     TEXT NOT NULL,
+    source         TEXT NOT NULL REFERENCES sources (name),
     epsilon        REAL NOT NULL CHECK (epsilon > 0),
     delta          REAL NOT NULL CHECK (delta >= 0),
     n              REAL NOT NULL,
@@ -48,9 +83,10 @@ CREATE TABLE spends (
     spec_sha256    TEXT NOT NULL,
     spent_at       REAL NOT NULL,
     acked_at       REAL,
-    receipt        TEXT
+    receipt        TEXT,
+    final_state    TEXT
 );
-CREATE INDEX spends_by_fingerprint ON spends (fingerprint);
+CREATE INDEX spends_by_source ON spends (source);
 CREATE TABLE identity (
     id          INTEGER PRIMARY KEY CHECK (id = 1),
     device_id   TEXT NOT NULL,
@@ -59,26 +95,48 @@ CREATE TABLE identity (
 );
 """
 
-_SPEND_COLUMNS = ("study_id, fingerprint, epsilon, delta, n, kind, payload, payload_sha256, spec_sha256, "
-                  "spent_at, acked_at, receipt")
+_SPEND_COLUMNS = ("study_id, study_name, source, epsilon, delta, n, kind, payload, payload_sha256, "
+                  "spec_sha256, spent_at, acked_at, receipt, final_state")
 
 
 class BudgetExceeded(Exception):
-    """Refusal: the spend would take the dataset past its budget. The message states the remaining ε
-    and the asked ε."""
+    """Refusal: the spend would take a source past its budget. The message states what remains
+    and what the study asks."""
 
 
 class LedgerError(Exception):
-    """A corrupt, foreign or newer-version ledger file, or a conflicting record."""
+    """A corrupt, foreign or newer-version ledger file, an unknown source, or a conflicting record."""
+
+
+@dataclass(frozen=True)
+class Budget:
+    """A source's total budget: ε (dimensionless) and δ (a probability)."""
+
+    epsilon: float
+    delta: float
+
+
+@dataclass(frozen=True)
+class BudgetChange:
+    """One line of the owner's log: when (Unix seconds), what, for which source, the new values."""
+
+    at: float
+    action: str
+    source: str | None
+    epsilon: float | None
+    delta: float | None
+    detail: str
 
 
 @dataclass(frozen=True)
 class Spend:
-    """One recorded release: the privacy cost (ε dimensionless, δ a probability), the released record
-    count ``n``, the exact payload bytes to (re-)send, and when it was spent / acknowledged (Unix seconds)."""
+    """One recorded release: the study, the source it counts against, the privacy cost (ε, δ), the
+    released record count ``n``, the exact payload bytes to (re-)send, when it was spent and
+    acknowledged (Unix seconds), and the study's final state once the device has learnt it."""
 
     study_id: str
-    fingerprint: str
+    study_name: str
+    source: str
     epsilon: float
     delta: float
     n: float
@@ -89,6 +147,7 @@ class Spend:
     spent_at: float
     acked_at: float | None
     receipt: str | None
+    final_state: str | None
 
 
 @dataclass(frozen=True)
@@ -100,29 +159,28 @@ class Identity:
     coordinator: str
 
 
-def fingerprint_file(path: str | os.PathLike) -> str:
-    """Hex SHA-256 of the file's bytes, read in 1 MiB chunks (constant memory); keys budgets per dataset."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(_CHUNK), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
+def check_budget(epsilon: float, delta: float) -> Budget:
+    """A budget with ε finite and > 0 and δ in [0, 1); ValueError otherwise."""
+    if not (isinstance(epsilon, (int, float)) and math.isfinite(epsilon) and epsilon > 0):
+        raise ValueError(f"a budget needs a finite ε > 0, got {epsilon!r}")
+    if not (isinstance(delta, (int, float)) and math.isfinite(delta) and 0 <= delta < 1):
+        raise ValueError(f"a budget needs δ in [0, 1), got {delta!r}")
+    return Budget(float(epsilon), float(delta))
+
+
+def check_source(name: str) -> str:
+    """A source name: 1 to 100 printable characters."""
+    if not (isinstance(name, str) and 0 < len(name) <= _MAX_NAME and name.isprintable()):
+        raise ValueError(f"a source name needs 1 to {_MAX_NAME} printable characters, got {name!r}")
+    return name
 
 
 class Ledger:
-    """An open ledger file. ``budget`` is the total ε allowed per dataset fingerprint (finite, > 0) and
-    ``budget_delta`` the total δ (finite, in [0, 1)); the values given at each open are the ones enforced
-    and are recorded in the ``settings`` table. Raises :class:`LedgerError` for a file that is not a
-    readable ledger of this schema version."""
+    """An open ledger file (created empty, owner-only, if missing). Raises :class:`LedgerError` for a
+    file that is not a readable ledger of a schema version this code reads."""
 
-    def __init__(self, path: str | os.PathLike, budget: float, budget_delta: float = 0.0) -> None:
-        if not (math.isfinite(budget) and budget > 0):
-            raise ValueError(f"budget must be finite and > 0, got {budget!r}")
-        if not (math.isfinite(budget_delta) and 0 <= budget_delta < 1):
-            raise ValueError(f"budget_delta must be in [0, 1), got {budget_delta!r}")
+    def __init__(self, path: str | os.PathLike) -> None:
         self.path = os.fspath(path)
-        self.budget = float(budget)
-        self.budget_delta = float(budget_delta)
         os.close(os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600))
         self._conn = sqlite3.connect(self.path, timeout=_BUSY_TIMEOUT_S, isolation_level=None)
         try:
@@ -133,35 +191,92 @@ class Ledger:
                 raise LedgerError(f"{self.path} is not a readable ledger: {exc}") from exc
             raise
 
+    @classmethod
+    def create(cls, path: str | os.PathLike, epsilon: float, delta: float = 0.0, *,
+               source: str = DEFAULT_SOURCE, policy: Policy | None = None) -> Ledger:
+        """Open (creating if need be) a ledger and declare ``source`` with budget (ε, δ) and the
+        owner's ``policy``; LedgerError if the source already has a budget."""
+        ledger = cls(path)
+        try:
+            ledger.declare(source, epsilon, delta, action="init")
+            if policy is not None:
+                ledger.set_policy(policy)
+        except BaseException:
+            ledger.close()
+            raise
+        return ledger
+
     def _open(self) -> None:
         mode = self._conn.execute("PRAGMA journal_mode=WAL").fetchone()[0]
         if mode != "wal":
             raise LedgerError(f"{self.path}: cannot use WAL journal mode (got {mode!r})")
         self._conn.execute("PRAGMA synchronous=FULL")
+        self._conn.execute("PRAGMA foreign_keys=ON")
         check = self._conn.execute("PRAGMA quick_check").fetchone()[0]
         if check != "ok":
             raise LedgerError(f"{self.path} is corrupt: {check}")
         with self._write() as db:
             tables = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
             if not tables:
-                for statement in _SCHEMA.split(";"):
-                    if statement.strip():
-                        db.execute(statement)
-                self._set(db, format=_FORMAT, schema_version=str(SCHEMA_VERSION))
-            elif "settings" not in tables:
+                self._create_schema(db)
+                self._set(db, format=_FORMAT, schema_version=str(SCHEMA_VERSION),
+                          policy=Policy().to_json())
+                return
+            if "settings" not in tables:
                 raise LedgerError(f"{self.path} is an SQLite file but not a fedsketch ledger")
             settings = dict(db.execute("SELECT key, value FROM settings"))
             if settings.get("format") != _FORMAT:
                 raise LedgerError(f"{self.path} is an SQLite file but not a fedsketch ledger")
             version = settings.get("schema_version", "")
-            if version != str(SCHEMA_VERSION):
+            if version == "1":
+                self._migrate_v1(db, settings)
+            elif version != str(SCHEMA_VERSION):
                 raise LedgerError(f"{self.path} has ledger schema version {version!r}; this code reads "
-                                  f"version {SCHEMA_VERSION} only (written by a newer fedsketch?)")
-            self._set(db, budget=repr(self.budget), budget_delta=repr(self.budget_delta))
+                                  f"versions 1 and {SCHEMA_VERSION} (written by a newer fedsketch?)")
+
+    @staticmethod
+    def _create_schema(db: sqlite3.Connection) -> None:
+        for statement in _SCHEMA.split(";"):
+            if statement.strip():
+                db.execute(statement)
+
+    def _migrate_v1(self, db: sqlite3.Connection, settings: dict[str, str]) -> None:
+        """Schema 1 → 2 (module docstring), inside the caller's transaction."""
+        try:
+            budget = check_budget(float(settings["budget"]), float(settings.get("budget_delta", 0)))
+        except (KeyError, ValueError) as exc:
+            raise LedgerError(f"{self.path}: schema-1 ledger without a readable budget ({exc}); "
+                              "move it aside and start a new ledger with `fedsketch device init`, "
+                              "keeping the old file as the record of past spends") from None
+        db.execute("ALTER TABLE spends RENAME TO spends_v1")
+        db.execute("DROP INDEX IF EXISTS spends_by_fingerprint")
+        for statement in _SCHEMA.split(";"):
+            if statement.strip() and "identity" not in statement and "settings" not in statement:
+                db.execute(statement)
+        now = time.time()
+        db.execute("INSERT INTO sources (name, epsilon, delta, created_at) VALUES (?, ?, ?, ?)",
+                   (DEFAULT_SOURCE, budget.epsilon, budget.delta, now))
+        files = db.execute("SELECT COUNT(DISTINCT fingerprint), COUNT(*) FROM spends_v1").fetchone()
+        db.execute(f"INSERT INTO spends ({_SPEND_COLUMNS}) SELECT study_id, study_id, ?, epsilon, "
+                   "delta, n, kind, payload, payload_sha256, spec_sha256, spent_at, acked_at, "
+                   "receipt, NULL FROM spends_v1 ORDER BY seq", (DEFAULT_SOURCE,))
+        db.execute("DROP TABLE spends_v1")
+        db.execute("DELETE FROM settings WHERE key IN ('budget', 'budget_delta')")
+        self._set(db, schema_version=str(SCHEMA_VERSION), policy=Policy().to_json())
+        self._log(db, "migrate", DEFAULT_SOURCE, budget.epsilon, budget.delta,
+                  f"schema 1 → 2: {files[1]} spends on {files[0]} data files (once keyed by the "
+                  f"file's SHA-256) now all count against source {DEFAULT_SOURCE!r}; its budget is "
+                  "the last --budget the old file recorded")
 
     @staticmethod
     def _set(db: sqlite3.Connection, **values: str) -> None:
         db.executemany("INSERT OR REPLACE INTO settings (key, value) VALUES (?, ?)", values.items())
+
+    @staticmethod
+    def _log(db: sqlite3.Connection, action: str, source: str | None, epsilon: float | None,
+             delta: float | None, detail: str) -> None:
+        db.execute("INSERT INTO budget_log (at, action, source, epsilon, delta, detail) "
+                   "VALUES (?, ?, ?, ?, ?, ?)", (time.time(), action, source, epsilon, delta, detail))
 
     @contextmanager
     def _write(self) -> Iterator[sqlite3.Connection]:
@@ -178,33 +293,133 @@ class Ledger:
         """Close the file (idempotent). Every recorded spend was already committed."""
         self._conn.close()
 
-    def spent(self, fingerprint: str) -> tuple[float, float]:
-        """(Σε, Σδ) over all spends on the dataset ``fingerprint``; (0.0, 0.0) if none."""
-        return self._sums(self._conn, fingerprint)
+    # -- budgets ------------------------------------------------------------------------------
+
+    def sources(self) -> dict[str, Budget]:
+        """Every declared source and its budget, in the order they were declared."""
+        rows = self._conn.execute("SELECT name, epsilon, delta FROM sources ORDER BY created_at, name")
+        return {name: Budget(eps, delta) for name, eps, delta in rows}
+
+    def budget(self, source: str) -> Budget:
+        """The budget of ``source``; LedgerError if it was never declared."""
+        return self._budget(self._conn, source)
+
+    def _budget(self, db: sqlite3.Connection, source: str) -> Budget:
+        row = db.execute("SELECT epsilon, delta FROM sources WHERE name = ?", (source,)).fetchone()
+        if row is None:
+            known = ", ".join(repr(s) for s in self.sources()) or "none yet"
+            raise LedgerError(f"{self.path} has no budget for source {source!r} (declared: {known}); "
+                              "declare it with `fedsketch device init` or `fedsketch device add-source`")
+        return Budget(*row)
+
+    def declare(self, source: str, epsilon: float, delta: float = 0.0, *,
+                action: str = "add-source") -> Budget:
+        """Declare a new source with its total budget (logged). LedgerError if it exists: a budget
+        is set once, then only lowered or explicitly raised."""
+        check_source(source)
+        budget = check_budget(epsilon, delta)
+        with self._write() as db:
+            if db.execute("SELECT 1 FROM sources WHERE name = ?", (source,)).fetchone():
+                raise LedgerError(f"source {source!r} already has a budget; lower it with a smaller "
+                                  "--budget, raise it with `fedsketch device raise-budget`")
+            db.execute("INSERT INTO sources (name, epsilon, delta, created_at) VALUES (?, ?, ?, ?)",
+                       (source, budget.epsilon, budget.delta, time.time()))
+            self._log(db, action, source, budget.epsilon, budget.delta,
+                      f"source {source!r} declared with ε = {budget.epsilon:g}, δ = {budget.delta:g}")
+        return budget
+
+    def lower(self, source: str, epsilon: float | None = None, delta: float | None = None) -> Budget:
+        """Lower the budget of ``source`` to the given ε and/or δ (logged; no change, no log line).
+        ValueError if a value would raise it."""
+        with self._write() as db:
+            old = self._budget(db, source)
+            new = check_budget(old.epsilon if epsilon is None else epsilon,
+                               old.delta if delta is None else delta)
+            if new.epsilon > old.epsilon or new.delta > old.delta:
+                raise ValueError(f"source {source!r}: ε = {new.epsilon:g}, δ = {new.delta:g} would "
+                                 f"raise its budget (ε = {old.epsilon:g}, δ = {old.delta:g}); raising "
+                                 "is `fedsketch device raise-budget`")
+            if new != old:
+                self._update(db, "lower", source, old, new, "lowered")
+        return new
+
+    def raise_budget(self, source: str, epsilon: float, delta: float | None, reason: str) -> Budget:
+        """The owner's explicit raise of ``source``'s budget, logged with ``reason``. ValueError if
+        the new budget is not above the old one, or without a reason."""
+        if not reason.strip():
+            raise ValueError("raising a budget needs a reason, which the ledger keeps")
+        with self._write() as db:
+            old = self._budget(db, source)
+            new = check_budget(epsilon, old.delta if delta is None else delta)
+            if new.epsilon < old.epsilon or new.delta < old.delta or new == old:
+                raise ValueError(f"source {source!r}: ε = {new.epsilon:g}, δ = {new.delta:g} does "
+                                 f"not raise its budget (ε = {old.epsilon:g}, δ = {old.delta:g})")
+            self._update(db, "raise", source, old, new, f"raised by the owner: {reason.strip()}")
+        return new
+
+    def _update(self, db: sqlite3.Connection, action: str, source: str, old: Budget, new: Budget,
+                why: str) -> None:
+        db.execute("UPDATE sources SET epsilon = ?, delta = ? WHERE name = ?",
+                   (new.epsilon, new.delta, source))
+        self._log(db, action, source, new.epsilon, new.delta,
+                  f"{why}: ε {old.epsilon:g} → {new.epsilon:g}, δ {old.delta:g} → {new.delta:g}")
+
+    def spent(self, source: str) -> tuple[float, float]:
+        """(Σε, Σδ) over all spends of ``source``; (0.0, 0.0) if none."""
+        return self._sums(self._conn, source)
 
     @staticmethod
-    def _sums(db: sqlite3.Connection, fingerprint: str) -> tuple[float, float]:
-        sql = "SELECT epsilon, delta FROM spends WHERE fingerprint = ?"
-        rows = db.execute(sql, (fingerprint,)).fetchall()
+    def _sums(db: sqlite3.Connection, source: str) -> tuple[float, float]:
+        rows = db.execute("SELECT epsilon, delta FROM spends WHERE source = ?", (source,)).fetchall()
         return math.fsum(r[0] for r in rows), math.fsum(r[1] for r in rows)
 
-    def remaining(self, fingerprint: str) -> float:
-        """The ε still allowed on the dataset: budget − Σε, floored at 0."""
-        return max(0.0, self.budget - self.spent(fingerprint)[0])
+    def remaining(self, source: str) -> Budget:
+        """What ``source`` may still spend: budget − Σ, each floored at 0."""
+        budget = self.budget(source)
+        eps, delta = self.spent(source)
+        return Budget(max(0.0, budget.epsilon - eps), max(0.0, budget.delta - delta))
+
+    def history(self) -> list[BudgetChange]:
+        """The owner's log, oldest first."""
+        rows = self._conn.execute("SELECT at, action, source, epsilon, delta, detail FROM budget_log "
+                                  "ORDER BY seq")
+        return [BudgetChange(*r) for r in rows]
+
+    # -- policy -------------------------------------------------------------------------------
+
+    def policy(self) -> Policy:
+        """The owner's policy (the permissive default until one is set)."""
+        row = self._conn.execute("SELECT value FROM settings WHERE key = 'policy'").fetchone()
+        try:
+            return Policy.from_json(row[0])
+        except (TypeError, ValueError) as exc:
+            raise LedgerError(f"{self.path}: {exc}") from None
+
+    def set_policy(self, policy: Policy) -> None:
+        """Store the owner's policy (logged when it changes)."""
+        with self._write() as db:
+            old = db.execute("SELECT value FROM settings WHERE key = 'policy'").fetchone()
+            if old is not None and old[0] == policy.to_json():
+                return
+            self._set(db, policy=policy.to_json())
+            self._log(db, "policy", None, None, None, f"policy set to {policy.to_json()}")
+
+    # -- spends -------------------------------------------------------------------------------
 
     def find(self, study_id: str) -> Spend | None:
-        """The one spend of this study (on any dataset), or None if the device never released for it."""
+        """The one spend of this study, or None if the device never released for it."""
         row = self._conn.execute(f"SELECT {_SPEND_COLUMNS} FROM spends WHERE study_id = ?", (study_id,))
         return None if (row := row.fetchone()) is None else Spend(*row)
 
-    def record_spend(self, *, study_id: str, fingerprint: str, epsilon: float, delta: float, n: float,
-                     kind: str, payload: bytes, spec_sha256: str) -> Spend:
-        """Record the release of ``payload`` for ``study_id`` in one committed transaction; call it BEFORE
-        sending, and send only the bytes of the returned Spend.
+    def record_spend(self, *, study_id: str, study_name: str, source: str, epsilon: float,
+                     delta: float, n: float, kind: str, payload: bytes, spec_sha256: str) -> Spend:
+        """Record the release of ``payload`` for ``study_id`` in one committed transaction; call it
+        BEFORE sending, and send only the bytes of the returned Spend.
 
-        Raises ValueError for ε not finite and > 0, δ not finite and ≥ 0, or n not finite; LedgerError if
-        this study already has a spend; BudgetExceeded if Σε + ε > budget (+1e-12) or, for δ > 0,
-        Σδ + δ > budget_delta (+1e-15). A refusal writes nothing."""
+        Raises ValueError for ε not finite and > 0, δ not finite and ≥ 0, or n not finite;
+        LedgerError if this study already has a spend or ``source`` has no budget; BudgetExceeded
+        if the owner's policy declines ε, if Σε + ε > the source's ε (+1e-12) or, for δ > 0,
+        Σδ + δ > its δ (+1e-15). A refusal writes nothing."""
         if not (math.isfinite(epsilon) and epsilon > 0):
             raise ValueError(f"epsilon must be finite and > 0, got {epsilon!r}")
         if not (math.isfinite(delta) and delta >= 0):
@@ -212,26 +427,32 @@ class Ledger:
         if not math.isfinite(n):
             raise ValueError(f"n must be finite, got {n!r}")
         payload = bytes(payload)
-        spend = Spend(study_id=study_id, fingerprint=fingerprint, epsilon=float(epsilon), delta=float(delta),
-                      n=float(n), kind=kind, payload=payload,
+        spend = Spend(study_id=study_id, study_name=study_name, source=source, epsilon=float(epsilon),
+                      delta=float(delta), n=float(n), kind=kind, payload=payload,
                       payload_sha256=hashlib.sha256(payload).hexdigest(), spec_sha256=spec_sha256,
-                      spent_at=time.time(), acked_at=None, receipt=None)
+                      spent_at=time.time(), acked_at=None, receipt=None, final_state=None)
         with self._write() as db:
             if db.execute("SELECT 1 FROM spends WHERE study_id = ?", (study_id,)).fetchone():
                 raise LedgerError(f"the device already released a sketch for study {study_id!r}; "
                                   "it re-sends the stored bytes instead")
-            eps_sum, delta_sum = self._sums(db, fingerprint)
-            eps_left = max(0.0, self.budget - eps_sum)
-            if math.fsum((eps_sum, epsilon)) > self.budget + _EPS_SLACK:
-                raise BudgetExceeded(f"dataset {fingerprint}: {eps_left:g} ε remains of {self.budget:g}, "
-                                     f"study {study_id!r} asks ε={epsilon:g}")
-            if delta > 0 and math.fsum((delta_sum, delta)) > self.budget_delta + _DELTA_SLACK:
-                raise BudgetExceeded(f"dataset {fingerprint}: {max(0.0, self.budget_delta - delta_sum):g} δ "
-                                     f"remains of {self.budget_delta:g} ({eps_left:g} ε remains), study "
+            budget = self._budget(db, source)
+            max_eps = self.policy().max_epsilon
+            if max_eps is not None and epsilon > max_eps:
+                raise BudgetExceeded(f"study {study_id!r} asks ε={epsilon:g}; the device's policy "
+                                     f"allows at most {max_eps:g} per study")
+            eps_sum, delta_sum = self._sums(db, source)
+            eps_left = max(0.0, budget.epsilon - eps_sum)
+            if math.fsum((eps_sum, epsilon)) > budget.epsilon + _EPS_SLACK:
+                raise BudgetExceeded(f"source {source!r}: {eps_left:g} ε remains of "
+                                     f"{budget.epsilon:g}, study {study_id!r} asks ε={epsilon:g}")
+            if delta > 0 and math.fsum((delta_sum, delta)) > budget.delta + _DELTA_SLACK:
+                raise BudgetExceeded(f"source {source!r}: {max(0.0, budget.delta - delta_sum):g} δ "
+                                     f"remains of {budget.delta:g} ({eps_left:g} ε remains), study "
                                      f"{study_id!r} asks δ={delta:g} (ε={epsilon:g})")
-            db.execute(f"INSERT INTO spends ({_SPEND_COLUMNS}) VALUES ({', '.join('?' * 12)})",
-                       (spend.study_id, spend.fingerprint, spend.epsilon, spend.delta, spend.n, spend.kind,
-                        spend.payload, spend.payload_sha256, spend.spec_sha256, spend.spent_at, None, None))
+            db.execute(f"INSERT INTO spends ({_SPEND_COLUMNS}) VALUES ({', '.join('?' * 14)})",
+                       (spend.study_id, spend.study_name, spend.source, spend.epsilon, spend.delta,
+                        spend.n, spend.kind, spend.payload, spend.payload_sha256, spend.spec_sha256,
+                        spend.spent_at, None, None, None))
         return spend
 
     def mark_acked(self, study_id: str, receipt: str) -> None:
@@ -249,14 +470,29 @@ class Ledger:
             db.execute("UPDATE spends SET acked_at = ?, receipt = ? WHERE study_id = ?",
                        (time.time(), receipt, study_id))
 
+    def set_final_state(self, study_id: str, state: str) -> None:
+        """Record how the study ended (e.g. ``DONE`` or ``FAILED``), as the coordinator reported it."""
+        with self._write() as db:
+            if db.execute("UPDATE spends SET final_state = ? WHERE study_id = ?",
+                          (state, study_id)).rowcount != 1:
+                raise LedgerError(f"no spend recorded for study {study_id!r}")
+
     def pending(self) -> list[Spend]:
         """Spends not yet acknowledged, oldest first: the payloads to (re-)send."""
         rows = self._conn.execute(f"SELECT {_SPEND_COLUMNS} FROM spends WHERE acked_at IS NULL ORDER BY seq")
         return [Spend(*r) for r in rows]
 
+    def unsettled(self) -> list[Spend]:
+        """Acknowledged spends whose study's end the device has not learnt yet, oldest first."""
+        rows = self._conn.execute(f"SELECT {_SPEND_COLUMNS} FROM spends WHERE acked_at IS NOT NULL "
+                                  "AND final_state IS NULL ORDER BY seq")
+        return [Spend(*r) for r in rows]
+
     def spends(self) -> list[Spend]:
         """All spends, oldest first."""
         return [Spend(*r) for r in self._conn.execute(f"SELECT {_SPEND_COLUMNS} FROM spends ORDER BY seq")]
+
+    # -- identity -----------------------------------------------------------------------------
 
     def identity(self) -> Identity | None:
         """The stored device identity, or None before the first :meth:`set_identity`."""

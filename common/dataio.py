@@ -1,9 +1,12 @@
 """Streaming readers for local data files: ``.npy`` (2-D, C order) and CSV.
 
-A :class:`DataSource` yields float32 chunks of at most ``rows`` records, so peak memory is
-O(rows·d), whatever the number of records n. ``.npy`` files are read with plain ``read()`` calls
-after the header, not memory-mapped whole. Every chunk is checked: a NaN or an infinity stops the
-read with a :class:`DataError` that names the file and the row.
+A :class:`DataSource` yields chunks of at most ``rows`` records, so peak memory is O(rows·d),
+whatever the number of records n. Records keep their precision: float32 for a float32 ``.npy``,
+float64 for every other file, so that a value beyond the float32 range reaches the public box of
+:mod:`fedsketch.common.box` intact and is clipped there, never narrowed to ±inf first. ``.npy``
+files are read with plain ``read()`` calls after the header, not memory-mapped whole. Every chunk
+is checked: a NaN or an infinity is not a record and stops the read with a :class:`DataError`
+that names the file and the row.
 """
 
 from __future__ import annotations
@@ -66,11 +69,12 @@ def _check_finite(chunk: np.ndarray, path: Path, first_row: int) -> None:
     finite = np.isfinite(chunk)
     if not finite.all():
         row = first_row + int(np.argmin(finite.all(axis=1)))
-        raise DataError(f"{path}: non-finite value (NaN or inf) in record {row}")
+        raise DataError(f"{path}: record {row} holds a NaN or an infinity, which no clipping can "
+                        "map into a box; fix or drop that record")
 
 
 class DataSource:
-    """A local data file read in chunks of float32 records.
+    """A local data file read in chunks of records (float32 for a float32 ``.npy``, else float64).
 
     ``n`` and ``d`` are known after construction for ``.npy``; for CSV, ``d`` comes from the first
     data row and ``n`` is counted by a first streaming pass (cheap next to sketching).
@@ -99,7 +103,8 @@ class DataSource:
             raise DataError(f"{self.path}: no records")
 
     def chunks(self) -> Iterator[np.ndarray]:
-        """Yield float32 arrays of shape (≤ rows, d), in file order, each checked finite."""
+        """Yield arrays of shape (≤ rows, d), in file order, each checked finite (module docstring
+        for the dtype)."""
         if self._layout is not None:
             yield from self._npy_chunks(self._layout)
         else:
@@ -116,7 +121,7 @@ class DataSource:
                 if len(raw) != take * row_bytes:
                     raise DataError(f"{self.path}: truncated at record {done}")
                 chunk = np.frombuffer(raw, dtype=layout.dtype).reshape(take, layout.d)
-                chunk = chunk.astype(np.float32)
+                chunk = chunk.astype(np.float32 if layout.dtype == np.float32 else np.float64)
                 _check_finite(chunk, self.path, done)
                 yield chunk
                 done += take
@@ -160,7 +165,6 @@ class DataSource:
                     raise DataError(
                         f"{self.path}: record {done} has {chunk.shape[1]} columns, expected {self.d}"
                     )
-                chunk = chunk.astype(np.float32)
                 if check:
                     _check_finite(chunk, self.path, done)
                 yield chunk
@@ -168,9 +172,15 @@ class DataSource:
 
 
 def load_all(path: str | os.PathLike[str]) -> np.ndarray:
-    """Read a whole data file into one float32 (n, d) array (for evaluation and tests)."""
-    source = DataSource(path)
-    return np.concatenate(list(source.chunks()), axis=0)
+    """Read a whole data file into one float32 (n, d) array (for evaluation and tests).
+
+    DataError if a value lies beyond the float32 range (it would become ±inf)."""
+    x = np.concatenate(list(DataSource(path).chunks()), axis=0)
+    big = np.abs(x) > np.finfo(np.float32).max
+    if big.any():
+        row = int(np.argmax(big.any(axis=1)))
+        raise DataError(f"{path}: record {row} holds a value beyond the float32 range")
+    return x.astype(np.float32)
 
 
 def write_npy_stream(path: Path, n: int, d: int, chunks: Iterator[np.ndarray]) -> None:

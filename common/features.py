@@ -67,10 +67,12 @@ _TWO_OVER_PI = np.float32(2.0 / math.pi)
 
 
 def quadrant_signs(t: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Signs (Re, Im) of f_q(t) as int32 arrays of ±1, by the quadrant of t mod 2π.
+    """Signs (Re, Im) of f_q(t) as int64 arrays of ±1, by the quadrant of t mod 2π.
 
     No trigonometry: with q = ⌊t·2/π⌋ mod 4, Re < 0 iff bit 1 of q+1 is set (q ∈ {1, 2}) and
-    Im < 0 iff bit 1 of q is set (q ∈ {2, 3}); each sign is 1 − that bit (worth 2).
+    Im < 0 iff bit 1 of q is set (q ∈ {2, 3}); each sign is 1 − that bit (worth 2). q is taken
+    in int64, exact for |t| < 2^63·π/2 (:data:`fedsketch.common.box.PHASE_LIMIT` keeps every
+    phase below 2^62 rad).
     """
-    q = np.floor(t * _TWO_OVER_PI).astype(np.int32)
+    q = np.floor(t * _TWO_OVER_PI).astype(np.int64)
     return 1 - ((q + 1) & 2), 1 - (q & 2)

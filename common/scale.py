@@ -28,6 +28,7 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
+from .box import Box
 from .frequencies import draw_directions
 from .privacy import PrivacySpec, privatize
 from .sketching import feature_sum
@@ -137,7 +138,7 @@ def fit_scale(sketch: np.ndarray, variance: float, spec: CalibrationSpec) -> flo
 
 def calibrate_scale(
     chunks: Callable[[], Iterable[np.ndarray]],
-    d: int,
+    box: Box,
     epsilon: float,
     *,
     neighbouring: str = "replace_one",
@@ -147,13 +148,15 @@ def calibrate_scale(
 ) -> ScaleCalibration:
     """One curator's calibration round: a private m0-entry sketch at ``epsilon``, then the fit.
 
-    ``chunks()`` yields the float32 records (n, d) in chunks (one full pass). The release is pure
+    ``chunks()`` yields the finite records (n, d) in chunks (one full pass), which are mapped into
+    the public ``box`` (d = its dimension) as every sketch's are (:mod:`.box`). The release is pure
     ε-DP under ``neighbouring`` (δ = 0); the caller spends the rest of its budget on the main
     sketch. ``epsilon = inf`` fits on the clean sketch (non-private baselines).
     """
-    spec = CalibrationSpec(d=d, m0=m0, sigma_lo=scale_range[0], sigma_hi=scale_range[1], seed=seed)
+    spec = CalibrationSpec(d=box.d, m0=m0, sigma_lo=scale_range[0], sigma_hi=scale_range[1],
+                           seed=seed)
     release = privatize(
-        feature_sum(chunks(), calibration_frequencies(spec), "complex"),
+        feature_sum(box.centred(chunks()), box.reduce(calibration_frequencies(spec)), "complex"),
         PrivacySpec(epsilon, 0.0, neighbouring),
     )
     noise_rms = math.sqrt(2.0 * spec.m0 * release.variance)

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .box import Box, Tally
 from .features import check_feature
 from .frequencies import FrequencySpec, draw_frequencies
 from .privacy import PrivacySpec, PrivateSketch, privatize
@@ -61,15 +62,19 @@ class SketchSpec:
         return hashlib.sha256(canonical_json(self.to_dict()).encode()).hexdigest()
 
 
-def release_sketch(spec: SketchSpec, chunks: Iterable[np.ndarray],
+def release_sketch(spec: SketchSpec, chunks: Iterable[np.ndarray], box: Box, *,
+                   tally: Tally | None = None,
                    progress: Callable[[int], None] | None = None) -> PrivateSketch:
     """The data half of compressive k-means, as the ``sketch`` command, a device's contribution
-    and ``compare``'s ckm all run it: S = Σ_i f(Ωᵀx_i + ξ) ⊙ b_i over the float32 record
-    ``chunks`` (each (rows, d), data units), with Ω, ξ drawn from ``spec.frequencies`` and r of
-    m entries per record (:func:`~.sketching.feature_sum`), released under ``spec.privacy``
-    (:func:`~.privacy.privatize`, fresh CSPRNG noise). ``progress(rows)`` after each chunk."""
-    freqs = draw_frequencies(spec.frequencies)
-    fs = feature_sum(chunks, freqs, spec.feature, spec.r, progress=progress)
+    and ``compare``'s ckm all run it: S = Σ_i f(Ωᵀx_i + ξ) ⊙ b_i over the finite record
+    ``chunks`` (each (rows, d), data units, any real dtype) mapped into the public ``box``
+    (clipped and centred, :mod:`~.box`; the clipped count goes to ``tally``), with Ω, ξ drawn
+    from ``spec.frequencies`` and r of m entries per record (:func:`~.sketching.feature_sum`),
+    released under ``spec.privacy`` (:func:`~.privacy.privatize`, fresh noise from OS bits).
+    ``progress(rows)`` after each chunk. ValueError, before any noise is drawn, if the box is
+    too wide for Ω."""
+    freqs = box.reduce(draw_frequencies(spec.frequencies))
+    fs = feature_sum(box.centred(chunks, tally), freqs, spec.feature, spec.r, progress=progress)
     return privatize(fs, spec.privacy)
 
 

@@ -63,9 +63,8 @@ class Round:
 
     def agent(self, name: str, x: np.ndarray, budget: float = 1000.0) -> Agent:
         """An enrolled in-process device holding ``x``, with its own ledger."""
-        data = LocalData(lambda: split(x), x.shape[0], x.shape[1],
-                         hashlib.sha256(x.tobytes()).hexdigest())
-        agent = Agent(self.channel(), Ledger(self.folder / f"{name}.ledger", budget), data)
+        data = LocalData(lambda: split(x), x.shape[1])
+        agent = Agent(self.channel(), Ledger.create(self.folder / f"{name}.ledger", budget), data)
         agent.ensure_enrolled(self.target, self.tokens(1)[0], name)
         return agent
 
@@ -96,11 +95,11 @@ def coordinator_round(tmp_path, certs) -> Round:
 
 def study_spec(d: int = 3, k: int = 3, m: int = 60, epsilon: float = 50.0,
                feature: str = "complex", r: int | None = None,
-               neighbouring: str = "replace_one", **rules) -> StudySpec:
+               neighbouring: str = "replace_one", name: str = "test", **rules) -> StudySpec:
     """A small study over [−10, 10]^d."""
     sketch = SketchSpec(FrequencySpec(d=d, m=m, scale=1.5, seed=1), feature, m if r is None else r,
                         PrivacySpec(epsilon, 0.0, neighbouring))
-    return StudySpec.create("test", sketch, k, [-10.0] * d, [10.0] * d, replicates=2, **rules)
+    return StudySpec.create(name, sketch, k, [-10.0] * d, [10.0] * d, replicates=2, **rules)
 
 
 #: Bound at import: a test may disable numpy's generators to show that privacy noise never uses them.

@@ -26,6 +26,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from fedsketch.common.box import Box
 from fedsketch.common.frequencies import FrequencySpec
 from fedsketch.common.privacy import PrivacySpec
 from fedsketch.common.scale import calibrate_scale
@@ -33,7 +34,7 @@ from fedsketch.common.spec import SketchSpec, release_sketch
 from fedsketch.common.synthetic import SPECTRUM_003, gmm, spectrum, subspaces
 from fedsketch.server.bench import kmeans, pca, subspace
 from fedsketch.server.bench.metrics import sklearn_kmeans_centroids, split, sse_per_n
-from fedsketch.server.bench.task import Outcome, Task, clip_rows_to_box
+from fedsketch.server.bench.task import Outcome, Task, clip_rows_to_box, public_box
 from fedsketch.server.decode.pipeline import decode_centroids
 
 #: The method registry: each family's methods by CLI name (``ckm`` variants join k-means below).
@@ -52,17 +53,17 @@ def _ckm(feature: str) -> Callable[[Task], Outcome]:
         """One CKM run on ``task`` (see :func:`_ckm`): pure ε-DP under the task's relation."""
         if task.lo is None:
             raise ValueError("ckm needs a public box (--bounds)")
-        clipped_x, clipped = clip_rows_to_box(task.x, task.lo, task.hi, task.strict)
-        x = clipped_x.astype(np.float32)
+        box = Box(*public_box(task))
+        x, clipped = clip_rows_to_box(task.x, box.lo, box.hi, task.strict)
         eps_cal = task.epsilon * CKM_SCALE_FRACTION
-        width = float(np.max(np.asarray(task.hi) - np.asarray(task.lo)))
-        cal = calibrate_scale(lambda: split(x), task.d, eps_cal, neighbouring=task.neighbouring,
+        width = float(np.max(box.hi - box.lo))
+        cal = calibrate_scale(lambda: split(x), box, eps_cal, neighbouring=task.neighbouring,
                               scale_range=(width / 300, width / 3))
         m = 10 * task.k * task.d
         spec = SketchSpec(FrequencySpec(d=task.d, m=m, scale=cal.sigma,
                                         seed=int(task.rng.integers(2**31))),
                           feature, 1, PrivacySpec(task.epsilon - eps_cal, 0.0, task.neighbouring))
-        release = release_sketch(spec, split(x))
+        release = release_sketch(spec, split(x), box)
         out = decode_centroids(release.sketch, spec, task.k, task.lo, task.hi, replicates=3,
                                rng=task.rng)
         return Outcome(out.centroids, task.epsilon, 0.0, task.neighbouring, "pure", clipped,

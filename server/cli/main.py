@@ -22,6 +22,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 from rich.table import Table
 
 from fedsketch.client.cli import device_app
+from fedsketch.common.box import Box, Tally
 from fedsketch.common.dataio import DataSource, load_all, write_npy_stream
 from fedsketch.common.features import FEATURES, check_feature
 from fedsketch.common.frequencies import LAWS, FrequencySpec, draw_frequencies
@@ -152,6 +153,9 @@ def sketch(
         "replace_one"
     ),
     dither: Annotated[bool, typer.Option(help="Random public dither ξ.")] = True,
+    bounds: Annotated[str | None, typer.Option(
+        help="Public box LO:HI (every axis) or a bounds.json; records outside are clipped into it "
+             "(default ±2^40 on every axis, which only keeps phases finite).")] = None,
     auto_fraction: Annotated[float, typer.Option(help="Share of ε spent by --scale auto.")] = 0.1,
     scale_range: Annotated[str, typer.Option(help="σ search range LO:HI for --scale auto.")] = (
         f"{DEFAULT_RANGE[0]:g}:{DEFAULT_RANGE[1]:g}"
@@ -163,6 +167,9 @@ def sketch(
 
     With --scale auto, a private calibration release spends --auto-fraction of ε first and the
     main sketch spends the rest (sequential composition); the picked σ is printed and stored.
+    Every record is first clipped into the public box (--bounds); how many were clipped is
+    printed here and stored nowhere. A NaN or an infinity in DATA stops the command before any
+    noise is drawn.
     """
     with clean_errors():
         check_output(out)
@@ -176,6 +183,9 @@ def sketch(
             raise ValueError(f"m must be ≥ 1, got {m}")
         r_eff = check_r(m if r is None else r, m)
         source = DataSource(data)  # every argument is checked before any budget is spent
+        box = (Box.widest(source.d) if bounds is None
+               else Box(*parse_bounds(bounds, source.d)))
+        tally = Tally()
         calibration = None
         eps_main = eps_total
         if sigma is None:
@@ -184,7 +194,7 @@ def sketch(
             eps_cal = eps_total * auto_fraction
             eps_main = eps_total - eps_cal if math.isfinite(eps_total) else eps_total
             result = calibrate_scale(
-                source.chunks, source.d, eps_cal, neighbouring=neighbouring,
+                source.chunks, box, eps_cal, neighbouring=neighbouring,
                 scale_range=parse_range(scale_range, "--scale-range"), seed=seed,
             )
             sigma = result.sigma
@@ -203,13 +213,16 @@ def sketch(
         )
         with progress_bar(quiet) as bar:
             task = bar.add_task("sketching", total=source.n)
-            release = release_sketch(spec, source.chunks(),
+            release = release_sketch(spec, source.chunks(), box, tally=tally,
                                      progress=lambda rows: bar.advance(task, rows))
         save_sketch(out, spec, release, draw_frequencies(spec.frequencies).sha256, calibration)
         noise = ", ".join(f"{t.law}({t.scale:.3g}) on {t.target}" for t in release.noise)
         count = (f"n = {release.n:,}" if neighbouring == "replace_one"
                  else f"noisy n = {release.n:,} (the released count)")
         err.print(f"wrote {out}: {count}, m = {m}, r = {r_eff}, noise: {noise or 'none'}")
+        if tally.clipped:
+            err.print(f"note: {tally.clipped:,} of {tally.records:,} records lay outside the box "
+                      "and were clipped into it (this count is not private; it is not stored)")
 
 
 @app.command()

@@ -170,9 +170,8 @@ def _agents(stack: ExitStack, target: str, ca: Path, folder: Path, tokens: list[
     agents = []
     for i, (token, idx) in enumerate(zip(tokens, parts, strict=True)):
         xi = x[idx]
-        data = LocalData(lambda xi=xi: split(xi), xi.shape[0], xi.shape[1],
-                         hashlib.sha256(xi.tobytes()).hexdigest())
-        ledger = Ledger(folder / f"device{i}.ledger", epsilon)
+        data = LocalData(lambda xi=xi: split(xi), xi.shape[1])
+        ledger = Ledger.create(folder / f"device{i}.ledger", epsilon)
         stack.callback(ledger.close)
         channel = secure_channel(target, ca)
         stack.callback(channel.close)

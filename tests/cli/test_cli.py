@@ -105,8 +105,8 @@ def _bad(tmp_path: Path, name: str, body) -> Path:
 
 
 BAD_SKETCH = [
-    ("nan", lambda p: np.save(p, np.array([[0.0, np.nan, 1.0]])), [], "non-finite"),
-    ("inf", lambda p: np.save(p, np.array([[0.0, 1.0, np.inf]])), [], "non-finite"),
+    ("nan", lambda p: np.save(p, np.array([[0.0, np.nan, 1.0]])), [], "record 0 holds a NaN or an infinity"),
+    ("inf", lambda p: np.save(p, np.array([[0.0, 1.0, np.inf]])), [], "record 0 holds a NaN or an infinity"),
     ("empty", lambda p: p.write_bytes(b""), [], "empty file"),
     ("ok", None, ["--law", "cauchy"], "unknown law"),
     ("ok", None, ["--feature", "cosine"], "unknown feature map"),
@@ -128,6 +128,29 @@ def test_sketch_refuses_bad_input(tmp_path, data, kind, make, extra, message):
     assert res.exit_code == 1
     assert message in res.output and res.output.count("\n") == 1 and res.output.startswith("error:")
     assert not out.exists() and not list(tmp_path.glob(".out.npz*"))
+
+
+@pytest.mark.parametrize("bounds", [None, "-4:4"])
+def test_sketch_clips_a_huge_record_into_the_box(tmp_path, bounds):
+    """A finite record of 1e38 (and one of 1e300 in a float64 file): clipped into the box, the
+    release holds finite integers, and the count is printed locally, not stored."""
+    x = np.random.default_rng(0).uniform(-3, 3, (500, 3))
+    x[3] = [1e38, 0.0, 0.0]
+    x[9] = [0.0, -1e300, 0.0]
+    x[12] = [0.0, 0.0, 5.0]  # inside the default box, outside [-4, 4]
+    src, out = tmp_path / "x.npy", tmp_path / "s.npz"
+    np.save(src, x)
+    extra = [] if bounds is None else ["--bounds", bounds]
+    res = runner.invoke(app, ["sketch", str(src), "--m", "20", "--scale", "1", "--epsilon", "1",
+                              "--out", str(out), "--quiet", *extra])
+    assert res.exit_code == 0, res.output
+    clipped = 2 if bounds is None else 3
+    assert f"{clipped:,} of 500 records lay outside the box" in res.output
+    from fedsketch.common.sketchfile import load_sketch
+    f = load_sketch(out)
+    assert f.payload.dtype == np.int64 and np.all(np.abs(f.payload) < 2**40)
+    with np.load(out, allow_pickle=False) as z:
+        assert not any("clip" in key for key in z.files)
 
 
 @pytest.fixture(scope="module")

@@ -1,5 +1,7 @@
 """The device's privacy-budget ledger, on real files: one release per study with its exact bytes,
-budgets per dataset that are never exceeded, survival of a SIGKILL, and races between processes."""
+budgets per device (and per declared source) that are never exceeded and only the owner raises,
+the log of every change, migration of schema-1 files, survival of a SIGKILL, and races between
+processes."""
 
 from __future__ import annotations
 
@@ -15,22 +17,24 @@ from pathlib import Path
 import pytest
 
 from fedsketch.client.ledger import (
+    DEFAULT_SOURCE,
     SCHEMA_VERSION,
+    Budget,
     BudgetExceeded,
     Identity,
     Ledger,
     LedgerError,
-    fingerprint_file,
 )
+from fedsketch.client.policy import Policy
 
-FP = "a" * 64
-FP2 = "b" * 64
+OTHER = "clinic-b"
 
 
-def spend(ledger: Ledger, study_id: str, epsilon: float = 0.3, *, fingerprint: str = FP, delta: float = 0.0,
-          payload: bytes = b"\x00sketch\xff"):
-    return ledger.record_spend(study_id=study_id, fingerprint=fingerprint, epsilon=epsilon, delta=delta,
-                               n=1234.5, kind="complex", payload=payload, spec_sha256="c" * 64)
+def spend(ledger: Ledger, study_id: str, epsilon: float = 0.3, *, source: str = DEFAULT_SOURCE,
+          delta: float = 0.0, payload: bytes = b"\x00sketch\xff"):
+    return ledger.record_spend(study_id=study_id, study_name=f"name of {study_id}", source=source,
+                               epsilon=epsilon, delta=delta, n=1234.5, kind="complex",
+                               payload=payload, spec_sha256="c" * 64)
 
 
 @pytest.fixture
@@ -40,7 +44,7 @@ def path(tmp_path: Path) -> Path:
 
 @pytest.fixture
 def ledger(path: Path):
-    led = Ledger(path, budget=1.0)
+    led = Ledger.create(path, 1.0)
     yield led
     led.close()
 
@@ -52,15 +56,17 @@ def test_record_then_find_returns_the_exact_bytes_and_a_second_release_is_refuse
     assert found == s
     assert found.payload == payload and found.payload_sha256 == hashlib.sha256(payload).hexdigest()
     assert (found.epsilon, found.delta, found.n, found.kind) == (0.5, 0.0, 1234.5, "complex")
-    assert found.acked_at is None and found.receipt is None
+    assert (found.study_name, found.source) == ("name of study-1", DEFAULT_SOURCE)
+    assert found.acked_at is None and found.receipt is None and found.final_state is None
     assert ledger.find("study-2") is None
 
     with pytest.raises(LedgerError, match="already released"):
         spend(ledger, "study-1", 0.1, payload=b"fresh noise")
-    with pytest.raises(LedgerError, match="already released"):  # any dataset
-        spend(ledger, "study-1", 0.1, fingerprint=FP2, payload=b"fresh noise")
+    ledger.declare(OTHER, 1.0)
+    with pytest.raises(LedgerError, match="already released"):  # any source
+        spend(ledger, "study-1", 0.1, source=OTHER, payload=b"fresh noise")
     assert ledger.spends() == [s]
-    assert ledger.spent(FP) == (0.5, 0.0) and ledger.spent(FP2) == (0.0, 0.0)
+    assert ledger.spent(DEFAULT_SOURCE) == (0.5, 0.0) and ledger.spent(OTHER) == (0.0, 0.0)
 
 
 def test_budget_is_never_exceeded_and_a_refusal_writes_nothing(ledger):
@@ -71,39 +77,78 @@ def test_budget_is_never_exceeded_and_a_refusal_writes_nothing(ledger):
         except BudgetExceeded as exc:
             if i == 3:
                 assert "0.1" in str(exc) and "0.3" in str(exc)  # remaining and asked ε
-        assert ledger.spent(FP)[0] <= 1.0
+        assert ledger.spent(DEFAULT_SOURCE)[0] <= 1.0
     assert [s.study_id for s in won] == ["s0", "s1", "s2"]
     assert ledger.spends() == won and ledger.find("s3") is None
-    assert ledger.remaining(FP) == pytest.approx(0.1)
-    spend(ledger, "fill", ledger.remaining(FP))  # exactly filling the budget is allowed
-    assert ledger.remaining(FP) == pytest.approx(0.0, abs=1e-12)
+    assert ledger.remaining(DEFAULT_SOURCE).epsilon == pytest.approx(0.1)
+    spend(ledger, "fill", ledger.remaining(DEFAULT_SOURCE).epsilon)  # exactly filling is allowed
+    assert ledger.remaining(DEFAULT_SOURCE).epsilon == pytest.approx(0.0, abs=1e-12)
     with pytest.raises(BudgetExceeded):
         spend(ledger, "one-more", 1e-9)
 
 
-def test_each_dataset_has_its_own_budget(ledger):
-    spend(ledger, "s1", 1.0, fingerprint=FP)
+def test_a_declared_source_has_its_own_budget_and_an_undeclared_one_none(ledger):
+    """Parallel composition only between sources the owner declared; no other key exists."""
+    spend(ledger, "s1", 1.0)
     with pytest.raises(BudgetExceeded):
-        spend(ledger, "s2", 0.1, fingerprint=FP)
-    spend(ledger, "s2", 0.9, fingerprint=FP2)
-    assert ledger.remaining(FP) == 0.0 and ledger.remaining(FP2) == pytest.approx(0.1)
+        spend(ledger, "s2", 0.1)
+    with pytest.raises(LedgerError, match="no budget for source 'clinic-b'"):
+        spend(ledger, "s2", 0.1, source=OTHER)
+    ledger.declare(OTHER, 1.0)
+    spend(ledger, "s2", 0.9, source=OTHER)
+    assert ledger.remaining(DEFAULT_SOURCE).epsilon == 0.0
+    assert ledger.remaining(OTHER).epsilon == pytest.approx(0.1)
+    with pytest.raises(LedgerError, match="already has a budget"):
+        ledger.declare(OTHER, 5.0)  # declaring again is no way to a fresh budget
+    assert ledger.budget(OTHER) == Budget(1.0, 0.0)
 
 
-def test_delta_adds_up_and_is_checked_separately(path):
-    led = Ledger(path, budget=10.0)  # pure-ε ledger: no δ at all
+def test_budget_only_goes_down_except_by_the_owners_logged_raise(ledger):
+    with pytest.raises(ValueError, match="raise"):
+        ledger.lower(DEFAULT_SOURCE, 5.0)
+    assert ledger.lower(DEFAULT_SOURCE, 0.5) == Budget(0.5, 0.0)
+    ledger.lower(DEFAULT_SOURCE, 0.5)  # no change: no log line
+    with pytest.raises(ValueError, match="reason"):
+        ledger.raise_budget(DEFAULT_SOURCE, 2.0, None, "  ")
+    with pytest.raises(ValueError, match="does not raise"):
+        ledger.raise_budget(DEFAULT_SOURCE, 0.4, None, "typo")
+    assert ledger.budget(DEFAULT_SOURCE) == Budget(0.5, 0.0)
+    assert ledger.raise_budget(DEFAULT_SOURCE, 2.0, None, "ethics board approval 12") == Budget(2.0, 0.0)
+    log = ledger.history()
+    assert [h.action for h in log] == ["init", "lower", "raise"]
+    assert (log[1].epsilon, log[2].epsilon) == (0.5, 2.0)
+    assert "ethics board approval 12" in log[2].detail and "0.5 → 2" in log[2].detail
+    assert all(log[i].at <= log[i + 1].at for i in range(2))
+
+
+def test_policy_is_stored_logged_and_enforced_in_the_spend_transaction(ledger):
+    assert ledger.policy() == Policy()
+    strict = Policy(max_epsilon=0.25, studies=("diabetes-*",), out_of_box="refuse")
+    ledger.set_policy(strict)
+    ledger.set_policy(strict)  # unchanged: no second log line
+    assert ledger.policy() == strict
+    assert [h.action for h in ledger.history()] == ["init", "policy"]
+    with pytest.raises(BudgetExceeded, match="at most 0.25 per study"):
+        spend(ledger, "s1", 0.3)
+    assert ledger.spends() == []
+    spend(ledger, "s1", 0.25)
+
+
+def test_delta_adds_up_and_is_checked_separately(tmp_path):
+    led = Ledger.create(tmp_path / "pure", 10.0)  # pure-ε ledger: no δ at all
     try:
         with pytest.raises(BudgetExceeded, match="δ"):
             spend(led, "s0", 0.1, delta=1e-9)
     finally:
         led.close()
-    led = Ledger(path, budget=10.0, budget_delta=1e-6)
+    led = Ledger.create(tmp_path / "approx", 10.0, 1e-6)
     try:
         spend(led, "s1", 0.1, delta=6e-7)
         with pytest.raises(BudgetExceeded, match="δ"):
             spend(led, "s2", 0.1, delta=6e-7)
         spend(led, "s3", 0.1, delta=4e-7)  # exactly filling δ
         spend(led, "s4", 0.1)  # pure ε still fits
-        eps, delta = led.spent(FP)
+        eps, delta = led.spent(DEFAULT_SOURCE)
         assert eps == pytest.approx(0.3) and delta == pytest.approx(1e-6)
         assert [s.study_id for s in led.spends()] == ["s1", "s3", "s4"]
     finally:
@@ -113,9 +158,13 @@ def test_delta_adds_up_and_is_checked_separately(path):
 @pytest.mark.parametrize("bad", [0.0, -1.0, float("nan"), float("inf")])
 def test_bad_budget_or_epsilon_is_a_value_error(path, bad):
     with pytest.raises(ValueError):
-        Ledger(path, budget=bad)
-    led = Ledger(path, budget=1.0)
+        Ledger.create(path, bad)
+    led = Ledger.create(path, 1.0)
     try:
+        with pytest.raises(ValueError):
+            led.declare(OTHER, bad)
+        with pytest.raises(ValueError):
+            led.lower(DEFAULT_SOURCE, bad)
         with pytest.raises(ValueError):
             spend(led, "s", bad)
         assert led.spends() == []
@@ -150,9 +199,21 @@ def test_identity_round_trip_and_refusal_to_overwrite(ledger):
     assert ledger.identity() == me
 
 
-def test_reopen_keeps_everything_and_enforces_the_new_budget(path):
+def test_final_state_is_recorded_for_acknowledged_spends(ledger):
+    spend(ledger, "a", 0.2)
+    spend(ledger, "b", 0.2)
+    assert ledger.unsettled() == []  # nothing sent yet
+    ledger.mark_acked("a", "r")
+    assert [s.study_id for s in ledger.unsettled()] == ["a"]
+    ledger.set_final_state("a", "FAILED")
+    assert ledger.find("a").final_state == "FAILED" and ledger.unsettled() == []
+    with pytest.raises(LedgerError):
+        ledger.set_final_state("never-spent", "DONE")
+
+
+def test_reopen_keeps_everything_including_the_budget(path):
     me = Identity("dev-1", os.urandom(32), "coord:1")
-    led = Ledger(path, budget=1.0)
+    led = Ledger.create(path, 1.0)
     s1 = spend(led, "s1", 0.6, payload=os.urandom(1000))
     spend(led, "s2", 0.4)
     led.mark_acked("s2", "r2")
@@ -160,25 +221,25 @@ def test_reopen_keeps_everything_and_enforces_the_new_budget(path):
     led.close()
     assert os.stat(path).st_mode & 0o077 == 0  # holds a private key: owner-only
 
-    led = Ledger(path, budget=1.5)
+    led = Ledger(path)
     try:
         assert led.find("s1") == s1 and led.identity() == me
         assert [s.study_id for s in led.pending()] == ["s1"]
-        assert led.remaining(FP) == pytest.approx(0.5)
+        assert led.budget(DEFAULT_SOURCE) == Budget(1.0, 0.0)
+        assert led.remaining(DEFAULT_SOURCE).epsilon == 0.0
         with pytest.raises(LedgerError):
             spend(led, "s1", 0.1)
     finally:
         led.close()
-    with sqlite3.connect(path) as db:
-        assert dict(db.execute("SELECT key, value FROM settings"))["budget"] == "1.5"
-    db.close()
+    with pytest.raises(LedgerError, match="already has a budget"):
+        Ledger.create(path, 5.0)
 
 
 def test_non_sqlite_foreign_and_newer_files_are_refused(tmp_path, path):
     junk = tmp_path / "junk"
     junk.write_bytes(b"this is not a database\n" * 200)
     with pytest.raises(LedgerError):
-        Ledger(junk, budget=1.0)
+        Ledger(junk)
     assert junk.read_bytes() == b"this is not a database\n" * 200
 
     foreign = tmp_path / "foreign.sqlite"
@@ -186,23 +247,23 @@ def test_non_sqlite_foreign_and_newer_files_are_refused(tmp_path, path):
         db.execute("CREATE TABLE t (x)")
     db.close()
     with pytest.raises(LedgerError):
-        Ledger(foreign, budget=1.0)
+        Ledger(foreign)
 
-    Ledger(path, budget=1.0).close()
+    Ledger.create(path, 1.0).close()
     with sqlite3.connect(path) as db:
         db.execute("UPDATE settings SET value = ? WHERE key = 'schema_version'", (str(SCHEMA_VERSION + 1),))
     db.close()
     with pytest.raises(LedgerError, match="version"):
-        Ledger(path, budget=1.0)
+        Ledger(path)
 
 
 CHILD_COMMIT_THEN_SLEEP = textwrap.dedent("""
     import sys, time
     from pathlib import Path
     from fedsketch.client.ledger import Ledger
-    led = Ledger(sys.argv[1], budget=1.0)
-    led.record_spend(study_id="s1", fingerprint="f", epsilon=0.5, delta=0.0, n=10.0, kind="complex",
-                     payload=Path(sys.argv[2]).read_bytes(), spec_sha256="c")
+    led = Ledger.create(sys.argv[1], 1.0)
+    led.record_spend(study_id="s1", study_name="s1", source="default", epsilon=0.5, delta=0.0,
+                     n=10.0, kind="complex", payload=Path(sys.argv[2]).read_bytes(), spec_sha256="c")
     print("committed", flush=True)
     time.sleep(60)
 """)
@@ -224,15 +285,14 @@ def test_a_spend_survives_sigkill_right_after_commit(tmp_path, path):
         child.stdout.close()
         child.stderr.close()
 
-    led = Ledger(path, budget=1.0)
+    led = Ledger(path)
     try:
         [found] = led.spends()
         assert found.study_id == "s1" and found.payload == payload
         assert found.payload_sha256 == hashlib.sha256(payload).hexdigest()
-        assert led.pending() == [found] and led.spent("f") == (0.5, 0.0)
+        assert led.pending() == [found] and led.spent(DEFAULT_SOURCE) == (0.5, 0.0)
         with pytest.raises(LedgerError):
-            led.record_spend(study_id="s1", fingerprint="f", epsilon=0.5, delta=0.0, n=10.0, kind="complex",
-                             payload=b"new noise", spec_sha256="c")
+            spend(led, "s1", 0.5, payload=b"new noise")
     finally:
         led.close()
 
@@ -241,12 +301,12 @@ CHILD_RACER = textwrap.dedent("""
     import sys
     from fedsketch.client.ledger import Ledger
     path, study_id = sys.argv[1], sys.argv[2]
-    led = Ledger(path, budget=1.0)
+    led = Ledger(path)
     print("ready", flush=True)
     sys.stdin.readline()
     try:
-        led.record_spend(study_id=study_id, fingerprint="f", epsilon=0.6, delta=0.0, n=1.0, kind="complex",
-                         payload=study_id.encode(), spec_sha256="c")
+        led.record_spend(study_id=study_id, study_name=study_id, source="default", epsilon=0.6,
+                         delta=0.0, n=1.0, kind="complex", payload=study_id.encode(), spec_sha256="c")
         print("won", flush=True)
     except Exception as exc:
         print(type(exc).__name__, flush=True)
@@ -255,7 +315,7 @@ CHILD_RACER = textwrap.dedent("""
 
 @pytest.mark.parametrize(("same_study", "loser"), [(True, "LedgerError"), (False, "BudgetExceeded")])
 def test_racing_processes_exactly_one_wins(path, same_study, loser):
-    Ledger(path, budget=1.0).close()
+    Ledger.create(path, 1.0).close()
     ids = ["study" if same_study else f"study-{i}" for i in range(4)]
     racers = [subprocess.Popen([sys.executable, "-c", CHILD_RACER, str(path), sid], stdin=subprocess.PIPE,
                                stdout=subprocess.PIPE, text=True) for sid in ids]
@@ -270,21 +330,82 @@ def test_racing_processes_exactly_one_wins(path, same_study, loser):
             r.kill()
             r.wait()
     assert outcomes == sorted(["won"] + [loser] * (len(racers) - 1))
-    led = Ledger(path, budget=1.0)
+    led = Ledger(path)
     try:
         [winner] = led.spends()
-        assert led.spent("f") == (0.6, 0.0) and winner.payload == winner.study_id.encode()
+        assert led.spent(DEFAULT_SOURCE) == (0.6, 0.0) and winner.payload == winner.study_id.encode()
     finally:
         led.close()
 
 
-def test_fingerprint_file_is_the_sha256_of_the_bytes(tmp_path):
-    f = tmp_path / "x.bin"
-    data = os.urandom(3 * (1 << 20) + 17)  # crosses chunk boundaries
-    f.write_bytes(data)
-    assert fingerprint_file(f) == hashlib.sha256(data).hexdigest()
-    f.write_bytes(data[:-1] + bytes([data[-1] ^ 1]))
-    assert fingerprint_file(f) != hashlib.sha256(data).hexdigest()
-    small = tmp_path / "small.csv"
-    small.write_bytes(b"1,2\n3,4\n")
-    assert fingerprint_file(str(small)) == hashlib.sha256(b"1,2\n3,4\n").hexdigest()
+#: The schema-1 layout as fedsketch wrote it until schema 2 (budgets keyed by a file's SHA-256).
+V1_SCHEMA = """
+CREATE TABLE settings (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE spends (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT, study_id TEXT NOT NULL UNIQUE,
+    fingerprint TEXT NOT NULL, epsilon REAL NOT NULL CHECK (epsilon > 0),
+    delta REAL NOT NULL CHECK (delta >= 0), n REAL NOT NULL, kind TEXT NOT NULL,
+    payload BLOB NOT NULL, payload_sha256 TEXT NOT NULL, spec_sha256 TEXT NOT NULL,
+    spent_at REAL NOT NULL, acked_at REAL, receipt TEXT);
+CREATE INDEX spends_by_fingerprint ON spends (fingerprint);
+CREATE TABLE identity (id INTEGER PRIMARY KEY CHECK (id = 1), device_id TEXT NOT NULL,
+                       private_key BLOB NOT NULL, coordinator TEXT NOT NULL);
+"""
+
+
+def _v1_ledger(path: Path, budget: str | None = "1.0") -> None:
+    """A schema-1 ledger: 0.6 spent on one file's hash, 0.7 on another's, an identity."""
+    with sqlite3.connect(path) as db:
+        db.executescript(V1_SCHEMA)
+        settings = {"format": "fedsketch.ledger", "schema_version": "1", "budget_delta": "0.0"}
+        if budget is not None:
+            settings["budget"] = budget
+        db.executemany("INSERT INTO settings VALUES (?, ?)", settings.items())
+        for seq, (sid, fp, eps, acked) in enumerate([("s1", "a" * 64, 0.6, 5.0),
+                                                      ("s2", "b" * 64, 0.7, None)]):
+            db.execute("INSERT INTO spends (study_id, fingerprint, epsilon, delta, n, kind, payload, "
+                       "payload_sha256, spec_sha256, spent_at, acked_at, receipt) VALUES "
+                       "(?, ?, ?, 0, 100, 'int64_pairs', ?, 'h', 'c', ?, ?, ?)",
+                       (sid, fp, eps, sid.encode(), float(seq), acked,
+                        None if acked is None else "r"))
+        db.execute("INSERT INTO identity VALUES (1, 'dev-9', ?, 'coord:1')", (b"k" * 32,))
+    db.close()
+
+
+def test_a_schema_1_ledger_is_migrated_to_one_device_budget(path):
+    """Spends once keyed by two files' hashes all count against the device's one budget: the 1.3
+    spent exceeds the old per-file budget of 1, so nothing remains (conservative, never fresh)."""
+    _v1_ledger(path)
+    led = Ledger(path)
+    try:
+        assert led.sources() == {DEFAULT_SOURCE: Budget(1.0, 0.0)}
+        assert [(s.study_id, s.source, s.epsilon) for s in led.spends()] == [
+            ("s1", DEFAULT_SOURCE, 0.6), ("s2", DEFAULT_SOURCE, 0.7)]
+        assert led.spent(DEFAULT_SOURCE)[0] == pytest.approx(1.3)
+        assert led.remaining(DEFAULT_SOURCE).epsilon == 0.0
+        assert [s.study_id for s in led.pending()] == ["s2"]  # still re-sent with its stored bytes
+        assert led.find("s2").payload == b"s2"
+        assert led.identity() == Identity("dev-9", b"k" * 32, "coord:1")
+        [entry] = led.history()
+        assert entry.action == "migrate" and "2 spends on 2 data files" in entry.detail
+        with pytest.raises(BudgetExceeded):
+            spend(led, "s3", 0.01)
+    finally:
+        led.close()
+    with sqlite3.connect(path) as db:
+        assert dict(db.execute("SELECT key, value FROM settings"))["schema_version"] == str(SCHEMA_VERSION)
+    db.close()
+    Ledger(path).close()  # a second open finds schema 2: no second migration
+    led = Ledger(path)
+    assert [h.action for h in led.history()] == ["migrate"]
+    led.close()
+
+
+def test_a_schema_1_ledger_without_a_budget_is_refused_with_instructions(path):
+    _v1_ledger(path, budget=None)
+    with pytest.raises(LedgerError, match="fedsketch device init"):
+        Ledger(path)
+    with sqlite3.connect(path) as db:  # untouched
+        assert dict(db.execute("SELECT key, value FROM settings"))["schema_version"] == "1"
+        assert db.execute("SELECT COUNT(*) FROM spends").fetchone()[0] == 2
+    db.close()

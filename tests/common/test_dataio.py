@@ -8,11 +8,11 @@ import pytest
 from fedsketch.common.dataio import DataError, DataSource, load_all, write_npy_stream
 
 
-def _chunks_equal(path, expected, rows=7):
+def _chunks_equal(path, expected, rows=7, dtype=np.float64):
     src = DataSource(path, rows=rows)
     chunks = list(src.chunks())
-    assert all(c.shape[0] <= rows and c.dtype == np.float32 for c in chunks)
-    np.testing.assert_allclose(np.concatenate(chunks), expected.astype(np.float32))
+    assert all(c.shape[0] <= rows and c.dtype == dtype for c in chunks)
+    np.testing.assert_array_equal(np.concatenate(chunks), expected.astype(dtype))
     assert (src.n, src.d) == expected.shape
 
 
@@ -20,7 +20,18 @@ def _chunks_equal(path, expected, rows=7):
 def test_npy_roundtrip_in_chunks(tmp_path, dtype):
     x = (np.arange(60).reshape(20, 3) - 7).astype(dtype)
     np.save(tmp_path / "x.npy", x)
-    _chunks_equal(tmp_path / "x.npy", x)
+    # float32 files stay float32; every other dtype is read at float64, without loss
+    _chunks_equal(tmp_path / "x.npy", x, dtype=np.float32 if dtype == "<f4" else np.float64)
+
+
+def test_values_beyond_float32_reach_the_reader_intact(tmp_path):
+    """A finite float64 value beyond the float32 range is read as it is (the box clips it later);
+    load_all, which returns float32, refuses it rather than turning it into inf."""
+    x = np.array([[1.0, 2.0], [1e300, -1e39]])
+    np.save(tmp_path / "x.npy", x)
+    np.testing.assert_array_equal(np.concatenate(list(DataSource(tmp_path / "x.npy").chunks())), x)
+    with pytest.raises(DataError, match="record 1 holds a value beyond the float32 range"):
+        load_all(tmp_path / "x.npy")
 
 
 def test_one_dimensional_npy_is_one_column(tmp_path):
@@ -48,7 +59,7 @@ def test_write_npy_stream(tmp_path):
 @pytest.mark.parametrize(
     "make, message",
     [
-        (lambda p: np.save(p / "x.npy", np.array([[1.0, np.nan]])), "non-finite value.*record 0"),
+        (lambda p: np.save(p / "x.npy", np.array([[1.0, np.nan]])), "record 0 holds a NaN or an infinity"),
         (lambda p: np.save(p / "x.npy", np.array([[1.0, 2.0], [np.inf, 0]])), "record 1"),
         (lambda p: (p / "x.npy").write_bytes(b""), "empty file"),
         (lambda p: np.save(p / "x.npy", np.zeros((0, 3))), "no records"),
@@ -59,7 +70,8 @@ def test_write_npy_stream(tmp_path):
         (lambda p: (p / "x.csv").write_text("1,2\n3,\n"), "malformed CSV"),
         (lambda p: (p / "x.csv").write_text("1,2\n3,4,5\n"), "malformed CSV|columns"),
         (lambda p: (p / "x.csv").write_text("a,b\n"), "no records"),
-        (lambda p: (p / "x.csv").write_text("1,nan\n"), "non-finite"),
+        (lambda p: (p / "x.csv").write_text("1,nan\n"), "NaN or an infinity"),
+        (lambda p: (p / "x.csv").write_text("1,2\n-inf,0\n"), "record 1 holds a NaN or an inf"),
         (lambda p: (p / "x.parquet").write_text("x"), "unknown data format"),
     ],
 )

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
+from fedsketch.common.box import Box
 from fedsketch.common.dp.calibration import dlap_variance, l1_sensitivity
 from fedsketch.common.scale import (
     RHO_SIGMA_HI,
@@ -63,14 +64,14 @@ def test_fit_debiases_the_noise_power():
 @pytest.mark.parametrize("sigma_c", [0.3, 1.0, 4.0])
 def test_single_gaussian_blob_gives_its_standard_deviation(sigma_c):
     x = np.random.default_rng(0).normal(5.0, sigma_c, size=(200_000, 4)).astype(np.float32)
-    out = calibrate_scale(lambda: split(x), 4, math.inf, seed=1)
+    out = calibrate_scale(lambda: split(x), Box(np.full(4, -45.0), np.full(4, 55.0)), math.inf, seed=1)
     assert out.sigma == pytest.approx(sigma_c, rel=0.1)
     assert out.noise_rms == 0.0 and out.reliable
 
 
 def test_reported_noise_rms_matches_the_laplace_formula():
     x = np.random.default_rng(0).normal(0.0, 1.0, size=(50_000, 2)).astype(np.float32)
-    out = calibrate_scale(lambda: split(x), 2, 0.5, m0=32)
+    out = calibrate_scale(lambda: split(x), Box.widest(2), 0.5, m0=32)
     # √(2·m0·v), v = DLap variance of the encoded sum (a = exp(−ε/(2·m0·κ))) / (γ·n·√m0)²: within
     # 0.2 % of the float mechanism's 2·c_f·m0/(nε) = 0.00724
     a = math.exp(-0.5 / l1_sensitivity("complex", 32, "replace_one"))

@@ -96,7 +96,7 @@ def test_every_value_on_the_wire_and_in_the_aggregate_is_an_integer(coordinator_
 def _signed(agent, study: pb.Study, payload: bytes, kind: str = "int64_pairs",
             n: float | None = None, key: bytes | None = None) -> pb.Contribution:
     identity = agent.ledger.identity()
-    n = float(agent.data.n) if n is None else n
+    n = float(sum(c.shape[0] for c in agent.data.chunks())) if n is None else n
     digest = signing.contribution_digest(study.study_id, identity.device_id, n, study.spec_sha256,
                                          payload)
     return pb.Contribution(study_id=study.study_id, device_id=identity.device_id,
@@ -276,7 +276,7 @@ def test_budget_refusal_spends_nothing(coordinator_round, data):
     assert len(out.submitted) == 3
     assert len(out.refused) == 7
     assert all("insufficient budget" in why for why in out.refused.values())
-    spent, _ = agent.ledger.spent(agent.data.fingerprint)
+    spent, _ = agent.ledger.spent(agent.source)
     assert spent == pytest.approx(0.9) and spent <= 1.0
     stored = sum(len(coordinator_round.store.contributions(s.study_id)) for s in studies)
     assert stored == 3

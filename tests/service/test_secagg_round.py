@@ -12,6 +12,7 @@ from conftest import META
 
 from fedsketch.client import agent as agent_module
 from fedsketch.common import signing
+from fedsketch.common.box import Box
 from fedsketch.common.dp.calibration import l1_sensitivity
 from fedsketch.common.dp.samplers import dlap_noise_share
 from fedsketch.common.frequencies import FrequencySpec, draw_frequencies
@@ -79,9 +80,10 @@ def spy_total(coordinator_round, study_id):
 
 
 def integer_sum(x: np.ndarray, spec: StudySpec) -> np.ndarray:
-    """The clean encoded sum S of a device (r = m: no random mask)."""
-    freqs = draw_frequencies(spec.sketch.frequencies)
-    fs = feature_sum(split(x), freqs, spec.sketch.feature, spec.sketch.r)
+    """The clean encoded sum S of a device (r = m: no random mask), records clipped into the box."""
+    box = Box(spec.lo, spec.hi)
+    freqs = box.reduce(draw_frequencies(spec.sketch.frequencies))
+    fs = feature_sum(box.centred(split(x)), freqs, spec.sketch.feature, spec.sketch.r)
     return np.stack([fs.re, fs.im])
 
 
