@@ -20,11 +20,8 @@ Contract:
     * The file also keeps the device identity (Ed25519 private key bytes, device id, coordinator
       address), so it is created owner-only (mode 0600).
 
-Schema version 1 keyed budgets on the SHA-256 of a data file, so that appending a row gave the
-same people a fresh budget. Opening such a file migrates it, once and in one transaction: all its
-spends move to :data:`DEFAULT_SOURCE`, whose budget is the last ``--budget`` the file recorded
-(so a device that spent on several files may find its budget already used up), and the log says
-so.
+Opening a schema-1 file (budgets keyed by a data file's SHA-256) migrates it once
+(:mod:`.ledger_schema`); the records the ledger returns are in :mod:`.ledger_records`.
 
 A connection is used from the thread that opened the ledger (sqlite3's default).
 """
@@ -38,141 +35,35 @@ import sqlite3
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 
+from .ledger_records import (
+    Budget,
+    BudgetChange,
+    BudgetExceeded,
+    Identity,
+    LedgerError,
+    Spend,
+    check_budget,
+    check_source,
+)
+from .ledger_schema import (
+    DEFAULT_SOURCE,
+    FORMAT,
+    SCHEMA_VERSION,
+    SPEND_COLUMNS,
+    create_schema,
+    log_change,
+    migrate_v1,
+    set_settings,
+)
 from .policy import Policy
 
-SCHEMA_VERSION = 2
-#: The source of a device that declares no other.
-DEFAULT_SOURCE = "default"
+__all__ = ["DEFAULT_SOURCE", "SCHEMA_VERSION", "Budget", "BudgetChange", "BudgetExceeded",
+           "Identity", "Ledger", "LedgerError", "Spend"]
 
-_FORMAT = "fedsketch.ledger"
 _EPS_SLACK = 1e-12
 _DELTA_SLACK = 1e-15
 _BUSY_TIMEOUT_S = 30.0
-_MAX_NAME = 100
-
-_SCHEMA = """
-CREATE TABLE settings (key TEXT PRIMARY KEY, value TEXT NOT NULL);
-CREATE TABLE sources (
-    name       TEXT PRIMARY KEY,
-    epsilon    REAL NOT NULL CHECK (epsilon > 0),
-    delta      REAL NOT NULL CHECK (delta >= 0 AND delta < 1),
-    created_at REAL NOT NULL
-);
-CREATE TABLE budget_log (
-    seq     INTEGER PRIMARY KEY AUTOINCREMENT,
-    at      REAL NOT NULL,
-    action  TEXT NOT NULL,
-    source  TEXT,
-    epsilon REAL,
-    delta   REAL,
-    detail  TEXT NOT NULL
-);
-CREATE TABLE spends (
-    seq            INTEGER PRIMARY KEY AUTOINCREMENT,
-    study_id       TEXT NOT NULL UNIQUE,
-    study_name     TEXT NOT NULL,
-    source         TEXT NOT NULL REFERENCES sources (name),
-    epsilon        REAL NOT NULL CHECK (epsilon > 0),
-    delta          REAL NOT NULL CHECK (delta >= 0),
-    n              REAL NOT NULL,
-    kind           TEXT NOT NULL,
-    payload        BLOB NOT NULL,
-    payload_sha256 TEXT NOT NULL,
-    spec_sha256    TEXT NOT NULL,
-    spent_at       REAL NOT NULL,
-    acked_at       REAL,
-    receipt        TEXT,
-    final_state    TEXT
-);
-CREATE INDEX spends_by_source ON spends (source);
-CREATE TABLE identity (
-    id          INTEGER PRIMARY KEY CHECK (id = 1),
-    device_id   TEXT NOT NULL,
-    private_key BLOB NOT NULL,
-    coordinator TEXT NOT NULL
-);
-"""
-
-_SPEND_COLUMNS = ("study_id, study_name, source, epsilon, delta, n, kind, payload, payload_sha256, "
-                  "spec_sha256, spent_at, acked_at, receipt, final_state")
-
-
-class BudgetExceeded(Exception):
-    """Refusal: the spend would take a source past its budget. The message states what remains
-    and what the study asks."""
-
-
-class LedgerError(Exception):
-    """A corrupt, foreign or newer-version ledger file, an unknown source, or a conflicting record."""
-
-
-@dataclass(frozen=True)
-class Budget:
-    """A source's total budget: ε (dimensionless) and δ (a probability)."""
-
-    epsilon: float
-    delta: float
-
-
-@dataclass(frozen=True)
-class BudgetChange:
-    """One line of the owner's log: when (Unix seconds), what, for which source, the new values."""
-
-    at: float
-    action: str
-    source: str | None
-    epsilon: float | None
-    delta: float | None
-    detail: str
-
-
-@dataclass(frozen=True)
-class Spend:
-    """One recorded release: the study, the source it counts against, the privacy cost (ε, δ), the
-    released record count ``n``, the exact payload bytes to (re-)send, when it was spent and
-    acknowledged (Unix seconds), and the study's final state once the device has learnt it."""
-
-    study_id: str
-    study_name: str
-    source: str
-    epsilon: float
-    delta: float
-    n: float
-    kind: str
-    payload: bytes
-    payload_sha256: str
-    spec_sha256: str
-    spent_at: float
-    acked_at: float | None
-    receipt: str | None
-    final_state: str | None
-
-
-@dataclass(frozen=True)
-class Identity:
-    """The device's identity: its id, raw Ed25519 private key bytes and its coordinator's address."""
-
-    device_id: str
-    private_key: bytes
-    coordinator: str
-
-
-def check_budget(epsilon: float, delta: float) -> Budget:
-    """A budget with ε finite and > 0 and δ in [0, 1); ValueError otherwise."""
-    if not (isinstance(epsilon, (int, float)) and math.isfinite(epsilon) and epsilon > 0):
-        raise ValueError(f"a budget needs a finite ε > 0, got {epsilon!r}")
-    if not (isinstance(delta, (int, float)) and math.isfinite(delta) and 0 <= delta < 1):
-        raise ValueError(f"a budget needs δ in [0, 1), got {delta!r}")
-    return Budget(float(epsilon), float(delta))
-
-
-def check_source(name: str) -> str:
-    """A source name: 1 to 100 printable characters."""
-    if not (isinstance(name, str) and 0 < len(name) <= _MAX_NAME and name.isprintable()):
-        raise ValueError(f"a source name needs 1 to {_MAX_NAME} printable characters, got {name!r}")
-    return name
 
 
 class Ledger:
@@ -218,65 +109,26 @@ class Ledger:
         with self._write() as db:
             tables = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
             if not tables:
-                self._create_schema(db)
-                self._set(db, format=_FORMAT, schema_version=str(SCHEMA_VERSION),
+                create_schema(db)
+                set_settings(db, format=FORMAT, schema_version=str(SCHEMA_VERSION),
                           policy=Policy().to_json())
                 return
             if "settings" not in tables:
                 raise LedgerError(f"{self.path} is an SQLite file but not a fedsketch ledger")
             settings = dict(db.execute("SELECT key, value FROM settings"))
-            if settings.get("format") != _FORMAT:
+            if settings.get("format") != FORMAT:
                 raise LedgerError(f"{self.path} is an SQLite file but not a fedsketch ledger")
             version = settings.get("schema_version", "")
             if version == "1":
-                self._migrate_v1(db, settings)
+                try:
+                    migrate_v1(db, settings)
+                except ValueError as exc:
+                    raise LedgerError(f"{self.path}: {exc}; move it aside and start a new ledger "
+                                      "with `fedsketch device init`, keeping the old file as the "
+                                      "record of past spends") from None
             elif version != str(SCHEMA_VERSION):
                 raise LedgerError(f"{self.path} has ledger schema version {version!r}; this code reads "
                                   f"versions 1 and {SCHEMA_VERSION} (written by a newer fedsketch?)")
-
-    @staticmethod
-    def _create_schema(db: sqlite3.Connection) -> None:
-        for statement in _SCHEMA.split(";"):
-            if statement.strip():
-                db.execute(statement)
-
-    def _migrate_v1(self, db: sqlite3.Connection, settings: dict[str, str]) -> None:
-        """Schema 1 → 2 (module docstring), inside the caller's transaction."""
-        try:
-            budget = check_budget(float(settings["budget"]), float(settings.get("budget_delta", 0)))
-        except (KeyError, ValueError) as exc:
-            raise LedgerError(f"{self.path}: schema-1 ledger without a readable budget ({exc}); "
-                              "move it aside and start a new ledger with `fedsketch device init`, "
-                              "keeping the old file as the record of past spends") from None
-        db.execute("ALTER TABLE spends RENAME TO spends_v1")
-        db.execute("DROP INDEX IF EXISTS spends_by_fingerprint")
-        for statement in _SCHEMA.split(";"):
-            if statement.strip() and "identity" not in statement and "settings" not in statement:
-                db.execute(statement)
-        now = time.time()
-        db.execute("INSERT INTO sources (name, epsilon, delta, created_at) VALUES (?, ?, ?, ?)",
-                   (DEFAULT_SOURCE, budget.epsilon, budget.delta, now))
-        files = db.execute("SELECT COUNT(DISTINCT fingerprint), COUNT(*) FROM spends_v1").fetchone()
-        db.execute(f"INSERT INTO spends ({_SPEND_COLUMNS}) SELECT study_id, study_id, ?, epsilon, "
-                   "delta, n, kind, payload, payload_sha256, spec_sha256, spent_at, acked_at, "
-                   "receipt, NULL FROM spends_v1 ORDER BY seq", (DEFAULT_SOURCE,))
-        db.execute("DROP TABLE spends_v1")
-        db.execute("DELETE FROM settings WHERE key IN ('budget', 'budget_delta')")
-        self._set(db, schema_version=str(SCHEMA_VERSION), policy=Policy().to_json())
-        self._log(db, "migrate", DEFAULT_SOURCE, budget.epsilon, budget.delta,
-                  f"schema 1 → 2: {files[1]} spends on {files[0]} data files (once keyed by the "
-                  f"file's SHA-256) now all count against source {DEFAULT_SOURCE!r}; its budget is "
-                  "the last --budget the old file recorded")
-
-    @staticmethod
-    def _set(db: sqlite3.Connection, **values: str) -> None:
-        db.executemany("INSERT OR REPLACE INTO settings (key, value) VALUES (?, ?)", values.items())
-
-    @staticmethod
-    def _log(db: sqlite3.Connection, action: str, source: str | None, epsilon: float | None,
-             delta: float | None, detail: str) -> None:
-        db.execute("INSERT INTO budget_log (at, action, source, epsilon, delta, detail) "
-                   "VALUES (?, ?, ?, ?, ?, ?)", (time.time(), action, source, epsilon, delta, detail))
 
     @contextmanager
     def _write(self) -> Iterator[sqlite3.Connection]:
@@ -324,7 +176,7 @@ class Ledger:
                                   "--budget, raise it with `fedsketch device raise-budget`")
             db.execute("INSERT INTO sources (name, epsilon, delta, created_at) VALUES (?, ?, ?, ?)",
                        (source, budget.epsilon, budget.delta, time.time()))
-            self._log(db, action, source, budget.epsilon, budget.delta,
+            log_change(db, action, source, budget.epsilon, budget.delta,
                       f"source {source!r} declared with ε = {budget.epsilon:g}, δ = {budget.delta:g}")
         return budget
 
@@ -361,7 +213,7 @@ class Ledger:
                 why: str) -> None:
         db.execute("UPDATE sources SET epsilon = ?, delta = ? WHERE name = ?",
                    (new.epsilon, new.delta, source))
-        self._log(db, action, source, new.epsilon, new.delta,
+        log_change(db, action, source, new.epsilon, new.delta,
                   f"{why}: ε {old.epsilon:g} → {new.epsilon:g}, δ {old.delta:g} → {new.delta:g}")
 
     def spent(self, source: str) -> tuple[float, float]:
@@ -401,14 +253,14 @@ class Ledger:
             old = db.execute("SELECT value FROM settings WHERE key = 'policy'").fetchone()
             if old is not None and old[0] == policy.to_json():
                 return
-            self._set(db, policy=policy.to_json())
-            self._log(db, "policy", None, None, None, f"policy set to {policy.to_json()}")
+            set_settings(db, policy=policy.to_json())
+            log_change(db, "policy", None, None, None, f"policy set to {policy.to_json()}")
 
     # -- spends -------------------------------------------------------------------------------
 
     def find(self, study_id: str) -> Spend | None:
         """The one spend of this study, or None if the device never released for it."""
-        row = self._conn.execute(f"SELECT {_SPEND_COLUMNS} FROM spends WHERE study_id = ?", (study_id,))
+        row = self._conn.execute(f"SELECT {SPEND_COLUMNS} FROM spends WHERE study_id = ?", (study_id,))
         return None if (row := row.fetchone()) is None else Spend(*row)
 
     def record_spend(self, *, study_id: str, study_name: str, source: str, epsilon: float,
@@ -449,7 +301,7 @@ class Ledger:
                 raise BudgetExceeded(f"source {source!r}: {max(0.0, budget.delta - delta_sum):g} δ "
                                      f"remains of {budget.delta:g} ({eps_left:g} ε remains), study "
                                      f"{study_id!r} asks δ={delta:g} (ε={epsilon:g})")
-            db.execute(f"INSERT INTO spends ({_SPEND_COLUMNS}) VALUES ({', '.join('?' * 14)})",
+            db.execute(f"INSERT INTO spends ({SPEND_COLUMNS}) VALUES ({', '.join('?' * 14)})",
                        (spend.study_id, spend.study_name, spend.source, spend.epsilon, spend.delta,
                         spend.n, spend.kind, spend.payload, spend.payload_sha256, spend.spec_sha256,
                         spend.spent_at, None, None, None))
@@ -479,18 +331,18 @@ class Ledger:
 
     def pending(self) -> list[Spend]:
         """Spends not yet acknowledged, oldest first: the payloads to (re-)send."""
-        rows = self._conn.execute(f"SELECT {_SPEND_COLUMNS} FROM spends WHERE acked_at IS NULL ORDER BY seq")
+        rows = self._conn.execute(f"SELECT {SPEND_COLUMNS} FROM spends WHERE acked_at IS NULL ORDER BY seq")
         return [Spend(*r) for r in rows]
 
     def unsettled(self) -> list[Spend]:
         """Acknowledged spends whose study's end the device has not learnt yet, oldest first."""
-        rows = self._conn.execute(f"SELECT {_SPEND_COLUMNS} FROM spends WHERE acked_at IS NOT NULL "
+        rows = self._conn.execute(f"SELECT {SPEND_COLUMNS} FROM spends WHERE acked_at IS NOT NULL "
                                   "AND final_state IS NULL ORDER BY seq")
         return [Spend(*r) for r in rows]
 
     def spends(self) -> list[Spend]:
         """All spends, oldest first."""
-        return [Spend(*r) for r in self._conn.execute(f"SELECT {_SPEND_COLUMNS} FROM spends ORDER BY seq")]
+        return [Spend(*r) for r in self._conn.execute(f"SELECT {SPEND_COLUMNS} FROM spends ORDER BY seq")]
 
     # -- identity -----------------------------------------------------------------------------
 

@@ -1,0 +1,85 @@
+"""What a device's ledger holds and returns: budgets, log lines, spends, the identity, and the
+ledger's two refusals."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+_MAX_NAME = 100
+
+
+class BudgetExceeded(Exception):
+    """Refusal: the spend would take a source past its budget. The message states what remains
+    and what the study asks."""
+
+
+class LedgerError(Exception):
+    """A corrupt, foreign or newer-version ledger file, an unknown source, or a conflicting record."""
+
+
+@dataclass(frozen=True)
+class Budget:
+    """A source's total budget: ε (dimensionless) and δ (a probability)."""
+
+    epsilon: float
+    delta: float
+
+
+@dataclass(frozen=True)
+class BudgetChange:
+    """One line of the owner's log: when (Unix seconds), what, for which source, the new values."""
+
+    at: float
+    action: str
+    source: str | None
+    epsilon: float | None
+    delta: float | None
+    detail: str
+
+
+@dataclass(frozen=True)
+class Spend:
+    """One recorded release: the study, the source it counts against, the privacy cost (ε, δ), the
+    released record count ``n``, the exact payload bytes to (re-)send, when it was spent and
+    acknowledged (Unix seconds), and the study's final state once the device has learnt it."""
+
+    study_id: str
+    study_name: str
+    source: str
+    epsilon: float
+    delta: float
+    n: float
+    kind: str
+    payload: bytes
+    payload_sha256: str
+    spec_sha256: str
+    spent_at: float
+    acked_at: float | None
+    receipt: str | None
+    final_state: str | None
+
+
+@dataclass(frozen=True)
+class Identity:
+    """The device's identity: its id, raw Ed25519 private key bytes and its coordinator's address."""
+
+    device_id: str
+    private_key: bytes
+    coordinator: str
+
+
+def check_budget(epsilon: float, delta: float) -> Budget:
+    """A budget with ε finite and > 0 and δ in [0, 1); ValueError otherwise."""
+    if not (isinstance(epsilon, (int, float)) and math.isfinite(epsilon) and epsilon > 0):
+        raise ValueError(f"a budget needs a finite ε > 0, got {epsilon!r}")
+    if not (isinstance(delta, (int, float)) and math.isfinite(delta) and 0 <= delta < 1):
+        raise ValueError(f"a budget needs δ in [0, 1), got {delta!r}")
+    return Budget(float(epsilon), float(delta))
+
+
+def check_source(name: str) -> str:
+    """A source name: 1 to 100 printable characters."""
+    if not (isinstance(name, str) and 0 < len(name) <= _MAX_NAME and name.isprintable()):
+        raise ValueError(f"a source name needs 1 to {_MAX_NAME} printable characters, got {name!r}")
+    return name

@@ -1,0 +1,111 @@
+"""The ledger's SQLite layout: schema version 2, and the one-time migration from schema 1.
+
+Schema 1 keyed budgets on the SHA-256 of a data file, so that appending a row gave the same
+people a fresh budget. :func:`migrate_v1` moves all of its spends, in the caller's transaction, to
+:data:`DEFAULT_SOURCE`, whose budget becomes the last ``--budget`` the old file recorded (so a
+device that spent on several files may find that budget already used up), and logs it.
+"""
+
+from __future__ import annotations
+
+import math
+import sqlite3
+import time
+
+from .policy import Policy
+
+SCHEMA_VERSION = 2
+FORMAT = "fedsketch.ledger"
+#: The source of a device that declares no other.
+DEFAULT_SOURCE = "default"
+
+SCHEMA = """
+CREATE TABLE settings (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE sources (
+    name       TEXT PRIMARY KEY,
+    epsilon    REAL NOT NULL CHECK (epsilon > 0),
+    delta      REAL NOT NULL CHECK (delta >= 0 AND delta < 1),
+    created_at REAL NOT NULL
+);
+CREATE TABLE budget_log (
+    seq     INTEGER PRIMARY KEY AUTOINCREMENT,
+    at      REAL NOT NULL,
+    action  TEXT NOT NULL,
+    source  TEXT,
+    epsilon REAL,
+    delta   REAL,
+    detail  TEXT NOT NULL
+);
+CREATE TABLE spends (
+    seq            INTEGER PRIMARY KEY AUTOINCREMENT,
+    study_id       TEXT NOT NULL UNIQUE,
+    study_name     TEXT NOT NULL,
+    source         TEXT NOT NULL REFERENCES sources (name),
+    epsilon        REAL NOT NULL CHECK (epsilon > 0),
+    delta          REAL NOT NULL CHECK (delta >= 0),
+    n              REAL NOT NULL,
+    kind           TEXT NOT NULL,
+    payload        BLOB NOT NULL,
+    payload_sha256 TEXT NOT NULL,
+    spec_sha256    TEXT NOT NULL,
+    spent_at       REAL NOT NULL,
+    acked_at       REAL,
+    receipt        TEXT,
+    final_state    TEXT
+);
+CREATE INDEX spends_by_source ON spends (source);
+CREATE TABLE identity (
+    id          INTEGER PRIMARY KEY CHECK (id = 1),
+    device_id   TEXT NOT NULL,
+    private_key BLOB NOT NULL,
+    coordinator TEXT NOT NULL
+);
+"""
+
+SPEND_COLUMNS = ("study_id, study_name, source, epsilon, delta, n, kind, payload, payload_sha256, "
+                  "spec_sha256, spent_at, acked_at, receipt, final_state")
+
+
+def create_schema(db: sqlite3.Connection, *, skip: tuple[str, ...] = ()) -> None:
+    """Create every table and index of :data:`SCHEMA` except the tables named in ``skip``."""
+    for statement in SCHEMA.split(";"):
+        if statement.strip() and not any(f"TABLE {name} " in statement for name in skip):
+            db.execute(statement)
+
+
+def set_settings(db: sqlite3.Connection, **values: str) -> None:
+    """Insert or replace ``settings`` rows."""
+    db.executemany("INSERT OR REPLACE INTO settings (key, value) VALUES (?, ?)", values.items())
+
+
+def log_change(db: sqlite3.Connection, action: str, source: str | None, epsilon: float | None,
+               delta: float | None, detail: str) -> None:
+    """Append one line to the owner's log (``budget_log``), stamped now (Unix seconds)."""
+    db.execute("INSERT INTO budget_log (at, action, source, epsilon, delta, detail) "
+               "VALUES (?, ?, ?, ?, ?, ?)", (time.time(), action, source, epsilon, delta, detail))
+
+
+def migrate_v1(db: sqlite3.Connection, settings: dict[str, str]) -> None:
+    """Schema 1 → 2 (module docstring), inside the caller's write transaction. ValueError, with
+    nothing changed, if the old file holds no readable budget."""
+    try:
+        epsilon, delta = float(settings["budget"]), float(settings.get("budget_delta", 0))
+    except (KeyError, ValueError) as exc:
+        raise ValueError(f"schema-1 ledger without a readable budget ({exc!r})") from None
+    if not (math.isfinite(epsilon) and epsilon > 0 and math.isfinite(delta) and 0 <= delta < 1):
+        raise ValueError(f"schema-1 ledger with an invalid budget ε = {epsilon}, δ = {delta}")
+    db.execute("ALTER TABLE spends RENAME TO spends_v1")
+    create_schema(db, skip=("settings", "identity"))
+    db.execute("INSERT INTO sources (name, epsilon, delta, created_at) VALUES (?, ?, ?, ?)",
+               (DEFAULT_SOURCE, epsilon, delta, time.time()))
+    files, spends = db.execute("SELECT COUNT(DISTINCT fingerprint), COUNT(*) FROM spends_v1").fetchone()
+    db.execute(f"INSERT INTO spends ({SPEND_COLUMNS}) SELECT study_id, study_id, ?, epsilon, "
+               "delta, n, kind, payload, payload_sha256, spec_sha256, spent_at, acked_at, "
+               "receipt, NULL FROM spends_v1 ORDER BY seq", (DEFAULT_SOURCE,))
+    db.execute("DROP TABLE spends_v1")
+    db.execute("DELETE FROM settings WHERE key IN ('budget', 'budget_delta')")
+    set_settings(db, schema_version=str(SCHEMA_VERSION), policy=Policy().to_json())
+    log_change(db, "migrate", DEFAULT_SOURCE, epsilon, delta,
+               f"schema 1 → 2: {spends} spends on {files} data files (once keyed by the file's "
+               f"SHA-256) now all count against source {DEFAULT_SOURCE!r}; its budget is the last "
+               "--budget the old file recorded")
