@@ -2,22 +2,31 @@
 
 The order is what makes a release safe (DESIGN §3, §6):
 
-1. the study's spec JSON hashes to the announced spec hash, its Ω‖ξ hash recomputes, d matches
-   the local data, the owner's policy (:mod:`.policy`) allows the study's name and ε, the
-   remaining budget of the device's source covers ε and δ, and one pass over the data finds
-   every record finite, at least ``min_records`` of them, and — if the policy refuses
-   out-of-box records — all inside the study's public box; otherwise the study is refused
-   with the reason and nothing is spent;
-2. the sketch of the records clipped into the box is computed and noised once (exact noise from
-   OS bits); how many records were clipped goes to the device's log only;
-3. the spend and the exact payload bytes are committed to the ledger in one transaction;
-4. only then is the payload signed and sent; every retry or restart re-sends the stored bytes.
+1. public checks: the study's spec JSON hashes to the announced spec hash, its Ω‖ξ hash
+   recomputes, the owner's policy (:mod:`.policy`) allows the study's name and ε, and the
+   remaining budget of the device's source covers ε and δ;
+2. the data are opened afresh for this study (the agent's :data:`~.localdata.DataFeed` is called
+   per study, so a file replaced since the daemon started is read with its own layout) and must
+   have the study's d;
+3. one pass over that file computes the sketch of the records clipped into the study's box
+   and noises it once (exact noise from OS bits); a NaN or an infinity stops it; how many
+   records were clipped goes to the device's log only;
+4. under replace-one (n public) at least ``min_records`` records were read; under add/remove
+   no decision depends on n (a study there cannot ask for more than one record);
+5. the spend and the exact payload bytes are committed to the ledger in one transaction, which
+   re-checks the budget and the owner's largest ε per study;
+6. only then is the payload signed and sent; every retry or restart re-sends the stored bytes.
 
-The ledger refuses a second spend for the same study, so a study is never noised twice.
+A refusal at any step spends nothing. A refusal because of the data (:class:`Retry`: the file
+is unreadable, changed during the pass or holds a NaN) is tried again on the next pass; any
+other lasts as long as the daemon. The ledger refuses a second spend for the same study, so a
+study is never noised twice, and a study the ledger already holds is never handled again.
 
-A secure-aggregation study (``Study.stage`` REGISTER … UNMASK) follows the same checks at
-REGISTER; its one release is the masked input (integer sum + a noise share + masks), committed
-to the ledger before it is sent. Devices that drop before MASKED_INPUT spend nothing.
+A secure-aggregation study (``Study.stage`` REGISTER … UNMASK, replace-one) runs steps 1–2 and
+counts the records at REGISTER; at MASKED_INPUT it sketches that same file version (it drops
+out if the file changed or its count differs) and its one release is the masked input (integer
+sum + a noise share + masks), committed to the ledger before it is sent. Devices that drop
+before MASKED_INPUT spend nothing.
 """
 
 from __future__ import annotations
@@ -25,7 +34,6 @@ from __future__ import annotations
 import logging
 import os
 import signal
-from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 import grpc
@@ -33,7 +41,6 @@ import numpy as np
 
 from fedsketch.common import signing, wire
 from fedsketch.common.box import Box, Tally
-from fedsketch.common.dataio import DataError
 from fedsketch.common.dp.plan import integer_sum_term
 from fedsketch.common.dp.samplers import dlap_noise_share
 from fedsketch.common.frequencies import draw_frequencies
@@ -46,6 +53,7 @@ from fedsketch.common.spec import release_sketch
 from fedsketch.common.study import StudySpec, spec_sha256
 
 from .ledger import DEFAULT_SOURCE, BudgetExceeded, Identity, Ledger, LedgerError, Spend
+from .localdata import DATA_ERRORS, DataFeed, LocalData, Retry, data_refusal, log_clipped
 
 log = logging.getLogger("fedsketch.device")
 
@@ -60,11 +68,9 @@ FINAL_REFUSALS = (grpc.StatusCode.NOT_FOUND, grpc.StatusCode.FAILED_PRECONDITION
                   grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED)
 
 
-def _log_clipped(study_id: str, tally: Tally) -> None:
-    """Tell the device's own log how many records were clipped into the box (never sent)."""
-    if tally.clipped:
-        log.info("study %s: %d of %d records lay outside the study's box and were clipped into it "
-                 "(this count stays on the device)", study_id, tally.clipped, tally.records)
+def _shown(text: str) -> str:
+    """Coordinator text (a study id) safe for a log line: control characters escaped."""
+    return text if text.isprintable() else repr(text)
 
 
 def _fault_point() -> None:
@@ -74,21 +80,13 @@ def _fault_point() -> None:
 
 
 @dataclass(frozen=True)
-class LocalData:
-    """The device's records: a factory of chunk iterators (each chunk (rows, d), finite values,
-    any real dtype) and the dimension d. The record count is taken afresh for every study."""
-
-    chunks: Callable[[], Iterable[np.ndarray]]
-    d: int
-
-
-@dataclass(frozen=True)
 class _Admitted:
-    """A study the device may contribute to: its spec, public box, and the records counted now."""
+    """A study the device may contribute to: its spec, public box, and the data version opened
+    for it."""
 
     spec: StudySpec
     box: Box
-    n: int
+    data: LocalData
 
 
 #: The ledger kind of a masked input.
@@ -101,6 +99,8 @@ class _Session:
 
     spec: StudySpec
     box: Box
+    data: LocalData
+    n: int
     client: Client | None = None
     done: set[int] = field(default_factory=set)
     left: bool = False
@@ -118,7 +118,7 @@ class Outcome:
 class Agent:
     """A device's protocol logic over one gRPC channel and one ledger."""
 
-    def __init__(self, channel: grpc.Channel, ledger: Ledger, data: LocalData,
+    def __init__(self, channel: grpc.Channel, ledger: Ledger, data: DataFeed,
                  source: str = DEFAULT_SOURCE) -> None:
         self.stub = pb_grpc.DeviceStub(channel)
         self.ledger = ledger
@@ -165,58 +165,58 @@ class Agent:
         for study in studies:
             if study.study_id in self._refused:
                 continue
+            if self.ledger.find(study.study_id) is not None and study.study_id not in self._sessions:
+                continue  # released once already (the stored bytes are re-sent above)
             if study.stage in sw.STAGES:
                 reason = self._secure_step(identity, study, out)
-            elif self.ledger.find(study.study_id) is not None:
-                continue
             else:
                 reason = self._contribute(identity, study)
                 if reason is None:
                     out.submitted.append(study.study_id)
             if reason is not None:
-                self._refused.add(study.study_id)
+                if not isinstance(reason, Retry):
+                    self._refused.add(study.study_id)
                 out.refused[study.study_id] = reason
-                log.warning("refused study %s: %s", study.study_id, reason)
+                log.warning("refused study %s: %s", _shown(study.study_id), reason)
         return out
 
     def _check(self, study: pb.Study) -> _Admitted | str:
-        """The study, its box and the current record count if this device may contribute, else
-        the reason it may not. Spends nothing; the data pass happens only once every public check
-        has passed."""
+        """Steps 1–2 of the module docstring: the study, its box and the data version opened for
+        it if this device may contribute, else the reason it may not. Spends nothing; opening
+        the data reads an ``.npy`` header, or counts a CSV's rows."""
         if spec_sha256(study.spec_json) != study.spec_sha256:
             return "the spec does not hash to the announced spec hash"
         try:
             spec = StudySpec.from_json(study.spec_json)
         except ValueError as exc:
             return f"unreadable spec: {exc}"
-        if spec.sketch.frequencies.d != self.data.d:
-            return f"the study wants d = {spec.sketch.frequencies.d}, the data has {self.data.d}"
         eps, delta = spec.sketch.privacy.epsilon, spec.sketch.privacy.delta
-        policy = self.ledger.policy()
-        if (reason := policy.refusal(spec.name, eps)) is not None:
+        if (reason := self.ledger.policy().refusal(spec.name, eps)) is not None:
             return reason
-        left = self.ledger.remaining(self.source)
-        if eps > left.epsilon + 1e-12:
-            return (f"insufficient budget: the study asks ε = {eps:g}, {left.epsilon:g} remains "
-                    f"for source {self.source!r}")
-        if delta > left.delta + 1e-15:
-            return (f"insufficient budget: the study asks δ = {delta:g}, {left.delta:g} remains "
-                    f"for source {self.source!r}")
+        if (reason := self.ledger.refusal(self.source, eps, delta)) is not None:
+            return reason
         freqs = draw_frequencies(spec.sketch.frequencies)
         if freqs.sha256 != spec.omega_sha256:
             return "the frequencies Ω, ξ do not match the spec's hash on this platform"
         try:
             box = Box(spec.lo, spec.hi)
             box.reduce(freqs)
-            seen = box.count_outside(self.data.chunks())
-        except (DataError, ValueError) as exc:
-            return f"the data cannot be sketched for this study: {exc}"
-        if seen.records < spec.min_records:
-            return f"the study needs {spec.min_records} records, the device has {seen.records}"
-        if seen.clipped and policy.out_of_box == "refuse":
-            return (f"{seen.clipped} of {seen.records} records lie outside the study's box and the "
-                    "device's policy refuses out-of-box records (out-of-box = refuse)")
-        return _Admitted(spec, box, seen.records)
+        except ValueError as exc:
+            return f"the study's box does not fit its frequencies: {exc}"
+        try:
+            data = self.data()
+        except DATA_ERRORS as exc:
+            return data_refusal(exc)
+        if spec.sketch.frequencies.d != data.d:
+            return f"the study wants d = {spec.sketch.frequencies.d}, the data has {data.d}"
+        return _Admitted(spec, box, data)
+
+    @staticmethod
+    def _too_few(spec: StudySpec, n: int) -> str | None:
+        """Step 4: why n records are too few (replace-one only: n is public there)."""
+        if spec.sketch.privacy.neighbouring == "replace_one" and n < spec.min_records:
+            return f"the study needs {spec.min_records} records, the device has {n}"
+        return None
 
     def _contribute(self, identity: Identity, study: pb.Study) -> str | None:
         admitted = self._check(study)
@@ -225,17 +225,19 @@ class Agent:
         spec = admitted.spec
         tally = Tally()
         try:
-            release = release_sketch(spec.sketch, self.data.chunks(), admitted.box, tally=tally)
-        except (DataError, ValueError) as exc:  # the file changed since the check
-            return f"the data cannot be sketched for this study: {exc}"
-        _log_clipped(study.study_id, tally)
+            release = release_sketch(spec.sketch, admitted.data.chunks(), admitted.box, tally=tally)
+        except DATA_ERRORS as exc:
+            return data_refusal(exc)
+        if (reason := self._too_few(spec, tally.records)) is not None:
+            return reason
+        log_clipped(study.study_id, tally)
         kind, payload = wire.encode(release, spec.sketch.feature)
         try:
             spend = self.ledger.record_spend(
                 study_id=study.study_id, study_name=spec.name, source=self.source,
                 epsilon=spec.sketch.privacy.epsilon, delta=spec.sketch.privacy.delta,
                 n=release.n, kind=kind, payload=payload, spec_sha256=study.spec_sha256)
-        except BudgetExceeded as exc:
+        except (BudgetExceeded, LedgerError) as exc:  # e.g. another daemon on this ledger spent
             return str(exc)
         _fault_point()
         self._send(identity, spend)
@@ -251,8 +253,14 @@ class Agent:
             admitted = self._check(study)
             if isinstance(admitted, str):
                 return admitted
-            self._stage_send(identity, sid, pb.REGISTER, sw.dump({"n": admitted.n}))
-            self._sessions[sid] = _Session(admitted.spec, admitted.box)
+            try:
+                n = sum(chunk.shape[0] for chunk in admitted.data.chunks())
+            except DATA_ERRORS as exc:
+                return data_refusal(exc)
+            if (reason := self._too_few(admitted.spec, n)) is not None:
+                return reason
+            self._stage_send(identity, sid, pb.REGISTER, sw.dump({"n": n}))
+            self._sessions[sid] = _Session(admitted.spec, admitted.box, admitted.data, n)
             return None
         if session is None or stage in session.done or session.left:
             return None
@@ -297,13 +305,17 @@ class Agent:
         spec, box, tally = session.spec, session.box, Tally()
         m, r = spec.sketch.frequencies.m, spec.sketch.r
         try:
-            fs = feature_sum(box.centred(self.data.chunks(), tally),
+            fs = feature_sum(box.centred(session.data.chunks(), tally),
                              box.reduce(draw_frequencies(spec.sketch.frequencies)),
                              spec.sketch.feature, r)
-        except (DataError, ValueError) as exc:  # the file changed since REGISTER
+        except DATA_ERRORS as exc:  # the file changed since REGISTER
             session.left = True
             return f"the data cannot be sketched for this study: {exc}"
-        _log_clipped(study.study_id, tally)
+        if fs.n != session.n:
+            session.left = True
+            return (f"the data changed since REGISTER ({session.n} records registered, "
+                    f"{fs.n} read now); nothing was spent")
+        log_clipped(study.study_id, tally)
         term = integer_sum_term(spec.sketch.feature, spec.sketch.privacy.epsilon, r, "replace_one")
         noise = dlap_noise_share(term.epsilon, term.sensitivity, spec.secure_aggregation.min_honest,
                                  2 * m)
@@ -313,7 +325,7 @@ class Agent:
                 study_id=study.study_id, study_name=spec.name, source=self.source,
                 epsilon=spec.sketch.privacy.epsilon, delta=0.0, n=float(fs.n),
                 kind=SECURE_KIND, payload=sw.masked_to_bytes(y), spec_sha256=study.spec_sha256)
-        except BudgetExceeded as exc:
+        except (BudgetExceeded, LedgerError) as exc:
             session.left = True
             return str(exc)
         _fault_point()

@@ -31,7 +31,8 @@ from fedsketch.common.cli import clean_errors as _clean_errors
 
 from . import daemon
 from .ledger import DEFAULT_SOURCE, Ledger, LedgerError, Spend
-from .policy import OUT_OF_BOX, Policy
+from .ledger_records import check_budget
+from .policy import Policy
 
 device_app = typer.Typer(no_args_is_help=True,
                          help="Run a device daemon; set and read its budget and policy.")
@@ -48,9 +49,6 @@ StudyOpt = Annotated[list[str] | None, typer.Option(
 CoordOpt = Annotated[list[str] | None, typer.Option(
     "--coordinator-pattern", help="Work only for coordinators HOST:PORT matching this pattern "
                                   "(repeatable).")]
-BoxOpt = Annotated[str | None, typer.Option(
-    help=f"Records outside a study's box: {' or '.join(OUT_OF_BOX)} (clip reveals less: a "
-         "refusal is visible to the coordinator).")]
 
 
 def clean_errors():
@@ -71,12 +69,11 @@ def _existing(path: Path) -> Iterator[Ledger]:
 
 
 def _policy(base: Policy, max_epsilon: float | None, studies: list[str] | None,
-            coordinators: list[str] | None, out_of_box: str | None) -> Policy:
+            coordinators: list[str] | None) -> Policy:
     """``base`` with the options that were given."""
     return Policy(base.max_epsilon if max_epsilon is None else max_epsilon,
                   tuple(studies) if studies else base.studies,
-                  tuple(coordinators) if coordinators else base.coordinators,
-                  base.out_of_box if out_of_box is None else out_of_box)
+                  tuple(coordinators) if coordinators else base.coordinators)
 
 
 @device_app.command("init")
@@ -88,18 +85,16 @@ def device_init(
     max_epsilon: MaxEpsOpt = None,
     study: StudyOpt = None,
     coordinator_pattern: CoordOpt = None,
-    out_of_box: BoxOpt = None,
 ) -> None:
     """Create the ledger with the device's total budget and the owner's policy (once).
 
     The budget counts every study the device joins, whatever file the records come from. It
     can later be lowered (a smaller --budget to `run`) or raised (`raise-budget`, logged)."""
     with clean_errors():
-        policy = _policy(Policy(), max_epsilon, study, coordinator_pattern, out_of_box)
+        policy = _policy(Policy(), max_epsilon, study, coordinator_pattern)
+        check_budget(budget, 0.0 if budget_delta is None else budget_delta)  # before any file
         book = Ledger(ledger)
         try:
-            if book.sources():
-                raise LedgerError(f"{ledger} already holds a budget; see `fedsketch device budget`")
             book.declare(source, budget, 0.0 if budget_delta is None else budget_delta,
                          action="init")
             book.set_policy(policy)
@@ -149,12 +144,11 @@ def device_policy(
     max_epsilon: MaxEpsOpt = None,
     study: StudyOpt = None,
     coordinator_pattern: CoordOpt = None,
-    out_of_box: BoxOpt = None,
 ) -> None:
     """Change what the device joins (options not given keep their value); print the policy."""
     with clean_errors():
         with _existing(ledger) as book:
-            policy = _policy(book.policy(), max_epsilon, study, coordinator_pattern, out_of_box)
+            policy = _policy(book.policy(), max_epsilon, study, coordinator_pattern)
             book.set_policy(policy)
     typer.echo(policy.to_json())
 
@@ -197,14 +191,21 @@ def device_run(
 
 
 def _state(spend: Spend) -> str:
-    """What became of a spend, as far as the device knows."""
+    """What became of a spend, as far as the device knows (a refusal of the bytes first: the
+    study may have ended without them)."""
+    if spend.receipt is not None and spend.receipt.startswith("refused: "):
+        return f"refused by the coordinator ({spend.receipt.removeprefix('refused: ')})"
     if spend.final_state is not None:
         return spend.final_state
     if spend.acked_at is None:
         return "not sent yet"
-    if spend.receipt is not None and spend.receipt.startswith("refused: "):
-        return f"refused by the coordinator ({spend.receipt.removeprefix('refused: ')})"
     return "sent; study not ended"
+
+
+def _shown(text: str | None) -> str:
+    """``text`` safe for a terminal: control characters (a hostile coordinator's study name could
+    carry escape sequences) as Python escapes, then rich markup escaped."""
+    return escape("".join(c if c.isprintable() else repr(c)[1:-1] for c in text or ""))
 
 
 def _when(t: float) -> str:
@@ -242,25 +243,24 @@ def device_budget(
     for col in ("source", "ε budget", "ε spent", "ε left", "δ budget", "δ spent"):
         table.add_column(col, justify="left" if col == "source" else "right")
     for name, b in sources.items():
-        table.add_row(escape(name), f"{b['epsilon']:g}", f"{b['spent_epsilon']:g}",
+        table.add_row(_shown(name), f"{b['epsilon']:g}", f"{b['spent_epsilon']:g}",
                       f"{b['remaining_epsilon']:g}", f"{b['delta']:g}", f"{b['spent_delta']:g}")
     console.print(table)
     console.print(f"policy: studies {', '.join(policy.studies)}; coordinators "
                   f"{', '.join(policy.coordinators)}; largest ε per study "
-                  f"{'none' if policy.max_epsilon is None else f'{policy.max_epsilon:g}'}; "
-                  f"records outside a study's box: {policy.out_of_box}", markup=False)
+                  f"{'none' if policy.max_epsilon is None else f'{policy.max_epsilon:g}'}",
+                  markup=False)
     spent_table = Table(title="spends")
     for col in ("when", "study", "source", "ε", "δ", "records", "outcome"):
         spent_table.add_column(col)
     for r in rows:
-        spent_table.add_row(_when(r["spent_at"]), escape(f"{r['study']} ({r['study_id']})"),
-                            escape(r["source"]), f"{r['epsilon']:g}", f"{r['delta']:g}",
-                            f"{r['n']:,.0f}", escape(r["state"]))
+        spent_table.add_row(_when(r["spent_at"]), _shown(f"{r['study']} ({r['study_id']})"),
+                            _shown(r["source"]), f"{r['epsilon']:g}", f"{r['delta']:g}",
+                            f"{r['n']:,.0f}", _shown(r["state"]))
     console.print(spent_table)
     log_table = Table(title="budget changes")
     for col in ("when", "action", "source", "detail"):
         log_table.add_column(col)
     for h in log_rows:
-        log_table.add_row(_when(h["at"]), h["action"], escape(h["source"] or ""),
-                          escape(h["detail"]))
+        log_table.add_row(_when(h["at"]), h["action"], _shown(h["source"]), _shown(h["detail"]))
     console.print(log_table)

@@ -21,8 +21,10 @@ import grpc
 from fedsketch.common.dataio import DataSource
 from fedsketch.common.tls import secure_channel
 
-from .agent import Agent, LocalData
+from .agent import Agent
 from .ledger import DEFAULT_SOURCE, Budget, Ledger, LedgerError
+from .ledger_records import check_budget
+from .localdata import LocalData
 
 log = logging.getLogger("fedsketch.device")
 _jitter = random.SystemRandom()
@@ -48,8 +50,12 @@ class DaemonConfig:
 
 
 def local_data(path: Path) -> LocalData:
-    """A data file as the agent sees it: streamed chunks and the dimension d."""
-    source = DataSource(path)
+    """The data file as it is now, as the agent sees it: streamed chunks of this version of the
+    file (DataError once it is replaced or rewritten) and its dimension d. The agent calls this
+    for every study, so a new file is read with its own layout. A file without records is
+    accepted: under add/remove the device takes part with n = 0 (declining would reveal it);
+    under replace-one the study is refused (n is public there)."""
+    source = DataSource(path, allow_empty=True)
     return LocalData(source.chunks, source.d)
 
 
@@ -60,7 +66,9 @@ def command_line_budget(ledger: Ledger, source: str, epsilon: float | None,
     On a ledger without any source (the first run) they declare ``source``. Afterwards they can
     only lower its budget: a larger value is ignored with a warning, since raising is the owner's
     separate ``fedsketch device raise-budget``. A source the ledger does not know is refused once
-    the ledger has any (a new name must not be a way to a fresh budget)."""
+    the ledger has any (a new name must not be a way to a fresh budget). ValueError for a value
+    that is no budget (NaN, ≤ 0, δ ≥ 1), whether or not it would change anything."""
+    check_budget(1.0 if epsilon is None else epsilon, 0.0 if delta is None else delta)
     known = ledger.sources()
     if source not in known:
         if known:
@@ -92,7 +100,7 @@ def backoff(failures: int, poll: float, max_poll: float) -> float:
 
 def run(cfg: DaemonConfig, stop: threading.Event) -> int:
     """Run until ``stop`` is set (or one pass with ``once``); the exit status (0 = clean)."""
-    data = local_data(cfg.data)
+    local_data(cfg.data)  # a missing or unreadable file stops the daemon before it enrolls
     ledger = Ledger(cfg.ledger)
     try:
         command_line_budget(ledger, cfg.source, cfg.budget, cfg.budget_delta)
@@ -105,7 +113,7 @@ def run(cfg: DaemonConfig, stop: threading.Event) -> int:
         raise
     channel = secure_channel(cfg.coordinator, cfg.ca, insecure=cfg.insecure)
     try:
-        agent = Agent(channel, ledger, data, cfg.source)
+        agent = Agent(channel, ledger, lambda: local_data(cfg.data), cfg.source)
         agent.ensure_enrolled(cfg.coordinator, cfg.token, cfg.label)
         failures = 0
         while not stop.is_set():

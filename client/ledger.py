@@ -29,6 +29,7 @@ A connection is used from the thread that opened the ledger (sqlite3's default).
 from __future__ import annotations
 
 import hashlib
+import logging
 import math
 import os
 import sqlite3
@@ -45,6 +46,7 @@ from .ledger_records import (
     Spend,
     check_budget,
     check_source,
+    fits,
 )
 from .ledger_schema import (
     DEFAULT_SOURCE,
@@ -52,17 +54,18 @@ from .ledger_schema import (
     SCHEMA_VERSION,
     SPEND_COLUMNS,
     create_schema,
+    drop_out_of_box,
     log_change,
     migrate_v1,
     set_settings,
 )
 from .policy import Policy
 
+log = logging.getLogger("fedsketch.device")
+
 __all__ = ["DEFAULT_SOURCE", "SCHEMA_VERSION", "Budget", "BudgetChange", "BudgetExceeded",
            "Identity", "Ledger", "LedgerError", "Spend"]
 
-_EPS_SLACK = 1e-12
-_DELTA_SLACK = 1e-15
 _BUSY_TIMEOUT_S = 30.0
 
 
@@ -120,13 +123,15 @@ class Ledger:
                 raise LedgerError(f"{self.path} is an SQLite file but not a fedsketch ledger")
             version = settings.get("schema_version", "")
             if version == "1":
-                try:
-                    migrate_v1(db, settings)
-                except ValueError as exc:
-                    raise LedgerError(f"{self.path}: {exc}; move it aside and start a new ledger "
-                                      "with `fedsketch device init`, keeping the old file as the "
-                                      "record of past spends") from None
-            elif version != str(SCHEMA_VERSION):
+                migrate_v1(db, settings)
+                log.warning("%s: migrated from schema 1; its budget is what it had spent, so "
+                            "nothing remains until `fedsketch device raise-budget`", self.path)
+            elif version == str(SCHEMA_VERSION):
+                if drop_out_of_box(db, settings) == "refuse":
+                    log.warning("%s: the owner's policy out-of-box = refuse is no longer offered "
+                                "(the refusal would reveal the records); records are clipped",
+                                self.path)
+            else:
                 raise LedgerError(f"{self.path} has ledger schema version {version!r}; this code reads "
                                   f"versions 1 and {SCHEMA_VERSION} (written by a newer fedsketch?)")
 
@@ -167,10 +172,15 @@ class Ledger:
     def declare(self, source: str, epsilon: float, delta: float = 0.0, *,
                 action: str = "add-source") -> Budget:
         """Declare a new source with its total budget (logged). LedgerError if it exists: a budget
-        is set once, then only lowered or explicitly raised."""
+        is set once, then only lowered or explicitly raised. With ``action="init"`` (the first
+        budget of the device) also if any source exists: checked in the same transaction, so two
+        first runs racing on one file cannot both declare one."""
         check_source(source)
         budget = check_budget(epsilon, delta)
         with self._write() as db:
+            if action == "init" and db.execute("SELECT 1 FROM sources").fetchone():
+                raise LedgerError(f"{self.path} already holds a budget; see `fedsketch device "
+                                  "budget`, and `fedsketch device add-source` for other people's data")
             if db.execute("SELECT 1 FROM sources WHERE name = ?", (source,)).fetchone():
                 raise LedgerError(f"source {source!r} already has a budget; lower it with a smaller "
                                   "--budget, raise it with `fedsketch device raise-budget`")
@@ -241,7 +251,10 @@ class Ledger:
 
     def policy(self) -> Policy:
         """The owner's policy (the permissive default until one is set)."""
-        row = self._conn.execute("SELECT value FROM settings WHERE key = 'policy'").fetchone()
+        return self._policy(self._conn)
+
+    def _policy(self, db: sqlite3.Connection) -> Policy:
+        row = db.execute("SELECT value FROM settings WHERE key = 'policy'").fetchone()
         try:
             return Policy.from_json(row[0])
         except (TypeError, ValueError) as exc:
@@ -263,6 +276,28 @@ class Ledger:
         row = self._conn.execute(f"SELECT {SPEND_COLUMNS} FROM spends WHERE study_id = ?", (study_id,))
         return None if (row := row.fetchone()) is None else Spend(*row)
 
+    def refusal(self, source: str, epsilon: float, delta: float) -> str | None:
+        """Why a study asking (ε, δ) cannot be charged to ``source`` now (the owner's largest ε
+        per study, or the budget left), or None. :meth:`record_spend` decides the same way."""
+        return self._refusal(self._conn, source, epsilon, delta)
+
+    def _refusal(self, db: sqlite3.Connection, source: str, epsilon: float,
+                 delta: float) -> str | None:
+        budget = self._budget(db, source)
+        max_eps = self._policy(db).max_epsilon
+        if max_eps is not None and epsilon > max_eps:
+            return f"it asks ε = {epsilon:g}; the device's policy allows at most {max_eps:g} per study"
+        eps_sum, delta_sum = self._sums(db, source)
+        if not fits(eps_sum, epsilon, budget.epsilon):
+            return (f"insufficient budget: it asks ε = {epsilon:g}, "
+                    f"{max(0.0, budget.epsilon - eps_sum):g} of {budget.epsilon:g} remains for "
+                    f"source {source!r}")
+        if not fits(delta_sum, delta, budget.delta):
+            return (f"insufficient budget: it asks δ = {delta:g}, "
+                    f"{max(0.0, budget.delta - delta_sum):g} of {budget.delta:g} remains for "
+                    f"source {source!r}" + (" (a pure-ε budget)" if budget.delta == 0 else ""))
+        return None
+
     def record_spend(self, *, study_id: str, study_name: str, source: str, epsilon: float,
                      delta: float, n: float, kind: str, payload: bytes, spec_sha256: str) -> Spend:
         """Record the release of ``payload`` for ``study_id`` in one committed transaction; call it
@@ -270,8 +305,8 @@ class Ledger:
 
         Raises ValueError for ε not finite and > 0, δ not finite and ≥ 0, or n not finite;
         LedgerError if this study already has a spend or ``source`` has no budget; BudgetExceeded
-        if the owner's policy declines ε, if Σε + ε > the source's ε (+1e-12) or, for δ > 0,
-        Σδ + δ > its δ (+1e-15). A refusal writes nothing."""
+        if the owner's policy declines ε or the budget cannot cover it (:func:`fits`, for ε and
+        for δ). The checks run inside the write transaction. A refusal writes nothing."""
         if not (math.isfinite(epsilon) and epsilon > 0):
             raise ValueError(f"epsilon must be finite and > 0, got {epsilon!r}")
         if not (math.isfinite(delta) and delta >= 0):
@@ -287,20 +322,8 @@ class Ledger:
             if db.execute("SELECT 1 FROM spends WHERE study_id = ?", (study_id,)).fetchone():
                 raise LedgerError(f"the device already released a sketch for study {study_id!r}; "
                                   "it re-sends the stored bytes instead")
-            budget = self._budget(db, source)
-            max_eps = self.policy().max_epsilon
-            if max_eps is not None and epsilon > max_eps:
-                raise BudgetExceeded(f"study {study_id!r} asks ε={epsilon:g}; the device's policy "
-                                     f"allows at most {max_eps:g} per study")
-            eps_sum, delta_sum = self._sums(db, source)
-            eps_left = max(0.0, budget.epsilon - eps_sum)
-            if math.fsum((eps_sum, epsilon)) > budget.epsilon + _EPS_SLACK:
-                raise BudgetExceeded(f"source {source!r}: {eps_left:g} ε remains of "
-                                     f"{budget.epsilon:g}, study {study_id!r} asks ε={epsilon:g}")
-            if delta > 0 and math.fsum((delta_sum, delta)) > budget.delta + _DELTA_SLACK:
-                raise BudgetExceeded(f"source {source!r}: {max(0.0, budget.delta - delta_sum):g} δ "
-                                     f"remains of {budget.delta:g} ({eps_left:g} ε remains), study "
-                                     f"{study_id!r} asks δ={delta:g} (ε={epsilon:g})")
+            if (why := self._refusal(db, source, epsilon, delta)) is not None:
+                raise BudgetExceeded(f"study {study_id!r}: {why}")
             db.execute(f"INSERT INTO spends ({SPEND_COLUMNS}) VALUES ({', '.join('?' * 14)})",
                        (spend.study_id, spend.study_name, spend.source, spend.epsilon, spend.delta,
                         spend.n, spend.kind, spend.payload, spend.payload_sha256, spend.spec_sha256,

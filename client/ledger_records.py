@@ -78,6 +78,17 @@ def check_budget(epsilon: float, delta: float) -> Budget:
     return Budget(float(epsilon), float(delta))
 
 
+#: Relative slack of :func:`fits` (float rounding of the spends; far below any ε one would ask).
+BUDGET_SLACK = 1e-12
+
+
+def fits(spent: float, asked: float, budget: float) -> bool:
+    """Whether a spend of ``asked`` on top of ``spent`` stays within ``budget`` (ε or δ):
+    spent + asked ≤ budget·(1 + 10⁻¹²), the sum taken exactly (math.fsum). The slack is relative,
+    so a budget of 0 (a pure-ε device's δ) admits nothing above 0."""
+    return asked <= 0 or math.fsum((spent, asked)) <= budget * (1.0 + BUDGET_SLACK)
+
+
 def check_source(name: str) -> str:
     """A source name: 1 to 100 printable characters."""
     if not (isinstance(name, str) and 0 < len(name) <= _MAX_NAME and name.isprintable()):

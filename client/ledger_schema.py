@@ -2,12 +2,13 @@
 
 Schema 1 keyed budgets on the SHA-256 of a data file, so that appending a row gave the same
 people a fresh budget. :func:`migrate_v1` moves all of its spends, in the caller's transaction, to
-:data:`DEFAULT_SOURCE`, whose budget becomes the last ``--budget`` the old file recorded (so a
-device that spent on several files may find that budget already used up), and logs it.
+:data:`DEFAULT_SOURCE`, whose budget becomes what those spends add up to, and logs it: nothing
+remains until the owner states the device's real total with ``fedsketch device raise-budget``.
 """
 
 from __future__ import annotations
 
+import json
 import math
 import sqlite3
 import time
@@ -18,6 +19,8 @@ SCHEMA_VERSION = 2
 FORMAT = "fedsketch.ledger"
 #: The source of a device that declares no other.
 DEFAULT_SOURCE = "default"
+#: The ε budget a migrated schema-1 ledger that never spent gets (a budget must be > 0).
+MIGRATED_FLOOR = 1e-9
 
 SCHEMA = """
 CREATE TABLE settings (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -86,19 +89,20 @@ def log_change(db: sqlite3.Connection, action: str, source: str | None, epsilon:
 
 
 def migrate_v1(db: sqlite3.Connection, settings: dict[str, str]) -> None:
-    """Schema 1 → 2 (module docstring), inside the caller's write transaction. ValueError, with
-    nothing changed, if the old file holds no readable budget."""
-    try:
-        epsilon, delta = float(settings["budget"]), float(settings.get("budget_delta", 0))
-    except (KeyError, ValueError) as exc:
-        raise ValueError(f"schema-1 ledger without a readable budget ({exc!r})") from None
-    if not (math.isfinite(epsilon) and epsilon > 0 and math.isfinite(delta) and 0 <= delta < 1):
-        raise ValueError(f"schema-1 ledger with an invalid budget ε = {epsilon}, δ = {delta}")
+    """Schema 1 → 2 (module docstring), inside the caller's write transaction.
+
+    The new budget of :data:`DEFAULT_SOURCE` is what the old file's spends add up to (ε and δ;
+    ε at least 10⁻⁹ when it never spent, since a budget is > 0), so nothing remains: schema 1
+    rewrote its stored budget from every run's ``--budget``, so that value says nothing the owner
+    decided. The owner states the real total once with ``fedsketch device raise-budget``."""
     db.execute("ALTER TABLE spends RENAME TO spends_v1")
     create_schema(db, skip=("settings", "identity"))
+    files, spends = db.execute("SELECT COUNT(DISTINCT fingerprint), COUNT(*) FROM spends_v1").fetchone()
+    rows = db.execute("SELECT epsilon, delta FROM spends_v1").fetchall()
+    epsilon = max(math.fsum(r[0] for r in rows), MIGRATED_FLOOR)
+    delta = min(math.fsum(r[1] for r in rows), 1.0 - 1e-12)
     db.execute("INSERT INTO sources (name, epsilon, delta, created_at) VALUES (?, ?, ?, ?)",
                (DEFAULT_SOURCE, epsilon, delta, time.time()))
-    files, spends = db.execute("SELECT COUNT(DISTINCT fingerprint), COUNT(*) FROM spends_v1").fetchone()
     db.execute(f"INSERT INTO spends ({SPEND_COLUMNS}) SELECT study_id, study_id, ?, epsilon, "
                "delta, n, kind, payload, payload_sha256, spec_sha256, spent_at, acked_at, "
                "receipt, NULL FROM spends_v1 ORDER BY seq", (DEFAULT_SOURCE,))
@@ -107,5 +111,23 @@ def migrate_v1(db: sqlite3.Connection, settings: dict[str, str]) -> None:
     set_settings(db, schema_version=str(SCHEMA_VERSION), policy=Policy().to_json())
     log_change(db, "migrate", DEFAULT_SOURCE, epsilon, delta,
                f"schema 1 → 2: {spends} spends on {files} data files (once keyed by the file's "
-               f"SHA-256) now all count against source {DEFAULT_SOURCE!r}; its budget is the last "
-               "--budget the old file recorded")
+               f"SHA-256) now all count against source {DEFAULT_SOURCE!r}; its budget is what they "
+               f"spent (the old file's --budget {settings.get('budget', 'none')!r} was rewritten "
+               "by every run), so nothing remains until the owner runs `fedsketch device "
+               "raise-budget`")
+
+def drop_out_of_box(db: sqlite3.Connection, settings: dict[str, str]) -> str | None:
+    """Remove the ``out_of_box`` key that the first schema-2 release stored in the policy, inside
+    the caller's write transaction (logged); the old value, or None if there was none.
+
+    ``refuse`` is no longer offered (:mod:`fedsketch.client.policy` says why): records are
+    clipped."""
+    policy = json.loads(settings.get("policy", "{}"))
+    if "out_of_box" not in policy:
+        return None
+    old = policy.pop("out_of_box")
+    set_settings(db, policy=json.dumps(policy, sort_keys=True))
+    log_change(db, "policy", None, None, None,
+               f"out-of-box = {old} dropped: a refusal that depends on where the records lie "
+               "reveals them, so records outside a study's box are always clipped")
+    return str(old)

@@ -1,4 +1,4 @@
-"""The device owner's policy: which studies the device joins and what it does with out-of-box records.
+"""The device owner's policy: which studies the device joins.
 
 The policy lives in the ledger (:class:`fedsketch.client.ledger.Ledger`), next to the budget,
 and only the owner's commands change it (``fedsketch device init`` and ``device policy``);
@@ -8,10 +8,13 @@ each change is logged there. It is checked before anything is spent:
   budget as the limit;
 * ``studies``: shell-style patterns (:mod:`fnmatch`, case-sensitive) a study's name must match;
 * ``coordinators``: patterns the coordinator's address (``host:port``) must match, checked
-  when the daemon starts;
-* ``out_of_box``: ``clip`` moves records outside the study's public box onto it (counted in the
-  device's log only); ``refuse`` declines a study for which any record lies outside. A refusal
-  is visible to the coordinator as an absence, so ``clip`` reveals less.
+  when the daemon starts.
+
+Every check depends on public things only (the study's name and ε, the coordinator's address,
+the ledger). There is deliberately no "refuse studies whose box some record falls outside":
+that refusal is a function of the private records, seen by the coordinator as an absence, and
+a coordinator could binary-search a record's value with boxes of shrinking width at ~0 ε each.
+Records outside a study's box are always clipped onto it (:mod:`fedsketch.common.box`).
 """
 
 from __future__ import annotations
@@ -21,8 +24,6 @@ import json
 import math
 from dataclasses import dataclass
 
-OUT_OF_BOX = ("clip", "refuse")
-
 
 @dataclass(frozen=True)
 class Policy:
@@ -31,7 +32,6 @@ class Policy:
     max_epsilon: float | None = None
     studies: tuple[str, ...] = ("*",)
     coordinators: tuple[str, ...] = ("*",)
-    out_of_box: str = "clip"
 
     def __post_init__(self) -> None:
         if self.max_epsilon is not None and not (math.isfinite(self.max_epsilon)
@@ -40,12 +40,11 @@ class Policy:
                              f"{self.max_epsilon!r}")
         for name in ("studies", "coordinators"):
             patterns = tuple(getattr(self, name))
-            if not patterns or not all(isinstance(p, str) and p for p in patterns):
-                raise ValueError(f"{name} needs at least one non-empty pattern")
+            if not patterns or not all(isinstance(p, str) and p and p.isprintable()
+                                       for p in patterns):
+                raise ValueError(f"{name} needs at least one pattern, each non-empty and without "
+                                 "control characters")
             object.__setattr__(self, name, patterns)
-        if self.out_of_box not in OUT_OF_BOX:
-            raise ValueError(f"out_of_box must be one of {', '.join(OUT_OF_BOX)}, got "
-                             f"{self.out_of_box!r}")
 
     def refusal(self, study_name: str, epsilon: float) -> str | None:
         """Why the policy declines a study of this name asking this ε, or None if it allows it."""
@@ -64,15 +63,13 @@ class Policy:
     def to_json(self) -> str:
         """The form stored in the ledger."""
         return json.dumps({"max_epsilon": self.max_epsilon, "studies": list(self.studies),
-                           "coordinators": list(self.coordinators),
-                           "out_of_box": self.out_of_box}, sort_keys=True)
+                           "coordinators": list(self.coordinators)}, sort_keys=True)
 
     @classmethod
     def from_json(cls, text: str) -> Policy:
         """Inverse of :meth:`to_json`; ValueError for anything else."""
         try:
             data = json.loads(text)
-            return cls(data["max_epsilon"], tuple(data["studies"]), tuple(data["coordinators"]),
-                       data["out_of_box"])
+            return cls(data["max_epsilon"], tuple(data["studies"]), tuple(data["coordinators"]))
         except (json.JSONDecodeError, KeyError, TypeError) as exc:
             raise ValueError(f"unreadable device policy: {exc!r}") from None

@@ -70,7 +70,7 @@ class Box:
             axis = int(np.argmax(lo >= hi))
             raise ValueError(f"a box needs lo < hi on every axis; axis {axis} has "
                              f"{lo[axis]:g} ≥ {hi[axis]:g}")
-        for name, value in (("lo", lo), ("hi", hi), ("center", (lo + hi) / 2.0)):
+        for name, value in (("lo", lo), ("hi", hi), ("center", lo / 2.0 + hi / 2.0)):
             value.setflags(write=False)
             object.__setattr__(self, name, value)
         object.__setattr__(self, "_shifted", bool(np.any(self.center != 0.0)))
@@ -87,8 +87,11 @@ class Box:
         return self.lo.shape[0]
 
     def phase_bound(self, omega: np.ndarray) -> float:
-        """B = max_k Σ_j |Ω_jk|·(hi_j − lo_j)/2 (radians): the largest |Ωᵀ(x − c)| in the box."""
-        half = (self.hi - self.lo) / 2.0
+        """B = max_k Σ_j |Ω_jk|·(hi_j − lo_j)/2 (radians): the largest |Ωᵀ(x − c)| in the box; inf
+        if a half-width exceeds the float32 range (the kernel could not hold x − c)."""
+        half = self.hi / 2.0 - self.lo / 2.0
+        if np.any(half > np.finfo(np.float32).max):
+            return math.inf
         return float(np.max(np.abs(np.asarray(omega, dtype=np.float64)).T @ half))
 
     def reduce(self, freqs) -> Reduced:
@@ -101,6 +104,7 @@ class Box:
         if not bound < PHASE_LIMIT:
             raise ValueError(f"the box is too wide for these frequencies: phases could reach "
                              f"{bound:.3g} rad (limit {PHASE_LIMIT:.3g}); state a tighter box")
+        # finite: |c_j| < 2^54·half_j (lo < hi in float64), so |Ωᵀc| < 2^54·B < 2^116
         xi = np.mod(np.asarray(freqs.xi, dtype=np.float64) + omega.T @ self.center, 2.0 * math.pi)
         return Reduced(freqs.omega, xi)
 
@@ -126,11 +130,3 @@ class Box:
             if clipped:
                 x = np.clip(x, self.lo, self.hi)
             yield (x - self.center).astype(np.float32)
-
-    def count_outside(self, chunks: Iterable[np.ndarray]) -> Tally:
-        """One pass: how many records there are and how many lie outside the box."""
-        tally = Tally()
-        for chunk in chunks:
-            tally.records += chunk.shape[0]
-            tally.clipped += int(self.outside(chunk).sum())
-        return tally

@@ -67,7 +67,12 @@ class PrivateSketch:
 
 
 def privatize(fs: FeatureSum, privacy: PrivacySpec) -> PrivateSketch:
-    """Release ``fs`` under ``privacy`` with fresh exact noise from OS bits (module docstring)."""
+    """Release ``fs`` under ``privacy`` with fresh exact noise from OS bits (module docstring).
+
+    ValueError for n = 0 under replace-one (n is public there, and no records is no sketch);
+    under add/remove n = 0 is released like any n (refusing would reveal it)."""
+    if fs.n == 0 and privacy.neighbouring == "replace_one":
+        raise ValueError("no records to sketch")
     clean = np.concatenate([fs.re, fs.im]).astype(np.int64)
     if privacy.noiseless:
         return PrivateSketch(clean, fs.n, fs.grid, fs.alpha, privacy, ())

@@ -230,8 +230,6 @@ def feature_sum(
                     n += _collect(pending.pop(0), re, im, progress)
         for item in pending:
             n += _collect(item, re, im, progress)
-    if n == 0:
-        raise ValueError("no records to sketch")
     if not (np.all(np.isfinite(re)) and np.all(np.isfinite(im))):
         raise ValueError("the feature sum is not finite: a record has NaN, inf or a value so large "
                          "that its phases overflow; clip the data to the study's box")

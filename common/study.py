@@ -97,6 +97,18 @@ class StudySpec:
         if len(self.omega_sha256) != 64:
             raise ValueError("omega_sha256 must be a hex SHA-256")
 
+    def check_new(self) -> None:
+        """Rules for a study being created (older stored studies stay readable): ValueError if
+        its name holds a control character (devices show it to their owners), or if it asks
+        for ``min_records`` > 1 under add/remove, where n is private: whether a device takes
+        part would then be a deterministic function of its n (datasets of min_records − 1 and
+        min_records records would be told apart), so devices ignore the rule there."""
+        if not self.name.isprintable():
+            raise ValueError("a study's name must not hold control characters")
+        if self.sketch.privacy.neighbouring == "add_remove" and self.min_records > 1:
+            raise ValueError("min_records applies under replace-one only: under add/remove a "
+                             "device's record count is private, and refusing by it would reveal it")
+
     def _check_secure_aggregation(self) -> None:
         """Refuse a secure-aggregation study that cannot work, with the reason."""
         sa = self.secure_aggregation

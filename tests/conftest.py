@@ -11,8 +11,9 @@ import grpc
 import numpy as np
 import pytest
 
-from fedsketch.client.agent import Agent, LocalData
+from fedsketch.client.agent import Agent
 from fedsketch.client.ledger import Ledger
+from fedsketch.client.localdata import LocalData
 from fedsketch.common.frequencies import FrequencySpec
 from fedsketch.common.pb import fedsketch_pb2 as pb
 from fedsketch.common.pb import fedsketch_pb2_grpc as pb_grpc
@@ -64,7 +65,8 @@ class Round:
     def agent(self, name: str, x: np.ndarray, budget: float = 1000.0) -> Agent:
         """An enrolled in-process device holding ``x``, with its own ledger."""
         data = LocalData(lambda: split(x), x.shape[1])
-        agent = Agent(self.channel(), Ledger.create(self.folder / f"{name}.ledger", budget), data)
+        agent = Agent(self.channel(), Ledger.create(self.folder / f"{name}.ledger", budget),
+                      lambda: data)
         agent.ensure_enrolled(self.target, self.tokens(1)[0], name)
         return agent
 

@@ -146,7 +146,8 @@ def create_study(
     neighbouring: Annotated[str, typer.Option(help=f"{' or '.join(NEIGHBOURING)}.")] = (
         "replace_one"),
     min_devices: Annotated[int, typer.Option(help="Quorum.")] = 1,
-    min_records: Annotated[int, typer.Option(help="Records a device needs.")] = 1,
+    min_records: Annotated[int, typer.Option(
+        help="Records a device needs (replace-one only: under add/remove n is private).")] = 1,
     deadline: Annotated[float | None, typer.Option(help="Seconds from now to collect; "
                                                    "without it the study closes at quorum.")]
     = None,

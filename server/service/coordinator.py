@@ -175,6 +175,7 @@ class Coordinator:
         """Validate and canonicalize an operator's spec, check its Ω hash, and open the study."""
         try:
             spec = StudySpec.from_json(spec_json)
+            spec.check_new()
             expected = StudySpec.create(spec.name, spec.sketch, spec.k, spec.lo, spec.hi)
         except ValueError as exc:
             raise Refusal(Code.INVALID_ARGUMENT, f"bad study spec: {exc}") from None

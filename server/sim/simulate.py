@@ -28,8 +28,9 @@ from pathlib import Path
 import grpc
 import numpy as np
 
-from fedsketch.client.agent import Agent, LocalData
+from fedsketch.client.agent import Agent
 from fedsketch.client.ledger import Ledger
+from fedsketch.client.localdata import LocalData
 from fedsketch.common.features import FEATURES
 from fedsketch.common.frequencies import FrequencySpec
 from fedsketch.common.pb import fedsketch_pb2 as pb
@@ -175,7 +176,7 @@ def _agents(stack: ExitStack, target: str, ca: Path, folder: Path, tokens: list[
         stack.callback(ledger.close)
         channel = secure_channel(target, ca)
         stack.callback(channel.close)
-        agent = Agent(channel, ledger, data)
+        agent = Agent(channel, ledger, lambda data=data: data)
         agent.ensure_enrolled(target, token, f"sim-{i}")
         agents.append(agent)
     return agents

@@ -6,6 +6,8 @@ processes."""
 from __future__ import annotations
 
 import hashlib
+import json
+import logging
 import os
 import signal
 import sqlite3
@@ -123,7 +125,7 @@ def test_budget_only_goes_down_except_by_the_owners_logged_raise(ledger):
 
 def test_policy_is_stored_logged_and_enforced_in_the_spend_transaction(ledger):
     assert ledger.policy() == Policy()
-    strict = Policy(max_epsilon=0.25, studies=("diabetes-*",), out_of_box="refuse")
+    strict = Policy(max_epsilon=0.25, studies=("diabetes-*",))
     ledger.set_policy(strict)
     ledger.set_policy(strict)  # unchanged: no second log line
     assert ledger.policy() == strict
@@ -137,8 +139,11 @@ def test_policy_is_stored_logged_and_enforced_in_the_spend_transaction(ledger):
 def test_delta_adds_up_and_is_checked_separately(tmp_path):
     led = Ledger.create(tmp_path / "pure", 10.0)  # pure-ε ledger: no δ at all
     try:
-        with pytest.raises(BudgetExceeded, match="δ"):
-            spend(led, "s0", 0.1, delta=1e-9)
+        for tiny in (1e-9, 4e-16, 5e-324):  # no absolute slack: a pure-ε budget admits no δ
+            with pytest.raises(BudgetExceeded, match="a pure-ε budget"):
+                spend(led, "s0", 0.1, delta=tiny)
+            assert "δ" in led.refusal(DEFAULT_SOURCE, 0.1, tiny)
+        assert led.refusal(DEFAULT_SOURCE, 0.1, 0.0) is None
     finally:
         led.close()
     led = Ledger.create(tmp_path / "approx", 10.0, 1e-6)
@@ -231,7 +236,7 @@ def test_reopen_keeps_everything_including_the_budget(path):
             spend(led, "s1", 0.1)
     finally:
         led.close()
-    with pytest.raises(LedgerError, match="already has a budget"):
+    with pytest.raises(LedgerError, match="already holds a budget"):
         Ledger.create(path, 5.0)
 
 
@@ -372,24 +377,30 @@ def _v1_ledger(path: Path, budget: str | None = "1.0") -> None:
     db.close()
 
 
-def test_a_schema_1_ledger_is_migrated_to_one_device_budget(path):
-    """Spends once keyed by two files' hashes all count against the device's one budget: the 1.3
-    spent exceeds the old per-file budget of 1, so nothing remains (conservative, never fresh)."""
-    _v1_ledger(path)
+@pytest.mark.parametrize("old_budget", ["5.0", None])
+def test_a_schema_1_ledger_is_migrated_with_nothing_left(path, old_budget):
+    """Spends once keyed by two files' hashes all count against the device's one budget, and that
+    budget is what they spent (1.3): schema 1 rewrote its stored budget (here 5, or none) from
+    every run's --budget, so taking it would hand out a fresh budget. The owner raises it."""
+    _v1_ledger(path, old_budget)
     led = Ledger(path)
     try:
-        assert led.sources() == {DEFAULT_SOURCE: Budget(1.0, 0.0)}
+        [(source, budget)] = led.sources().items()
+        assert source == DEFAULT_SOURCE and budget.epsilon == pytest.approx(1.3, abs=1e-12)
+        assert budget.delta == 0.0
         assert [(s.study_id, s.source, s.epsilon) for s in led.spends()] == [
             ("s1", DEFAULT_SOURCE, 0.6), ("s2", DEFAULT_SOURCE, 0.7)]
-        assert led.spent(DEFAULT_SOURCE)[0] == pytest.approx(1.3)
         assert led.remaining(DEFAULT_SOURCE).epsilon == 0.0
         assert [s.study_id for s in led.pending()] == ["s2"]  # still re-sent with its stored bytes
         assert led.find("s2").payload == b"s2"
         assert led.identity() == Identity("dev-9", b"k" * 32, "coord:1")
         [entry] = led.history()
         assert entry.action == "migrate" and "2 spends on 2 data files" in entry.detail
+        assert "raise-budget" in entry.detail
         with pytest.raises(BudgetExceeded):
             spend(led, "s3", 0.01)
+        led.raise_budget(DEFAULT_SOURCE, 2.0, None, "the owner's real total")
+        spend(led, "s3", 0.7)
     finally:
         led.close()
     with sqlite3.connect(path) as db:
@@ -397,15 +408,26 @@ def test_a_schema_1_ledger_is_migrated_to_one_device_budget(path):
     db.close()
     Ledger(path).close()  # a second open finds schema 2: no second migration
     led = Ledger(path)
-    assert [h.action for h in led.history()] == ["migrate"]
+    assert [h.action for h in led.history()] == ["migrate", "raise"]
     led.close()
 
 
-def test_a_schema_1_ledger_without_a_budget_is_refused_with_instructions(path):
-    _v1_ledger(path, budget=None)
-    with pytest.raises(LedgerError, match="fedsketch device init"):
-        Ledger(path)
-    with sqlite3.connect(path) as db:  # untouched
-        assert dict(db.execute("SELECT key, value FROM settings"))["schema_version"] == "1"
-        assert db.execute("SELECT COUNT(*) FROM spends").fetchone()[0] == 2
+def test_a_stored_out_of_box_policy_is_dropped_once_and_logged(path, caplog):
+    """The first schema-2 release stored out_of_box in the policy; `refuse` is no longer offered
+    (a refusal that depends on the records reveals them)."""
+    Ledger.create(path, 1.0, policy=Policy(max_epsilon=0.5)).close()
+    with sqlite3.connect(path) as db:
+        db.execute("UPDATE settings SET value = ? WHERE key = 'policy'",
+                   (json.dumps({"max_epsilon": 0.5, "studies": ["*"], "coordinators": ["*"],
+                                "out_of_box": "refuse"}),))
     db.close()
+    caplog.set_level(logging.WARNING, logger="fedsketch.device")
+    for _ in range(2):
+        led = Ledger(path)
+        assert led.policy() == Policy(max_epsilon=0.5)
+        led.close()
+    assert caplog.text.count("no longer offered") == 1
+    led = Ledger(path)
+    assert [h.action for h in led.history()] == ["init", "policy", "policy"]
+    assert "out-of-box = refuse dropped" in led.history()[-1].detail
+    led.close()

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import os
+import time
+
 import numpy as np
 import pytest
 
+from fedsketch.common import dataio
 from fedsketch.common.dataio import DataError, DataSource, load_all, write_npy_stream
 
 
@@ -93,3 +97,79 @@ def test_truncated_npy(tmp_path):
 def test_missing_file(tmp_path):
     with pytest.raises(DataError, match="no such file"):
         DataSource(tmp_path / "nope.npy")
+
+
+@pytest.mark.parametrize("suffix", [".npy", ".csv"])
+def test_a_source_never_reads_another_version_of_its_file(tmp_path, suffix):
+    """Replaced (rename over it: another inode) or rewritten in place (another size or time), the
+    file is refused by the source that opened the old version; a new source reads the new one."""
+    path = tmp_path / f"x{suffix}"
+
+    def write(x, target=path):
+        if suffix == ".npy":
+            np.save(target, x)
+        else:
+            np.savetxt(target, x, delimiter=",")
+
+    write(np.zeros((5, 2), np.float32))
+    old = DataSource(path)
+    assert sum(c.shape[0] for c in old.chunks()) == 5
+    write(np.ones((7, 3)), tmp_path / f"new{suffix}")
+    (tmp_path / f"new{suffix}").replace(path)
+    with pytest.raises(DataError, match="changed while it was in use"):
+        list(old.chunks())
+    new = DataSource(path)
+    assert (new.n, new.d) == (7, 3) and np.all(np.concatenate(list(new.chunks())) == 1)
+    with open(path, "ab") as fh:  # in place: same inode, other size
+        fh.write(b"\n" if suffix == ".csv" else b"\0" * 8)
+    with pytest.raises(DataError, match="changed while it was in use"):
+        list(new.chunks())
+
+
+def test_a_rewrite_that_keeps_size_and_mtime_is_still_seen(tmp_path, monkeypatch):
+    """In place, same size, mtime restored (`cp -p`, `touch -r`): the status-change time shows
+    it; and should the stamp ever miss, an .npy pass compares the header it opened with."""
+    path = tmp_path / "x.npy"
+    np.save(path, np.zeros((10, 4), np.float32))
+    before = os.stat(path)
+    src = DataSource(path)
+    time.sleep(0.01)
+    with open(path, "r+b") as fh:  # same inode, size and header; other records
+        np.save(fh, np.ones((10, 4), np.float32))
+    os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))
+    assert os.stat(path).st_size == before.st_size
+    with pytest.raises(DataError, match="changed while it was in use"):
+        list(src.chunks())
+    monkeypatch.setattr(dataio, "_stamp", lambda st: ())  # a stamp that sees nothing
+    np.save(path, np.zeros((10, 4), np.float32))
+    blind = DataSource(path)
+    with open(path, "r+b") as fh:
+        np.save(fh, np.ones((20, 2), np.float32))
+    with pytest.raises(DataError, match="another header"):
+        list(blind.chunks())
+
+
+def test_a_file_changed_during_a_pass_fails_that_pass(tmp_path):
+    """The stamp is checked again after the last chunk: a pass that read a file while it was
+    rewritten does not count."""
+    path = tmp_path / "x.csv"
+    np.savetxt(path, np.zeros((50, 2)), delimiter=",")
+    src = DataSource(path, rows=10)
+    chunks = src.chunks()
+    next(chunks)
+    time.sleep(0.01)
+    with open(path, "a") as fh:
+        fh.write("1,1\n")
+    with pytest.raises(DataError, match="changed while it was in use"):
+        list(chunks)
+
+
+def test_an_empty_file_is_accepted_only_when_asked(tmp_path):
+    """allow_empty (the device daemon under add/remove): shape (0, d), or a CSV header alone."""
+    np.save(tmp_path / "x.npy", np.zeros((0, 3)))
+    (tmp_path / "x.csv").write_text("a,b\n")
+    for name, d in (("x.npy", 3), ("x.csv", 2)):
+        with pytest.raises(DataError, match="no records"):
+            DataSource(tmp_path / name)
+        src = DataSource(tmp_path / name, allow_empty=True)
+        assert (src.n, src.d) == (0, d) and list(src.chunks()) == []

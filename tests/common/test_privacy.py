@@ -126,6 +126,16 @@ def test_add_remove_count_noise():
         assert np.mean(np.abs(dens - 500)) == pytest.approx(2 * a / (1 - a * a), rel=0.2)
 
 
+def test_no_records_is_refused_under_replace_one_and_released_under_add_remove():
+    """Under add/remove a device with no records releases noise and a noisy count like any
+    other (declining would reveal n = 0); under replace-one n is public and 0 is refused."""
+    fs = feature_sum([], draw_frequencies(FrequencySpec(d=2, m=50, scale=1.0)), "complex")
+    with pytest.raises(ValueError, match="no records"):
+        privatize(fs, PrivacySpec(1.0))
+    rel = privatize(fs, PrivacySpec(1.0, neighbouring="add_remove"))
+    assert rel.payload.shape == (100,) and rel.payload.any()  # noise only
+
+
 @pytest.mark.parametrize("feature", FEATURES)
 def test_add_remove_integer_noise(big_sums, feature):
     fs = big_sums[feature]

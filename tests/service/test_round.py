@@ -96,7 +96,7 @@ def test_every_value_on_the_wire_and_in_the_aggregate_is_an_integer(coordinator_
 def _signed(agent, study: pb.Study, payload: bytes, kind: str = "int64_pairs",
             n: float | None = None, key: bytes | None = None) -> pb.Contribution:
     identity = agent.ledger.identity()
-    n = float(sum(c.shape[0] for c in agent.data.chunks())) if n is None else n
+    n = float(sum(c.shape[0] for c in agent.data().chunks())) if n is None else n
     digest = signing.contribution_digest(study.study_id, identity.device_id, n, study.spec_sha256,
                                          payload)
     return pb.Contribution(study_id=study.study_id, device_id=identity.device_id,

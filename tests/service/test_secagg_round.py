@@ -3,6 +3,7 @@ device agents): the unmasked sum, dropouts, aborts, refusals, and creation-time 
 
 from __future__ import annotations
 
+import logging
 import time
 
 import grpc
@@ -11,6 +12,10 @@ import pytest
 from conftest import META
 
 from fedsketch.client import agent as agent_module
+from fedsketch.client import daemon
+from fedsketch.client.agent import Agent
+from fedsketch.client.ledger import Ledger
+from fedsketch.client.localdata import LocalData
 from fedsketch.common import signing
 from fedsketch.common.box import Box
 from fedsketch.common.dp.calibration import l1_sensitivity
@@ -110,6 +115,28 @@ def test_unmasked_sum_is_the_plain_integer_sum(coordinator_round, parts, feature
     assert coordinator_round.store.contributions(study.study_id) == []  # no plain sketches
 
 
+def test_an_off_centre_box_sums_the_features_of_the_records_themselves(coordinator_round, parts):
+    """Secure aggregation over [490, 510]^3 (records shifted by 500, clipped): the unmasked sum
+    equals Σ_i q(Ωᵀx_i + ξ) computed here in float64 without the Box class, but for records whose
+    phase lies within 10⁻⁴ rad of a quadrant boundary (float32 may put them in the next one: 2
+    steps each, counted here). A wrong centring moves about half of all the signs."""
+    epsilon = 25.0 * l1_sensitivity("quantized", 40, "replace_one")  # a = e^{-25}: shares are 0
+    sketch = SketchSpec(FrequencySpec(d=3, m=40, scale=1.5, seed=2), "quantized", 40,
+                        PrivacySpec(epsilon))
+    spec = StudySpec.create("off-centre", sketch, 3, [490.0] * 3, [510.0] * 3, min_devices=4,
+                            replicates=1, secure_aggregation=SecAggSpec(3, 4, 100_000, None, 5.0))
+    study = coordinator_round.create(spec)
+    seen = spy_total(coordinator_round, study.study_id)
+    agents = [coordinator_round.agent(f"oc{i}", parts[i] + 500.0, budget=epsilon) for i in range(4)]
+    assert drive(coordinator_round, study.study_id, agents).state == pb.DONE
+    freqs = draw_frequencies(spec.sketch.frequencies)
+    x = np.clip(np.concatenate(parts[:4]), -10.0, 10.0) + 500.0
+    t = x @ np.asarray(freqs.omega, np.float64) + np.asarray(freqs.xi, np.float64)
+    expected = np.stack([np.sign(np.cos(t)).sum(axis=0), np.sign(np.sin(t)).sum(axis=0)])
+    near = np.abs(t / (np.pi / 2) - np.rint(t / (np.pi / 2))) < 1e-4 / (np.pi / 2)
+    assert np.all(np.abs(seen["total"] - expected) <= 2 * near.sum(axis=0))
+
+
 def test_dropouts_at_masked_input_complete_and_spend_only_for_submitters(coordinator_round,
                                                                          parts, monkeypatch):
     """8 devices, h_min = 5, two silent: 6 submit. Each adds a share sized for h_min (not for
@@ -138,6 +165,40 @@ def test_dropouts_at_masked_input_complete_and_spend_only_for_submitters(coordin
     clean = sum(integer_sum(parts[i], spec) for i in range(8) if i not in {1, 5})
     noise = sum(share for _, share in calls).reshape(2, 40)
     assert noise.any() and np.array_equal(seen["total"], clean + noise)
+
+
+def test_a_device_whose_data_changed_after_register_drops_out_unspent(coordinator_round, parts,
+                                                                     tmp_path, caplog):
+    """The count a device registers is the count it sketches: a data file replaced after REGISTER
+    (refused by the file's stamp), or data that change under a feed that keeps no stamp (refused
+    by the count), make the device drop out at MASKED_INPUT with nothing spent; the other three
+    finish the round."""
+    spec = secure_spec(5, threshold=3, min_honest=3)
+    study = coordinator_round.create(spec)
+    agents = [coordinator_round.agent(f"ch{i}", parts[i]) for i in range(3)]
+    npy = tmp_path / "file.npy"
+    np.save(npy, parts[3])
+    held = {"x": parts[4]}
+    for name, feed in (("file", lambda: daemon.local_data(npy)),
+                       ("memory", lambda: LocalData(lambda: split(held["x"]), 3))):
+        book = Ledger.create(tmp_path / f"{name}.ledger", 1000.0)
+        agent = Agent(coordinator_round.channel(), book, feed)
+        agent.ensure_enrolled(coordinator_round.target, coordinator_round.tokens(1)[0], name)
+        agents.append(agent)
+    op = coordinator_round.operator()
+    while op.ShowStudy(pb.StudyRef(study_id=study.study_id), metadata=META).stage == pb.REGISTER:
+        for agent in agents:
+            agent.step()
+    np.save(tmp_path / "other.npy", parts[3][:-1])
+    (tmp_path / "other.npy").replace(npy)
+    held["x"] = parts[4][:-1]
+    caplog.set_level(logging.WARNING, logger="fedsketch.device")
+    assert drive(coordinator_round, study.study_id, agents).state == pb.DONE
+    assert [len(a.ledger.spends()) for a in agents] == [1, 1, 1, 0, 0]
+    assert "changed while it was in use" in caplog.text
+    assert "the data changed since REGISTER" in caplog.text
+    res = coordinator_round.device_stub().GetResult(pb.StudyRef(study_id=study.study_id))
+    assert res.devices == 3
 
 
 def test_too_few_submitters_abort_and_release_nothing(coordinator_round, parts):
