@@ -58,13 +58,14 @@ def start_coordinator(folder: Path) -> tuple[subprocess.Popen, str, str]:
 
 
 def prepare(target: str, ca: Path, token: str, devices: int, studies: int) -> list:
-    """Enroll devices, open studies, and pre-sign one valid contribution per (device, study)."""
+    """Enroll devices, open studies (a roster of all the devices, a far deadline so that none
+    closes), register every device, and pre-sign one valid contribution per (device, study)."""
     channel = secure_channel(target, ca)
     op, dev = pb_grpc.OperatorStub(channel), pb_grpc.DeviceStub(channel)
     meta = (("authorization", f"Bearer {token.strip()}"),)
     sketch = SketchSpec(FrequencySpec(d=10, m=M, scale=2.0), "complex", 1, PrivacySpec(1.0))
     spec = StudySpec.create("ingest", sketch, 10, [-15.0] * 10, [15.0] * 10,
-                            min_devices=10 * devices)
+                            min_devices=devices, deadline=time.time() + 3600)
     made = [op.CreateStudy(pb.CreateStudyRequest(spec_json=spec.to_json()), metadata=meta)
             for _ in range(studies)]
     tokens = op.IssueTokens(pb.IssueTokensRequest(count=devices), metadata=meta).tokens
@@ -75,6 +76,10 @@ def prepare(target: str, ca: Path, token: str, devices: int, studies: int) -> li
         device_id = dev.Enroll(pb.EnrollRequest(token=tok, public_key=signing.public_key(key)),
                                timeout=30).device_id
         for study in made:
+            joined = signing.registration_digest(study.study_id, device_id, study.spec_sha256)
+            dev.Register(pb.Registration(study_id=study.study_id, device_id=device_id,
+                                         spec_sha256=study.spec_sha256,
+                                         signature=signing.sign(key, joined)), timeout=30)
             pairs = (rng.integers(-10**6, 10**6, 2 * M)).astype("<i8").tobytes()
             digest = signing.contribution_digest(study.study_id, device_id, N_PER_DEVICE,
                                                  study.spec_sha256, pairs)

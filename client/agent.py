@@ -1,6 +1,8 @@
 """One device's work on the round: enroll, check studies, sketch, spend, sign and submit.
 
-The order is what makes a release safe (DESIGN §3, §6):
+The order is what makes a release safe (DESIGN §3, §6). A plain study first fills its roster:
+the device joins it (steps 1–2, and under replace-one a count of the records against
+``min_records``), spending nothing, and waits; only once the roster is full does it go on:
 
 1. public checks: the study's spec JSON hashes to the announced spec hash, its Ω‖ξ hash
    recomputes, the owner's policy (:mod:`.policy`) allows the study's name and ε, and the
@@ -14,7 +16,8 @@ The order is what makes a release safe (DESIGN §3, §6):
 4. under replace-one (n public) at least ``min_records`` records were read; under add/remove
    no decision depends on n (a study there cannot ask for more than one record);
 5. the spend and the exact payload bytes are committed to the ledger in one transaction, which
-   re-checks the budget and the owner's largest ε per study;
+   re-checks the budget, the owner's largest ε per study, and, with the coordinator, that the
+   study still takes this device's input;
 6. only then is the payload signed and sent; every retry or restart re-sends the stored bytes.
 
 A refusal at any step spends nothing. A refusal because of the data (:class:`Retry`: the file
@@ -31,37 +34,32 @@ before MASKED_INPUT spend nothing.
 
 from __future__ import annotations
 
+import json
 import logging
-import os
-import signal
-from dataclasses import dataclass, field
+import math
 
 import grpc
-import numpy as np
 
 from fedsketch.common import signing, wire
 from fedsketch.common.box import Box, Tally
-from fedsketch.common.dp.plan import integer_sum_term
-from fedsketch.common.dp.samplers import dlap_noise_share
 from fedsketch.common.frequencies import draw_frequencies
 from fedsketch.common.pb import fedsketch_pb2 as pb
 from fedsketch.common.pb import fedsketch_pb2_grpc as pb_grpc
-from fedsketch.common.secagg import Client, SecAggAbort
-from fedsketch.common.secagg import wire as sw
-from fedsketch.common.sketching import feature_sum
 from fedsketch.common.spec import release_sketch
 from fedsketch.common.study import StudySpec, spec_sha256
 
 from .ledger import DEFAULT_SOURCE, BudgetExceeded, Identity, Ledger, LedgerError, Spend
-from .localdata import DATA_ERRORS, DataFeed, LocalData, Retry, data_refusal, log_clipped
+from .localdata import DATA_ERRORS, DataFeed, Retry, data_refusal, log_clipped
+from .secure_steps import SECURE_KIND, SecureSteps, Session
+from .study_pass import RPC_TIMEOUT, Admitted, Outcome, fault_point
 
 log = logging.getLogger("fedsketch.device")
 
-#: Fault injection for crash tests: with FEDSKETCH_FAULT=kill-after-commit the process sends
-#: itself SIGKILL right after the ledger commit and before the first send.
-FAULT_ENV = "FEDSKETCH_FAULT"
-#: Deadline (seconds) of each RPC.
-RPC_TIMEOUT = 60.0
+#: Deadline (seconds) of the re-check made inside the spend transaction.
+RECHECK_TIMEOUT = 10.0
+#: Fewest seconds an input ticket must have left for the device to spend: far more than one
+#: ledger commit and one Submit take.
+TICKET_MARGIN = 30.0
 #: Refusals after which re-sending the same bytes can never succeed.
 FINAL_REFUSALS = (grpc.StatusCode.NOT_FOUND, grpc.StatusCode.FAILED_PRECONDITION,
                   grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.ALREADY_EXISTS,
@@ -73,49 +71,16 @@ def _shown(text: str) -> str:
     return text if text.isprintable() else repr(text)
 
 
-def _fault_point() -> None:
-    """Between the ledger commit and the first send: where crash tests kill the device."""
-    if os.environ.get(FAULT_ENV) == "kill-after-commit":
-        os.kill(os.getpid(), signal.SIGKILL)
+def _is_secure(study: pb.Study) -> bool:
+    """Whether the study's spec asks for secure aggregation (an unreadable spec counts as plain:
+    the plain path's checks refuse it with the reason)."""
+    try:
+        return json.loads(study.spec_json).get("secure_aggregation") is not None
+    except (ValueError, AttributeError):
+        return False
 
 
-@dataclass(frozen=True)
-class _Admitted:
-    """A study the device may contribute to: its spec, public box, and the data version opened
-    for it."""
-
-    spec: StudySpec
-    box: Box
-    data: LocalData
-
-
-#: The ledger kind of a masked input.
-SECURE_KIND = "secagg_masked"
-
-
-@dataclass
-class _Session:
-    """This device's part in one secure-aggregation round (in memory: a restart drops out)."""
-
-    spec: StudySpec
-    box: Box
-    data: LocalData
-    n: int
-    client: Client | None = None
-    done: set[int] = field(default_factory=set)
-    left: bool = False
-
-
-@dataclass
-class Outcome:
-    """What one pass over the open studies did."""
-
-    submitted: list[str] = field(default_factory=list)
-    resent: list[str] = field(default_factory=list)
-    refused: dict[str, str] = field(default_factory=dict)
-
-
-class Agent:
+class Agent(SecureSteps):
     """A device's protocol logic over one gRPC channel and one ledger."""
 
     def __init__(self, channel: grpc.Channel, ledger: Ledger, data: DataFeed,
@@ -126,7 +91,14 @@ class Agent:
         self.source = source
         self.bytes_sent = 0
         self._refused: set[str] = set()
-        self._sessions: dict[str, _Session] = {}
+        self._sessions: dict[str, Session] = {}
+        #: plain studies joined whose roster is not full yet, with the (ε, δ) they will take
+        self._waiting: dict[str, tuple[float, float]] = {}
+
+    @property
+    def waiting(self) -> bool:
+        """Whether the device has joined a roster that is not full yet (it should poll often)."""
+        return bool(self._waiting)
 
     def ensure_enrolled(self, coordinator: str, token: str | None, label: str) -> Identity:
         """The stored identity, or a new Ed25519 key enrolled with ``token``."""
@@ -162,17 +134,18 @@ class Agent:
             out.resent.append(spend.study_id)
         self._settle()
         studies = self.stub.ListStudies(pb.ListStudiesRequest(), timeout=RPC_TIMEOUT).studies
+        listed = {study.study_id for study in studies}
+        self._waiting = {sid: cost for sid, cost in self._waiting.items() if sid in listed}
+        self._sessions = {sid: s for sid, s in self._sessions.items() if sid in listed}
         for study in studies:
             if study.study_id in self._refused:
                 continue
             if self.ledger.find(study.study_id) is not None and study.study_id not in self._sessions:
                 continue  # released once already (the stored bytes are re-sent above)
-            if study.stage in sw.STAGES:
+            if _is_secure(study):
                 reason = self._secure_step(identity, study, out)
             else:
-                reason = self._contribute(identity, study)
-                if reason is None:
-                    out.submitted.append(study.study_id)
+                reason = self._plain_step(identity, study, out)
             if reason is not None:
                 if not isinstance(reason, Retry):
                     self._refused.add(study.study_id)
@@ -180,7 +153,7 @@ class Agent:
                 log.warning("refused study %s: %s", _shown(study.study_id), reason)
         return out
 
-    def _check(self, study: pb.Study) -> _Admitted | str:
+    def _check(self, study: pb.Study) -> Admitted | str:
         """Steps 1–2 of the module docstring: the study, its box and the data version opened for
         it if this device may contribute, else the reason it may not. Spends nothing; opening
         the data reads an ``.npy`` header, or counts a CSV's rows."""
@@ -193,8 +166,9 @@ class Agent:
         eps, delta = spec.sketch.privacy.epsilon, spec.sketch.privacy.delta
         if (reason := self.ledger.policy().refusal(spec.name, eps)) is not None:
             return reason
-        if (reason := self.ledger.refusal(self.source, eps, delta)) is not None:
-            return reason
+        if (reason := self.ledger.refusal(self.source, eps, delta,
+                                          self._reserved(study.study_id))) is not None:
+            return Retry(reason)  # the budget: a reservation may end or the owner raise it
         freqs = draw_frequencies(spec.sketch.frequencies)
         if freqs.sha256 != spec.omega_sha256:
             return "the frequencies Ω, ξ do not match the spec's hash on this platform"
@@ -209,7 +183,26 @@ class Agent:
             return data_refusal(exc)
         if spec.sketch.frequencies.d != data.d:
             return f"the study wants d = {spec.sketch.frequencies.d}, the data has {data.d}"
-        return _Admitted(spec, box, data)
+        return Admitted(spec, box, data)
+
+    def _reserved(self, other_than: str) -> tuple[float, float]:
+        """(ε, δ) promised to studies this device joined and has not spent on yet (other than
+        ``other_than``): a device joins no more studies than its budget can pay for."""
+        eps = [cost[0] for sid, cost in self._waiting.items() if sid != other_than]
+        delta = [cost[1] for sid, cost in self._waiting.items() if sid != other_than]
+        for sid, session in self._sessions.items():
+            if sid != other_than and not session.left and pb.MASKED_INPUT not in session.done:
+                eps.append(session.spec.sketch.privacy.epsilon)
+        return math.fsum(eps), math.fsum(delta)
+
+    def _count(self, admitted: Admitted) -> int | str:
+        """One pass counting the records of a replace-one study (n is public there): n, or why the
+        device cannot take part (too few records for ``min_records``, unreadable data)."""
+        try:
+            n = sum(chunk.shape[0] for chunk in admitted.data.chunks())
+        except DATA_ERRORS as exc:
+            return data_refusal(exc)
+        return n if (reason := self._too_few(admitted.spec, n)) is None else reason
 
     @staticmethod
     def _too_few(spec: StudySpec, n: int) -> str | None:
@@ -218,10 +211,65 @@ class Agent:
             return f"the study needs {spec.min_records} records, the device has {n}"
         return None
 
-    def _contribute(self, identity: Identity, study: pb.Study) -> str | None:
+    def _plain_step(self, identity: Identity, study: pb.Study, out: Outcome) -> str | None:
+        """Join the study's roster (spending nothing; under replace-one only with enough records,
+        counted first), then, once the roster is full, contribute; the reason if refused."""
+        sid = study.study_id
+        if study.stage == pb.REGISTER and sid in self._waiting:
+            return None  # joined; the roster is not full yet
         admitted = self._check(study)
         if isinstance(admitted, str):
             return admitted
+        if sid not in self._waiting and admitted.spec.sketch.privacy.neighbouring == "replace_one":
+            if isinstance(counted := self._count(admitted), str):
+                return counted
+        reply = self._register(identity, study)
+        if isinstance(reply, str):
+            return reply
+        if reply.stage == pb.REGISTER:
+            if sid not in self._waiting:
+                privacy = admitted.spec.sketch.privacy
+                self._waiting[sid] = (privacy.epsilon, privacy.delta)
+                out.registered.append(sid)
+            return None
+        self._waiting.pop(sid, None)
+        if reply.stage != pb.PLAIN_INPUT:
+            return None  # closing: no input is taken from devices not told to send already
+        reason = self._contribute(identity, study, admitted)
+        if reason is None:
+            out.submitted.append(sid)
+        return reason
+
+    def _register(self, identity: Identity, study: pb.Study,
+                  timeout: float = RPC_TIMEOUT) -> pb.RegisterReply | str:
+        """Join (or confirm a place in) the study's roster: the coordinator's reply (the open
+        stage and, once input is open, an input ticket), or why not."""
+        digest = signing.registration_digest(study.study_id, identity.device_id, study.spec_sha256)
+        msg = pb.Registration(study_id=study.study_id, device_id=identity.device_id,
+                              spec_sha256=study.spec_sha256,
+                              signature=signing.sign(identity.private_key, digest))
+        self.bytes_sent += msg.ByteSize()
+        try:
+            return self.stub.Register(msg, timeout=timeout)
+        except grpc.RpcError as exc:
+            if exc.code() not in FINAL_REFUSALS:
+                raise
+            return f"the coordinator takes no registration: {exc.details() or exc.code().name}"
+
+    def _input_open(self, identity: Identity, study: pb.Study) -> str | None:
+        """Run inside the spend transaction: None if the coordinator promises to take this
+        device's input (an input ticket of at least :data:`TICKET_MARGIN` seconds), else why
+        not. A short deadline: the ledger's write lock is held meanwhile."""
+        reply = self._register(identity, study, timeout=RECHECK_TIMEOUT)
+        if isinstance(reply, str):
+            return reply
+        if reply.stage != pb.PLAIN_INPUT or reply.input_seconds < TICKET_MARGIN:
+            return "the study takes no input now (no input ticket from the coordinator)"
+        return None
+
+    def _contribute(self, identity: Identity, study: pb.Study, admitted: Admitted) -> str | None:
+        """Steps 3–6: sketch, count, commit the spend (the study re-checked in that transaction),
+        send; the reason if refused."""
         spec = admitted.spec
         tally = Tally()
         try:
@@ -236,101 +284,18 @@ class Agent:
             spend = self.ledger.record_spend(
                 study_id=study.study_id, study_name=spec.name, source=self.source,
                 epsilon=spec.sketch.privacy.epsilon, delta=spec.sketch.privacy.delta,
-                n=release.n, kind=kind, payload=payload, spec_sha256=study.spec_sha256)
+                n=release.n, kind=kind, payload=payload, spec_sha256=study.spec_sha256,
+                recheck=lambda: self._input_open(identity, study))
         except (BudgetExceeded, LedgerError) as exc:  # e.g. another daemon on this ledger spent
             return str(exc)
-        _fault_point()
-        self._send(identity, spend)
-        return None
-
-    def _secure_step(self, identity: Identity, study: pb.Study, out: Outcome) -> str | None:
-        """Act on the open stage of a secure-aggregation study; the reason if refused."""
-        sid, stage = study.study_id, study.stage
-        session = self._sessions.get(sid)
-        if stage == pb.REGISTER:
-            if session is not None:
-                return None
-            admitted = self._check(study)
-            if isinstance(admitted, str):
-                return admitted
-            try:
-                n = sum(chunk.shape[0] for chunk in admitted.data.chunks())
-            except DATA_ERRORS as exc:
-                return data_refusal(exc)
-            if (reason := self._too_few(admitted.spec, n)) is not None:
-                return reason
-            self._stage_send(identity, sid, pb.REGISTER, sw.dump({"n": n}))
-            self._sessions[sid] = _Session(admitted.spec, admitted.box, admitted.data, n)
-            return None
-        if session is None or stage in session.done or session.left:
-            return None
+        fault_point()
         try:
-            body = self._stage_fetch(identity, sid, stage)
+            self._send(identity, spend)
         except grpc.RpcError as exc:
-            if exc.code() == grpc.StatusCode.FAILED_PRECONDITION:
-                return None  # the stage moved on or is not open yet: next pass
-            if exc.code() == grpc.StatusCode.PERMISSION_DENIED:
-                session.left = True  # not in the roster, or dropped by the coordinator
-                return None
-            raise
-        try:
-            if stage == pb.ADVERTISE_KEYS:
-                params, keys, _ = sw.params_from_json(sid, sw.load(body))
-                session.client = Client(params, identity.device_id, identity.private_key, keys)
-                reply = sw.dump(sw.advert_to_json(session.client.advertise()))
-            elif stage == pb.SHARE_KEYS:
-                adverts = {v: sw.advert_from_json(a) for v, a in sw.load(body).items()}
-                reply = sw.dump(sw.bytes_map_to_json(session.client.share_keys(adverts)))
-            elif stage == pb.MASKED_INPUT:
-                inbox = sw.bytes_map_from_json(sw.load(body))
-                session.done.add(stage)
-                return self._masked_input(identity, study, session, inbox, out)
-            else:
-                req = sw.request_from_json(sw.load(body))
-                shares = session.client.unmask(req.survivors, req.dropped)
-                reply = sw.dump(sw.unmask_to_json(shares))
-        except (SecAggAbort, ValueError) as exc:
-            session.left = True
-            return f"secure aggregation: {exc}"
-        self._stage_send(identity, sid, stage, reply)
-        session.done.add(stage)
-        return None
-
-    def _masked_input(self, identity: Identity, study: pb.Study, session: _Session,
-                      inbox: dict[str, bytes], out: Outcome) -> str | None:
-        """Sketch, add a noise share, mask, commit the spend with the bytes, then send.
-
-        The shares of min_honest devices add up to the study's integer-sum term (MECHANISMS §4.2).
-        """
-        spec, box, tally = session.spec, session.box, Tally()
-        m, r = spec.sketch.frequencies.m, spec.sketch.r
-        try:
-            fs = feature_sum(box.centred(session.data.chunks(), tally),
-                             box.reduce(draw_frequencies(spec.sketch.frequencies)),
-                             spec.sketch.feature, r)
-        except DATA_ERRORS as exc:  # the file changed since REGISTER
-            session.left = True
-            return f"the data cannot be sketched for this study: {exc}"
-        if fs.n != session.n:
-            session.left = True
-            return (f"the data changed since REGISTER ({session.n} records registered, "
-                    f"{fs.n} read now); nothing was spent")
-        log_clipped(study.study_id, tally)
-        term = integer_sum_term(spec.sketch.feature, spec.sketch.privacy.epsilon, r, "replace_one")
-        noise = dlap_noise_share(term.epsilon, term.sensitivity, spec.secure_aggregation.min_honest,
-                                 2 * m)
-        y = session.client.masked_input(np.concatenate([fs.re, fs.im]), inbox, noise)
-        try:
-            spend = self.ledger.record_spend(
-                study_id=study.study_id, study_name=spec.name, source=self.source,
-                epsilon=spec.sketch.privacy.epsilon, delta=0.0, n=float(fs.n),
-                kind=SECURE_KIND, payload=sw.masked_to_bytes(y), spec_sha256=study.spec_sha256)
-        except (BudgetExceeded, LedgerError) as exc:
-            session.left = True
-            return str(exc)
-        _fault_point()
-        self._send(identity, spend)
-        out.submitted.append(study.study_id)
+            if exc.code() not in FINAL_REFUSALS:
+                raise  # transient: the stored bytes are re-sent on the next pass
+            self.ledger.mark_acked(spend.study_id, f"refused: {exc.code().name}")
+            return f"the coordinator refused the release: {exc.details() or exc.code().name}"
         return None
 
     def _settle(self) -> None:
@@ -346,19 +311,6 @@ class Agent:
                 continue
             if study.state in (pb.DONE, pb.FAILED):
                 self.ledger.set_final_state(spend.study_id, pb.StudyState.Name(study.state))
-
-    def _stage_send(self, identity: Identity, study_id: str, stage: int, body: bytes) -> None:
-        digest = sw.message_digest(study_id, identity.device_id, stage, body)
-        msg = pb.SecAggMessage(study_id=study_id, device_id=identity.device_id, stage=stage,
-                               body=body, signature=signing.sign(identity.private_key, digest))
-        self.bytes_sent += msg.ByteSize()
-        self.stub.SecAggSend(msg, timeout=RPC_TIMEOUT)
-
-    def _stage_fetch(self, identity: Identity, study_id: str, stage: int) -> bytes:
-        digest = sw.message_digest(study_id, identity.device_id, stage, b"")
-        msg = pb.SecAggMessage(study_id=study_id, device_id=identity.device_id, stage=stage,
-                               signature=signing.sign(identity.private_key, digest))
-        return self.stub.SecAggFetch(msg, timeout=RPC_TIMEOUT).body
 
     def _send(self, identity: Identity, spend: Spend) -> None:
         if spend.kind == SECURE_KIND:

@@ -1,11 +1,13 @@
 """The device daemon: poll the coordinator with backoff and jitter, contribute, stop on request.
 
 One loop around :class:`fedsketch.client.agent.Agent`. Each pass re-sends unacknowledged
-releases, then handles every open study once. After a pass that did nothing, or a pass that
-failed (coordinator unreachable, an RPC refused), the next poll waits
-``min(max_poll, poll·2^failures)`` seconds times a uniform jitter in [0.5, 1.5), so many devices
-do not poll in lock-step. Setting ``stop`` (the CLI does so on SIGTERM and SIGINT) ends the loop
-between passes; a pass in progress finishes, so the ledger and the coordinator stay consistent.
+releases, then handles every open study once. While the device waits in a roster that is not
+full yet it polls every ``poll`` seconds (with jitter), so it sends soon after input opens.
+After a pass that did nothing, or a pass that failed (coordinator unreachable, an RPC
+refused), the next poll waits ``min(max_poll, poll·2^failures)`` seconds times a uniform jitter
+in [0.5, 1.5), so many devices do not poll in lock-step. Setting ``stop`` (the CLI does so on
+SIGTERM and SIGINT) ends the loop between passes; a pass in progress finishes, so the ledger and
+the coordinator stay consistent.
 """
 
 from __future__ import annotations
@@ -127,7 +129,8 @@ def run(cfg: DaemonConfig, stop: threading.Event) -> int:
             else:
                 for study_id in out.submitted + out.resent:
                     log.info("submitted study %s", study_id)
-                failures = 0 if (out.submitted or out.resent) else failures + 1
+                busy = out.submitted or out.resent or out.registered or agent.waiting
+                failures = 0 if busy else failures + 1
             if cfg.once:
                 return 0
             stop.wait(backoff(failures, cfg.poll, cfg.max_poll))

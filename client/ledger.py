@@ -34,7 +34,7 @@ import math
 import os
 import sqlite3
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 from .ledger_records import (
@@ -276,18 +276,22 @@ class Ledger:
         row = self._conn.execute(f"SELECT {SPEND_COLUMNS} FROM spends WHERE study_id = ?", (study_id,))
         return None if (row := row.fetchone()) is None else Spend(*row)
 
-    def refusal(self, source: str, epsilon: float, delta: float) -> str | None:
+    def refusal(self, source: str, epsilon: float, delta: float,
+                reserved: tuple[float, float] = (0.0, 0.0)) -> str | None:
         """Why a study asking (ε, δ) cannot be charged to ``source`` now (the owner's largest ε
-        per study, or the budget left), or None. :meth:`record_spend` decides the same way."""
-        return self._refusal(self._conn, source, epsilon, delta)
+        per study, or the budget left once ``reserved`` (ε, δ), promised to studies the device
+        joined but has not spent on yet, is set aside), or None. :meth:`record_spend` decides
+        the same way, without reservations."""
+        return self._refusal(self._conn, source, epsilon, delta, reserved)
 
-    def _refusal(self, db: sqlite3.Connection, source: str, epsilon: float,
-                 delta: float) -> str | None:
+    def _refusal(self, db: sqlite3.Connection, source: str, epsilon: float, delta: float,
+                 reserved: tuple[float, float] = (0.0, 0.0)) -> str | None:
         budget = self._budget(db, source)
         max_eps = self._policy(db).max_epsilon
         if max_eps is not None and epsilon > max_eps:
             return f"it asks ε = {epsilon:g}; the device's policy allows at most {max_eps:g} per study"
         eps_sum, delta_sum = self._sums(db, source)
+        eps_sum, delta_sum = eps_sum + reserved[0], delta_sum + reserved[1]
         if not fits(eps_sum, epsilon, budget.epsilon):
             return (f"insufficient budget: it asks ε = {epsilon:g}, "
                     f"{max(0.0, budget.epsilon - eps_sum):g} of {budget.epsilon:g} remains for "
@@ -299,14 +303,17 @@ class Ledger:
         return None
 
     def record_spend(self, *, study_id: str, study_name: str, source: str, epsilon: float,
-                     delta: float, n: float, kind: str, payload: bytes, spec_sha256: str) -> Spend:
+                     delta: float, n: float, kind: str, payload: bytes, spec_sha256: str,
+                     recheck: Callable[[], str | None] | None = None) -> Spend:
         """Record the release of ``payload`` for ``study_id`` in one committed transaction; call it
         BEFORE sending, and send only the bytes of the returned Spend.
 
         Raises ValueError for ε not finite and > 0, δ not finite and ≥ 0, or n not finite;
         LedgerError if this study already has a spend or ``source`` has no budget; BudgetExceeded
         if the owner's policy declines ε or the budget cannot cover it (:func:`fits`, for ε and
-        for δ). The checks run inside the write transaction. A refusal writes nothing."""
+        for δ). The checks run inside the write transaction, last ``recheck()`` (the agent asks
+        the coordinator whether the study still takes this device's input): a reason from it
+        raises LedgerError. A refusal, or any exception from ``recheck``, writes nothing."""
         if not (math.isfinite(epsilon) and epsilon > 0):
             raise ValueError(f"epsilon must be finite and > 0, got {epsilon!r}")
         if not (math.isfinite(delta) and delta >= 0):
@@ -324,6 +331,8 @@ class Ledger:
                                   "it re-sends the stored bytes instead")
             if (why := self._refusal(db, source, epsilon, delta)) is not None:
                 raise BudgetExceeded(f"study {study_id!r}: {why}")
+            if recheck is not None and (why := recheck()) is not None:
+                raise LedgerError(f"study {study_id!r}: {why}; nothing was spent")
             db.execute(f"INSERT INTO spends ({SPEND_COLUMNS}) VALUES ({', '.join('?' * 14)})",
                        (spend.study_id, spend.study_name, spend.source, spend.epsilon, spend.delta,
                         spend.n, spend.kind, spend.payload, spend.payload_sha256, spend.spec_sha256,

@@ -7,7 +7,12 @@ A device signs the digest
 
 where L(s) is the UTF-8 bytes of s prefixed by their length as a little-endian uint32 and
 f64le(n) the record count as a little-endian IEEE-754 double, so no two field tuples share an
-encoding. The coordinator verifies it against the public key registered at enrollment.
+encoding. A registration for a plain study is signed over
+
+    SHA-256("fedsketch/registration/v1" ‖ L(study_id) ‖ L(device_id) ‖ L(spec_sha256))
+
+(its own domain, so a registration never verifies as a contribution or the reverse). The
+coordinator verifies both against the public key registered at enrollment.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey,
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
 DOMAIN = b"fedsketch/contribution/v1"
+REGISTRATION_DOMAIN = b"fedsketch/registration/v1"
 PUBLIC_KEY_BYTES = 32
 SIGNATURE_BYTES = 64
 
@@ -37,6 +43,14 @@ def contribution_digest(study_id: str, device_id: str, n: float, spec_sha256: st
     h = hashlib.sha256(DOMAIN)
     for part in (field(study_id), field(device_id), struct.pack("<d", n), field(spec_sha256),
                  hashlib.sha256(payload).digest()):
+        h.update(part)
+    return h.digest()
+
+
+def registration_digest(study_id: str, device_id: str, spec_sha256: str) -> bytes:
+    """The 32-byte digest a registration's signature covers (module docstring)."""
+    h = hashlib.sha256(REGISTRATION_DOMAIN)
+    for part in (field(study_id), field(device_id), field(spec_sha256)):
         h.update(part)
     return h.digest()
 

@@ -22,7 +22,13 @@ from .frequencies import draw_frequencies
 from .secagg import check_capacity
 from .spec import SketchSpec, canonical_json
 
-FORMAT = "fedsketch.study/1"
+#: Written by this code. Version 2 means "plain studies fill a roster first": a device of the
+#: first release, which would spend as soon as it saw an open study, refuses a /2 spec as
+#: unreadable instead of spending on a study that would refuse its contribution.
+FORMAT = "fedsketch.study/2"
+#: Also read: studies stored before rosters (their contributors joined the rosters when the
+#: store was migrated).
+READ_FORMATS = ("fedsketch.study/1", FORMAT)
 
 
 @dataclass(frozen=True)
@@ -178,7 +184,7 @@ class StudySpec:
             data = json.loads(text)
         except json.JSONDecodeError as exc:
             raise ValueError(f"study spec is not JSON: {exc}") from None
-        if not isinstance(data, dict) or data.get("format") != FORMAT:
+        if not isinstance(data, dict) or data.get("format") not in READ_FORMATS:
             raise ValueError(f"study spec must be a {FORMAT} object")
         try:
             return cls(

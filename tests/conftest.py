@@ -113,3 +113,15 @@ def seeded_words(seed: int):
     of PCG64(seed), so that a test can replay the exact samplers' bits."""
     state = _GENERATOR(np.random.PCG64(seed))
     return lambda count: state.integers(0, 2**64, count, dtype=np.uint64)
+
+
+def contribute_all(agents, study_id: str, passes: int = 5) -> None:
+    """Step every agent until each has submitted to ``study_id``: a plain study's first pass
+    fills its roster (the device that fills it contributes at once), a later one takes the
+    input. AssertionError if some device has not after ``passes`` passes."""
+    pending = list(agents)
+    for _ in range(passes):
+        pending = [a for a in pending if study_id not in a.step().submitted]
+        if not pending:
+            return
+    raise AssertionError(f"{len(pending)} devices did not contribute to {study_id}")

@@ -76,7 +76,7 @@ class StudyRef(_message.Message):
     def __init__(self, study_id: _Optional[str] = ...) -> None: ...
 
 class Study(_message.Message):
-    __slots__ = ("study_id", "spec_json", "spec_sha256", "state", "stage", "contributions", "records", "detail")
+    __slots__ = ("study_id", "spec_json", "spec_sha256", "state", "stage", "contributions", "records", "detail", "registered")
     STUDY_ID_FIELD_NUMBER: _ClassVar[int]
     SPEC_JSON_FIELD_NUMBER: _ClassVar[int]
     SPEC_SHA256_FIELD_NUMBER: _ClassVar[int]
@@ -85,6 +85,7 @@ class Study(_message.Message):
     CONTRIBUTIONS_FIELD_NUMBER: _ClassVar[int]
     RECORDS_FIELD_NUMBER: _ClassVar[int]
     DETAIL_FIELD_NUMBER: _ClassVar[int]
+    REGISTERED_FIELD_NUMBER: _ClassVar[int]
     study_id: str
     spec_json: str
     spec_sha256: str
@@ -93,7 +94,32 @@ class Study(_message.Message):
     contributions: int
     records: float
     detail: str
-    def __init__(self, study_id: _Optional[str] = ..., spec_json: _Optional[str] = ..., spec_sha256: _Optional[str] = ..., state: _Optional[_Union[StudyState, str]] = ..., stage: _Optional[_Union[Stage, str]] = ..., contributions: _Optional[int] = ..., records: _Optional[float] = ..., detail: _Optional[str] = ...) -> None: ...
+    registered: int
+    def __init__(self, study_id: _Optional[str] = ..., spec_json: _Optional[str] = ..., spec_sha256: _Optional[str] = ..., state: _Optional[_Union[StudyState, str]] = ..., stage: _Optional[_Union[Stage, str]] = ..., contributions: _Optional[int] = ..., records: _Optional[float] = ..., detail: _Optional[str] = ..., registered: _Optional[int] = ...) -> None: ...
+
+class Registration(_message.Message):
+    __slots__ = ("study_id", "device_id", "spec_sha256", "signature")
+    STUDY_ID_FIELD_NUMBER: _ClassVar[int]
+    DEVICE_ID_FIELD_NUMBER: _ClassVar[int]
+    SPEC_SHA256_FIELD_NUMBER: _ClassVar[int]
+    SIGNATURE_FIELD_NUMBER: _ClassVar[int]
+    study_id: str
+    device_id: str
+    spec_sha256: str
+    signature: bytes
+    def __init__(self, study_id: _Optional[str] = ..., device_id: _Optional[str] = ..., spec_sha256: _Optional[str] = ..., signature: _Optional[bytes] = ...) -> None: ...
+
+class RegisterReply(_message.Message):
+    __slots__ = ("duplicate", "stage", "registered", "input_seconds")
+    DUPLICATE_FIELD_NUMBER: _ClassVar[int]
+    STAGE_FIELD_NUMBER: _ClassVar[int]
+    REGISTERED_FIELD_NUMBER: _ClassVar[int]
+    INPUT_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    duplicate: bool
+    stage: Stage
+    registered: int
+    input_seconds: float
+    def __init__(self, duplicate: _Optional[bool] = ..., stage: _Optional[_Union[Stage, str]] = ..., registered: _Optional[int] = ..., input_seconds: _Optional[float] = ...) -> None: ...
 
 class Contribution(_message.Message):
     __slots__ = ("study_id", "device_id", "spec_sha256", "n", "int32_pairs", "int64_pairs", "signature")

@@ -49,6 +49,11 @@ class DeviceStub:
                 request_serializer=fedsketch_dot_common_dot_pb_dot_fedsketch__pb2.StudyRef.SerializeToString,
                 response_deserializer=fedsketch_dot_common_dot_pb_dot_fedsketch__pb2.Study.FromString,
                 _registered_method=True)
+        self.Register = channel.unary_unary(
+                '/fedsketch.v1.Device/Register',
+                request_serializer=fedsketch_dot_common_dot_pb_dot_fedsketch__pb2.Registration.SerializeToString,
+                response_deserializer=fedsketch_dot_common_dot_pb_dot_fedsketch__pb2.RegisterReply.FromString,
+                _registered_method=True)
         self.Submit = channel.unary_unary(
                 '/fedsketch.v1.Device/Submit',
                 request_serializer=fedsketch_dot_common_dot_pb_dot_fedsketch__pb2.Contribution.SerializeToString,
@@ -95,8 +100,17 @@ class DeviceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Register(self, request, context):
+        """Plain study: join its roster (idempotent). FAILED_PRECONDITION once the roster is full or
+        the study is closed; the reply says whether input is open.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def Submit(self, request, context):
-        """One signed contribution. An identical re-send is acknowledged again (duplicate = true).
+        """One signed contribution from a roster device. An identical re-send is acknowledged again
+        (duplicate = true).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -141,6 +155,11 @@ def add_DeviceServicer_to_server(servicer, server):
                     servicer.GetStudy,
                     request_deserializer=fedsketch_dot_common_dot_pb_dot_fedsketch__pb2.StudyRef.FromString,
                     response_serializer=fedsketch_dot_common_dot_pb_dot_fedsketch__pb2.Study.SerializeToString,
+            ),
+            'Register': grpc.unary_unary_rpc_method_handler(
+                    servicer.Register,
+                    request_deserializer=fedsketch_dot_common_dot_pb_dot_fedsketch__pb2.Registration.FromString,
+                    response_serializer=fedsketch_dot_common_dot_pb_dot_fedsketch__pb2.RegisterReply.SerializeToString,
             ),
             'Submit': grpc.unary_unary_rpc_method_handler(
                     servicer.Submit,
@@ -244,6 +263,33 @@ class Device:
             '/fedsketch.v1.Device/GetStudy',
             fedsketch_dot_common_dot_pb_dot_fedsketch__pb2.StudyRef.SerializeToString,
             fedsketch_dot_common_dot_pb_dot_fedsketch__pb2.Study.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Register(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/fedsketch.v1.Device/Register',
+            fedsketch_dot_common_dot_pb_dot_fedsketch__pb2.Registration.SerializeToString,
+            fedsketch_dot_common_dot_pb_dot_fedsketch__pb2.RegisterReply.FromString,
             options,
             channel_credentials,
             insecure,

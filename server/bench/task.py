@@ -4,7 +4,7 @@ A trusted curator holds all records; each mechanism (k-means, PCA, subspace clus
 :mod:`fedsketch.server.bench.kmeans`, :mod:`fedsketch.server.bench.pca`,
 :mod:`fedsketch.server.bench.subspace`) reads a :class:`Task` and returns an :class:`Outcome` that
 states what it spent, under which neighbouring relation, and what kind of guarantee it gives.
-(:class:`Outcome` is a mechanism's release; ``fedsketch.client.agent.Outcome``, what a device's
+(:class:`Outcome` is a mechanism's release; ``fedsketch.client.study_pass.Outcome``, what a device's
 pass over its open studies did, is unrelated.) Privacy noise and the randomness of
 exponential-mechanism samplers come from :func:`fedsketch.common.dp.samplers.noise_rng` (the OS
 CSPRNG); ``Task.rng`` is only for randomness that is not part of a privacy proof (a non-private
@@ -75,7 +75,7 @@ class Task:
 @dataclass(frozen=True)
 class Outcome:
     """A mechanism's release and its accounting (not the device agent's
-    ``fedsketch.client.agent.Outcome``).
+    ``fedsketch.client.study_pass.Outcome``).
 
     ``output``: centroids (k, d) for k-means; an orthonormal basis (d, k) for PCA; bases
     (k, d, q) for subspace clustering. ``epsilon``/``delta`` actually spent, ``kind`` one of

@@ -210,16 +210,18 @@ def list_studies(
     ca: CaOpt = None,
     insecure: InsecureOpt = False,
 ) -> None:
-    """Every study with its state and contributions."""
+    """Every study with its state, its roster (registered/min-devices) and contributions."""
     with clean_errors():
         stub, meta = operator_stub(coordinator, ca, insecure, token_file)
         studies = stub.ListStudies(pb.ListStudiesRequest(include_closed=True), metadata=meta,
                                    timeout=30).studies
     table = Table()
-    for col in ("study", "name", "state", "devices", "records", "detail"):
+    for col in ("study", "name", "state", "registered", "devices", "records", "detail"):
         table.add_column(col)
     for s in studies:
-        table.add_row(s.study_id, json.loads(s.spec_json)["name"], STATE_NAMES[s.state],
+        spec = json.loads(s.spec_json)
+        table.add_row(s.study_id, spec["name"], STATE_NAMES[s.state],
+                      "-" if spec.get("secure_aggregation") else f"{s.registered}/{spec['min_devices']}",
                       str(s.contributions), f"{s.records:,.0f}", s.detail)
     Console().print(table)
 

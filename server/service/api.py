@@ -22,7 +22,12 @@ from fedsketch.common.pb import fedsketch_pb2 as pb
 from fedsketch.common.pb import fedsketch_pb2_grpc as pb_grpc
 from fedsketch.common.tls import MAX_MESSAGE_BYTES
 from fedsketch.server.errors import Code, Refusal
-from fedsketch.server.service.coordinator import Coordinator, StageMessage, Submission
+from fedsketch.server.service.coordinator import (
+    Coordinator,
+    RegistrationMessage,
+    StageMessage,
+    Submission,
+)
 from fedsketch.server.service.secure_round import SecAggRound
 from fedsketch.server.store.base import ACCEPTING, STATES, Store, StudyRow
 
@@ -52,15 +57,24 @@ def _guard(method):
     return wrapper
 
 
+def plain_stage(row: StudyRow) -> int:
+    """The open stage of a plain study: REGISTER until its roster is full, then PLAIN_INPUT until
+    a close is requested."""
+    if row.state not in ACCEPTING or row.closing is not None:
+        return pb.FINISHED
+    return pb.PLAIN_INPUT if row.roster_full else pb.REGISTER
+
+
 def study_message(row: StudyRow, secure_round: SecAggRound | None = None) -> pb.Study:
     """The wire form of a study row (its stage from the secure-aggregation round, if any)."""
-    if row.state not in ACCEPTING:
-        stage = pb.FINISHED
+    if secure_round is None or row.state not in ACCEPTING:
+        stage = plain_stage(row)
     else:
-        stage = pb.PLAIN_INPUT if secure_round is None else secure_round.stage
+        stage = secure_round.stage
     return pb.Study(study_id=row.study_id, spec_json=row.spec_json, spec_sha256=row.spec_sha256,
                     state=STUDY_STATES[row.state], stage=stage,
-                    contributions=row.contributions, records=row.records, detail=row.detail)
+                    contributions=row.contributions, records=row.records, detail=row.detail,
+                    registered=row.registered)
 
 
 def _stage_message(request: pb.SecAggMessage) -> StageMessage:
@@ -90,6 +104,14 @@ class DeviceService(pb_grpc.DeviceServicer):
     def GetStudy(self, request, context):  # noqa: N802
         """One study."""
         return study_message(self.c.study(request.study_id), self.c.round_of(request.study_id))
+
+    @_guard
+    def Register(self, request, context):  # noqa: N802
+        """Join a plain study's roster."""
+        duplicate, row, seconds = self.c.register(RegistrationMessage(
+            request.study_id, request.device_id, request.spec_sha256, request.signature))
+        return pb.RegisterReply(duplicate=duplicate, stage=plain_stage(row),
+                                registered=row.registered, input_seconds=seconds)
 
     @_guard
     def Submit(self, request, context):  # noqa: N802

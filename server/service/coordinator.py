@@ -3,16 +3,23 @@ durable :class:`~fedsketch.server.store.base.Store`. Nothing here knows about gR
 read without the transport and :mod:`.api` stays a thin translation.
 
 Lifecycle (the transitions are defined once, in :mod:`fedsketch.server.store.base`): open →
-collecting (first stored contribution) → decoding → done | failed. A study without a deadline
-closes as soon as it holds ``min_devices`` contributions (quorum); a study with a deadline
-collects until the deadline and then decodes if it holds ``min_devices`` contributions,
-otherwise it fails. An operator may close a study early (same rule). Decoding runs on a worker
-thread so that a submission is answered at once; a coordinator that restarts re-decodes any study
-it left in ``decoding`` and closes studies whose deadline passed.
+collecting (first stored contribution) → decoding → done | failed. A plain study first fills
+its roster: devices register (signed, spending nothing) until ``min_devices`` have, and only
+then may roster devices submit, so no device spends on a study that cannot reach its quorum.
+A study without a deadline closes once every roster device has contributed; with a deadline
+it closes then, and decodes if all ``min_devices`` have contributed, otherwise it fails (a
+study whose roster never filled fails without anyone having spent). An operator may close a
+study early (same rule). A device spends only after the coordinator has told it, in the
+transaction that records its spend, that it may send: that answer is an input ticket of
+:data:`TICKET_SECONDS`, and a close requested (deadline or operator) while tickets are
+outstanding waits until their contributions arrive or the tickets expire, giving no new one.
+Decoding runs on a worker thread so that a submission is answered at once; a coordinator that
+restarts re-decodes any study it left in ``decoding`` and closes studies whose deadline passed.
 
 Every contribution is checked before it is stored, and a :class:`Refusal` changes nothing:
-unknown study (not_found), closed study or spec-hash mismatch (failed_precondition), unenrolled
-device or bad signature (unauthenticated), no payload, wrong length, NaN/inf or a value beyond
+unknown study (not_found), closed or still registering study or spec-hash mismatch
+(failed_precondition), unenrolled device or bad signature (unauthenticated), a device not in the
+roster (permission_denied), no payload, wrong length, NaN/inf or a value beyond
 what the mechanism can produce (invalid_argument), a second, different contribution from the same
 device (conflict). An identical re-send is acknowledged again.
 """
@@ -52,6 +59,10 @@ log = logging.getLogger("fedsketch.coordinator")
 WATCH_INTERVAL = 0.5
 #: Most enrollment tokens one operator call may issue.
 MAX_TOKENS = 100_000
+#: How long (seconds) a plain study promises to take the contribution of a roster device it
+#: told to send (its input ticket), even if a close is requested meanwhile: longer than a
+#: device needs between its re-check and its Submit.
+TICKET_SECONDS = 120.0
 
 
 @dataclass(frozen=True)
@@ -64,6 +75,16 @@ class Submission:
     spec_sha256: str
     kind: str | None
     payload: bytes
+    signature: bytes
+
+
+@dataclass(frozen=True)
+class RegistrationMessage:
+    """One signed registration for a plain study's roster."""
+
+    study_id: str
+    device_id: str
+    spec_sha256: str
     signature: bytes
 
 
@@ -193,14 +214,20 @@ class Coordinator:
         return row
 
     def close(self, study_id: str, reason: str) -> StudyRow:
-        """Stop collecting: decode if the quorum holds, otherwise fail the study."""
+        """Stop collecting: decode if the quorum holds, otherwise fail the study; while roster
+        devices hold live input tickets, only record the request (the watcher finishes it)."""
         row = self.store.get_study(study_id)
         if row.state not in ACCEPTING:
             raise Refusal(Code.FAILED_PRECONDITION, f"study {study_id} is already {row.state}")
         if self.spec(study_id).secure_aggregation is not None:
             raise Refusal(Code.FAILED_PRECONDITION,
                           "a secure-aggregation study closes its stages by their timeouts")
+        if not row.roster_full:
+            return self._move(study_id, ABANDON, f"{reason}: {row.registered} of "
+                              f"{row.min_devices} devices registered; none of them spent anything")
         if row.contributions < row.min_devices:
+            if self.store.outstanding(study_id, time.time()):
+                return self.store.request_close(study_id, reason)
             return self._move(study_id, ABANDON, f"{reason}: {row.contributions} of "
                               f"{row.min_devices} devices contributed")
         row = self._move(study_id, DECODE, reason)
@@ -224,9 +251,12 @@ class Coordinator:
             for r in rounds:
                 r.tick(now)
             for row in self.store.list_studies(ACCEPTING):
-                if row.deadline is not None and row.deadline <= now:
+                reason = row.closing
+                if reason is None and row.deadline is not None and row.deadline <= now:
+                    reason = "deadline reached"
+                if reason is not None:
                     try:
-                        self.close(row.study_id, "deadline reached")
+                        self.close(row.study_id, reason)
                     except Refusal:
                         pass  # closed concurrently
 
@@ -260,15 +290,31 @@ class Coordinator:
 
     # --- contributions -------------------------------------------------------------------------
 
-    def submit(self, c: Submission) -> tuple[bool, str]:
-        """Validate and store one contribution; (duplicate, receipt). Raises Refusal."""
-        row = self.store.get_study(c.study_id)  # the store refuses a closed study
-        if self.spec(c.study_id).secure_aggregation is not None:
+    def _plain_study(self, study_id: str, spec_sha256: str, what: str) -> None:
+        """Refuse a plain-round message for an unknown study (not_found), a secure-aggregation
+        study or another spec (failed_precondition)."""
+        row = self.store.get_study(study_id)
+        if self.spec(study_id).secure_aggregation is not None:
             raise Refusal(Code.FAILED_PRECONDITION,
                           "this study uses secure aggregation: send stage messages instead")
-        if c.spec_sha256 != row.spec_sha256:
+        if spec_sha256 != row.spec_sha256:
             raise Refusal(Code.FAILED_PRECONDITION,
-                          "spec hash mismatch: the contribution was made for another spec")
+                          f"spec hash mismatch: the {what} was made for another spec")
+
+    def register(self, r: RegistrationMessage) -> tuple[bool, StudyRow, float]:
+        """Add a device to a plain study's roster, and once the roster is full give it an input
+        ticket; (duplicate, the study after, the ticket's seconds or 0). Raises Refusal."""
+        self._plain_study(r.study_id, r.spec_sha256, "registration")
+        key = self._enrolled_key(r.device_id)
+        digest = signing.registration_digest(r.study_id, r.device_id, r.spec_sha256)
+        if not signing.verify(key, digest, r.signature):
+            raise Refusal(Code.UNAUTHENTICATED, "invalid signature for this device and study")
+        added, row = self.store.register(r.study_id, r.device_id)
+        return not added, row, self.store.ticket(r.study_id, r.device_id, TICKET_SECONDS)
+
+    def submit(self, c: Submission) -> tuple[bool, str]:
+        """Validate and store one contribution; (duplicate, receipt). Raises Refusal."""
+        self._plain_study(c.study_id, c.spec_sha256, "contribution")  # the store refuses a closed one
         key = self._enrolled_key(c.device_id)
         if c.kind is None:
             raise Refusal(Code.INVALID_ARGUMENT, "contribution has no payload")
@@ -286,7 +332,7 @@ class Coordinator:
             row = self.store.get_study(c.study_id)
             if row.deadline is None and row.contributions >= row.min_devices:
                 try:
-                    self.close(c.study_id, "quorum reached")
+                    self.close(c.study_id, "every roster device contributed")
                 except Refusal:
                     pass  # another submission closed it first
         return not stored, receipt

@@ -195,13 +195,18 @@ def wait_for(watch: Callable[[], pb.Study], states: tuple[int, ...], what: str,
 
 
 def _in_process(agents: list[Agent], cfg: SimConfig, watch: Callable[[], pb.Study]) -> None:
-    """Plain round: one pass per device. Secure round: passes until the study is closed, with
-    the chosen devices silent from ``dropout_stage`` on."""
+    """Plain round: passes until every device has contributed (the first fills the roster).
+    Secure round: passes until the study is closed, with the chosen devices silent from
+    ``dropout_stage`` on."""
     if not cfg.secure_aggregation:
-        for i, agent in enumerate(agents):
-            out = agent.step()
-            if out.refused:
-                raise RuntimeError(f"device {i} refused: {out.refused}")
+        pending = set(range(len(agents)))
+        while pending:
+            for i in sorted(pending):
+                out = agents[i].step()
+                if out.refused:
+                    raise RuntimeError(f"device {i} refused: {out.refused}")
+                if out.submitted:
+                    pending.discard(i)
         return
     rng = np.random.default_rng(cfg.seed)
     silent = set(rng.choice(len(agents), round(cfg.dropout * len(agents)), replace=False))
@@ -218,8 +223,9 @@ def _in_process(agents: list[Agent], cfg: SimConfig, watch: Callable[[], pb.Stud
 def _processes(target: str, ca: Path, folder: Path, tokens: list[str], x: np.ndarray,
                parts: list[np.ndarray], epsilon: float, cfg: SimConfig,
                watch: Callable[[], pb.Study]) -> None:
-    """Real ``fedsketch device run`` processes: ``--once`` for a plain round; polling daemons,
-    stopped with SIGTERM once the study is closed, for a secure round."""
+    """Real ``fedsketch device run`` processes: polling daemons (a plain round's roster fills
+    on a first pass, its input comes on a later one), stopped with SIGTERM once the study is
+    closed."""
     exe = str(Path(sys.executable).with_name("fedsketch"))
     procs = []
     for i, (token, idx) in enumerate(zip(tokens, parts, strict=True)):
@@ -228,13 +234,11 @@ def _processes(target: str, ca: Path, folder: Path, tokens: list[str], x: np.nda
         procs.append(subprocess.Popen(
             [exe, "device", "run", "--coordinator", target, "--ca", str(ca), "--data", str(path),
              "--ledger", str(folder / f"device{i}.ledger"), "--budget", repr(epsilon),
-             "--token", token, "--label", f"sim-{i}",
-             *(["--poll", "0.1", "--max-poll", "0.5"] if cfg.secure_aggregation else ["--once"])],
+             "--token", token, "--label", f"sim-{i}", "--poll", "0.1", "--max-poll", "0.5"],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
-    if cfg.secure_aggregation:
-        wait_for(watch, (pb.DONE, pb.FAILED, pb.DECODING), "the secure round did not finish", 0.1)
-        for p in procs:
-            p.send_signal(signal.SIGTERM)
+    wait_for(watch, (pb.DONE, pb.FAILED, pb.DECODING), "the round did not finish", 0.1)
+    for p in procs:
+        p.send_signal(signal.SIGTERM)
     for i, p in enumerate(procs):
         _, stderr = p.communicate(timeout=DECODE_TIMEOUT)
         if p.returncode != 0:

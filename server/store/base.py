@@ -15,6 +15,11 @@ Study lifecycle (each row is one :class:`Transition` below; nothing else moves a
     PUBLISH          decoding          -> done        its result is stored
     DECODING_FAILED  decoding          -> failed      the decoder raised
 
+A plain study also has a roster: devices join it with :meth:`Store.register` (spending nothing)
+until ``min_devices`` have joined; only then, and only from roster devices, does the store take
+contributions. The stage a device sees (REGISTER, then PLAIN_INPUT) follows from the roster's
+size, so it needs no state of its own.
+
 The store makes COLLECT and PUBLISH itself, inside the write that causes them; the coordinator
 makes the others with ``Store.set_state(..., expect=t.sources)``, a compare-and-set, so a study
 that moved meanwhile (two closes racing) is left alone and the loser is refused.
@@ -58,7 +63,9 @@ DECODING_FAILED = Transition(("decoding",), "failed")
 
 @dataclass(frozen=True)
 class StudyRow:
-    """One study; ``contributions`` (count) and ``records`` (sum of n) are computed, not stored."""
+    """One study; ``contributions`` (count), ``records`` (sum of n) and ``registered`` (roster
+    size) are computed, not stored. ``closing`` is the reason of a close waiting for the
+    devices holding an input ticket (None if no close was requested)."""
 
     study_id: str
     spec_json: str
@@ -70,6 +77,13 @@ class StudyRow:
     min_devices: int
     contributions: int
     records: float
+    registered: int
+    closing: str | None = None
+
+    @property
+    def roster_full(self) -> bool:
+        """Whether ``min_devices`` devices have registered (a plain study then takes input)."""
+        return self.registered >= self.min_devices
 
 
 @dataclass(frozen=True)
@@ -150,6 +164,35 @@ class Store(ABC):
         state not in ``STATES``.
         """
 
+    # rosters
+
+    @abstractmethod
+    def register(self, study_id: str, device_id: str) -> tuple[bool, StudyRow]:
+        """Add ``device_id`` to the study's roster in one transaction; (added, the study after).
+
+        Idempotent: (False, row) for a device already in the roster, whatever the study's state.
+        StoreError: 'not_found' for an unknown study or device; 'failed_precondition' unless the
+        study is in ``ACCEPTING`` or if its roster already holds ``min_devices`` devices (it is
+        never larger). Audited.
+        """
+
+    @abstractmethod
+    def ticket(self, study_id: str, device_id: str, seconds: float) -> float:
+        """Give a roster device an input ticket: the coordinator's promise to take its
+        contribution for ``seconds`` from now, even if a close is requested meanwhile. Returns
+        ``seconds``, or 0.0 (nothing written) unless the study is accepting, not closing, its
+        roster full and holding the device, and the device has not contributed yet."""
+
+    @abstractmethod
+    def outstanding(self, study_id: str, now: float) -> int:
+        """How many roster devices hold a ticket live at ``now`` and have not contributed."""
+
+    @abstractmethod
+    def request_close(self, study_id: str, reason: str) -> StudyRow:
+        """Record that the study should close (``closing`` = reason, kept if already set; the
+        detail says so) once no ticket is outstanding; no new ticket is given from now on. Audited.
+        'failed_precondition' unless the study is in ``ACCEPTING``."""
+
     # contributions
 
     @abstractmethod
@@ -161,7 +204,8 @@ class Store(ABC):
         one; nothing is written), even once the study has closed, so a device whose
         acknowledgement was lost learns that its bytes are stored. StoreError: 'not_found' for an
         unknown study or device; 'conflict' if the device already contributed different bytes;
-        'failed_precondition' unless the study is in ``ACCEPTING``. ValueError for a kind not in
+        'failed_precondition' unless the study is in ``ACCEPTING`` and its roster is full;
+        'permission_denied' for a device not in the roster. ValueError for a kind not in
         ``KINDS``. Audited.
         """
 

@@ -5,7 +5,9 @@ the study lifecycle); every write is committed with ``synchronous=FULL`` before 
 is what makes a returned write survive a SIGKILL. All SQL lives in this module.
 
 A file is marked as a fedsketch store by ``PRAGMA application_id`` and versioned by ``PRAGMA
-user_version`` (``SCHEMA_VERSION``); any other file is refused before it is modified.
+user_version`` (``SCHEMA_VERSION``); any other file is refused before it is modified. Schema 1
+(before rosters) is migrated when opened: every device that had contributed to a study joins
+its roster, so open studies go on where they were.
 """
 
 from __future__ import annotations
@@ -31,71 +33,17 @@ from fedsketch.server.store.base import (
     StoreError,
     StudyRow,
 )
-
-SCHEMA_VERSION = 1
-
-_APPLICATION_ID = 0x46534B53  # "FSKS" in the SQLite header
-_COORDINATOR = "coordinator"  # audit actor for writes not made on behalf of a device
-
-
-def _sql_list(values: tuple[str, ...]) -> str:
-    """``'a', 'b'`` for a CHECK constraint (the values are constants of this package, not input)."""
-    return ", ".join(f"'{v}'" for v in values)
-
-
-_SCHEMA = (
-    """CREATE TABLE devices (
-        device_id TEXT PRIMARY KEY,
-        public_key BLOB NOT NULL UNIQUE,
-        label TEXT NOT NULL,
-        enrolled_at REAL NOT NULL)""",
-    """CREATE TABLE tokens (
-        token_sha256 TEXT PRIMARY KEY,
-        added_at REAL NOT NULL,
-        used_by TEXT REFERENCES devices(device_id),
-        used_at REAL)""",
-    f"""CREATE TABLE studies (
-        study_id TEXT PRIMARY KEY,
-        spec_json TEXT NOT NULL,
-        spec_sha256 TEXT NOT NULL,
-        state TEXT NOT NULL CHECK (state IN ({_sql_list(STATES)})),
-        detail TEXT NOT NULL,
-        created_at REAL NOT NULL,
-        deadline REAL,
-        min_devices INTEGER NOT NULL)""",
-    f"""CREATE TABLE contributions (
-        study_id TEXT NOT NULL REFERENCES studies(study_id),
-        device_id TEXT NOT NULL REFERENCES devices(device_id),
-        n REAL NOT NULL,
-        kind TEXT NOT NULL CHECK (kind IN ({_sql_list(KINDS)})),
-        payload BLOB NOT NULL,
-        payload_sha256 TEXT NOT NULL,
-        signature BLOB NOT NULL,
-        received_at REAL NOT NULL,
-        PRIMARY KEY (study_id, device_id))""",
-    "CREATE INDEX contributions_by_time ON contributions(study_id, received_at)",
-    """CREATE TABLE results (
-        study_id TEXT PRIMARY KEY REFERENCES studies(study_id),
-        result_json TEXT NOT NULL,
-        created_at REAL NOT NULL)""",
-    """CREATE TABLE audit (
-        seq INTEGER PRIMARY KEY AUTOINCREMENT,
-        at REAL NOT NULL,
-        actor TEXT NOT NULL,
-        action TEXT NOT NULL,
-        detail TEXT NOT NULL)""",
+from fedsketch.server.store.sqlite_schema import (
+    APPLICATION_ID,
+    CONTRIBUTION_COLUMNS,
+    OUTSTANDING_SQL,
+    SCHEMA,
+    SCHEMA_VERSION,
+    STUDY_SQL,
+    migrate_v1,
 )
 
-_STUDY_SQL = """
-SELECT s.study_id, s.spec_json, s.spec_sha256, s.state, s.detail, s.created_at, s.deadline,
-       s.min_devices, COUNT(c.device_id), COALESCE(SUM(c.n), 0.0)
-FROM studies AS s LEFT JOIN contributions AS c ON c.study_id = s.study_id
-{where}
-GROUP BY s.study_id
-ORDER BY s.created_at, s.study_id
-"""
-
-_CONTRIBUTION_COLUMNS = "study_id, device_id, n, kind, payload, payload_sha256, signature, received_at"
+_COORDINATOR = "coordinator"  # audit actor for writes not made on behalf of a device
 
 
 def _sha256_hex(text: str) -> str:
@@ -103,7 +51,7 @@ def _sha256_hex(text: str) -> str:
 
 
 def _study_row(row: tuple) -> StudyRow:
-    return StudyRow(*row[:9], records=float(row[9]))
+    return StudyRow(*row[:9], records=float(row[9]), registered=row[10], closing=row[11])
 
 
 class SQLiteStore(Store):
@@ -114,8 +62,8 @@ class SQLiteStore(Store):
         """Open or create the store at ``path`` (WAL, foreign keys, synchronous=FULL).
 
         Raises StoreError 'failed_precondition' if the file is not a SQLite database, is a SQLite
-        database that is not a fedsketch store, or has a schema version other than SCHEMA_VERSION;
-        such a file is left unmodified.
+        database that is not a fedsketch store, or has a schema version other than 1 (migrated,
+        module docstring) or SCHEMA_VERSION; such a file is left unmodified.
         """
         self.path = os.fspath(path)
         self._lock = threading.Lock()
@@ -141,28 +89,35 @@ class SQLiteStore(Store):
         self._conn.execute("PRAGMA synchronous=FULL")
         self._conn.execute("PRAGMA foreign_keys=ON")
         with self._tx() as c:
-            if self._check_identity():  # checked again under the write lock: another process may have won
-                for statement in _SCHEMA:
+            version = self._check_identity()  # again under the write lock: another process may have won
+            if version == 0:
+                for statement in SCHEMA:
                     c.execute(statement)
-                c.execute(f"PRAGMA application_id={_APPLICATION_ID}")
-                c.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
+                c.execute(f"PRAGMA application_id={APPLICATION_ID}")
+            elif version == 1:
+                migrate_v1(c)
+                self._log(c, _COORDINATOR, "migrate", "store schema 1 -> 2: contributors joined "
+                          "their studies' rosters")
+            c.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
 
-    def _check_identity(self) -> bool:
-        """True for an empty database (to be created); raises unless it is a current fedsketch store."""
+    def _check_identity(self) -> int:
+        """The store's schema version, 0 for an empty database (to be created); raises unless it
+        is a fedsketch store of a version this code reads (1, migrated, or SCHEMA_VERSION)."""
         c = self._conn
         app_id = c.execute("PRAGMA application_id").fetchone()[0]
         version = c.execute("PRAGMA user_version").fetchone()[0]
         if app_id == 0 and c.execute("SELECT COUNT(*) FROM sqlite_master").fetchone()[0] == 0:
-            return True
-        if app_id != _APPLICATION_ID:
+            return 0
+        if app_id != APPLICATION_ID:
             raise StoreError(Code.FAILED_PRECONDITION, f"{self.path} is SQLite but not a fedsketch store")
-        if version != SCHEMA_VERSION:
+        if version not in (1, SCHEMA_VERSION):
             raise StoreError(
                 Code.FAILED_PRECONDITION,
-                f"{self.path} has store schema version {version}; this fedsketch reads {SCHEMA_VERSION}"
+                f"{self.path} has store schema version {version}; this fedsketch reads 1 and "
+                f"{SCHEMA_VERSION}"
                 + (" (the file was written by a newer fedsketch)" if version > SCHEMA_VERSION else ""),
             )
-        return False
+        return version
 
     @contextmanager
     def _tx(self) -> Iterator[sqlite3.Connection]:
@@ -190,7 +145,7 @@ class SQLiteStore(Store):
 
     @staticmethod
     def _study(c: sqlite3.Connection, study_id: str) -> StudyRow:
-        row = c.execute(_STUDY_SQL.format(where="WHERE s.study_id = ?"), (study_id,)).fetchone()
+        row = c.execute(STUDY_SQL.format(where="WHERE s.study_id = ?"), (study_id,)).fetchone()
         if row is None:
             raise StoreError(Code.NOT_FOUND, f"no study {study_id!r}")
         return _study_row(row)
@@ -263,10 +218,10 @@ class SQLiteStore(Store):
 
     def list_studies(self, states: tuple[str, ...] | None = None) -> list[StudyRow]:
         if states is None:
-            rows = self._query(_STUDY_SQL.format(where=""))
+            rows = self._query(STUDY_SQL.format(where=""))
         else:
             marks = ", ".join("?" * len(states))
-            rows = self._query(_STUDY_SQL.format(where=f"WHERE s.state IN ({marks})"), tuple(states))
+            rows = self._query(STUDY_SQL.format(where=f"WHERE s.state IN ({marks})"), tuple(states))
         return [_study_row(r) for r in rows]
 
     def set_state(
@@ -287,13 +242,66 @@ class SQLiteStore(Store):
             self._log(c, _COORDINATOR, "set_state", change)
             return self._study(c, study_id)
 
+    # rosters
+
+    def register(self, study_id: str, device_id: str) -> tuple[bool, StudyRow]:
+        with self._tx() as c:
+            study = self._study(c, study_id)
+            if not c.execute("SELECT 1 FROM devices WHERE device_id = ?", (device_id,)).fetchone():
+                raise StoreError(Code.NOT_FOUND, f"no enrolled device {device_id!r}")
+            if self._in_roster(c, study_id, device_id):
+                return False, study
+            if study.state not in ACCEPTING:
+                raise StoreError(Code.FAILED_PRECONDITION,
+                                 f"study {study_id!r} is {study.state!r} and takes no registrations")
+            if study.roster_full:
+                raise StoreError(Code.FAILED_PRECONDITION, f"the roster of study {study_id!r} is "
+                                 f"full ({study.registered} devices)")
+            c.execute("INSERT INTO registrations (study_id, device_id, registered_at) VALUES (?, ?, ?)",
+                      (study_id, device_id, time.time()))
+            self._log(c, device_id, "register", f"study {study_id!r}")
+            return True, self._study(c, study_id)
+
+    def ticket(self, study_id: str, device_id: str, seconds: float) -> float:
+        with self._tx() as c:
+            study = self._study(c, study_id)
+            if (study.state not in ACCEPTING or study.closing is not None or not study.roster_full
+                    or not self._in_roster(c, study_id, device_id)
+                    or c.execute("SELECT 1 FROM contributions WHERE study_id = ? AND device_id = ?",
+                                 (study_id, device_id)).fetchone()):
+                return 0.0
+            c.execute("UPDATE registrations SET ticket_until = ? WHERE study_id = ? AND device_id = ?",
+                      (time.time() + seconds, study_id, device_id))
+            return float(seconds)
+
+    def outstanding(self, study_id: str, now: float) -> int:
+        return self._query(OUTSTANDING_SQL, (study_id, now))[0][0]
+
+    def request_close(self, study_id: str, reason: str) -> StudyRow:
+        with self._tx() as c:
+            study = self._study(c, study_id)
+            if study.state not in ACCEPTING:
+                raise StoreError(Code.FAILED_PRECONDITION, f"study {study_id!r} is {study.state!r}")
+            if study.closing is None:
+                c.execute("UPDATE studies SET close_requested = ?, detail = ? WHERE study_id = ?",
+                          (reason, f"closing ({reason}): waiting for the devices told to send",
+                           study_id))
+                self._log(c, _COORDINATOR, "request_close", f"study {study_id!r}: {reason}")
+            return self._study(c, study_id)
+
+    @staticmethod
+    def _in_roster(c: sqlite3.Connection, study_id: str, device_id: str) -> bool:
+        return c.execute("SELECT 1 FROM registrations WHERE study_id = ? AND device_id = ?",
+                         (study_id, device_id)).fetchone() is not None
+
     # contributions
 
     def add_contribution(self, row: ContributionRow) -> bool:
         if row.kind not in KINDS:
             raise ValueError(f"unknown contribution kind {row.kind!r}; expected one of {KINDS}")
         with self._tx() as c:
-            state = self._study(c, row.study_id).state
+            study = self._study(c, row.study_id)
+            state = study.state
             if not c.execute("SELECT 1 FROM devices WHERE device_id = ?", (row.device_id,)).fetchone():
                 raise StoreError(Code.NOT_FOUND, f"no enrolled device {row.device_id!r}")
             prior = c.execute(
@@ -310,8 +318,14 @@ class SQLiteStore(Store):
             if state not in ACCEPTING:
                 message = f"study {row.study_id!r} is {state!r} and accepts no contributions"
                 raise StoreError(Code.FAILED_PRECONDITION, message)
+            if not self._in_roster(c, row.study_id, row.device_id):
+                raise StoreError(Code.PERMISSION_DENIED, f"device {row.device_id!r} is not in the "
+                                 f"roster of study {row.study_id!r}")
+            if not study.roster_full:
+                raise StoreError(Code.FAILED_PRECONDITION, f"study {row.study_id!r} is still "
+                                 f"registering ({study.registered} of {study.min_devices} devices)")
             c.execute(
-                f"INSERT INTO contributions ({_CONTRIBUTION_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                f"INSERT INTO contributions ({CONTRIBUTION_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
                 (row.study_id, row.device_id, row.n, row.kind, bytes(row.payload), row.payload_sha256,
                  bytes(row.signature), row.received_at),
             )
@@ -325,7 +339,7 @@ class SQLiteStore(Store):
 
     def contributions(self, study_id: str) -> list[ContributionRow]:
         rows = self._query(
-            f"SELECT {_CONTRIBUTION_COLUMNS} FROM contributions WHERE study_id = ?"
+            f"SELECT {CONTRIBUTION_COLUMNS} FROM contributions WHERE study_id = ?"
             " ORDER BY received_at, device_id",
             (study_id,),
         )

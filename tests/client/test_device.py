@@ -211,13 +211,18 @@ def test_under_add_remove_no_decision_depends_on_n(coordinator_round, records, t
     """Item 4 of the issue: a device with no records, and devices with fewer records than an older
     stored add/remove study asks for (created before the coordinator refused that), all
     release a sketch and a noisy count, as a device with many records does."""
-    spec = study_spec(epsilon=1.0, neighbouring="add_remove", min_records=50, min_devices=9)
+    spec = study_spec(epsilon=1.0, neighbouring="add_remove", min_records=50, min_devices=3)
     text = spec.to_json()
-    coordinator_round.store.create_study("st-legacy", text, spec_sha256(text), None, 9)
-    for name, x in (("empty", records[:0]), ("three", records[:3]), ("many", records)):
-        npy = tmp_path / f"{name}.npy"
-        np.save(npy, x)
-        run_once(coordinator_round, npy, tmp_path / f"{name}.ledger", budget=1.0)
+    coordinator_round.store.create_study("st-legacy", text, spec_sha256(text), None, 3)
+    names = {"empty": records[:0], "three": records[:3], "many": records}
+    for name, x in names.items():  # the third fills the roster and contributes at once
+        np.save(tmp_path / f"{name}.npy", x)
+        run_once(coordinator_round, tmp_path / f"{name}.npy", tmp_path / f"{name}.ledger",
+                 budget=1.0)
+    for name in ("empty", "three"):  # the first two contribute on their next pass
+        run_once(coordinator_round, tmp_path / f"{name}.npy", tmp_path / f"{name}.ledger",
+                 token="")
+    for name in names:
         assert ledger_state(tmp_path / f"{name}.ledger")[1] == [("test", 1.0)], name
     assert len(coordinator_round.store.contributions("st-legacy")) == 3
 

@@ -123,24 +123,32 @@ def wait_done(c: CoordinatorProcess, study: str) -> dict:
 
 def test_coordinator_killed_after_acks_keeps_them_and_completes(coordinator, tmp_path,
                                                                device_files):
+    """Devices 0 and 1 join the roster of 3 (spending nothing), device 2 fills it and contributes
+    at once, device 0 contributes on its next pass; the coordinator is SIGKILLed and restarted:
+    the roster and both acknowledged contributions are there, and device 1 completes the study."""
     study = create_study(coordinator, 3)
     tokens = coordinator.op("tokens", "--count", "3").stdout.split()
-    for i in range(2):
+    for i in range(3):
         device(coordinator, device_files[i], tmp_path / f"l{i}", tokens[i])
+    device(coordinator, device_files[0], tmp_path / "l0")
     acked = {}
-    for i in range(2):
+    for i in range(3):
         book = Ledger(tmp_path / f"l{i}")
         spend = book.find(study)
-        assert spend.acked_at is not None
-        acked[book.identity().device_id] = spend.payload
+        assert (spend is None) == (i == 1)
+        if spend is not None:
+            assert spend.acked_at is not None
+            acked[book.identity().device_id] = spend.payload
         book.close()
     coordinator.kill()
     coordinator.start()  # same database, same port
     store = open_store(coordinator.db)
     stored = {r.device_id: r.payload for r in store.contributions(study)}
+    assert store.get_study(study).registered == 3
     store.close()
     assert stored == acked
-    device(coordinator, device_files[2], tmp_path / "l2", tokens[2])
+    assert "3/3" in coordinator.op("list").stdout  # the roster, registered/min-devices
+    device(coordinator, device_files[1], tmp_path / "l1")
     res = wait_done(coordinator, study)
     assert res["devices"] == 3 and res["records"] == 30_000
     assert coordinator.terminate() == 0

@@ -11,8 +11,7 @@ import numpy as np
 import pytest
 from conftest import META
 
-from fedsketch.client import agent as agent_module
-from fedsketch.client import daemon
+from fedsketch.client import daemon, secure_steps
 from fedsketch.client.agent import Agent
 from fedsketch.client.ledger import Ledger
 from fedsketch.client.localdata import LocalData
@@ -152,7 +151,7 @@ def test_dropouts_at_masked_input_complete_and_spend_only_for_submitters(coordin
         calls.append(((epsilon, delta1, h_min, dim), share))
         return share
 
-    monkeypatch.setattr(agent_module, "dlap_noise_share", spy)
+    monkeypatch.setattr(secure_steps, "dlap_noise_share", spy)
     agents = [coordinator_round.agent(f"d{i}", parts[i]) for i in range(8)]
     s = drive(coordinator_round, study.study_id, agents, silent={1, 5})
     assert s.state == pb.DONE, s.detail

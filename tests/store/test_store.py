@@ -83,6 +83,39 @@ def test_schema_wal_and_reopen(tmp_path):
         s.close()
 
 
+def test_a_schema_1_store_is_migrated_with_contributors_in_the_rosters(tmp_path):
+    """Schema 1 had no rosters: opening it creates them, every device that had contributed to a
+    study joins its roster, so an open study goes on where it was (and a new device can still
+    fill it)."""
+    path = tmp_path / "store.db"
+    s = open_store(path)
+    a, b = enroll(s, 1), enroll(s, 2)
+    s.create_study("s", "{}", "0" * 64, None, 2)
+    s.register("s", a)
+    s.register("s", b)
+    s.add_contribution(contribution("s", a, payload(1)))
+    s.close()
+    raw = sqlite3.connect(path)  # back to schema 1: no rosters
+    raw.execute("DROP TABLE registrations")
+    raw.execute("ALTER TABLE studies DROP COLUMN close_requested")
+    raw.execute("PRAGMA user_version = 1")
+    raw.commit()
+    raw.close()
+    s = open_store(path)
+    try:
+        row = s.get_study("s")
+        assert (row.registered, row.contributions, row.state) == (1, 1, "collecting")
+        assert s.register("s", a) == (False, row)
+        assert s.register("s", b)[1].roster_full
+        assert s.add_contribution(contribution("s", b, payload(2)))
+        assert "migrate" in [e[2] for e in s.audit_log()]
+    finally:
+        s.close()
+    raw = sqlite3.connect(path)
+    assert raw.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 2
+    raw.close()
+
+
 def test_future_schema_refused(tmp_path):
     path = tmp_path / "store.db"
     open_store(path).close()
@@ -156,10 +189,57 @@ def test_enroll_token_once(store):
 # contributions
 
 
+def test_a_roster_fills_once_and_only_its_devices_contribute_when_it_is_full(store):
+    a, b, c = enroll(store, 1), enroll(store, 2), enroll(store, 3)
+    store.create_study("s", "{}", "0" * 64, None, 2)
+    err = refusal(store.add_contribution, contribution("s", a, payload(1)))
+    assert err.code == "permission_denied" and "roster" in str(err)
+    added, row = store.register("s", a)
+    assert added and (row.registered, row.roster_full) == (1, False)
+    assert store.register("s", a) == (False, row)  # idempotent
+    err = refusal(store.add_contribution, contribution("s", a, payload(1)))
+    assert err.code == "failed_precondition" and "1 of 2" in str(err)
+    assert store.register("s", b)[1].roster_full
+    err = refusal(store.register, "s", c)
+    assert err.code == "failed_precondition" and "full" in str(err)
+    assert refusal(store.add_contribution, contribution("s", c, payload(3))).code == "permission_denied"
+    assert refusal(store.register, "s", "dev-unknown").code == "not_found"
+    assert refusal(store.register, "nope", a).code == "not_found"
+    assert store.contributions("s") == [] and store.get_study("s").registered == 2
+    assert [e[2] for e in store.audit_log()].count("register") == 2
+    store.set_state("s", "failed")
+    assert store.register("s", a)[0] is False  # a member is told so even once it closed
+    store.create_study("t", "{}", "0" * 64, None, 1)
+    store.set_state("t", "failed")
+    assert refusal(store.register, "t", a).code == "failed_precondition"
+
+
+def test_tickets_are_given_to_roster_devices_only_while_input_is_open(store):
+    a, b, c = enroll(store, 1), enroll(store, 2), enroll(store, 3)
+    store.create_study("s", "{}", "0" * 64, None, 2)
+    store.register("s", a)
+    assert store.ticket("s", a, 60.0) == 0.0  # the roster is not full
+    store.register("s", b)
+    assert store.ticket("s", a, 60.0) == 60.0 and store.ticket("s", c, 60.0) == 0.0
+    now = time.time()
+    assert store.outstanding("s", now) == 1 and store.outstanding("s", now + 61.0) == 0
+    row = store.request_close("s", "deadline reached")
+    assert row.closing == "deadline reached" and "closing" in row.detail
+    assert store.request_close("s", "operator").closing == "deadline reached"  # kept
+    assert store.ticket("s", b, 60.0) == 0.0  # none after a close was requested
+    assert store.add_contribution(contribution("s", a, payload(1)))  # a ticket holder still sends
+    assert store.outstanding("s", time.time()) == 0
+    assert store.ticket("s", a, 60.0) == 0.0  # contributed already
+    store.set_state("s", "failed")
+    assert refusal(store.request_close, "s", "again").code == "failed_precondition"
+
+
 def test_contribution_idempotency_and_counts(store):
     a, b = enroll(store, 1), enroll(store, 2)
     store.create_study("s", "{}", "0" * 64, None, 2)
     assert store.get_study("s").state == "open"
+    store.register("s", a)
+    store.register("s", b)
 
     first = contribution("s", a, payload(1), n=100.0)
     assert store.add_contribution(first) is True
@@ -249,13 +329,14 @@ CHILD = """
 import hashlib, sys, time
 from fedsketch.server.store import ContributionRow, open_store
 store = open_store(sys.argv[1])
-store.create_study("s", "{}", "0" * 64, None, 1)
 for i in range(100000):
     store.add_tokens([f"tok-{i}"])
     dev = store.enroll(f"tok-{i}", hashlib.sha256(b"key%d" % i).digest(), "d")
+    store.create_study(f"s{i}", "{}", "0" * 64, None, 1)
+    store.register(f"s{i}", dev)
     data = hashlib.sha256(b"payload%d" % i).digest() * 64
     sha = hashlib.sha256(data).hexdigest()
-    row = ContributionRow("s", dev, float(i), "int32_pairs", data, sha, b"s", time.time())
+    row = ContributionRow(f"s{i}", dev, float(i), "int32_pairs", data, sha, b"s", time.time())
     assert store.add_contribution(row)
     print(f"acked {i} {dev}", flush=True)
 time.sleep(60)
@@ -290,13 +371,14 @@ def test_acked_contributions_survive_sigkill(tmp_path):  # SQLite-only: kills a 
     raw.close()
     store = open_store(path)
     try:
-        stored = {c.device_id: c for c in store.contributions("s")}
+        stored = {c.device_id: c for row in store.list_studies()
+                  for c in store.contributions(row.study_id)}
         for i, dev in acked.items():
             assert stored[dev].payload == payload(i)
             assert stored[dev].payload_sha256 == hashlib.sha256(payload(i)).hexdigest()
             assert stored[dev].n == float(i)
+            assert store.get_study(f"s{i}").state == "collecting"
         assert len(stored) - len(acked) in (0, 1)  # at most one committed write was still unacknowledged
-        assert store.get_study("s").state == "collecting"
     finally:
         store.close()
 
@@ -304,6 +386,8 @@ def test_acked_contributions_survive_sigkill(tmp_path):  # SQLite-only: kills a 
 def test_concurrent_contributions_all_land(store):
     devices = [enroll(store, i) for i in range(8)]
     store.create_study("s", "{}", "0" * 64, None, 8)
+    for device in devices:
+        store.register("s", device)
     barrier = threading.Barrier(8)
     results: dict[int, bool | Exception] = {}
 

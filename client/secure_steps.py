@@ -1,0 +1,159 @@
+"""The device's side of a secure-aggregation round (Bonawitz et al. 2017; MECHANISMS §4).
+
+A secure study runs REGISTER, ADVERTISE_KEYS, SHARE_KEYS, MASKED_INPUT and UNMASK. At REGISTER
+the device runs the agent's checks and counts its records (replace-one: n is public); at
+MASKED_INPUT it sketches that same version of the data (it drops out, unspent, if the file
+changed or the count differs), adds its noise share, masks, commits the spend with the bytes
+to the ledger, and only then sends. A device that drops before MASKED_INPUT spends nothing.
+The round's state lives in memory: a restart drops out.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import grpc
+import numpy as np
+
+from fedsketch.common import signing
+from fedsketch.common.box import Box, Tally
+from fedsketch.common.dp.plan import integer_sum_term
+from fedsketch.common.dp.samplers import dlap_noise_share
+from fedsketch.common.frequencies import draw_frequencies
+from fedsketch.common.pb import fedsketch_pb2 as pb
+from fedsketch.common.pb import fedsketch_pb2_grpc as pb_grpc
+from fedsketch.common.secagg import Client, SecAggAbort
+from fedsketch.common.secagg import wire as sw
+from fedsketch.common.sketching import feature_sum
+from fedsketch.common.study import StudySpec
+
+from .ledger import BudgetExceeded, Identity, Ledger, LedgerError
+from .localdata import DATA_ERRORS, LocalData, log_clipped
+from .study_pass import RPC_TIMEOUT, Outcome, fault_point
+
+#: The ledger kind of a masked input.
+SECURE_KIND = "secagg_masked"
+
+
+@dataclass
+class Session:
+    """This device's part in one secure-aggregation round (in memory: a restart drops out)."""
+
+    spec: StudySpec
+    box: Box
+    data: LocalData
+    n: int
+    client: Client | None = None
+    done: set[int] = field(default_factory=set)
+    left: bool = False
+
+
+class SecureSteps:
+    """The secure-aggregation steps of :class:`fedsketch.client.agent.Agent` (a mixin: the agent
+    provides the stub, the ledger, its source and sessions, and ``_check``, ``_count`` and
+    ``_send``)."""
+
+    stub: pb_grpc.DeviceStub
+    ledger: Ledger
+    source: str
+    bytes_sent: int
+    _sessions: dict[str, Session]
+
+    def _secure_step(self, identity: Identity, study: pb.Study, out: Outcome) -> str | None:
+        """Act on the open stage of a secure-aggregation study; the reason if refused."""
+        sid, stage = study.study_id, study.stage
+        session = self._sessions.get(sid)
+        if stage == pb.REGISTER:
+            if session is not None:
+                return None
+            admitted = self._check(study)
+            if isinstance(admitted, str):
+                return admitted
+            if isinstance(n := self._count(admitted), str):
+                return n
+            self._stage_send(identity, sid, pb.REGISTER, sw.dump({"n": n}))
+            self._sessions[sid] = Session(admitted.spec, admitted.box, admitted.data, n)
+            return None
+        if session is None or stage in session.done or session.left:
+            return None
+        try:
+            body = self._stage_fetch(identity, sid, stage)
+        except grpc.RpcError as exc:
+            if exc.code() == grpc.StatusCode.FAILED_PRECONDITION:
+                return None  # the stage moved on or is not open yet: next pass
+            if exc.code() == grpc.StatusCode.PERMISSION_DENIED:
+                session.left = True  # not in the roster, or dropped by the coordinator
+                return None
+            raise
+        try:
+            if stage == pb.ADVERTISE_KEYS:
+                params, keys, _ = sw.params_from_json(sid, sw.load(body))
+                session.client = Client(params, identity.device_id, identity.private_key, keys)
+                reply = sw.dump(sw.advert_to_json(session.client.advertise()))
+            elif stage == pb.SHARE_KEYS:
+                adverts = {v: sw.advert_from_json(a) for v, a in sw.load(body).items()}
+                reply = sw.dump(sw.bytes_map_to_json(session.client.share_keys(adverts)))
+            elif stage == pb.MASKED_INPUT:
+                inbox = sw.bytes_map_from_json(sw.load(body))
+                session.done.add(stage)
+                return self._masked_input(identity, study, session, inbox, out)
+            else:
+                req = sw.request_from_json(sw.load(body))
+                shares = session.client.unmask(req.survivors, req.dropped)
+                reply = sw.dump(sw.unmask_to_json(shares))
+        except (SecAggAbort, ValueError) as exc:
+            session.left = True
+            return f"secure aggregation: {exc}"
+        self._stage_send(identity, sid, stage, reply)
+        session.done.add(stage)
+        return None
+
+    def _masked_input(self, identity: Identity, study: pb.Study, session: Session,
+                      inbox: dict[str, bytes], out: Outcome) -> str | None:
+        """Sketch, add a noise share, mask, commit the spend with the bytes, then send.
+
+        The shares of min_honest devices add up to the study's integer-sum term (MECHANISMS §4.2).
+        """
+        spec, box, tally = session.spec, session.box, Tally()
+        m, r = spec.sketch.frequencies.m, spec.sketch.r
+        try:
+            fs = feature_sum(box.centred(session.data.chunks(), tally),
+                             box.reduce(draw_frequencies(spec.sketch.frequencies)),
+                             spec.sketch.feature, r)
+        except DATA_ERRORS as exc:  # the file changed since REGISTER
+            session.left = True
+            return f"the data cannot be sketched for this study: {exc}"
+        if fs.n != session.n:
+            session.left = True
+            return (f"the data changed since REGISTER ({session.n} records registered, "
+                    f"{fs.n} read now); nothing was spent")
+        log_clipped(study.study_id, tally)
+        term = integer_sum_term(spec.sketch.feature, spec.sketch.privacy.epsilon, r, "replace_one")
+        noise = dlap_noise_share(term.epsilon, term.sensitivity, spec.secure_aggregation.min_honest,
+                                 2 * m)
+        y = session.client.masked_input(np.concatenate([fs.re, fs.im]), inbox, noise)
+        try:
+            spend = self.ledger.record_spend(
+                study_id=study.study_id, study_name=spec.name, source=self.source,
+                epsilon=spec.sketch.privacy.epsilon, delta=0.0, n=float(fs.n),
+                kind=SECURE_KIND, payload=sw.masked_to_bytes(y), spec_sha256=study.spec_sha256)
+        except (BudgetExceeded, LedgerError) as exc:
+            session.left = True
+            return str(exc)
+        fault_point()
+        self._send(identity, spend)
+        out.submitted.append(study.study_id)
+        return None
+
+    def _stage_send(self, identity: Identity, study_id: str, stage: int, body: bytes) -> None:
+        digest = sw.message_digest(study_id, identity.device_id, stage, body)
+        msg = pb.SecAggMessage(study_id=study_id, device_id=identity.device_id, stage=stage,
+                               body=body, signature=signing.sign(identity.private_key, digest))
+        self.bytes_sent += msg.ByteSize()
+        self.stub.SecAggSend(msg, timeout=RPC_TIMEOUT)
+
+    def _stage_fetch(self, identity: Identity, study_id: str, stage: int) -> bytes:
+        digest = sw.message_digest(study_id, identity.device_id, stage, b"")
+        msg = pb.SecAggMessage(study_id=study_id, device_id=identity.device_id, stage=stage,
+                               signature=signing.sign(identity.private_key, digest))
+        return self.stub.SecAggFetch(msg, timeout=RPC_TIMEOUT).body

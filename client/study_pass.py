@@ -1,0 +1,45 @@
+"""What the device's protocol steps share: an admitted study, the outcome of a pass, the RPC
+deadline and the crash-test fault point."""
+
+from __future__ import annotations
+
+import os
+import signal
+from dataclasses import dataclass, field
+
+from fedsketch.common.box import Box
+from fedsketch.common.study import StudySpec
+
+from .localdata import LocalData
+
+#: Fault injection for crash tests: with FEDSKETCH_FAULT=kill-after-commit the process sends
+#: itself SIGKILL right after the ledger commit and before the first send.
+FAULT_ENV = "FEDSKETCH_FAULT"
+#: Deadline (seconds) of each RPC.
+RPC_TIMEOUT = 60.0
+
+
+@dataclass(frozen=True)
+class Admitted:
+    """A study the device may contribute to: its spec, public box, and the data version opened
+    for it."""
+
+    spec: StudySpec
+    box: Box
+    data: LocalData
+
+
+@dataclass
+class Outcome:
+    """What one pass over the open studies did."""
+
+    registered: list[str] = field(default_factory=list)
+    submitted: list[str] = field(default_factory=list)
+    resent: list[str] = field(default_factory=list)
+    refused: dict[str, str] = field(default_factory=dict)
+
+
+def fault_point() -> None:
+    """Between the ledger commit and the first send: where crash tests kill the device."""
+    if os.environ.get(FAULT_ENV) == "kill-after-commit":
+        os.kill(os.getpid(), signal.SIGKILL)

@@ -1,0 +1,108 @@
+"""The SQL layout of :class:`fedsketch.server.store.sqlite.SQLiteStore`: its tables (schema
+version :data:`SCHEMA_VERSION`), the queries that read rows back, and the schema-1 migration.
+
+Schema 2 adds ``registrations``, a plain study's roster (:meth:`~fedsketch.server.store.base.
+Store.register`) with each member's input ticket (``ticket_until``, Unix seconds:
+:meth:`~fedsketch.server.store.base.Store.ticket`), and ``studies.close_requested``, the reason
+of a close that waits for those tickets. :func:`migrate_v1` adds both to a schema-1 file and
+enrolls in each study's roster every device that had contributed to it, so open studies go on
+where they were.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+
+from fedsketch.server.store.base import KINDS, STATES
+
+SCHEMA_VERSION = 2
+
+APPLICATION_ID = 0x46534B53  # "FSKS" in the SQLite header
+
+
+def sql_list(values: tuple[str, ...]) -> str:
+    """``'a', 'b'`` for a CHECK constraint (the values are constants of this package, not input)."""
+    return ", ".join(f"'{v}'" for v in values)
+
+
+REGISTRATIONS = """CREATE TABLE registrations (
+        study_id TEXT NOT NULL REFERENCES studies(study_id),
+        device_id TEXT NOT NULL REFERENCES devices(device_id),
+        registered_at REAL NOT NULL,
+        ticket_until REAL,
+        PRIMARY KEY (study_id, device_id))"""
+
+SCHEMA = (
+    """CREATE TABLE devices (
+        device_id TEXT PRIMARY KEY,
+        public_key BLOB NOT NULL UNIQUE,
+        label TEXT NOT NULL,
+        enrolled_at REAL NOT NULL)""",
+    """CREATE TABLE tokens (
+        token_sha256 TEXT PRIMARY KEY,
+        added_at REAL NOT NULL,
+        used_by TEXT REFERENCES devices(device_id),
+        used_at REAL)""",
+    f"""CREATE TABLE studies (
+        study_id TEXT PRIMARY KEY,
+        spec_json TEXT NOT NULL,
+        spec_sha256 TEXT NOT NULL,
+        state TEXT NOT NULL CHECK (state IN ({sql_list(STATES)})),
+        detail TEXT NOT NULL,
+        created_at REAL NOT NULL,
+        deadline REAL,
+        min_devices INTEGER NOT NULL,
+        close_requested TEXT)""",
+    f"""CREATE TABLE contributions (
+        study_id TEXT NOT NULL REFERENCES studies(study_id),
+        device_id TEXT NOT NULL REFERENCES devices(device_id),
+        n REAL NOT NULL,
+        kind TEXT NOT NULL CHECK (kind IN ({sql_list(KINDS)})),
+        payload BLOB NOT NULL,
+        payload_sha256 TEXT NOT NULL,
+        signature BLOB NOT NULL,
+        received_at REAL NOT NULL,
+        PRIMARY KEY (study_id, device_id))""",
+    "CREATE INDEX contributions_by_time ON contributions(study_id, received_at)",
+    REGISTRATIONS,
+    """CREATE TABLE results (
+        study_id TEXT PRIMARY KEY REFERENCES studies(study_id),
+        result_json TEXT NOT NULL,
+        created_at REAL NOT NULL)""",
+    """CREATE TABLE audit (
+        seq INTEGER PRIMARY KEY AUTOINCREMENT,
+        at REAL NOT NULL,
+        actor TEXT NOT NULL,
+        action TEXT NOT NULL,
+        detail TEXT NOT NULL)""",
+)
+
+STUDY_SQL = """
+SELECT s.study_id, s.spec_json, s.spec_sha256, s.state, s.detail, s.created_at, s.deadline,
+       s.min_devices, COUNT(c.device_id), COALESCE(SUM(c.n), 0.0),
+       (SELECT COUNT(*) FROM registrations AS r WHERE r.study_id = s.study_id),
+       s.close_requested
+FROM studies AS s LEFT JOIN contributions AS c ON c.study_id = s.study_id
+{where}
+GROUP BY s.study_id
+ORDER BY s.created_at, s.study_id
+"""
+
+CONTRIBUTION_COLUMNS = "study_id, device_id, n, kind, payload, payload_sha256, signature, received_at"
+
+
+def migrate_v1(c: sqlite3.Connection) -> None:
+    """Schema 1 → 2 inside the caller's write transaction (module docstring)."""
+    c.execute(REGISTRATIONS)
+    c.execute("ALTER TABLE studies ADD COLUMN close_requested TEXT")
+    c.execute("INSERT INTO registrations (study_id, device_id, registered_at) "
+              "SELECT study_id, device_id, received_at FROM contributions")
+
+
+#: Roster devices told they may send (a live ticket) that have not contributed yet.
+OUTSTANDING_SQL = """
+SELECT COUNT(*) FROM registrations AS r
+WHERE r.study_id = ? AND r.ticket_until > ?
+  AND NOT EXISTS (SELECT 1 FROM contributions AS c
+                  WHERE c.study_id = r.study_id AND c.device_id = r.device_id)
+"""
