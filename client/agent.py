@@ -42,6 +42,7 @@ import grpc
 
 from fedsketch.common import signing, wire
 from fedsketch.common.box import Box, Tally
+from fedsketch.common.cli import printable
 from fedsketch.common.frequencies import draw_frequencies
 from fedsketch.common.pb import fedsketch_pb2 as pb
 from fedsketch.common.pb import fedsketch_pb2_grpc as pb_grpc
@@ -64,11 +65,6 @@ TICKET_MARGIN = 30.0
 FINAL_REFUSALS = (grpc.StatusCode.NOT_FOUND, grpc.StatusCode.FAILED_PRECONDITION,
                   grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.ALREADY_EXISTS,
                   grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED)
-
-
-def _shown(text: str) -> str:
-    """Coordinator text (a study id) safe for a log line: control characters escaped."""
-    return text if text.isprintable() else repr(text)
 
 
 def _is_secure(study: pb.Study) -> bool:
@@ -122,16 +118,10 @@ class Agent(SecureSteps):
             raise LedgerError("this device is not enrolled")
         out = Outcome()
         for spend in self.ledger.pending():
-            try:
-                self._send(identity, spend)
-            except grpc.RpcError as exc:
-                if exc.code() not in FINAL_REFUSALS:
-                    raise  # transient: keep the bytes and try again on the next pass
-                # the coordinator will never take these bytes; the spend stays on the books
-                self.ledger.mark_acked(spend.study_id, f"refused: {exc.code().name}")
-                out.refused[spend.study_id] = exc.details() or exc.code().name
-                continue
-            out.resent.append(spend.study_id)
+            if (reason := self._deliver(identity, spend)) is not None:
+                out.refused[spend.study_id] = reason
+            else:
+                out.resent.append(spend.study_id)
         self._settle()
         studies = self.stub.ListStudies(pb.ListStudiesRequest(), timeout=RPC_TIMEOUT).studies
         listed = {study.study_id for study in studies}
@@ -150,7 +140,7 @@ class Agent(SecureSteps):
                 if not isinstance(reason, Retry):
                     self._refused.add(study.study_id)
                 out.refused[study.study_id] = reason
-                log.warning("refused study %s: %s", _shown(study.study_id), reason)
+                log.warning("refused study %s: %s", printable(study.study_id), reason)
         return out
 
     def _check(self, study: pb.Study) -> Admitted | str:
@@ -188,12 +178,10 @@ class Agent(SecureSteps):
     def _reserved(self, other_than: str) -> tuple[float, float]:
         """(ε, δ) promised to studies this device joined and has not spent on yet (other than
         ``other_than``): a device joins no more studies than its budget can pay for."""
-        eps = [cost[0] for sid, cost in self._waiting.items() if sid != other_than]
-        delta = [cost[1] for sid, cost in self._waiting.items() if sid != other_than]
-        for sid, session in self._sessions.items():
-            if sid != other_than and not session.left and pb.MASKED_INPUT not in session.done:
-                eps.append(session.spec.sketch.privacy.epsilon)
-        return math.fsum(eps), math.fsum(delta)
+        costs = [cost for sid, cost in self._waiting.items() if sid != other_than]
+        costs += [(s.spec.sketch.privacy.epsilon, 0.0) for sid, s in self._sessions.items()
+                  if sid != other_than and not s.left and pb.MASKED_INPUT not in s.done]
+        return math.fsum(c[0] for c in costs), math.fsum(c[1] for c in costs)
 
     def _count(self, admitted: Admitted) -> int | str:
         """One pass counting the records of a replace-one study (n is public there): n, or why the
@@ -289,11 +277,17 @@ class Agent(SecureSteps):
         except (BudgetExceeded, LedgerError) as exc:  # e.g. another daemon on this ledger spent
             return str(exc)
         fault_point()
+        return self._deliver(identity, spend)
+
+    def _deliver(self, identity: Identity, spend: Spend) -> str | None:
+        """Send a spend's stored bytes; the coordinator's reason if it refuses them for good (the
+        spend stays on the books, marked refused). A transient error propagates: the bytes are
+        sent again on the next pass."""
         try:
             self._send(identity, spend)
         except grpc.RpcError as exc:
             if exc.code() not in FINAL_REFUSALS:
-                raise  # transient: the stored bytes are re-sent on the next pass
+                raise
             self.ledger.mark_acked(spend.study_id, f"refused: {exc.code().name}")
             return f"the coordinator refused the release: {exc.details() or exc.code().name}"
         return None

@@ -26,7 +26,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from fedsketch.common.cli import CaOpt, InsecureOpt, Target, check_tls
+from fedsketch.common.cli import CaOpt, InsecureOpt, Target, check_tls, printable
 from fedsketch.common.cli import clean_errors as _clean_errors
 
 from . import daemon
@@ -203,9 +203,8 @@ def _state(spend: Spend) -> str:
 
 
 def _shown(text: str | None) -> str:
-    """``text`` safe for a terminal: control characters (a hostile coordinator's study name could
-    carry escape sequences) as Python escapes, then rich markup escaped."""
-    return escape("".join(c if c.isprintable() else repr(c)[1:-1] for c in text or ""))
+    """``text`` safe for a rich table: :func:`~fedsketch.common.cli.printable`, markup escaped."""
+    return escape(printable(text))
 
 
 def _when(t: float) -> str:

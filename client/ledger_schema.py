@@ -116,6 +116,7 @@ def migrate_v1(db: sqlite3.Connection, settings: dict[str, str]) -> None:
                "by every run), so nothing remains until the owner runs `fedsketch device "
                "raise-budget`")
 
+
 def drop_out_of_box(db: sqlite3.Connection, settings: dict[str, str]) -> str | None:
     """Remove the ``out_of_box`` key that the first schema-2 release stored in the policy, inside
     the caller's write transaction (logged); the old value, or None if there was none.
@@ -126,7 +127,7 @@ def drop_out_of_box(db: sqlite3.Connection, settings: dict[str, str]) -> str | N
     if "out_of_box" not in policy:
         return None
     old = policy.pop("out_of_box")
-    set_settings(db, policy=json.dumps(policy, sort_keys=True))
+    set_settings(db, policy=Policy.from_json(json.dumps(policy)).to_json())
     log_change(db, "policy", None, None, None,
                f"out-of-box = {old} dropped: a refusal that depends on where the records lie "
                "reveals them, so records outside a study's box are always clipped")

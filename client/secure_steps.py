@@ -28,7 +28,7 @@ from fedsketch.common.sketching import feature_sum
 from fedsketch.common.study import StudySpec
 
 from .ledger import BudgetExceeded, Identity, Ledger, LedgerError
-from .localdata import DATA_ERRORS, LocalData, log_clipped
+from .localdata import DATA_ERRORS, LocalData, data_refusal, log_clipped
 from .study_pass import RPC_TIMEOUT, Outcome, fault_point
 
 #: The ledger kind of a masked input.
@@ -122,7 +122,7 @@ class SecureSteps:
                              spec.sketch.feature, r)
         except DATA_ERRORS as exc:  # the file changed since REGISTER
             session.left = True
-            return f"the data cannot be sketched for this study: {exc}"
+            return data_refusal(exc)
         if fs.n != session.n:
             session.left = True
             return (f"the data changed since REGISTER ({session.n} records registered, "

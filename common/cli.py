@@ -27,6 +27,12 @@ InsecureOpt = Annotated[bool, typer.Option("--insecure", help="Plaintext gRPC (l
                                            "only; explicit opt-out of TLS).")]
 
 
+def printable(text: str | None) -> str:
+    """``text`` (None as "") safe for a terminal or a log line: each control character (a hostile
+    coordinator's study name or id could carry escape sequences) as its Python escape."""
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text or "")
+
+
 @contextmanager
 def clean_errors(*extra: type[BaseException]) -> Iterator[None]:
     """Turn an expected failure (:data:`EXPECTED`, plus ``extra``) into ``error: <first line>``
