@@ -1,11 +1,18 @@
 """The device's side of a secure-aggregation round (Bonawitz et al. 2017; MECHANISMS §4).
 
-A secure study runs REGISTER, ADVERTISE_KEYS, SHARE_KEYS, MASKED_INPUT and UNMASK. At REGISTER
-the device runs the agent's checks and counts its records (replace-one: n is public); at
-MASKED_INPUT it sketches that same version of the data (it drops out, unspent, if the file
-changed or the count differs), adds its noise share, masks, commits the spend with the bytes
-to the ledger, and only then sends. A device that drops before MASKED_INPUT spends nothing.
-The round's state lives in memory: a restart drops out.
+A secure study runs REGISTER, ADVERTISE_KEYS, SHARE_KEYS, MASKED_INPUT and UNMASK.
+
+* REGISTER: the agent's checks; a threshold that is unsafe under the study's stated dropouts
+  and colluders is refused (:meth:`StudySpec.check_trust`); the device counts its records
+  (replace-one: n is public).
+* ADVERTISE_KEYS: round parameters other than those the spec implies for the advertised
+  roster are refused (:meth:`StudySpec.check_round`).
+* MASKED_INPUT: the device sketches that same version of the data (it drops out, unspent, if
+  the file changed or the count differs), adds its noise share, masks, commits the spend with
+  the bytes to the ledger, and only then sends.
+
+A device that drops before MASKED_INPUT spends nothing. The round's state lives in memory: a
+restart drops out.
 """
 
 from __future__ import annotations
@@ -69,6 +76,10 @@ class SecureSteps:
             admitted = self._check(study)
             if isinstance(admitted, str):
                 return admitted
+            try:
+                admitted.spec.check_trust()
+            except ValueError as exc:
+                return str(exc)
             if isinstance(n := self._count(admitted), str):
                 return n
             self._stage_send(identity, sid, pb.REGISTER, sw.dump({"n": n}))
@@ -88,6 +99,7 @@ class SecureSteps:
         try:
             if stage == pb.ADVERTISE_KEYS:
                 params, keys, _ = sw.params_from_json(sid, sw.load(body))
+                session.spec.check_round(params)
                 session.client = Client(params, identity.device_id, identity.private_key, keys)
                 reply = sw.dump(sw.advert_to_json(session.client.advertise()))
             elif stage == pb.SHARE_KEYS:
@@ -112,7 +124,8 @@ class SecureSteps:
                       inbox: dict[str, bytes], out: Outcome) -> str | None:
         """Sketch, add a noise share, mask, commit the spend with the bytes, then send.
 
-        The shares of min_honest devices add up to the study's integer-sum term (MECHANISMS §4.2).
+        The shares of h_min = L − D − C devices add up to the study's integer-sum term
+        (MECHANISMS §4.2, :mod:`fedsketch.common.secagg.trust`).
         """
         spec, box, tally = session.spec, session.box, Tally()
         m, r = spec.sketch.frequencies.m, spec.sketch.r
@@ -129,8 +142,7 @@ class SecureSteps:
                     f"{fs.n} read now); nothing was spent")
         log_clipped(study.study_id, tally)
         term = integer_sum_term(spec.sketch.feature, spec.sketch.privacy.epsilon, r, "replace_one")
-        noise = dlap_noise_share(term.epsilon, term.sensitivity, spec.secure_aggregation.min_honest,
-                                 2 * m)
+        noise = dlap_noise_share(term.epsilon, term.sensitivity, spec.assumptions.min_honest, 2 * m)
         y = session.client.masked_input(np.concatenate([fs.re, fs.im]), inbox, noise)
         try:
             spend = self.ledger.record_spend(

@@ -14,12 +14,13 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 
 from .dp.plan import integer_sum_term
 from .features import GRID
 from .frequencies import draw_frequencies
-from .secagg import check_capacity
+from .secagg import SecAggParams, check_capacity, graph_seed, modulus_bits
+from .secagg.trust import Assumptions
 from .spec import SketchSpec, canonical_json
 
 #: Written by this code. Version 2 means "plain studies fill a roster first": a device of the
@@ -36,28 +37,52 @@ class SecAggSpec:
     """Secure aggregation of a study (MECHANISMS §4; DESIGN §4).
 
     ``threshold`` t of Shamir sharing (and the fewest devices a stage may proceed with);
-    ``min_honest`` h_min, the guaranteed minimum number of honest devices that submit: each
-    device adds NB(1/h_min, 1−a) − NB(1/h_min, 1−a) to its integer sum so that any h_min of them
-    carry one DLap(a) between them; ``max_records`` a public bound on the total record count N
-    (it sizes the modulus); ``degree`` the neighbours of each device in the SecAgg+ graph (None:
-    every device shares with every other); ``stage_timeout`` seconds after which a stage
-    proceeds without the devices that did not answer.
+    ``max_records`` a public bound on the total record count N (it sizes the modulus);
+    ``dropouts`` D and ``colluders`` C, the operator's stated assumptions: at most D of the
+    ``min_devices`` roster drop out and at most C collude with the coordinator, from which
+    follow h_min = L − D − C and the range of safe thresholds (:mod:`fedsketch.common.secagg.trust`);
+    ``degree`` the neighbours of each device in the SecAgg+ graph (None: every device shares
+    with every other); ``stage_timeout`` seconds after which a stage proceeds without the
+    devices that did not answer.
     """
 
     threshold: int
-    min_honest: int
     max_records: int
+    dropouts: int
+    colluders: int
     degree: int | None = None
     stage_timeout: float = 30.0
 
     def __post_init__(self) -> None:
-        for name in ("threshold", "min_honest", "max_records"):
+        for name in ("threshold", "max_records"):
             if getattr(self, name) < 1:
                 raise ValueError(f"secure aggregation: {name} must be >= 1")
+        for name in ("dropouts", "colluders"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"secure aggregation: {name} must be >= 0")
         if self.degree is not None and self.degree < 1:
             raise ValueError("secure aggregation: degree must be >= 1")
         if not (math.isfinite(self.stage_timeout) and self.stage_timeout > 0):
             raise ValueError("secure aggregation: stage_timeout must be > 0 seconds")
+
+    @classmethod
+    def assuming(cls, assumptions: Assumptions, max_records: int, degree: int | None = None,
+                 stage_timeout: float = 30.0, threshold: int | None = None) -> SecAggSpec:
+        """The spec for ``assumptions`` (its L is the study's ``min_devices``); ``threshold``
+        None takes the smallest safe one (ValueError, with the reason, if none is safe)."""
+        t = assumptions.default_threshold(degree) if threshold is None else threshold
+        return cls(t, max_records, assumptions.dropouts, assumptions.colluders, degree,
+                   stage_timeout)
+
+    @classmethod
+    def from_dict(cls, data: dict, min_devices: int) -> SecAggSpec:
+        """Parse; a spec of the release before stated assumptions (``min_honest`` h) reads as
+        D = min_devices − h dropouts and no colluders, which is what it assumed."""
+        data = dict(data)
+        if "min_honest" in data and "dropouts" not in data:
+            data["dropouts"] = min_devices - int(data.pop("min_honest"))
+            data["colluders"] = 0
+        return cls(**data)
 
 
 @dataclass(frozen=True)
@@ -114,22 +139,57 @@ class StudySpec:
         if self.sketch.privacy.neighbouring == "add_remove" and self.min_records > 1:
             raise ValueError("min_records applies under replace-one only: under add/remove a "
                              "device's record count is private, and refusing by it would reveal it")
+        if self.secure_aggregation is not None:
+            self.check_trust()
 
     def _check_secure_aggregation(self) -> None:
         """Refuse a secure-aggregation study that cannot work, with the reason."""
-        sa = self.secure_aggregation
         if self.sketch.privacy.neighbouring != "replace_one" or self.sketch.privacy.delta > 0:
             raise ValueError("secure aggregation supports replace-one, pure ε (n public)")
-        if sa.threshold > self.min_devices or sa.min_honest > self.min_devices:
-            raise ValueError("secure aggregation: threshold and min_honest cannot exceed "
-                             "min_devices (the roster size)")
         if self.deadline is not None:
             raise ValueError("secure aggregation runs by stage timeouts, not a deadline")
-        if sa.degree is not None and sa.threshold > sa.degree + 1:
-            raise ValueError(f"secure aggregation: threshold {sa.threshold} exceeds a "
-                             f"neighbourhood of degree {sa.degree} plus the device itself")
         check_capacity(self.sum_bound(), self.noise_param(), 2 * self.sketch.frequencies.m,
-                       shape=self.min_devices / sa.min_honest)
+                       shape=self.min_devices / self.assumptions.min_honest)
+
+    @property
+    def assumptions(self) -> Assumptions:
+        """L = min_devices, D and C of the secure aggregation (ValueError if h_min < 1)."""
+        sa = self.secure_aggregation
+        return Assumptions(self.min_devices, sa.dropouts, sa.colluders)
+
+    def check_trust(self) -> None:
+        """ValueError unless the secure-aggregation threshold is safe under the stated
+        assumptions: 2t > |N(u)| + 1 + min(C, |N(u)|) (no coordinator can unmask one device) and
+        t within what D dropouts leave of every neighbourhood (the round can finish); see
+        :mod:`fedsketch.common.secagg.trust`. Devices check it before they register."""
+        sa = self.secure_aggregation
+        self.assumptions.check(sa.threshold, sa.degree)
+
+    def round_params(self, study_id: str, roster: tuple[str, ...]) -> SecAggParams:
+        """The public parameters of this study's round with ``roster`` registered: the spec's
+        threshold, degree and colluders, the graph seed of ``study_id``, L − D as the fewest
+        submitters, and the modulus for the sum bound, a and noise shape |roster|/h_min
+        (MECHANISMS §4.4). ValueError if the roster size lies outside L − D .. L."""
+        sa, trust = self.secure_aggregation, self.assumptions
+        if len(roster) not in trust.rosters():
+            raise ValueError(f"{len(roster)} devices registered; the study needs "
+                             f"{trust.min_submitters} to {trust.devices} (at most {sa.dropouts} "
+                             f"of {trust.devices} may drop out)")
+        dim = 2 * self.sketch.frequencies.m
+        bits = modulus_bits(self.sum_bound(), self.noise_param(), dim,
+                            shape=len(roster) / trust.min_honest)
+        return SecAggParams(study_id, tuple(roster), sa.threshold, bits, dim, sa.degree,
+                            graph_seed(study_id), sa.colluders, trust.min_submitters)
+
+    def check_round(self, params: SecAggParams) -> None:
+        """ValueError unless a coordinator's round ``params`` are :meth:`round_params` for its
+        roster: a device takes no threshold, graph, modulus or assumption on trust."""
+        expected = self.round_params(params.study_id, params.device_ids)
+        differ = [f.name for f in fields(SecAggParams)
+                  if getattr(params, f.name) != getattr(expected, f.name)]
+        if differ:
+            raise ValueError(f"the coordinator's round parameters differ from the study's in "
+                             f"{', '.join(differ)}")
 
     def sum_bound(self) -> int:
         """γ·max_records: the largest |entry| of the devices' summed encoded sketches (grid steps)."""
@@ -200,7 +260,8 @@ class StudySpec:
                 replicates=int(data["replicates"]),
                 decode_seed=int(data["decode_seed"]),
                 secure_aggregation=(None if data.get("secure_aggregation") is None
-                                    else SecAggSpec(**data["secure_aggregation"])),
+                                    else SecAggSpec.from_dict(data["secure_aggregation"],
+                                                              int(data["min_devices"]))),
             )
         except (KeyError, TypeError) as exc:
             raise ValueError(f"incomplete study spec: {exc!r}") from None

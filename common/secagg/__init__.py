@@ -36,29 +36,35 @@ coordinator.
 
    centred into [−2^{B−1}, 2^{B−1}). A device dropped after sending y_v keeps its noise share in.
 
-Security scope: semi-honest. Against a coordinator that follows the protocol (plus fewer than t
-colluding devices per neighbourhood) only the sum is revealed; the malicious-server consistency
-round of Bonawitz et al. (signed survivor lists) is not implemented, so a coordinator that lies
-to different devices about who dropped is out of scope.
+Security scope: semi-honest, plus two defences against a coordinator that deviates
+(:mod:`.trust`). (a) Listing a device as a survivor to some neighbours and as dropped to others
+does not unmask it: the threshold is refused unless 2t > |N⁺(u)| + colluders among N(u), so
+no split of its neighbourhood yields t shares of both of its secrets. (b) Unmasking needs at
+least L − D masked inputs: the coordinator aborts below, and in the complete graph (where every
+device's survivor list is all of Y) so does every device; in a sparse graph only the
+coordinator checks it. The consistency round of Bonawitz et al. (signed survivor lists) is not
+implemented, so a coordinator that declares survivors dropped in a sparse graph, shrinking
+the sum to fewer than L − D devices, is out of scope.
 
 Distributed noise (MECHANISMS §4): e_u = NB(1/h_min, 1−a) − NB(1/h_min, 1−a) per coordinate with
 a = exp(−ε/Δ1). Σ over m' ≥ h_min submitters is NB(m'/h_min) − NB(m'/h_min), i.e. DLap(a) plus
 independent extra noise (variance × m'/h_min); the modulus is sized so the total decodes exactly.
 
 Modules: :mod:`.protocol` (stages, messages, aborts), :mod:`.params` (public parameters, graph,
-modulus), :mod:`.crypto` (key agreement, HKDF, sealing, PRG), :mod:`.client` (the device),
-:mod:`.aggregator` (the coordinator), :mod:`.wire` (message bodies for the gRPC service). The noise
-shares are drawn by :func:`fedsketch.common.dp.samplers.dlap_noise_share`.
+modulus), :mod:`.trust` (the stated dropouts and colluders, h_min and the safe thresholds),
+:mod:`.crypto` (key agreement, HKDF, sealing, PRG), :mod:`.client` (the device),
+:mod:`.aggregator` (the coordinator), :mod:`.wire` (message bodies for the gRPC service). The
+noise shares are drawn by :func:`fedsketch.common.dp.samplers.dlap_noise_share`.
 """
 
 from .aggregator import Aggregator
 from .client import Client
 from .crypto import KEY_BYTES, NONCE_BYTES, advert_digest, prg, verify_advert
-from .params import MAX_BITS, SecAggParams, check_capacity, default_threshold, modulus_bits, neighbours
+from .params import MAX_BITS, SecAggParams, check_capacity, graph_seed, modulus_bits, neighbours
 from .protocol import KIND_B, KIND_SK, Advert, SecAggAbort, Stage, UnmaskRequest
 
 __all__ = [
     "KEY_BYTES", "KIND_B", "KIND_SK", "MAX_BITS", "NONCE_BYTES", "Advert", "Aggregator", "Client",
     "SecAggAbort", "SecAggParams", "Stage", "UnmaskRequest", "advert_digest", "check_capacity",
-    "default_threshold", "modulus_bits", "neighbours", "prg", "verify_advert",
+    "graph_seed", "modulus_bits", "neighbours", "prg", "verify_advert",
 ]

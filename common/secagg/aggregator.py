@@ -19,7 +19,8 @@ class Aggregator:
     Call ``collect_adverts``, ``collect_shares``, ``collect_masked``, ``collect_unmask`` in order,
     each with the messages that arrived (a missing device has dropped). Invalid messages count as
     missing and are listed in ``rejected`` (device → reason). Below the threshold any stage
-    raises SecAggAbort and every later call raises it again; nothing is released.
+    raises SecAggAbort, as does MASKED_INPUT below ``min_submitters``, and every later call
+    raises it again; nothing is released.
     """
 
     def __init__(self, params: SecAggParams, enrolled: Mapping[str, bytes]) -> None:
@@ -106,6 +107,9 @@ class Aggregator:
 
         kept = self._keep(masked, problem)
         self._require(len(kept), "sent a masked input")
+        if len(kept) < p.min_submitters:
+            fail(f"only {len(kept)} masked inputs, fewer than the {p.min_submitters} the study "
+                 f"assumed: the honest devices' noise shares could add up to less than one draw")
         total = np.zeros(p.dim, dtype=np.uint64)
         for y in kept.values():
             total += np.asarray(y)

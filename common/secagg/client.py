@@ -150,7 +150,8 @@ class Client:
 
         Aborts, revealing nothing, if a peer is in both lists or was earlier asked for the other
         kind, if a listed peer's shares are not held, if u itself is listed as dropped (it sent
-        its masked input), or if fewer than t survivors are listed.
+        its masked input), or if fewer than t survivors are listed, or (when u's neighbourhood
+        is the whole roster, so the list is all of Y) fewer than ``min_submitters``.
         """
         if not self._masked:
             fail("unmask must follow masked_input")
@@ -168,6 +169,10 @@ class Client:
             fail(f"the other kind of share was already revealed for {sorted(conflict)}")
         if len(alive) < t:
             fail(f"only {len(alive)} survivors listed; threshold {t}")
+        sees_all = len(self.params.closed(self.device_id)) == len(self.params.device_ids)
+        if sees_all and len(alive) < self.params.min_submitters:
+            fail(f"only {len(alive)} survivors listed, fewer than the {self.params.min_submitters} "
+                 f"the study assumed")
         me = self.params.share_x[self.device_id]
         out = {v: (KIND_B, encode_share(me, self._held[v][1])) for v in alive}
         out |= {v: (KIND_SK, encode_share(me, self._held[v][0])) for v in gone}

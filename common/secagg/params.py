@@ -63,9 +63,9 @@ def neighbours(device_ids: Sequence[str], degree: int | None, seed: bytes) -> di
     return {u: sorted({order[(i + k) % n] for k in offsets}) for i, u in enumerate(order)}
 
 
-def default_threshold(holders: int) -> int:
-    """⌊holders/2⌋ + 1: a strict majority of a neighbourhood N⁺(u)."""
-    return holders // 2 + 1
+def graph_seed(study_id: str) -> bytes:
+    """The public seed of a study's neighbour graph: SHA-256 of a domain tag and the study id."""
+    return hashlib.sha256(b"fedsketch/secagg-graph/" + study_id.encode()).digest()
 
 
 @dataclass(frozen=True)
@@ -73,8 +73,12 @@ class SecAggParams:
     """The public parameters of one secure-aggregation round.
 
     ``device_ids`` (stored sorted) are the invited devices; ``threshold`` t applies within every
-    N⁺(u) and must not exceed the smallest one; ``bits`` B (1..62, see :func:`check_capacity`)
-    and ``dim`` fix the payload; ``degree``/``graph_seed`` fix the graph (:func:`neighbours`).
+    N⁺(u): it must not exceed the smallest one, and must exceed (|N⁺(u)| + min(C, |N(u)|))/2 in
+    every one, C = ``colluders`` (rule 2 of :mod:`.trust`: otherwise a coordinator could unmask
+    one device from disjoint halves of its neighbours); ``bits`` B (1..62, see
+    :func:`check_capacity`) and ``dim`` fix the payload; ``degree``/``graph_seed`` fix the graph
+    (:func:`neighbours`); ``min_submitters`` (L − D of :mod:`.trust`) is the fewest masked
+    inputs the round may be unmasked with.
     """
 
     study_id: str
@@ -84,6 +88,8 @@ class SecAggParams:
     dim: int
     degree: int | None = None
     graph_seed: bytes = b""
+    colluders: int = 0
+    min_submitters: int = 1
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "device_ids", tuple(sorted(self.device_ids)))
@@ -93,10 +99,22 @@ class SecAggParams:
             raise ValueError(f"bits must lie in 1..{MAX_BITS}, got {self.bits}")
         if self.dim < 1:
             raise ValueError(f"dim must be >= 1, got {self.dim}")
-        smallest = min(len(v) + 1 for v in self.graph.values())
+        if self.colluders < 0:
+            raise ValueError(f"colluders must be >= 0, got {self.colluders}")
+        if not 1 <= self.min_submitters <= len(self.device_ids):
+            raise ValueError(f"min_submitters must lie in 1..{len(self.device_ids)} (the roster), "
+                             f"got {self.min_submitters}")
+        sizes = {len(v) for v in self.graph.values()}
+        smallest = min(sizes) + 1
         if not 1 <= self.threshold <= smallest:
             raise ValueError(f"threshold must lie in 1..{smallest} (smallest neighbourhood), "
                              f"got {self.threshold}")
+        exposed = max(s + 1 + min(self.colluders, s) for s in sizes)
+        if 2 * self.threshold <= exposed:
+            raise ValueError(
+                f"threshold {self.threshold} is too low: with {self.colluders} colluders, a "
+                f"neighbourhood's shares could unmask one device from disjoint halves "
+                f"(2t must exceed {exposed})")
 
     @cached_property
     def graph(self) -> dict[str, frozenset[str]]:

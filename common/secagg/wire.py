@@ -12,7 +12,8 @@ Every stage message is signed by the device's enrolled Ed25519 key over
 Bundles (coordinator → device), fetched per stage:
 
 * ADVERTISE_KEYS: JSON round parameters: ``roster``, ``threshold``, ``bits``, ``dim``,
-  ``degree``, ``graph_seed`` (hex), ``keys`` (device → base64 Ed25519 public key), ``records``;
+  ``degree``, ``graph_seed`` (hex), ``colluders``, ``min_submitters``, ``keys`` (device →
+  base64 Ed25519 public key), ``records``;
 * SHARE_KEYS: JSON ``{peer: advert}``; MASKED_INPUT: JSON ``{sender: base64 ciphertext}``;
 * UNMASK: JSON ``{"survivors": [...], "dropped": [...]}``.
 """
@@ -106,7 +107,8 @@ def params_to_json(params: SecAggParams, keys: Mapping[str, bytes], records: flo
     """The ADVERTISE_KEYS bundle: round parameters, enrolled keys and the record count N."""
     return {"roster": list(params.device_ids), "threshold": params.threshold,
             "bits": params.bits, "dim": params.dim, "degree": params.degree,
-            "graph_seed": params.graph_seed.hex(), "records": records,
+            "graph_seed": params.graph_seed.hex(), "colluders": params.colluders,
+            "min_submitters": params.min_submitters, "records": records,
             "keys": bytes_map_to_json(keys)}
 
 
@@ -116,7 +118,8 @@ def params_from_json(study_id: str, obj: Mapping) -> tuple[SecAggParams, dict[st
         params = SecAggParams(study_id, tuple(obj["roster"]), int(obj["threshold"]),
                               int(obj["bits"]), int(obj["dim"]),
                               None if obj["degree"] is None else int(obj["degree"]),
-                              bytes.fromhex(obj["graph_seed"]))
+                              bytes.fromhex(obj["graph_seed"]), int(obj["colluders"]),
+                              int(obj["min_submitters"]))
         return params, bytes_map_from_json(obj["keys"]), float(obj["records"])
     except (KeyError, TypeError) as exc:
         raise ValueError(f"malformed round parameters: {exc!r}") from None

@@ -31,6 +31,7 @@ from fedsketch.common.frequencies import LAWS, FrequencySpec
 from fedsketch.common.pb import fedsketch_pb2 as pb
 from fedsketch.common.pb import fedsketch_pb2_grpc as pb_grpc
 from fedsketch.common.privacy import NEIGHBOURING, PrivacySpec
+from fedsketch.common.secagg.trust import Assumptions
 from fedsketch.common.spec import SketchSpec
 from fedsketch.common.study import SecAggSpec, StudySpec
 from fedsketch.common.tls import init_certs, secure_channel, server_credentials
@@ -155,16 +156,32 @@ def create_study(
     secure_aggregation: Annotated[bool, typer.Option(
         "--secure-aggregation", help="Secure aggregation with distributed DLap noise "
         "(replace-one, pure ε).")] = False,
-    threshold: Annotated[int | None, typer.Option(help="Shamir threshold t.")] = None,
-    min_honest: Annotated[int | None, typer.Option(help="h_min: honest submitters guaranteed "
-                                                   "(default: --min-devices).")] = None,
+    max_dropout: Annotated[float | None, typer.Option(
+        help="Fraction of the --min-devices roster that may drop out (secure aggregation; "
+        "required): D = ⌈fraction·L⌉.")] = None,
+    max_colluders: Annotated[float | None, typer.Option(
+        help="Fraction that may collude with the coordinator (secure aggregation; required): "
+        "C = ⌈fraction·L⌉.")] = None,
+    threshold: Annotated[int | None, typer.Option(
+        help="Shamir threshold t (default: the smallest safe one).")] = None,
     max_records: Annotated[int | None, typer.Option(help="Public bound on the total records "
                                                     "(sizes the modulus).")] = None,
     degree: Annotated[int | None, typer.Option(help="Neighbours per device (SecAgg+).")] = None,
     stage_timeout: Annotated[float, typer.Option(help="Seconds per stage.")] = 30.0,
 ) -> None:
     """Create a study and print its id. A study that could overflow its secure-aggregation
-    modulus, or that secure aggregation cannot serve, is refused with the reason."""
+    modulus, or that secure aggregation cannot serve, is refused with the reason.
+
+    Secure aggregation states its assumptions. Of the L = --min-devices roster, at most
+    D = ⌈max-dropout·L⌉ devices drop out and at most C = ⌈max-colluders·L⌉ collude with the
+    coordinator. Then: (1) every device adds 1/h_min of one discrete-Laplace draw,
+    h_min = L − D − C; the coordinator unmasks only with at least L − D masked inputs, of which
+    at most C shares are known to it, so at least h_min unknown shares, one full draw, protect
+    the sum (refused if h_min < 1); (2) a coordinator that tells half of a device's neighbours
+    it survived and half it dropped could collect both of its secrets and unmask it alone,
+    unless 2t > |N(u)| + 1 + colluders among them (|N(u)| = L − 1, or about --degree); (3) t must
+    be small enough that D dropouts leave t share holders in every neighbourhood, so a round
+    within its assumptions finishes. The chosen D, C, h_min and t are printed on stderr."""
     import time
 
     with clean_errors():
@@ -173,14 +190,20 @@ def create_study(
                             r, PrivacySpec(epsilon, delta, neighbouring))
         secure = None
         if secure_aggregation:
-            if threshold is None or max_records is None:
-                raise ValueError("--secure-aggregation needs --threshold and --max-records")
-            secure = SecAggSpec(threshold, min_honest or min_devices, max_records, degree,
-                                stage_timeout)
+            if max_records is None or max_dropout is None or max_colluders is None:
+                raise ValueError("--secure-aggregation needs --max-records, and the assumptions "
+                                 "--max-dropout and --max-colluders (fractions of the devices; "
+                                 "see --help)")
+            trust = Assumptions.from_fractions(min_devices, max_dropout, max_colluders)
+            secure = SecAggSpec.assuming(trust, max_records, degree, stage_timeout, threshold)
+            typer.echo(f"secure aggregation: L = {min_devices}, D = {trust.dropouts}, "
+                       f"C = {trust.colluders}, h_min = {trust.min_honest}, "
+                       f"t = {secure.threshold}", err=True)
         spec = StudySpec.create(name, sketch, k, lo.tolist(), hi.tolist(),
                                 min_devices=min_devices, min_records=min_records,
                                 deadline=None if deadline is None else time.time() + deadline,
                                 replicates=replicates, secure_aggregation=secure)
+        spec.check_new()
         stub, meta = operator_stub(coordinator, ca, insecure, token_file)
         study = stub.CreateStudy(pb.CreateStudyRequest(spec_json=spec.to_json()), metadata=meta,
                                  timeout=30)

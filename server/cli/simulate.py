@@ -38,12 +38,13 @@ def simulate_command(
     secure_aggregation: Annotated[bool, typer.Option(
         "--secure-aggregation", help="Secure aggregation with distributed DLap noise "
         "(pure ε, replace-one).")] = False,
-    threshold: Annotated[int | None, typer.Option(help="Shamir threshold t (default: a strict "
-                                                  "majority of a neighbourhood).")] = None,
-    min_honest: Annotated[int | None, typer.Option(help="h_min, honest submitters the noise "
-                                                   "is split over (default: the devices that "
-                                                   "will submit).")]
-    = None,
+    threshold: Annotated[int | None, typer.Option(help="Shamir threshold t (default: the "
+                                                  "smallest safe one).")] = None,
+    max_dropout: Annotated[float | None, typer.Option(
+        help="Fraction of devices the study assumes may drop out (default: --dropout); see "
+        "`coordinator create-study --help`.")] = None,
+    max_colluders: Annotated[float, typer.Option(
+        help="Fraction of devices the study assumes may collude with the coordinator.")] = 0.0,
     degree: Annotated[int | None, typer.Option(help="Neighbours per device (sparse SecAgg+ "
                                                "graph; default: everyone).")] = None,
     stage_timeout: Annotated[float, typer.Option(help="Seconds before a stage proceeds "
@@ -59,7 +60,8 @@ def simulate_command(
                     epsilon=epsilon, delta=delta, neighbouring=neighbouring, r=r, scale=scale,
                     partition=partition, processes=processes, replicates=replicates, seed=seed,
                     secure_aggregation=secure_aggregation, threshold=threshold,
-                    min_honest=min_honest, degree=degree, stage_timeout=stage_timeout,
+                    max_dropout=max_dropout, max_colluders=max_colluders, degree=degree,
+                    stage_timeout=stage_timeout,
                     dropout=dropout, dropout_stage=dropout_stage)
     with clean_errors(RuntimeError):  # RuntimeError: a device refused or the study failed
         report = run_simulation(cfg)
@@ -75,4 +77,7 @@ def simulate_command(
         table.add_row(f"seconds: {phase}", f"{sec:.2f}")
     if report["bytes_sent"] is not None:
         table.add_row("bytes sent by the devices", f"{report['bytes_sent']:,}")
+    if (sa := report["secure_aggregation"]) is not None:
+        table.add_row("secure aggregation: assumed D, C; h_min, t",
+                      f"{sa['dropouts']}, {sa['colluders']}; {sa['min_honest']}, {sa['threshold']}")
     Console().print(table)

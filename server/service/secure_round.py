@@ -5,15 +5,18 @@ stage closes as soon as every expected device has sent its message, or ``stage_t
 seconds after it opened (REGISTER: after the first device registered); devices that did not
 answer have dropped (Bonawitz et al. handle them). REGISTER admits up to ``min_devices``
 devices, each declaring its record count n (public under replace-one); the round needs at least
-``threshold`` of them and Σn ≤ ``max_records``. The modulus has the bits of
-:func:`fedsketch.common.secagg.modulus_bits` for N ≤ max_records, DLap(a) with a =
-exp(−ε/(4r)), and noise shape roster/h_min.
+L − D of them (the study's stated dropouts D: :mod:`fedsketch.common.secagg.trust`) and
+Σn ≤ ``max_records``. The round's parameters are :meth:`StudySpec.round_params`, which every
+device recomputes: the modulus has the bits of :func:`fedsketch.common.secagg.modulus_bits` for
+N ≤ max_records, DLap(a) with a = exp(−ε/Δ1)
+(:meth:`StudySpec.noise_param`), and noise shape roster/h_min.
 
 The coordinator learns only Σ_{u∈Y}(S_u + e_u) mod 2^B over the devices Y whose masked input
-arrived: their integer sums plus noise shares that add up to DLap(a) (or more, when
-|Y| > h_min). It decodes s = Σ / (γ·α·N_Y·√m) like a plain study. Below the threshold
-at any stage, or with fewer than ``min_honest`` masked inputs (the noise shares would add up
-to less than one DLap(a)), the study fails and nothing is released.
+arrived: their integer sums plus noise shares of which at least h_min = L − D − C are unknown to
+it, adding up to DLap(a) or more. It decodes s = Σ / (γ·α·N_Y·√m) like a plain study. Below the
+threshold at any stage, with fewer than L − D registered devices (nobody has spent yet) or
+fewer than L − D masked inputs (the unknown shares could add up to less than one DLap(a)), the
+study fails and nothing is released.
 
 State lives in memory: a coordinator that restarts during a round fails the study (the devices'
 secrets are gone too); only the result is durable.
@@ -25,7 +28,6 @@ transport detail. Refusals carry domain codes; :mod:`.api` turns them into gRPC 
 
 from __future__ import annotations
 
-import hashlib
 import math
 import threading
 import time
@@ -34,7 +36,7 @@ from collections.abc import Callable
 import numpy as np
 
 from fedsketch.common.pb import fedsketch_pb2 as pb
-from fedsketch.common.secagg import Aggregator, SecAggAbort, SecAggParams, modulus_bits
+from fedsketch.common.secagg import Aggregator, SecAggAbort, SecAggParams
 from fedsketch.common.secagg import wire as sw
 from fedsketch.common.study import StudySpec
 from fedsketch.server.errors import Code, Refusal
@@ -175,9 +177,6 @@ class SecAggRound:
             elif self.stage == pb.MASKED_INPUT:
                 masked = {u: sw.masked_from_bytes(b, self._params.dim) for u, b in inbox.items()}
                 requests = self._aggregator.collect_masked(masked)
-                if len(requests) < self.sa.min_honest:
-                    raise SecAggAbort(f"only {len(requests)} masked inputs; the noise shares "
-                                      f"need min_honest = {self.sa.min_honest} submitters")
                 self._outbox = {u: sw.dump(sw.request_to_json(r)) for u, r in requests.items()}
                 self._survivors = sorted(requests)
             else:
@@ -202,19 +201,14 @@ class SecAggRound:
 
     def _open_round(self, inbox: dict[str, bytes]) -> None:
         roster = sorted(inbox)
-        if len(roster) < self.sa.threshold:
-            raise SecAggAbort(f"only {len(roster)} devices registered; threshold "
-                              f"{self.sa.threshold}")
         records = sum(self._records[u] for u in roster)
         if records > self.sa.max_records:
             raise SecAggAbort(f"the registered devices hold {records:.0f} records, more than the "
                               f"study's max_records {self.sa.max_records}")
+        try:
+            self._params = self.spec.round_params(self.study_id, tuple(roster))
+        except ValueError as exc:
+            raise SecAggAbort(f"{exc}; nobody has spent anything") from None
         keys = {u: self._keys(u) for u in roster}
-        dim = 2 * self.spec.sketch.frequencies.m
-        bits = modulus_bits(self.spec.sum_bound(), self.spec.noise_param(), dim,
-                            shape=len(roster) / self.sa.min_honest)
-        seed = hashlib.sha256(b"fedsketch/secagg-graph/" + self.study_id.encode()).digest()
-        self._params = SecAggParams(self.study_id, tuple(roster), self.sa.threshold, bits, dim,
-                                    self.sa.degree, seed)
         self._aggregator = Aggregator(self._params, keys)
         self._shared_body = sw.dump(sw.params_to_json(self._params, keys, records))

@@ -36,8 +36,9 @@ from fedsketch.common.frequencies import FrequencySpec
 from fedsketch.common.pb import fedsketch_pb2 as pb
 from fedsketch.common.pb import fedsketch_pb2_grpc as pb_grpc
 from fedsketch.common.privacy import PrivacySpec
-from fedsketch.common.secagg import Stage, default_threshold
+from fedsketch.common.secagg import Stage
 from fedsketch.common.secagg import wire as sw
+from fedsketch.common.secagg.trust import Assumptions
 from fedsketch.common.spec import SketchSpec
 from fedsketch.common.study import SecAggSpec, StudySpec
 from fedsketch.common.synthetic import gmm
@@ -77,7 +78,8 @@ class SimConfig:
     seed: int = 0
     secure_aggregation: bool = False
     threshold: int | None = None
-    min_honest: int | None = None
+    max_dropout: float | None = None
+    max_colluders: float = 0.0
     degree: int | None = None
     stage_timeout: float = 5.0
     dropout: float = 0.0
@@ -116,12 +118,10 @@ def _study_spec(cfg: SimConfig) -> StudySpec:
                         cfg.feature, cfg.r, PrivacySpec(cfg.epsilon, cfg.delta, cfg.neighbouring))
     secure = None
     if cfg.secure_aggregation:
-        threshold = cfg.threshold or default_threshold(
-            cfg.devices if cfg.degree is None else min(cfg.devices, cfg.degree + 1))
-        silent_before_input = cfg.dropout_stage != "unmask"
-        submitters = cfg.devices - round(cfg.dropout * cfg.devices) * silent_before_input
-        secure = SecAggSpec(threshold, cfg.min_honest or submitters, cfg.records, cfg.degree,
-                            cfg.stage_timeout)
+        dropout = cfg.dropout if cfg.max_dropout is None else cfg.max_dropout
+        trust = Assumptions.from_fractions(cfg.devices, dropout, cfg.max_colluders)
+        secure = SecAggSpec.assuming(trust, cfg.records, cfg.degree, cfg.stage_timeout,
+                                     cfg.threshold)
     elif cfg.dropout:
         raise ValueError("--dropout simulates secure-aggregation dropouts: add "
                          "--secure-aggregation")
@@ -327,5 +327,7 @@ def run_simulation(cfg: SimConfig, data: Pooled | None = None) -> dict:
         "records": res.records,
         "seconds": seconds,
         "bytes_sent": bytes_up,
+        "secure_aggregation": None if spec.secure_aggregation is None else {
+            **asdict(spec.secure_aggregation), "min_honest": spec.assumptions.min_honest},
         "config": asdict(cfg),
     }

@@ -23,7 +23,6 @@ from fedsketch.common.secagg import (
     SecAggAbort,
     SecAggParams,
     check_capacity,
-    default_threshold,
     modulus_bits,
     neighbours,
     prg,
@@ -40,8 +39,8 @@ def _ids(n: int) -> list[str]:
 
 def _params(n: int, dim: int, degree: int | None, bits: int = 40,
             threshold: int | None = None) -> SecAggParams:
-    size = n if degree is None else degree + 1
-    t = default_threshold(size) if threshold is None else threshold
+    size = n if degree is None else degree + 1  # |N⁺(u)| (degree even)
+    t = size // 2 + 1 if threshold is None else threshold
     return SecAggParams("study-7", tuple(_ids(n)), t, bits, dim, degree, b"public graph seed")
 
 
@@ -317,7 +316,7 @@ def test_a_device_refuses_too_few_survivors_unheld_shares_and_being_called_dropp
 
 
 def _four_devices_after_adverts():
-    params = _params(4, 4, None, threshold=2)
+    params = _params(4, 4, None, threshold=3)
     keys, enrolled, clients = _enrolled_clients(params)
     adverts = {u: c.advertise() for u, c in clients.items()}
     return params, clients, adverts, keys, enrolled

@@ -208,3 +208,25 @@ def test_operator_cli_refusals(coordinator, tmp_path):
     res = cli("coordinator", "serve", "--db", str(tmp_path / "x.db"), check=False)
     assert res.returncode == 1 and "--insecure" in res.stderr
     assert not (tmp_path / "x.db").exists()
+
+
+def test_create_study_states_the_secure_aggregation_assumptions(coordinator):
+    """The operator states the dropouts and colluders of a secure study; the CLI refuses a study
+    without them, with no safe threshold, or with an unsafe one, and prints what it derived."""
+    base = ("create-study", "--name", "s", "--d", "3", "--k", "3", "--bounds", "-12:12",
+            "--scale", "1.5", "--epsilon", "5", "--m", "60", "--min-devices", "10",
+            "--secure-aggregation", "--max-records", "100000")
+    for extra, message in (
+            ((), "the assumptions --max-dropout and --max-colluders"),
+            (("--max-dropout", "0.5", "--max-colluders", "0"), "no threshold fits"),
+            (("--max-dropout", "0.2", "--max-colluders", "0.1", "--threshold", "5"),
+             "threshold 5 is too low"),
+            (("--max-dropout", "0.5", "--max-colluders", "0.5"), "less than one noise draw"),
+            (("--max-dropout", "1", "--max-colluders", "0"), "[0, 1)")):
+        refused = coordinator.op(*base, *extra, check=False)
+        assert refused.returncode == 1 and message in refused.stderr, (extra, refused.stderr)
+    made = coordinator.op(*base, "--max-dropout", "0.2", "--max-colluders", "0.1")
+    assert "L = 10, D = 2, C = 1, h_min = 7, t = 6" in made.stderr
+    study = made.stdout.strip()
+    assert study.startswith("st-") and study in coordinator.op("list").stdout
+    assert "h_min" in cli("coordinator", "create-study", "--help").stdout

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import time
+from dataclasses import replace
 
 import grpc
 import numpy as np
@@ -23,9 +24,10 @@ from fedsketch.common.frequencies import FrequencySpec, draw_frequencies
 from fedsketch.common.pb import fedsketch_pb2 as pb
 from fedsketch.common.privacy import PrivacySpec
 from fedsketch.common.secagg import wire as sw
+from fedsketch.common.secagg.trust import Assumptions
 from fedsketch.common.sketching import feature_sum
 from fedsketch.common.spec import SketchSpec
-from fedsketch.common.study import SecAggSpec, StudySpec
+from fedsketch.common.study import SecAggSpec, StudySpec, spec_sha256
 from fedsketch.common.synthetic import gmm
 from fedsketch.server.bench.metrics import split
 from fedsketch.server.sim.simulate import DROPOUT_STAGES
@@ -37,12 +39,12 @@ def test_the_stages_are_defined_once_and_keep_their_wire_values_and_names():
 
 
 def secure_spec(devices: int, epsilon: float = 1000.0, threshold: int | None = None,
-                min_honest: int | None = None, degree: int | None = None,
+                dropouts: int = 0, colluders: int = 0, degree: int | None = None,
                 timeout: float = 1.5, max_records: int = 100_000, r: int = 4) -> StudySpec:
     sketch = SketchSpec(FrequencySpec(d=3, m=40, scale=1.5, seed=2), "quantized", r,
                         PrivacySpec(epsilon))
-    sa = SecAggSpec(threshold or devices // 2 + 1, min_honest or devices, max_records, degree,
-                    timeout)
+    sa = SecAggSpec.assuming(Assumptions(devices, dropouts, colluders), max_records, degree,
+                             timeout, threshold)
     return StudySpec.create("secure", sketch, 3, [-10.0] * 3, [10.0] * 3, min_devices=devices,
                             replicates=1, secure_aggregation=sa)
 
@@ -98,7 +100,7 @@ def test_unmasked_sum_is_the_plain_integer_sum(coordinator_round, parts, feature
     sketch = SketchSpec(FrequencySpec(d=3, m=40, scale=1.5, seed=2), feature, 40,
                         PrivacySpec(epsilon))
     spec = StudySpec.create("exact", sketch, 3, [-10.0] * 3, [10.0] * 3, min_devices=6,
-                            replicates=1, secure_aggregation=SecAggSpec(4, 6, 100_000, None, 5.0))
+                            replicates=1, secure_aggregation=SecAggSpec(4, 100_000, 0, 0, None, 5.0))
     study = coordinator_round.create(spec)
     seen = spy_total(coordinator_round, study.study_id)
     agents = [coordinator_round.agent(f"s{feature[0]}{i}", parts[i], budget=epsilon)
@@ -123,7 +125,7 @@ def test_an_off_centre_box_sums_the_features_of_the_records_themselves(coordinat
     sketch = SketchSpec(FrequencySpec(d=3, m=40, scale=1.5, seed=2), "quantized", 40,
                         PrivacySpec(epsilon))
     spec = StudySpec.create("off-centre", sketch, 3, [490.0] * 3, [510.0] * 3, min_devices=4,
-                            replicates=1, secure_aggregation=SecAggSpec(3, 4, 100_000, None, 5.0))
+                            replicates=1, secure_aggregation=SecAggSpec(3, 100_000, 0, 0, None, 5.0))
     study = coordinator_round.create(spec)
     seen = spy_total(coordinator_round, study.study_id)
     agents = [coordinator_round.agent(f"oc{i}", parts[i] + 500.0, budget=epsilon) for i in range(4)]
@@ -138,10 +140,12 @@ def test_an_off_centre_box_sums_the_features_of_the_records_themselves(coordinat
 
 def test_dropouts_at_masked_input_complete_and_spend_only_for_submitters(coordinator_round,
                                                                          parts, monkeypatch):
-    """8 devices, h_min = 5, two silent: 6 submit. Each adds a share sized for h_min (not for
-    the roster of 8 nor the 6 submitters), and the aggregate is the clean sum plus exactly the
-    shares the submitters drew."""
-    spec = secure_spec(8, epsilon=5.0, threshold=5, min_honest=5, degree=6, r=40)  # r = m: no masks
+    """8 devices assuming 2 dropouts and 1 colluder (h_min = 5), two silent: 6 submit. Each adds
+    a share sized for h_min (not for the roster of 8 nor the 6 submitters), and the aggregate is
+    the clean sum plus exactly the shares the submitters drew."""
+    spec = secure_spec(8, epsilon=5.0, threshold=5, dropouts=2, colluders=1, degree=6,
+                       r=40)  # r = m: no masks
+    assert spec.assumptions.min_honest == 5
     study = coordinator_round.create(spec)
     seen = spy_total(coordinator_round, study.study_id)
     calls = []
@@ -172,7 +176,7 @@ def test_a_device_whose_data_changed_after_register_drops_out_unspent(coordinato
     (refused by the file's stamp), or data that change under a feed that keeps no stamp (refused
     by the count), make the device drop out at MASKED_INPUT with nothing spent; the other three
     finish the round."""
-    spec = secure_spec(5, threshold=3, min_honest=3)
+    spec = secure_spec(5, threshold=3, dropouts=2)
     study = coordinator_round.create(spec)
     agents = [coordinator_round.agent(f"ch{i}", parts[i]) for i in range(3)]
     npy = tmp_path / "file.npy"
@@ -201,10 +205,11 @@ def test_a_device_whose_data_changed_after_register_drops_out_unspent(coordinato
 
 
 def test_too_few_submitters_abort_and_release_nothing(coordinator_round, parts):
-    study = coordinator_round.create(secure_spec(6, threshold=4, min_honest=5))
+    """Two silent devices where the study assumed one: 4 masked inputs, fewer than L − D = 5."""
+    study = coordinator_round.create(secure_spec(6, threshold=4, dropouts=1))
     agents = [coordinator_round.agent(f"f{i}", parts[i]) for i in range(6)]
     s = drive(coordinator_round, study.study_id, agents, silent={0, 1})
-    assert s.state == pb.FAILED and "min_honest = 5" in s.detail
+    assert s.state == pb.FAILED and "only 4 masked inputs, fewer than the 5" in s.detail
     with pytest.raises(grpc.RpcError) as err:
         coordinator_round.device_stub().GetResult(pb.StudyRef(study_id=study.study_id))
     assert err.value.code() == grpc.StatusCode.FAILED_PRECONDITION
@@ -215,7 +220,7 @@ def test_too_few_submitters_abort_and_release_nothing(coordinator_round, parts):
 def test_a_finished_round_refuses_late_messages_and_drops_its_state(coordinator_round, parts):
     """After the round, a signed message or fetch for any stage (FINISHED included) gets
     FAILED_PRECONDITION, and the round no longer holds messages, routing or masked inputs."""
-    study = coordinator_round.create(secure_spec(4, threshold=3, min_honest=4))
+    study = coordinator_round.create(secure_spec(4, threshold=3))
     agents = [coordinator_round.agent(f"late{i}", parts[i]) for i in range(4)]
     assert drive(coordinator_round, study.study_id, agents).state == pb.DONE
     ident = agents[0].ledger.identity()
@@ -268,13 +273,58 @@ def test_stage_refusals(coordinator_round, parts):
 @pytest.mark.parametrize(("change", "words"), [
     ({"max_records": 10**19}, "62"),
     ({"feature": "complex", "max_records": 2**52}, "62"),  # γ = 1024 steps per record
-    ({"threshold": 4, "degree": 2}, "exceeds a neighbourhood"),
+    ({"threshold": 4, "degree": 2}, "too high"),
+    ({"threshold": 2}, "too low"),
+    ({"dropouts": 2, "colluders": 2}, "less than one noise draw"),
 ])
 def test_unusable_secure_studies_are_refused_at_creation(change, words):
-    sa = {"threshold": 3, "min_honest": 4, "max_records": 10**6, "degree": None}
+    sa = {"threshold": 3, "max_records": 10**6, "dropouts": 0, "colluders": 0, "degree": None}
     feature = change.pop("feature", "quantized")
     sa.update(change)
     sketch = SketchSpec(FrequencySpec(d=3, m=40, scale=1.5), feature, 4, PrivacySpec(1.0))
     with pytest.raises(ValueError, match=words):
         StudySpec.create("x", sketch, 3, [-1.0] * 3, [1.0] * 3, min_devices=4,
-                         secure_aggregation=SecAggSpec(**sa))
+                         secure_aggregation=SecAggSpec(**sa)).check_new()
+
+
+def test_a_roster_below_l_minus_d_fails_at_register_before_anyone_spends(coordinator_round,
+                                                                         parts):
+    """5 devices assuming at most 1 dropout: 3 register, fewer than L − D = 4 (though as many
+    as the threshold). The round fails when REGISTER times out, and nobody has spent."""
+    study = coordinator_round.create(secure_spec(5, threshold=3, dropouts=1))
+    agents = [coordinator_round.agent(f"few{i}", parts[i]) for i in range(3)]
+    s = drive(coordinator_round, study.study_id, agents)
+    assert s.state == pb.FAILED
+    assert "3 devices registered; the study needs 4 to 5" in s.detail
+    assert "nobody has spent anything" in s.detail
+    assert all(a.ledger.spends() == [] for a in agents)
+
+
+def test_devices_refuse_a_stored_study_whose_threshold_is_unsafe(coordinator_round, parts):
+    """A secure study written straight into the store, as by a coordinator that skips its own
+    check: t = 2 of 4 devices lets one split of a neighbourhood unmask a device, so a device
+    refuses it at REGISTER and spends nothing."""
+    spec = secure_spec(4, threshold=3)
+    unsafe = replace(spec, secure_aggregation=replace(spec.secure_aggregation, threshold=2))
+    text = unsafe.to_json()
+    coordinator_round.store.create_study("st-unsafe", text, spec_sha256(text), None, 4)
+    agent = coordinator_round.agent("unsafe", parts[0])
+    assert "threshold 2 is too low" in agent.step().refused["st-unsafe"]
+    assert agent.ledger.spends() == []
+
+
+def test_devices_refuse_round_parameters_the_spec_does_not_imply(coordinator_round, parts,
+                                                                 monkeypatch, caplog):
+    """A coordinator that advertises min_submitters 1 instead of L − D = 4 (parameters that
+    are valid in themselves): every device drops out at ADVERTISE_KEYS, before it could spend,
+    and the round fails below the threshold."""
+    honest = sw.params_to_json
+    monkeypatch.setattr(sw, "params_to_json", lambda params, keys, records: honest(
+        replace(params, min_submitters=1), keys, records))
+    study = coordinator_round.create(secure_spec(4, threshold=3))
+    agents = [coordinator_round.agent(f"lied{i}", parts[i]) for i in range(4)]
+    caplog.set_level(logging.WARNING, logger="fedsketch.device")
+    s = drive(coordinator_round, study.study_id, agents)
+    assert s.state == pb.FAILED and "ADVERTISE_KEYS" in s.detail
+    assert "differ from the study's in min_submitters" in caplog.text
+    assert all(a.ledger.spends() == [] for a in agents)
