@@ -54,34 +54,43 @@ class SecAggSpec:
     stage_timeout: float = 30.0
 
     def __post_init__(self) -> None:
-        for name in ("threshold", "max_records"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"secure aggregation: {name} must be >= 1")
-        for name in ("dropouts", "colluders"):
-            if getattr(self, name) < 0:
-                raise ValueError(f"secure aggregation: {name} must be >= 0")
-        if self.degree is not None and self.degree < 1:
-            raise ValueError("secure aggregation: degree must be >= 1")
-        if not (math.isfinite(self.stage_timeout) and self.stage_timeout > 0):
+        for name, least in (("threshold", 1), ("max_records", 1), ("dropouts", 0),
+                            ("colluders", 0), ("degree", 1)):
+            value = getattr(self, name)
+            if name == "degree" and value is None:
+                continue
+            if type(value) is not int or value < least:
+                raise ValueError(f"secure aggregation: {name} must be an integer >= {least}, "
+                                 f"got {value!r}")
+        if (type(self.stage_timeout) not in (int, float) or not math.isfinite(self.stage_timeout)
+                or self.stage_timeout <= 0):
             raise ValueError("secure aggregation: stage_timeout must be > 0 seconds")
 
     @classmethod
     def assuming(cls, assumptions: Assumptions, max_records: int, degree: int | None = None,
                  stage_timeout: float = 30.0, threshold: int | None = None) -> SecAggSpec:
         """The spec for ``assumptions`` (its L is the study's ``min_devices``); ``threshold``
-        None takes the smallest safe one (ValueError, with the reason, if none is safe)."""
+        None takes the smallest safe one. ValueError, with the reason, if no threshold or the
+        given one is unsafe (:meth:`~fedsketch.common.secagg.trust.Assumptions.check`)."""
         t = assumptions.default_threshold(degree) if threshold is None else threshold
+        assumptions.check(t, degree)
         return cls(t, max_records, assumptions.dropouts, assumptions.colluders, degree,
                    stage_timeout)
 
     @classmethod
     def from_dict(cls, data: dict, min_devices: int) -> SecAggSpec:
-        """Parse; a spec of the release before stated assumptions (``min_honest`` h) reads as
+        """Parse (ValueError or TypeError on anything malformed); a spec of the release before
+        stated assumptions (``min_honest`` h, and neither dropouts nor colluders) reads as
         D = min_devices − h dropouts and no colluders, which is what it assumed."""
+        if not isinstance(data, dict):
+            raise ValueError("secure_aggregation must be a JSON object")
         data = dict(data)
-        if "min_honest" in data and "dropouts" not in data:
-            data["dropouts"] = min_devices - int(data.pop("min_honest"))
-            data["colluders"] = 0
+        if "min_honest" in data and not {"dropouts", "colluders"} & data.keys():
+            honest = data.pop("min_honest")
+            if type(honest) is not int:
+                raise ValueError(f"secure aggregation: min_honest must be an integer, "
+                                 f"got {honest!r}")
+            data |= {"dropouts": min_devices - honest, "colluders": 0}
         return cls(**data)
 
 
@@ -263,8 +272,8 @@ class StudySpec:
                                     else SecAggSpec.from_dict(data["secure_aggregation"],
                                                               int(data["min_devices"]))),
             )
-        except (KeyError, TypeError) as exc:
-            raise ValueError(f"incomplete study spec: {exc!r}") from None
+        except (KeyError, TypeError, OverflowError) as exc:
+            raise ValueError(f"incomplete or malformed study spec: {exc!r}") from None
 
 
 def spec_sha256(spec_json: str) -> str:

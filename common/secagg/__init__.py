@@ -36,15 +36,17 @@ coordinator.
 
    centred into [−2^{B−1}, 2^{B−1}). A device dropped after sending y_v keeps its noise share in.
 
-Security scope: semi-honest, plus two defences against a coordinator that deviates
-(:mod:`.trust`). (a) Listing a device as a survivor to some neighbours and as dropped to others
-does not unmask it: the threshold is refused unless 2t > |N⁺(u)| + colluders among N(u), so
-no split of its neighbourhood yields t shares of both of its secrets. (b) Unmasking needs at
-least L − D masked inputs: the coordinator aborts below, and in the complete graph (where every
-device's survivor list is all of Y) so does every device; in a sparse graph only the
-coordinator checks it. The consistency round of Bonawitz et al. (signed survivor lists) is not
-implemented, so a coordinator that declares survivors dropped in a sparse graph, shrinking
-the sum to fewer than L − D devices, is out of scope.
+Security scope: semi-honest. Against a coordinator that deviates there is one defence: the
+threshold rule of :mod:`.trust` (2t > |N⁺(u)| + colluders among N(u)) stops it from unmasking
+one device by asking part of its neighbourhood for one kind of share and the rest for the
+other. The consistency round of Bonawitz et al. (devices sign the survivor list and reveal
+shares only against t signatures on the same list) is not implemented, and without it a
+coordinator that sends different survivor lists to different devices, each list long enough
+to pass every device's checks, can still (i) learn the sum of fewer than h_min honest devices,
+in any graph, and (ii) in a sparse graph, unmask one device, by rebuilding its neighbours' mask
+keys from their own neighbourhoods. The checks that a device sees at least L − D survivors (in
+the complete graph) and that the coordinator unmasks only L − D or more inputs hold against a
+coordinator that follows the protocol, not against one that deviates this way.
 
 Distributed noise (MECHANISMS §4): e_u = NB(1/h_min, 1−a) − NB(1/h_min, 1−a) per coordinate with
 a = exp(−ε/Δ1). Σ over m' ≥ h_min submitters is NB(m'/h_min) − NB(m'/h_min), i.e. DLap(a) plus

@@ -4,16 +4,17 @@ The operator states, for a roster of L = ``min_devices`` devices, two public num
 
 * D, the devices that may drop out (not register, or go silent at any later stage);
 * C, the devices that may collude with the coordinator (they hand it their noise shares and
-  every Shamir share they hold).
+  every Shamir share they hold). C counts every device the operator controls, including any
+  it enrolled itself: devices take the roster and its keys from the coordinator.
 
 Stated as fractions f_D, f_C of L they are rounded up to whole devices: D = ⌈f_D·L⌉,
 C = ⌈f_C·L⌉ (:meth:`Assumptions.from_fractions`). Three rules follow.
 
 1. **Noise: h_min = L − D − C.** Every device adds NB(1/h_min, 1−a) − NB(1/h_min, 1−a) per
-   coordinate. The coordinator sums the masked inputs only if at least L − D arrived (it aborts
-   below), and at most C of those shares are known to it, so at least h_min unknown shares,
-   which add up to one DLap(a) plus independent noise, are in the sum: ε-DP by
-   post-processing. h_min < 1 leaves less than one noise draw and is refused.
+   coordinate. A coordinator that follows the protocol sums the masked inputs only if at least
+   L − D arrived (it aborts below), and at most C of those shares are known to it, so at
+   least h_min unknown shares, which add up to one DLap(a) plus independent noise, are in the
+   sum: ε-DP by post-processing. h_min < 1 leaves less than one noise draw and is refused.
 2. **Privacy of one device: 2t > |N(u)| + 1 + min(C, |N(u)|).** Device u's self-mask seed b_u
    and mask key s_sk_u are each Shamir-shared t-of-n among N⁺(u) = N(u) ∪ {u}. A coordinator
    that lists u as a survivor to u and some neighbours, and as dropped to the other
@@ -22,7 +23,8 @@ C = ⌈f_C·L⌉ (:meth:`Assumptions.from_fractions`). Three rules follow.
    colluder both. With t of each it removes both masks from y_u and reads u's own sum plus
    only 1/h_min of a noise draw. That takes 2t ≤ |N(u)| + 1 + C_u shares, C_u = min(C, |N(u)|)
    the colluders among u's neighbours (in the worst case all of them: the graph's seed is
-   public). With C = 0 the rule is a strict majority of N⁺(u): t > (|N(u)| + 1)/2.
+   public). With C = 0 the rule is a strict majority of N⁺(u): t > (|N(u)| + 1)/2. What the
+   rule does not stop without a consistency round is in the package's security scope.
 3. **Liveness: t ≤ |N(u)| + 1 − min(D, |N(u)|).** Even when all D dropouts are neighbours of
    u, t holders of u's shares (u among them) remain, so a round that stays within its
    assumptions finishes. More dropouts than D make it fail, releasing nothing.
@@ -36,6 +38,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from fractions import Fraction
 
 
 def neighbourhood_size(devices: int, degree: int | None) -> int:
@@ -48,11 +51,12 @@ def neighbourhood_size(devices: int, degree: int | None) -> int:
 
 
 def fraction_of(fraction: float, devices: int) -> int:
-    """⌈fraction·devices⌉ whole devices, for a stated fraction in [0, 1) (rounded to 9 digits
-    first, so that 0.1 of 100 is 10, not 11)."""
+    """⌈fraction·devices⌉ whole devices, for a stated fraction in [0, 1), computed exactly on
+    the shortest decimal that names the float (so 0.1 of 100 is 10, not the 11 that the
+    binary 0.1000000000000000055… would give, and 1e-10 of 10 is 1)."""
     if not (math.isfinite(fraction) and 0 <= fraction < 1):
         raise ValueError(f"a fraction of the devices must lie in [0, 1), got {fraction}")
-    return math.ceil(round(fraction * devices, 9))
+    return math.ceil(Fraction(repr(float(fraction))) * devices)
 
 
 @dataclass(frozen=True)

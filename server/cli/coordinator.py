@@ -177,9 +177,10 @@ def create_study(
     coordinator. Then: (1) every device adds 1/h_min of one discrete-Laplace draw,
     h_min = L − D − C; the coordinator unmasks only with at least L − D masked inputs, of which
     at most C shares are known to it, so at least h_min unknown shares, one full draw, protect
-    the sum (refused if h_min < 1); (2) a coordinator that tells half of a device's neighbours
-    it survived and half it dropped could collect both of its secrets and unmask it alone,
-    unless 2t > |N(u)| + 1 + colluders among them (|N(u)| = L − 1, or about --degree); (3) t must
+    the sum (refused if h_min < 1); (2) a coordinator that tells a device and some of its
+    neighbours that it survived, and the other neighbours that it dropped, could collect both
+    of its secrets and unmask it alone, unless 2t > |N(u)| + 1 + colluders among them
+    (|N(u)| = L − 1, or --degree, plus one when the degree and the roster are odd); (3) t must
     be small enough that D dropouts leave t share holders in every neighbourhood, so a round
     within its assumptions finishes. The chosen D, C, h_min and t are printed on stderr."""
     import time
@@ -189,6 +190,11 @@ def create_study(
         sketch = SketchSpec(FrequencySpec(d=d, m=m, scale=scale, law=law, seed=seed), feature,
                             r, PrivacySpec(epsilon, delta, neighbouring))
         secure = None
+        given = [flag for flag, value in (("--max-records", max_records),
+                                          ("--max-dropout", max_dropout),
+                                          ("--max-colluders", max_colluders),
+                                          ("--threshold", threshold), ("--degree", degree))
+                 if value is not None]
         if secure_aggregation:
             if max_records is None or max_dropout is None or max_colluders is None:
                 raise ValueError("--secure-aggregation needs --max-records, and the assumptions "
@@ -196,14 +202,17 @@ def create_study(
                                  "see --help)")
             trust = Assumptions.from_fractions(min_devices, max_dropout, max_colluders)
             secure = SecAggSpec.assuming(trust, max_records, degree, stage_timeout, threshold)
-            typer.echo(f"secure aggregation: L = {min_devices}, D = {trust.dropouts}, "
-                       f"C = {trust.colluders}, h_min = {trust.min_honest}, "
-                       f"t = {secure.threshold}", err=True)
+        elif given:
+            raise ValueError(f"{', '.join(given)} apply to --secure-aggregation only")
         spec = StudySpec.create(name, sketch, k, lo.tolist(), hi.tolist(),
                                 min_devices=min_devices, min_records=min_records,
                                 deadline=None if deadline is None else time.time() + deadline,
                                 replicates=replicates, secure_aggregation=secure)
         spec.check_new()
+        if secure is not None:
+            typer.echo(f"secure aggregation: L = {min_devices}, D = {trust.dropouts}, "
+                       f"C = {trust.colluders}, h_min = {trust.min_honest}, "
+                       f"t = {secure.threshold}", err=True)
         stub, meta = operator_stub(coordinator, ca, insecure, token_file)
         study = stub.CreateStudy(pb.CreateStudyRequest(spec_json=spec.to_json()), metadata=meta,
                                  timeout=30)

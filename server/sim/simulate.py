@@ -125,13 +125,18 @@ def _study_spec(cfg: SimConfig) -> StudySpec:
     elif cfg.dropout:
         raise ValueError("--dropout simulates secure-aggregation dropouts: add "
                          "--secure-aggregation")
+    elif (cfg.threshold, cfg.max_dropout, cfg.degree) != (None, None, None) or cfg.max_colluders:
+        raise ValueError("--threshold, --max-dropout, --max-colluders and --degree apply to "
+                         "--secure-aggregation only")
     if not 0 <= cfg.dropout < 1 or cfg.dropout_stage not in DROPOUT_STAGES:
         raise ValueError(f"--dropout must be in [0, 1) and --dropout-stage one of "
                          f"{', '.join(DROPOUT_STAGES)}")
-    return StudySpec.create("simulation", sketch, cfg.k, [-cfg.bound] * cfg.d,
+    spec = StudySpec.create("simulation", sketch, cfg.k, [-cfg.bound] * cfg.d,
                             [cfg.bound] * cfg.d, min_devices=cfg.devices,
                             replicates=cfg.replicates, decode_seed=cfg.seed,
                             secure_aggregation=secure)
+    spec.check_new()
+    return spec
 
 
 @dataclass(frozen=True)

@@ -25,6 +25,7 @@ from fedsketch.common.secagg import (
     neighbours,
     prg,
 )
+from fedsketch.common.secagg import wire as sw
 from fedsketch.common.secagg.crypto import add_pair_mask, agree, mask_seed
 from fedsketch.common.secagg.trust import Assumptions, fraction_of, neighbourhood_size
 from fedsketch.common.shamir import combine, decode_share
@@ -94,11 +95,8 @@ def _forced(params: SecAggParams, threshold: int) -> SecAggParams:
     return params
 
 
-def split_attack(params: SecAggParams, victim: str, colluders: frozenset[str]) -> np.ndarray | None:
-    """Run the round to its masked inputs, then unmask ``victim`` alone: it and a group A of its
-    honest neighbours are told it survived (b-shares), the others, B, that it dropped (s_sk
-    shares); colluders hand over both. Returns x_victim as the coordinator reads it, or None if
-    no split of the neighbourhood gives t shares of each kind."""
+def _masked_round(params: SecAggParams) -> tuple[dict, dict, dict, dict]:
+    """Run the real protocol to the masked inputs: (clients, adverts, inputs x, masked y)."""
     keys = {u: signing.new_private_key() for u in params.device_ids}
     enrolled = {u: signing.public_key(k) for u, k in keys.items()}
     clients = {u: Client(params, u, keys[u], enrolled) for u in params.device_ids}
@@ -107,12 +105,43 @@ def split_attack(params: SecAggParams, victim: str, colluders: frozenset[str]) -
     xs = {u: np.arange(DIM) * (i + 1) - 7 for i, u in enumerate(params.device_ids)}
     y = {u: c.masked_input(xs[u], {v: out[v][u] for v in params.graph[u]})
          for u, c in clients.items()}
+    return clients, adverts, xs, y
+
+
+def any_split_recovers(params: SecAggParams, victim: str, colluders: frozenset[str]) -> bool:
+    """Whether any split of the victim's honest neighbours into A (told it survived) and B (told
+    it dropped) gives a coordinator both secrets: it interpolates every b-share of the victim,
+    A and the colluders, and every s_sk-share of B and the colluders, that the devices
+    actually hold after the real protocol ran, and compares with the victim's secrets."""
+    clients = _masked_round(params)[0]
+    secret_b = clients[victim]._b
+    secret_sk = clients[victim]._s_sk.private_bytes_raw()
+    bad = sorted(colluders & params.graph[victim])
+    honest = sorted(params.graph[victim] - colluders)
+    held = {v: clients[v]._held[victim] for v in (victim, *honest, *bad)}
+    for mask in range(2 ** len(honest)):
+        group_a = [v for i, v in enumerate(honest) if mask >> i & 1]
+        group_b = [v for v in honest if v not in group_a]
+        b_shares = {params.share_x[v]: held[v][1] for v in (victim, *group_a, *bad)}
+        sk_shares = {params.share_x[v]: held[v][0] for v in (*group_b, *bad)}
+        try:
+            if (combine(b_shares, KEY_BYTES) == secret_b
+                    and sk_shares and combine(sk_shares, KEY_BYTES) == secret_sk):
+                return True
+        except ValueError:  # too few shares interpolate to no 32-byte secret
+            continue
+    return False
+
+
+def split_attack(params: SecAggParams, victim: str, colluders: frozenset[str]) -> np.ndarray:
+    """The attack through the devices' own unmask answers: the victim and a group A of its
+    honest neighbours are told it survived (b-shares), the others, B, that it dropped (s_sk
+    shares); colluders hand over both. Returns x_victim as the coordinator reads it."""
+    clients, adverts, xs, y = _masked_round(params)
     t, near = params.threshold, params.graph[victim]
     bad = colluders & near
     honest = sorted(near - bad)
-    need_a, need_b = max(0, t - 1 - len(bad)), max(0, t - len(bad))
-    if need_a + need_b > len(honest):
-        return None
+    need_a = max(0, t - 1 - len(bad))
     everyone = set(params.device_ids)
     b_shares, sk_shares = {}, {}
     for v in (victim, *honest[:need_a]):
@@ -135,7 +164,7 @@ def split_attack(params: SecAggParams, victim: str, colluders: frozenset[str]) -
     plain = (y[victim] - prg(seed, DIM, BITS) - masks) & np.uint64(2**BITS - 1)
     signed = plain.astype(np.int64)
     signed[plain >= 2 ** (BITS - 1)] -= 2**BITS
-    assert np.array_equal(signed, xs[victim])  # the attack, when it runs, reads x_victim exactly
+    assert np.array_equal(signed, xs[victim])  # the coordinator reads x_victim exactly
     return signed
 
 
@@ -152,11 +181,12 @@ def test_the_smallest_safe_threshold_stops_the_split_attack_and_one_less_does_no
     params = SecAggParams("study-x", ids, t, BITS, DIM, degree, b"g", colluders)
     victim = ids[0]
     bad = frozenset(sorted(params.graph[victim])[:colluders])
-    assert split_attack(params, victim, bad) is None
+    assert not any_split_recovers(params, victim, bad)
     with pytest.raises(ValueError, match="too low"):
         SecAggParams("study-x", ids, t - 1, BITS, DIM, degree, b"g", colluders)
     weak = _forced(SecAggParams("study-x", ids, t, BITS, DIM, degree, b"g", colluders), t - 1)
-    assert split_attack(weak, victim, bad) is not None
+    assert any_split_recovers(weak, victim, bad)
+    split_attack(weak, victim, bad)
 
 
 def test_a_threshold_safe_without_colluders_falls_to_one():
@@ -164,9 +194,8 @@ def test_a_threshold_safe_without_colluders_falls_to_one():
     neighbour turns it into an attack, which is why the operator states C."""
     ids = _ids(5)
     params = SecAggParams("study-y", ids, 3, BITS, DIM)
-    assert split_attack(params, ids[0], frozenset()) is None
-    assert split_attack(SecAggParams("study-y", ids, 3, BITS, DIM), ids[0],
-                        frozenset({ids[1]})) is not None
+    assert not any_split_recovers(params, ids[0], frozenset())
+    split_attack(SecAggParams("study-y", ids, 3, BITS, DIM), ids[0], frozenset({ids[1]}))
 
 
 def test_in_the_complete_graph_a_device_refuses_to_unmask_fewer_than_l_minus_d():
@@ -220,3 +249,52 @@ def test_studies_of_the_previous_release_read_their_min_honest_as_dropouts():
     old = StudySpec.from_json(json.dumps(data))
     assert (old.secure_aggregation.dropouts, old.secure_aggregation.colluders) == (2, 0)
     assert old.assumptions.min_honest == 4
+
+
+@pytest.mark.parametrize("change", [
+    {"threshold": 4.0}, {"threshold": True}, {"dropouts": 0.5}, {"colluders": "1"},
+    {"max_records": float("inf")}, {"degree": 2.5}, {"stage_timeout": True},
+    {"stage_timeout": float("nan")}, {"dropouts": -1},
+])
+def test_secure_specs_take_only_integers(change):
+    with pytest.raises(ValueError, match="secure aggregation"):
+        _secure_study(**change)
+
+
+def _mangled(**sa) -> str:
+    data = json.loads(_secure_study(threshold=4, dropouts=0, colluders=0).to_json())
+    data["secure_aggregation"] |= sa
+    return json.dumps(data)
+
+
+@pytest.mark.parametrize("text", [
+    _mangled(threshold=float("inf")),
+    _mangled(dropouts=0.5),
+    _mangled(degree=True),
+    _mangled(min_honest=4, colluders=1).replace('"dropouts": 0, ', ""),  # half old, half new
+    _mangled().replace('"dropouts": 0, "', '"min_honest": Infinity, "').replace(
+        '"colluders": 0, ', ""),
+    _mangled().replace('"dropouts": 0, "', '"min_honest": true, "').replace('"colluders": 0, ', ""),
+    _mangled().replace('"min_devices": 6', '"min_devices": Infinity'),
+    json.dumps(json.loads(_mangled()) | {"secure_aggregation": [{"threshold": 4}]}),
+])
+def test_a_malformed_secure_spec_is_a_value_error(text):
+    """Whatever a stored or listed spec holds, parsing it raises ValueError, which the device
+    turns into a refusal (an OverflowError or TypeError would stop the daemon)."""
+    assert text != _mangled()
+    with pytest.raises(ValueError, match="secure.aggregation|malformed study spec"):
+        StudySpec.from_json(text)
+
+
+def test_round_parameters_on_the_wire_take_only_integers_and_id_strings():
+    spec = _secure_study()
+    params = spec.round_params("st-1", _ids(5))
+    body = sw.params_to_json(params, {u: b"k" * 32 for u in params.device_ids}, 100.0)
+    assert sw.params_from_json("st-1", body)[0] == params
+    for key in ("threshold", "bits", "dim", "colluders", "min_submitters", "degree"):
+        for value in (float("inf"), True, 4.0, "4"):
+            with pytest.raises(ValueError, match="malformed round parameters|must be an integer"):
+                sw.params_from_json("st-1", body | {key: value})
+    for roster in ([1, 2, 3, 4, 5], "dev-00", [["dev-00"]]):
+        with pytest.raises(ValueError):
+            sw.params_from_json("st-1", body | {"roster": roster})

@@ -225,6 +225,11 @@ def test_create_study_states_the_secure_aggregation_assumptions(coordinator):
             (("--max-dropout", "1", "--max-colluders", "0"), "[0, 1)")):
         refused = coordinator.op(*base, *extra, check=False)
         assert refused.returncode == 1 and message in refused.stderr, (extra, refused.stderr)
+        assert refused.stderr.startswith("error: ") and refused.stderr.count("\n") == 1
+    plain = coordinator.op(*base[:-3], "--max-dropout", "0.2", check=False)
+    assert plain.returncode == 1
+    assert "--max-dropout apply to --secure-aggregation only" in plain.stderr
+    assert "st-" not in coordinator.op("list").stdout  # nothing was created
     made = coordinator.op(*base, "--max-dropout", "0.2", "--max-colluders", "0.1")
     assert "L = 10, D = 2, C = 1, h_min = 7, t = 6" in made.stderr
     study = made.stdout.strip()

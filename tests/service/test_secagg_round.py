@@ -3,6 +3,7 @@ device agents): the unmasked sum, dropouts, aborts, refusals, and creation-time 
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 from dataclasses import replace
@@ -301,15 +302,21 @@ def test_a_roster_below_l_minus_d_fails_at_register_before_anyone_spends(coordin
 
 
 def test_devices_refuse_a_stored_study_whose_threshold_is_unsafe(coordinator_round, parts):
-    """A secure study written straight into the store, as by a coordinator that skips its own
-    check: t = 2 of 4 devices lets one split of a neighbourhood unmask a device, so a device
-    refuses it at REGISTER and spends nothing."""
+    """Secure studies written straight into the store, as by a coordinator that skips its own
+    checks: t = 2 of 4 devices lets one split of a neighbourhood unmask a device, and a
+    fractional dropout count is no count; a device refuses both, spends nothing and goes on."""
     spec = secure_spec(4, threshold=3)
     unsafe = replace(spec, secure_aggregation=replace(spec.secure_aggregation, threshold=2))
     text = unsafe.to_json()
     coordinator_round.store.create_study("st-unsafe", text, spec_sha256(text), None, 4)
+    malformed = json.loads(text)
+    malformed["secure_aggregation"]["dropouts"] = 0.5
+    coordinator_round.store.create_study("st-malformed", json.dumps(malformed),
+                                         spec_sha256(json.dumps(malformed)), None, 4)
     agent = coordinator_round.agent("unsafe", parts[0])
-    assert "threshold 2 is too low" in agent.step().refused["st-unsafe"]
+    refused = agent.step().refused
+    assert "threshold 2 is too low" in refused["st-unsafe"]
+    assert "dropouts must be an integer" in refused["st-malformed"]
     assert agent.ledger.spends() == []
 
 

@@ -78,3 +78,9 @@ def test_simulate_refuses_bad_arguments():
     res = subprocess.run([FEDSKETCH, "simulate", "--epsilon", "0"], capture_output=True,
                          text=True, timeout=60)
     assert res.returncode == 1 and "epsilon" in res.stderr
+    for args, words in ((["--max-colluders", "0.1"], "apply to --secure-aggregation only"),
+                        (["--secure-aggregation", "--devices", "4", "--threshold", "2"],
+                         "threshold 2 is too low")):
+        res = subprocess.run([FEDSKETCH, "simulate", *args], capture_output=True, text=True,
+                             timeout=60)
+        assert res.returncode == 1 and words in res.stderr, res.stderr
