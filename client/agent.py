@@ -5,8 +5,9 @@ the device joins it (steps 1–2, and under replace-one a count of the records a
 ``min_records``), spending nothing, and waits; only once the roster is full does it go on:
 
 1. public checks: the study's spec JSON hashes to the announced spec hash, its Ω‖ξ hash
-   recomputes, the owner's policy (:mod:`.policy`) allows the study's name and ε, and the
-   remaining budget of the device's source covers ε and δ;
+   recomputes, a secure-aggregation threshold is safe under the study's stated assumptions
+   (:meth:`StudySpec.check_trust`), the owner's policy (:mod:`.policy`) allows the study's name
+   and ε, and the remaining budget of the device's source covers ε and δ;
 2. the data are opened afresh for this study (the agent's :data:`~.localdata.DataFeed` is called
    per study, so a file replaced since the daemon started is read with its own layout) and must
    have the study's d;
@@ -153,6 +154,11 @@ class Agent(SecureSteps):
             spec = StudySpec.from_json(study.spec_json)
         except ValueError as exc:
             return f"unreadable spec: {exc}"
+        if spec.secure_aggregation is not None:
+            try:
+                spec.check_trust()  # a threshold unsafe under the study's stated assumptions
+            except ValueError as exc:
+                return str(exc)
         eps, delta = spec.sketch.privacy.epsilon, spec.sketch.privacy.delta
         if (reason := self.ledger.policy().refusal(spec.name, eps)) is not None:
             return reason

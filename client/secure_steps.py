@@ -2,9 +2,9 @@
 
 A secure study runs REGISTER, ADVERTISE_KEYS, SHARE_KEYS, MASKED_INPUT and UNMASK.
 
-* REGISTER: the agent's checks; a threshold that is unsafe under the study's stated dropouts
-  and colluders is refused (:meth:`StudySpec.check_trust`); the device counts its records
-  (replace-one: n is public).
+* REGISTER: the agent's checks (among them: a threshold that is unsafe under the study's
+  stated dropouts and colluders is refused, :meth:`StudySpec.check_trust`); the device counts
+  its records (replace-one: n is public).
 * ADVERTISE_KEYS: round parameters other than those the spec implies for the advertised
   roster are refused (:meth:`StudySpec.check_round`).
 * MASKED_INPUT: the device sketches that same version of the data (it drops out, unspent, if
@@ -76,10 +76,6 @@ class SecureSteps:
             admitted = self._check(study)
             if isinstance(admitted, str):
                 return admitted
-            try:
-                admitted.spec.check_trust()
-            except ValueError as exc:
-                return str(exc)
             if isinstance(n := self._count(admitted), str):
                 return n
             self._stage_send(identity, sid, pb.REGISTER, sw.dump({"n": n}))

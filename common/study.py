@@ -72,9 +72,11 @@ class SecAggSpec:
         """The spec for ``assumptions`` (its L is the study's ``min_devices``); ``threshold``
         None takes the smallest safe one. ValueError, with the reason, if no threshold or the
         given one is unsafe (:meth:`~fedsketch.common.secagg.trust.Assumptions.check`)."""
-        t = assumptions.default_threshold(degree) if threshold is None else threshold
-        assumptions.check(t, degree)
-        return cls(t, max_records, assumptions.dropouts, assumptions.colluders, degree,
+        if threshold is None:
+            threshold = assumptions.default_threshold(degree)
+        else:
+            assumptions.check(threshold, degree)
+        return cls(threshold, max_records, assumptions.dropouts, assumptions.colluders, degree,
                    stage_timeout)
 
     @classmethod

@@ -11,6 +11,7 @@ from functools import cached_property
 from .. import signing
 from ..dp.calibration import noise_radius
 from .protocol import DOMAIN_PREFIX
+from .trust import split_reach
 
 MAX_BITS = 62  # the masked payload travels as uint64
 
@@ -92,6 +93,10 @@ class SecAggParams:
     min_submitters: int = 1
 
     def __post_init__(self) -> None:
+        for name in ("threshold", "bits", "dim", "degree", "colluders", "min_submitters"):
+            value = getattr(self, name)
+            if type(value) is not int and not (name == "degree" and value is None):
+                raise ValueError(f"round parameter {name!r} must be an integer, got {value!r}")
         object.__setattr__(self, "device_ids", tuple(sorted(self.device_ids)))
         if not self.device_ids:
             raise ValueError("a round needs at least one device")
@@ -109,7 +114,7 @@ class SecAggParams:
         if not 1 <= self.threshold <= smallest:
             raise ValueError(f"threshold must lie in 1..{smallest} (smallest neighbourhood), "
                              f"got {self.threshold}")
-        exposed = max(s + 1 + min(self.colluders, s) for s in sizes)
+        exposed = max(split_reach(s, self.colluders) for s in sizes)
         if 2 * self.threshold <= exposed:
             raise ValueError(
                 f"threshold {self.threshold} is too low: with {self.colluders} colluders, a "

@@ -50,6 +50,12 @@ def neighbourhood_size(devices: int, degree: int | None) -> int:
     return degree + (degree % 2) * (devices % 2)
 
 
+def split_reach(size: int, colluders: int) -> int:
+    """|N(u)| + 1 + min(C, |N(u)|): the shares of u's two secrets, both kinds together, that a
+    split of N⁺(u) = N(u) ∪ {u} can hand a coordinator (rule 2: privacy needs 2t above it)."""
+    return size + 1 + min(colluders, size)
+
+
 def fraction_of(fraction: float, devices: int) -> int:
     """⌈fraction·devices⌉ whole devices, for a stated fraction in [0, 1), computed exactly on
     the shortest decimal that names the float (so 0.1 of 100 is 10, not the 11 that the
@@ -97,16 +103,18 @@ class Assumptions:
         """The roster sizes a round can start with: L − D to L."""
         return range(self.min_submitters, self.devices + 1)
 
+    def _sizes(self, degree: int | None) -> list[tuple[int, int]]:
+        """(n, |N(u)|) for every roster size n the round can start with."""
+        return [(n, neighbourhood_size(n, degree)) for n in self.rosters()]
+
     def smallest_private_threshold(self, degree: int | None) -> int:
         """The smallest t with 2t > |N(u)| + 1 + min(C, |N(u)|) at every roster size (rule 2)."""
-        return max((s + 1 + min(self.colluders, s)) // 2 + 1
-                   for s in (neighbourhood_size(n, degree) for n in self.rosters()))
+        return max(split_reach(s, self.colluders) // 2 + 1 for _, s in self._sizes(degree))
 
     def largest_live_threshold(self, degree: int | None) -> int:
         """The largest t that the stated dropouts cannot stall (rule 3): with n registered,
         n − (L − D) dropouts remain for the later stages."""
-        return min(s + 1 - min(n - self.min_submitters, s)
-                   for n in self.rosters() for s in (neighbourhood_size(n, degree),))
+        return min(s + 1 - min(n - self.min_submitters, s) for n, s in self._sizes(degree))
 
     def default_threshold(self, degree: int | None) -> int:
         """The smallest private threshold, once :meth:`check` accepts it."""

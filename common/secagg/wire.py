@@ -112,29 +112,17 @@ def params_to_json(params: SecAggParams, keys: Mapping[str, bytes], records: flo
             "keys": bytes_map_to_json(keys)}
 
 
-def _integer(obj: Mapping, key: str, optional: bool = False) -> int | None:
-    """``obj[key]`` if it is a JSON integer (not a bool, float or string); ValueError otherwise."""
-    value = obj[key]
-    if optional and value is None:
-        return None
-    if type(value) is not int:
-        raise ValueError(f"round parameter {key!r} must be an integer, got {value!r}")
-    return value
-
-
 def params_from_json(study_id: str, obj: Mapping) -> tuple[SecAggParams, dict[str, bytes], float]:
     """Inverse of :func:`params_to_json`: (parameters, keys, N); ValueError on anything malformed."""
     try:
         roster = obj["roster"]
         if not isinstance(roster, list) or not all(isinstance(u, str) for u in roster):
             raise ValueError("the roster must be a list of device ids")
-        params = SecAggParams(study_id, tuple(roster), _integer(obj, "threshold"),
-                              _integer(obj, "bits"), _integer(obj, "dim"),
-                              _integer(obj, "degree", optional=True),
-                              bytes.fromhex(obj["graph_seed"]), _integer(obj, "colluders"),
-                              _integer(obj, "min_submitters"))
+        params = SecAggParams(study_id, tuple(roster), obj["threshold"], obj["bits"], obj["dim"],
+                              obj["degree"], bytes.fromhex(obj["graph_seed"]), obj["colluders"],
+                              obj["min_submitters"])
         return params, bytes_map_from_json(obj["keys"]), float(obj["records"])
-    except (KeyError, TypeError, OverflowError) as exc:
+    except (KeyError, TypeError, OverflowError) as exc:  # OverflowError: a huge "records"
         raise ValueError(f"malformed round parameters: {exc!r}") from None
 
 

@@ -200,8 +200,9 @@ def create_study(
                 raise ValueError("--secure-aggregation needs --max-records, and the assumptions "
                                  "--max-dropout and --max-colluders (fractions of the devices; "
                                  "see --help)")
-            trust = Assumptions.from_fractions(min_devices, max_dropout, max_colluders)
-            secure = SecAggSpec.assuming(trust, max_records, degree, stage_timeout, threshold)
+            secure = SecAggSpec.assuming(
+                Assumptions.from_fractions(min_devices, max_dropout, max_colluders), max_records,
+                degree, stage_timeout, threshold)
         elif given:
             raise ValueError(f"{', '.join(given)} apply to --secure-aggregation only")
         spec = StudySpec.create(name, sketch, k, lo.tolist(), hi.tolist(),
@@ -210,7 +211,8 @@ def create_study(
                                 replicates=replicates, secure_aggregation=secure)
         spec.check_new()
         if secure is not None:
-            typer.echo(f"secure aggregation: L = {min_devices}, D = {trust.dropouts}, "
+            trust = spec.assumptions
+            typer.echo(f"secure aggregation: L = {trust.devices}, D = {trust.dropouts}, "
                        f"C = {trust.colluders}, h_min = {trust.min_honest}, "
                        f"t = {secure.threshold}", err=True)
         stub, meta = operator_stub(coordinator, ca, insecure, token_file)

@@ -295,6 +295,8 @@ def test_round_parameters_on_the_wire_take_only_integers_and_id_strings():
         for value in (float("inf"), True, 4.0, "4"):
             with pytest.raises(ValueError, match="malformed round parameters|must be an integer"):
                 sw.params_from_json("st-1", body | {key: value})
+    with pytest.raises(ValueError, match="malformed round parameters"):
+        sw.params_from_json("st-1", body | {"records": 10**400})  # float() overflows
     for roster in ([1, 2, 3, 4, 5], "dev-00", [["dev-00"]]):
         with pytest.raises(ValueError):
             sw.params_from_json("st-1", body | {"roster": roster})
