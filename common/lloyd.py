@@ -1,28 +1,32 @@
 """Lloyd's algorithm, the pieces shared by every k-means path: nearest-centroid assignment,
 per-cluster statistics, and one noisy Lloyd step (DPLloyd's count-and-sum release, MECHANISMS §5).
 
-Units: records, centroids, the box half-widths h and the Laplace scales of the sums are in data
-units; counts and their Laplace scale in records; ε is dimensionless.
+Units: records, centroids and the box half-widths h are in data units; counts in records; the
+released sums in grid steps (g_l = h_l/STEPS data units, :mod:`fedsketch.common.dp.grid`); ε is
+dimensionless.
 
 The noisy step reads records shifted by the centre of a public box, so coordinate l lies in
-[−h_l, h_l]. Given the current (public) centroids it releases, for every cluster j (empty ones
-included), the count N_j + Lap(1/ε_count) and the coordinate sums S_{j,l} + Lap(h_l/ε_dim,l).
-Under add/remove one record changes one cluster's count by 1 and its sum coordinate l by at most
-h_l, and the clusters partition the records (parallel composition over clusters), so the whole
-release is (ε_count + Σ_l ε_dim,l)-DP; the new centroids clip(S~_j/max(N~_j, 1), −h, h) are
-post-processing. Replace-one and the composition over iterations are the caller's accounting
-(the budget traces of ``fedsketch.server.bench.kmeans``).
+[−h_l, h_l]. Given the current (public) centroids it releases integers: for every cluster j
+(empty ones included), the count N_j + DLap(ε_count) and the sums T_{j,l} + DLap(ε_dim,l/STEPS) of
+the records' encoded coordinates q_il = rint(x_il/g_l) ∈ [−STEPS, STEPS]. Under add/remove one
+record changes one cluster's count by 1 and its encoded sum l by at most STEPS, and the clusters
+partition the records (parallel composition over clusters), so the whole release is
+(ε_count + Σ_l ε_dim,l)-DP; in data units the sums' noise has the Laplace scale h_l/ε_dim,l of
+the float mechanism, and the new centroids clip(g·T~_j/max(N~_j, 1), −h, h) are post-processing.
+Replace-one and the composition over iterations are the caller's accounting (the budget traces
+of ``fedsketch.server.bench.kmeans``).
 
-The noise generator is an argument, never created here: callers pass a fresh
-:func:`fedsketch.common.dp.samplers.noise_rng` (OS CSPRNG seed) for each release. This module imports
-nothing from ``server`` or ``client``, so a federated refinement round can use the same step.
+The noise is exact discrete Laplace from OS random bits (:mod:`fedsketch.common.dp.samplers`):
+no generator or seed is an argument. This module imports nothing from ``server`` or ``client``,
+so a federated refinement round can use the same step.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from .dp.calibration import laplace_scale
+from .dp import grid
+from .dp.samplers import dlap_noise
 
 #: Rows per block of :func:`nearest` (bounds its (rows, k) scratch matrix).
 CHUNK = 1 << 15
@@ -60,37 +64,41 @@ def cluster_stats(x: np.ndarray, labels: np.ndarray, k: int,
 
 
 def noisy_cluster_stats(x: np.ndarray, centroids: np.ndarray, h: np.ndarray, eps_count: float,
-                        eps_dims: np.ndarray, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
-    """One private iteration's release on shifted records ``x`` (n, d), coordinate l in [−h_l, h_l].
+                        eps_dims: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """One private iteration's integer release on shifted records ``x`` (n, d), coordinate l in
+    [−h_l, h_l].
 
-    Assigns every record to its nearest of ``centroids`` (k, d), then releases, for EVERY cluster
-    (empty ones included), N~_j = N_j + Lap(1/ε_count) (records) and
-    S~_{j,l} = S_{j,l} + Lap(h_l/ε_dim,l) (data units), noise from ``rng`` (pass a fresh
-    :func:`fedsketch.common.dp.samplers.noise_rng`). ε_count + Σ_l ε_dim,l (``eps_dims`` (d,)) is the
-    add/remove ε of the whole release (parallel composition over clusters; sensitivities 1 and h_l).
-    Returns (N~ (k,), S~ (k, d)).
+    Assigns every record to its nearest of ``centroids`` (k, d), encodes it on the grid
+    g_l = h_l/STEPS, and releases, for EVERY cluster (empty ones included),
+    N~_j = N_j + DLap(ε_count) (records, sensitivity 1) and T~_{j,l} = Σ_{i ∈ j} rint(x_il/g_l) +
+    DLap(ε_dim,l/STEPS) (steps, sensitivity STEPS), exact noise from OS random bits.
+    ε_count + Σ_l ε_dim,l (``eps_dims`` (d,)) is the add/remove ε of the whole release (parallel
+    composition over clusters). Returns (N~ (k,), T~ (k, d)), both int64.
     """
     k, d = centroids.shape
+    grid.check_rows(x.shape[0])
     labels, _ = nearest(x, centroids)
-    counts, sums = cluster_stats(x, labels, k)
-    b_dims = np.array([laplace_scale(float(hl), float(e)) for hl, e in zip(h, eps_dims, strict=True)])
-    noisy_counts = counts + rng.laplace(0.0, laplace_scale(1.0, eps_count), k)
-    noisy_sums = sums + rng.laplace(0.0, 1.0, (k, d)) * b_dims[None, :]
+    counts, sums = cluster_stats(grid.encode(x, grid.step(h)), labels, k)  # exact integers
+    noisy_counts = counts.astype(np.int64) + dlap_noise(eps_count, 1.0, k)
+    noisy_sums = sums.astype(np.int64)
+    for col, eps in enumerate(eps_dims):
+        noisy_sums[:, col] += dlap_noise(float(eps), float(grid.STEPS), k)
     return noisy_counts, noisy_sums
 
 
 def centroids_from_stats(counts: np.ndarray, sums: np.ndarray, h: np.ndarray) -> np.ndarray:
-    """Lloyd's update from released statistics (post-processing): c_j = clip(S~_j/max(N~_j, 1)) to
-    the shifted box [−h, h]; ``counts`` (k,) in records, ``sums`` (k, d) and the result in data
-    units. Clamping N~_j at 1 keeps an empty or negative noisy count from blowing up the mean."""
-    return np.clip(sums / np.maximum(counts, 1.0)[:, None], -h, h)
+    """Lloyd's update from released statistics (post-processing): c_j = clip(g·T~_j/max(N~_j, 1))
+    to the shifted box [−h, h], g_l = h_l/STEPS; ``counts`` (k,) in records, ``sums`` (k, d) in
+    steps, the result in data units. Clamping N~_j at 1 keeps an empty or negative noisy count
+    from blowing up the mean."""
+    return np.clip(sums * grid.step(h) / np.maximum(counts, 1)[:, None], -h, h)
 
 
 def noisy_lloyd_step(x: np.ndarray, centroids: np.ndarray, h: np.ndarray, eps_count: float,
-                     eps_dims: np.ndarray, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+                     eps_dims: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """One DPLloyd iteration: :func:`noisy_cluster_stats` from ``centroids`` (k, d), then
     :func:`centroids_from_stats`. Returns the next shifted centroids (k, d) and the released noisy
-    counts N~ (k,) (records; released, so free to reuse). Spends what the release spends:
+    counts N~ (k,) (records, int64; released, so free to reuse). Spends what the release spends:
     ε_count + Σ_l ε_dim,l under add/remove."""
-    counts, sums = noisy_cluster_stats(x, centroids, h, eps_count, eps_dims, rng)
+    counts, sums = noisy_cluster_stats(x, centroids, h, eps_count, eps_dims)
     return centroids_from_stats(counts, sums, h), counts

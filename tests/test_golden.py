@@ -65,7 +65,6 @@ def _seeded_noise(monkeypatch_or_none, start: int) -> None:
     seeds = iter(range(start, start + 10_000))
     fake = lambda: np.random.default_rng(next(seeds))  # noqa: E731
     for module, name, value in ((exact, "random_words", seeded_words(start)),
-                                (kmeans, "noise_rng", fake),
                                 (pca, "noise_rng", fake), (subspace, "noise_rng", fake)):
         if monkeypatch_or_none is None:
             setattr(module, name, value)

@@ -1,12 +1,15 @@
-"""Where privacy noise is drawn: the exact integer samplers of the sketch releases, and the
-CSPRNG-seeded generator of the centralized mechanisms.
+"""Where privacy noise is drawn: the exact integer samplers of every noisy release, and the
+CSPRNG-seeded generator of the bench's float samplers.
 
-Sketch releases and secure-aggregation shares (MECHANISMS §1.9 item 7, §4.2) draw every value
-from the exact samplers of :mod:`fedsketch.common.dp.exact`, which read only OS random bits and
-decide no sample with a float: the law of a term is a function of its exact parameters, ε and
-the sensitivity read as rationals (a float is an exact dyadic rational), never of a rounded
-a = exp(−ε/Δ1). The centralized mechanisms of the bench still draw float noise from
-:func:`noise_rng` (a generator seeded from the OS CSPRNG, never from a user or study seed).
+Sketch releases, secure-aggregation shares and the integer releases of the centralized
+mechanisms (MECHANISMS §1.9 item 7, §4.2; :mod:`fedsketch.common.dp.grid`) draw every value from
+the exact samplers of :mod:`fedsketch.common.dp.exact`, which read only OS random bits and decide
+no sample with a float: the law of a term is a function of its exact parameters, ε and the
+sensitivity read as rationals (a float is an exact dyadic rational), never of a rounded
+a = exp(−ε/Δ1). What the bench still samples in floating point (the Gibbs chains of the
+exponential mechanisms, sample-and-aggregate's smooth-sensitivity noise) draws from
+:func:`noise_rng` (a generator seeded from the OS CSPRNG, never from a user or study seed), and
+its outcome says so.
 """
 
 from __future__ import annotations
@@ -35,6 +38,20 @@ def dlap_rate(epsilon: float, delta1: float) -> Fraction:
     return Fraction(check_epsilon(epsilon)) / Fraction(delta1)
 
 
+def dlap_noise(epsilon: float, delta1: float, shape: int | tuple[int, ...]) -> np.ndarray:
+    """int64 array of i.i.d. DLap draws, P(k) ∝ e^{−ε|k|/Δ1}: ε-DP noise for an integer query of
+    L1 sensitivity Δ1 (in the query's integer units), exactly, from OS random bits."""
+    size = int(np.prod(shape))
+    return exact.discrete_laplace(dlap_rate(epsilon, delta1), size).reshape(shape)
+
+
+def dgauss_noise(sigma: float, shape: int | tuple[int, ...]) -> np.ndarray:
+    """int64 array of i.i.d. discrete Gaussian draws, P(k) ∝ e^{−k²/(2σ²)} (σ in integer units),
+    exactly, from OS random bits."""
+    size = int(np.prod(shape))
+    return exact.discrete_gaussian(Fraction(sigma) ** 2, size).reshape(shape)
+
+
 def draw(term: NoiseTerm, size: int) -> np.ndarray:
     """``size`` i.i.d. int64 draws of ``term``'s integer law, exactly, from OS random bits.
 
@@ -42,9 +59,9 @@ def draw(term: NoiseTerm, size: int) -> np.ndarray:
     ``discrete_gaussian``: P(k) ∝ e^{−k²/(2σ²)}, σ = ``term.scale``.
     """
     if term.law == "discrete_laplace":
-        return exact.discrete_laplace(dlap_rate(term.epsilon, term.sensitivity), size)
+        return dlap_noise(term.epsilon, term.sensitivity, size)
     if term.law == "discrete_gaussian":
-        return exact.discrete_gaussian(Fraction(term.scale) ** 2, size)
+        return dgauss_noise(term.scale, size)
     raise ValueError(f"no exact sampler for the noise law {term.law!r}")
 
 

@@ -3,9 +3,11 @@
 A clustering is k subspaces of dimension q of R^d, each given by an orthonormal basis; a set is an
 array of bases (k, d, q). Every mechanism clips the rows to ``Task.norm_bound`` (refusing under
 ``Task.strict``) and works on x / norm_bound, so ‖x_i‖ ≤ 1 as the paper assumes; subspaces are
-invariant to that scaling. All privacy randomness (Gaussian noise, the Gibbs sampler's draws, the
-subsets and coins of sample-and-aggregate) comes from :func:`fedsketch.common.dp.samplers.noise_rng`;
-``Task.rng`` only seeds non-private work (the reference's restarts, SuLQ's data-independent start).
+invariant to that scaling. SuLQ's noise is exact integer noise on grid-encoded scatter matrices
+(:mod:`fedsketch.common.dp.grid`, OS random bits); the other privacy randomness (the Gibbs
+sampler's draws, the subsets and noise of sample-and-aggregate) comes from
+:func:`fedsketch.common.dp.samplers.noise_rng` (float sampling); ``Task.rng`` only seeds
+non-private work (the reference's restarts, SuLQ's data-independent start).
 
 Distances (§9.1, §10 item 16). d(x, S)² = ‖x‖² − ‖Uᵀx‖² (projection residual). Between two
 q-dimensional subspaces this module uses d(S, S') = ‖sin Θ(S, S')‖_F = √(q − ‖UᵀU'‖_F²), the
@@ -31,13 +33,9 @@ from scipy.sparse import coo_matrix
 from scipy.sparse.csgraph import connected_components
 from scipy.spatial.distance import cdist
 
-from fedsketch.common.dp.calibration import (
-    advanced_composition,
-    advanced_composition_inverse,
-    gauss_sigma_analytic,
-    gauss_sigma_classical,
-)
-from fedsketch.common.dp.samplers import noise_rng
+from fedsketch.common.dp import grid
+from fedsketch.common.dp.calibration import advanced_composition, advanced_composition_inverse, dgauss_sigma
+from fedsketch.common.dp.samplers import dgauss_noise, noise_rng
 from fedsketch.common.synthetic import random_orthonormal
 from fedsketch.server.bench.bingham import sample_matrix_bingham
 from fedsketch.server.bench.pca import top_eigenvectors
@@ -162,32 +160,36 @@ def sulq_sensitivity(neighbouring: str) -> float:
     return math.sqrt(2.0) if neighbouring == "replace_one" else 1.0
 
 
-def sulq_plan(epsilon: float, delta: float, queries: int, neighbouring: str) -> tuple[float, float, float]:
-    """(ε, δ, σ) of each of ``queries`` Gaussian queries so that all of them are (ε', δ') = (epsilon,
-    delta) by advanced composition: δ = δ'/(queries + 1), ε by bisection; σ the classical
-    Δ2·√(2 ln(1.25/δ))/ε if ε < 1, else the analytic Gaussian σ (Balle–Wang), Δ2 from
-    :func:`sulq_sensitivity`.
+def sulq_plan(epsilon: float, delta: float, queries: int, neighbouring: str,
+              d: int) -> tuple[float, float, float]:
+    """(ε, δ, σ_Z) of each of ``queries`` noisy d × d scatter matrices so that all of them are
+    (ε', δ') = (epsilon, delta) by advanced composition: δ = δ'/(queries + 1), ε by bisection;
+    σ_Z (grid steps, g = 1/STEPS) = dgauss_sigma(Δ, ε, δ), Δ =
+    :func:`~fedsketch.common.dp.grid.l2_in_steps` (Δ2, g, d², rounded on both sides under
+    replace-one), Δ2 from :func:`sulq_sensitivity`: each query is then (ε, δ)-DP (CKS).
     """
     eps_q, delta_q = advanced_composition_inverse(epsilon, delta, queries)
-    delta2 = sulq_sensitivity(neighbouring)
-    if eps_q < 1:
-        return eps_q, delta_q, gauss_sigma_classical(delta2, eps_q, delta_q)
-    return eps_q, delta_q, gauss_sigma_analytic(delta2, eps_q, delta_q)
+    g = grid.step(1.0)
+    steps = grid.l2_in_steps(sulq_sensitivity(neighbouring), g, d * d,
+                             both_rounded=neighbouring == "replace_one")
+    return eps_q, delta_q, dgauss_sigma(steps, eps_q, delta_q)
 
 
-def noisy_scatter(rows: np.ndarray, sigma: float, rng: np.random.Generator) -> np.ndarray:
-    """B~ = Σ x_i x_iᵀ + σW, W (d × d) with i.i.d. N(0, 1) entries, not symmetrized (Alg. 5)."""
+def noisy_scatter(rows: np.ndarray, sigma_z: float) -> np.ndarray:
+    """B~ = g·(Σ_i rint(x_i x_iᵀ/g) + W), g = 1/STEPS, W (d × d) i.i.d. N_Z(0, σ_Z²) integers,
+    not symmetrized (Alg. 5): an integer release, exact noise from OS random bits."""
     d = rows.shape[1]
-    return rows.T @ rows + sigma * rng.standard_normal((d, d))
+    g = grid.step(1.0)
+    return g * (grid.outer_sum(rows, g) + dgauss_noise(sigma_z, (d, d)))
 
 
-def sulq_step(x: np.ndarray, bases: np.ndarray, sigma: float, rng: np.random.Generator) -> np.ndarray:
+def sulq_step(x: np.ndarray, bases: np.ndarray, sigma_z: float) -> np.ndarray:
     """One SuLQ k-plane iteration: k queries, each the top-q left singular vectors of the noisy
     scatter of the records nearest (in the current public subspaces) to subspace ℓ."""
     labels = residuals(x, bases).argmin(axis=1)
     q = bases.shape[2]
     return np.stack([
-        np.linalg.svd(noisy_scatter(x[labels == ell], sigma, rng))[0][:, :q] for ell in range(bases.shape[0])
+        np.linalg.svd(noisy_scatter(x[labels == ell], sigma_z))[0][:, :q] for ell in range(bases.shape[0])
     ])
 
 
@@ -199,14 +201,14 @@ def sulq_kplane(task: Task, iterations: int = 10) -> Outcome:
     require_finite_epsilon(task, "sulq-kplane", "kplane")
     x, clipped = prepare(task)
     queries = iterations * task.k
-    eps_q, delta_q, sigma = sulq_plan(task.epsilon, task.delta, queries, task.neighbouring)
+    eps_q, delta_q, sigma_z = sulq_plan(task.epsilon, task.delta, queries, task.neighbouring, task.d)
     bases = np.stack([random_orthonormal(task.d, task.q, task.rng) for _ in range(task.k)])
-    rng = noise_rng()
     for _ in range(iterations):
-        bases = sulq_step(x, bases, sigma, rng)
+        bases = sulq_step(x, bases, sigma_z)
     eps_spent, delta_spent = advanced_composition(eps_q, delta_q, queries)
-    notes = (f"{queries} Gaussian queries at eps={eps_q:.6g}, delta={delta_q:.3g}, "
-             f"Delta2={sulq_sensitivity(task.neighbouring):.6g}, sigma={sigma:.6g}")
+    notes = (f"{queries} discrete Gaussian queries at eps={eps_q:.6g}, delta={delta_q:.3g}, "
+             f"Delta2={sulq_sensitivity(task.neighbouring):.6g}, "
+             f"sigma={grid.step(1.0) * sigma_z:.6g} (scatter units)")
     return Outcome(bases, eps_spent, delta_spent, task.neighbouring, "approximate", clipped, notes)
 
 

@@ -11,10 +11,12 @@ import math
 
 import numpy as np
 import pytest
+from conftest import seeded_words
 
 from fedsketch.common import lloyd as common_lloyd
-from fedsketch.common.dp.calibration import gamma_mahalanobis, gauss_sigma_analytic, laplace_scale
-from fedsketch.common.dp.samplers import noise_rng
+from fedsketch.common.dp import exact, grid
+from fedsketch.common.dp.calibration import dgauss_sigma, gamma_mahalanobis, laplace_scale
+from fedsketch.common.dp.samplers import dlap_noise
 from fedsketch.common.synthetic import gmm
 from fedsketch.server.bench import kmeans as kp
 from fedsketch.server.bench.metrics import sklearn_kmeans_centroids, sse_per_n
@@ -101,9 +103,9 @@ def test_runs_spend_what_their_trace_says(monkeypatch, relation, method):
     calls = []
     original = common_lloyd.noisy_cluster_stats
 
-    def spy(x, c, h, eps_count, eps_dims, rng):
+    def spy(x, c, h, eps_count, eps_dims):
         calls.append(eps_count + float(np.sum(eps_dims)))
-        return original(x, c, h, eps_count, eps_dims, rng)
+        return original(x, c, h, eps_count, eps_dims)
 
     monkeypatch.setattr(common_lloyd, "noisy_cluster_stats", spy)
     x = _blobs(2000, 3, 3)
@@ -125,23 +127,19 @@ def test_su_noisy_count_only_under_add_remove():
 
 
 @pytest.mark.parametrize("method", PRIVATE)
-def test_every_privacy_draw_goes_through_the_family_noise_rng(method, small_gmm, monkeypatch):
-    """Replacing the package's ``noise_rng`` (as tests/test_golden.py does) reaches every draw of
-    every submodule: with the same Task seed and seeded noise, two runs are identical."""
-    calls = []
-
-    def run() -> np.ndarray:
-        seeds = iter(range(1000))
-
-        def seeded() -> np.random.Generator:
-            calls.append(1)
-            return np.random.default_rng(next(seeds))
-
-        monkeypatch.setattr(kp, "noise_rng", seeded)
+def test_every_privacy_draw_reads_the_exact_samplers_bits(method, small_gmm, monkeypatch):
+    """Every noise draw of every mechanism of the family comes from the exact samplers' OS bits
+    (``exact.random_words``): replaying the same words with the same Task seed gives the same
+    output bit for bit, and fresh OS words give another one. A float generator anywhere in the
+    release would break the first; no noise at all would break the second."""
+    def run(words) -> np.ndarray:
+        if words is not None:
+            monkeypatch.setattr(exact, "random_words", words)
         return kp.METHODS[method](_box_task(small_gmm, 3, 1.0, 9.0, neighbouring="add_remove")).output
 
-    np.testing.assert_array_equal(run(), run())
-    assert calls
+    np.testing.assert_array_equal(run(seeded_words(5)), run(seeded_words(5)))
+    monkeypatch.undo()
+    assert not np.array_equal(run(None), run(None))
 
 
 # --- noise scales -------------------------------------------------------------------------------
@@ -163,9 +161,9 @@ def _measured_scales(it: kp.IterationBudget, h: np.ndarray, draws: int) -> tuple
     counts, sums = _exact_stats(x, c)
     dc, ds = [], []
     for _ in range(draws):
-        nc, ns = common_lloyd.noisy_cluster_stats(x, c, h, it.eps_count, np.array(it.eps_dims), noise_rng())
+        nc, ns = common_lloyd.noisy_cluster_stats(x, c, h, it.eps_count, np.array(it.eps_dims))
         dc.append(nc - counts)
-        ds.append(ns - sums)
+        ds.append(ns * grid.step(h) - sums)  # sums are released in steps of h/2^20
     return float(np.abs(dc).mean()), np.abs(np.array(ds)).mean(axis=(0, 1))
 
 
@@ -217,7 +215,7 @@ def test_white_sigma_matches_formula_and_draws(small_gmm, relation):
     cl = plan.clusters
     rows = _local_rows(cl.x, cl.labels, cl.centroids, cl.lo, cl.hi, relation)
     delta2 = max(np.linalg.norm(r, axis=1).max() for r in rows)
-    sigma = gauss_sigma_analytic(FACTOR[relation] * delta2, 1.0, 1e-5)
+    sigma = dgauss_sigma(FACTOR[relation] * delta2, 1.0, 1e-5)  # the discrete Gaussian's σ
     assert plan.notes["sigma"] == pytest.approx(sigma, rel=1e-9)
     noise = np.array([kp.gaussian_release(task, plan).output - cl.centroids for _ in range(3000)])
     assert noise.std() == pytest.approx(sigma, rel=0.03)
@@ -246,13 +244,19 @@ def test_colored_draws_have_the_planned_covariance(small_gmm):
 
 
 def test_noisy_stats_noise_empty_clusters():
+    """An empty cluster is released like any other: its count is DLap(e^{−ε_count}) noise (zero
+    with probability (1 − a)/(1 + a)) and its sums are noise of Laplace scale h/ε_dim in data units
+    (standard deviation √2·40 here)."""
     x = np.zeros((50, 2))
     c = np.array([[0.0, 0.0], [9.0, 9.0]])  # the second cluster is empty
     h, eps_dims = np.array([10.0, 10.0]), np.array([0.25, 0.25])
-    a = common_lloyd.noisy_cluster_stats(x, c, h, 0.5, eps_dims, noise_rng())
-    b = common_lloyd.noisy_cluster_stats(x, c, h, 0.5, eps_dims, noise_rng())
-    assert a[0][1] != 0.0 and np.all(a[1][1] != 0.0)
-    assert a[0][1] != b[0][1] and np.all(a[1][1] != b[1][1])
+    draws = [common_lloyd.noisy_cluster_stats(x, c, h, 0.5, eps_dims) for _ in range(1000)]
+    counts = np.array([d[0][1] for d in draws])
+    sums = np.array([d[1][1] for d in draws]) * grid.step(h)
+    a = math.exp(-0.5)
+    p0 = (1 - a) / (1 + a)
+    assert abs(np.mean(counts == 0) - p0) < 4 * math.sqrt(p0 * (1 - p0) / 1000)
+    assert sums.std() == pytest.approx(math.sqrt(2) * 40.0, rel=0.15)
 
 
 @pytest.mark.parametrize("method", ["dplloyd", "dplloyd-su"])
@@ -452,8 +456,8 @@ def test_overseed_moves_exactly_the_noise_level_centres_between_iterations(gmm_k
     calls = []
     release = common_lloyd.noisy_cluster_stats
 
-    def spy(x, centroids, h, eps_count, eps_dims, rng):
-        counts, sums = release(x, centroids, h, eps_count, eps_dims, rng)
+    def spy(x, centroids, h, eps_count, eps_dims):
+        counts, sums = release(x, centroids, h, eps_count, eps_dims)
         calls.append((centroids.copy(), counts, sums, laplace_scale(1.0, eps_count), h))
         return counts, sums
 
@@ -461,7 +465,7 @@ def test_overseed_moves_exactly_the_noise_level_centres_between_iterations(gmm_k
     notes = json.loads(kp.dplloyd_su_overseed(_box_task(gmm_k10, 10, 1.0, 12.0)).notes)
     assert len(calls) == notes["iterations"] >= 2
     _, counts, sums, b, h = calls[0]
-    released = np.clip(sums / np.maximum(counts, 1.0)[:, None], -h, h)
+    released = np.clip(sums * (h / 2**20) / np.maximum(counts, 1.0)[:, None], -h, h)
     spare = counts <= kp.OVERSEED_KEEP_SCALES * b
     started = calls[1][0]
     assert 10 <= (~spare).sum() and spare.sum() == notes["relocated"][0] > 0
@@ -535,3 +539,61 @@ def test_weighted_kmeans_plus_plus_never_picks_weightless_records():
     for seed in range(30):
         seeds = kp.kmeans_plus_plus(x, 4, np.random.default_rng(seed), w)
         assert {tuple(r) for r in seeds} <= allowed
+
+
+# --- integer releases ---------------------------------------------------------------------------
+
+
+def test_lloyd_release_is_exact_integer_noise_on_the_encoded_sums(monkeypatch):
+    """The Lloyd step releases int64 counts and sums in steps g = h/2^20: with replayed OS words
+    the noise is exactly the replayed draws DLap(ε_count) and DLap(ε_dim,l/2^20) per coordinate; a
+    record on the box edge encodes to 2^20 steps; records moved towards their grid points give
+    bit-identical releases (the law depends on the data only through the integers)."""
+    rng = np.random.default_rng(0)
+    h = np.array([2.0, 5.0])
+    x = rng.uniform(-h, h, (300, 2))
+    x[0] = h
+    c = np.array([[-1.0, 0.0], [1.0, 0.0]])
+    g = h / 2**20
+    q = np.rint(x / g)
+    assert q[0].tolist() == [2**20, 2**20]
+    labels = (x[:, 0] > 0).astype(int)
+    counts = np.bincount(labels, minlength=2)
+    sums = np.array([q[labels == j].sum(axis=0) for j in range(2)])
+    eps_dims = np.array([0.1, 0.2])
+
+    def release(data):
+        monkeypatch.setattr(exact, "random_words", seeded_words(2))
+        return common_lloyd.noisy_cluster_stats(data, c, h, 0.3, eps_dims)
+
+    nc, ns = release(x)
+    assert nc.dtype == ns.dtype == np.int64
+    monkeypatch.setattr(exact, "random_words", seeded_words(2))
+    np.testing.assert_array_equal(nc - counts, dlap_noise(0.3, 1.0, 2))
+    for col in range(2):
+        np.testing.assert_array_equal(ns[:, col] - sums[:, col], dlap_noise(eps_dims[col], 2.0**20, 2))
+    near = x + 0.5 * (q * g - x)  # halfway to each value's grid point: other floats, same integers
+    assert not np.array_equal(near, x)
+    assert np.array_equal(np.rint(near / g), q)
+    near_nc, near_ns = release(near)
+    np.testing.assert_array_equal(near_nc, nc)
+    np.testing.assert_array_equal(near_ns, ns)
+
+
+@pytest.mark.parametrize("plan", [kp.white_plan, kp.colored_plan])
+def test_gaussian_centroids_are_an_integer_release_in_whitened_steps(small_gmm, plan):
+    """Each released centroid is U_j·Λ_j^{1/2}·g·Y_j with Y_j integer (whitened steps of
+    g = f·√γ/2^20) and discrete Gaussian noise of σ_Z steps, which the whitened sensitivity in
+    steps (2^20 + √d, times the float margin) sets; the noise factor g·σ_Z is 1 + O(√d/2^20)."""
+    task = _box_task(small_gmm, 3, 1.0, 9.0, delta=1e-5, neighbouring="replace_one")
+    p = plan(task)
+    out = kp.gaussian_release(task, p)
+    notes = json.loads(out.notes)
+    g, sigma_z = notes["grid_step"], notes["sigma_steps"]
+    assert g == pytest.approx(2 * math.sqrt(p.gamma) / 2**20, rel=1e-15)
+    assert sigma_z == pytest.approx(dgauss_sigma((2**20 + math.sqrt(3)) * (1 + 2.0**-20), 1.0, 1e-5),
+                                    rel=1e-12)
+    assert 1.0 < notes["noise_factor"] < 1.0 + 1e-5
+    w, u = np.linalg.eigh(p.covariances)
+    y = np.einsum("kji,kj->ki", u, out.output) / np.sqrt(w) / g
+    np.testing.assert_allclose(y, np.rint(y), atol=1e-3)

@@ -2,9 +2,9 @@
 
 The utility comparisons run on paper 003's Fig. 2 data (n = 5000, d = 10, k = 2, covariance
 eigenvalues SPECTRUM_003) with the public bound R = 3 (every row has ‖x‖ < 3, so nothing is
-clipped) and δ = 0.05 as in that figure. They seed the privacy generator (``noise_rng`` is
-replaced by a seeded one) so that the medians are reproducible; separate tests check that the
-mechanisms do draw from ``noise_rng`` and leave ``Task.rng`` untouched.
+clipped) and δ = 0.05 as in that figure. They seed the privacy randomness (the exact samplers'
+OS words for MOD-SULQ, ``noise_rng`` for PPCA's chain) so that the medians are reproducible;
+separate tests check that the mechanisms do draw from those and leave ``Task.rng`` untouched.
 """
 
 from __future__ import annotations
@@ -15,13 +15,17 @@ import statistics
 
 import numpy as np
 import pytest
+from conftest import seeded_words
 
+from fedsketch.common.dp import exact, grid
+from fedsketch.common.dp.calibration import dgauss_sigma
 from fedsketch.common.synthetic import SPECTRUM_003, spectrum
 from fedsketch.server.bench import pca
 from fedsketch.server.bench.pca import (
     METHODS,
     mod_sulq_beta,
     mod_sulq_matrix,
+    mod_sulq_sigma,
     q_f,
     second_moment,
 )
@@ -44,9 +48,10 @@ def paper_data() -> np.ndarray:
 
 @pytest.fixture
 def seeded_noise(monkeypatch):
-    """Replace the CSPRNG by a sequence of seeded generators (reproducible utility tests)."""
+    """Replace the OS bits by seeded ones (reproducible utility tests)."""
     seeds = itertools.count(100)
     monkeypatch.setattr(pca, "noise_rng", lambda: np.random.default_rng(next(seeds)))
+    monkeypatch.setattr(exact, "random_words", seeded_words(100))
 
 
 def _task(x: np.ndarray, epsilon: float, **kw) -> Task:
@@ -65,16 +70,16 @@ def test_beta_is_the_matlab_form():
 
 def test_mod_sulq_noise_scale_matches_the_formula(paper_data):
     """Over 2000 draws, every entry of N = (A + N) − A, diagonal and upper triangle separately,
-    has standard deviation β within 3 %; N is exactly symmetric and its upper entries uncorrelated."""
-    task = _task(paper_data, 0.5)
+    has standard deviation β within 3 %; N is exactly symmetric and its upper entries uncorrelated
+    (on 500 of the records, to keep the 2000 integer encodings cheap)."""
+    task = _task(paper_data[:500], 0.5)
     a, _ = second_moment(task)
-    rng = np.random.default_rng(11)
     draws = []
     for _ in range(2000):
-        noisy, beta, _ = mod_sulq_matrix(task, rng)
+        noisy, beta, _, _ = mod_sulq_matrix(task)
         draws.append(noisy - a)
     noise = np.stack(draws)
-    assert beta == mod_sulq_beta(N, D, 0.5, DELTA)
+    assert beta == mod_sulq_beta(500, D, 0.5, DELTA)
     assert np.array_equal(noise, noise.transpose(0, 2, 1))
     iu = np.triu_indices(D, 1)
     diagonal = noise[:, np.arange(D), np.arange(D)]
@@ -96,20 +101,46 @@ def test_mod_sulq_refuses_add_remove_and_infinite_epsilon(paper_data):
 
 # ---- privacy randomness ------------------------------------------------------------------------
 
-@pytest.mark.parametrize("name", ["mod-sulq", "ppca"])
-def test_private_methods_draw_from_noise_rng_only(name, paper_data, monkeypatch):
+@pytest.mark.parametrize(("name", "chains"), [("mod-sulq", []), ("ppca", [1])])
+def test_private_methods_draw_from_os_bits_only(name, chains, paper_data, monkeypatch):
+    """MOD-SULQ's noise comes only from the exact samplers' words (replayed words give the same
+    basis), PPCA's chain from one ``noise_rng``; neither touches ``Task.rng``."""
     calls = []
 
     def spy() -> np.random.Generator:
         calls.append(1)
         return np.random.default_rng(0)
 
+    def run() -> np.ndarray:
+        monkeypatch.setattr(exact, "random_words", seeded_words(3))
+        task = _task(paper_data[:500], 1.0)
+        before = task.rng.bit_generator.state
+        out = METHODS[name](task).output
+        assert task.rng.bit_generator.state == before
+        return out
+
     monkeypatch.setattr(pca, "noise_rng", spy)
-    task = _task(paper_data[:500], 1.0)
-    before = task.rng.bit_generator.state
-    METHODS[name](task)
-    assert calls == [1]
-    assert task.rng.bit_generator.state == before
+    first = run()
+    assert calls == chains
+    np.testing.assert_array_equal(first, run())
+
+
+def test_mod_sulq_is_an_integer_release_at_the_papers_beta(paper_data):
+    """n·A~ lies on the grid g = 2^-20, so A~·n/g − Σ rint(x̃x̃ᵀ/g) is integer noise of std
+    σ_Z = β·n/g; β sets the noise (the discrete Gaussian's own (ε, δ) bound is far below it), and
+    the bound counts the rounding of d(d+1)/2 entries on both sides."""
+    task = _task(paper_data, 0.5)
+    noisy, beta, sigma_z, _ = mod_sulq_matrix(task)
+    g = 2.0**-20
+    assert sigma_z == beta * N / g
+    floor = dgauss_sigma((math.sqrt(2) / g + math.sqrt(D * (D + 1) / 2)) * (1 + 2.0**-20), 0.5, DELTA)
+    assert floor < sigma_z / 10
+    assert mod_sulq_sigma(N, D, 0.5, DELTA) == (beta, sigma_z)
+    x = paper_data / R
+    exact_sum = np.rint(np.einsum("ni,nj->nij", x, x) / g).sum(axis=0)
+    noise = noisy * N / g - exact_sum
+    np.testing.assert_allclose(noise, np.rint(noise), atol=1e-3)
+    np.testing.assert_array_equal(grid.outer_sum(x, g), exact_sum)
 
 
 def test_ppca_samples_the_paper_constant(paper_data, monkeypatch):

@@ -16,12 +16,11 @@ function of a :class:`~fedsketch.server.bench.task.Task` returning an
 The Lloyd step itself (assignment, cluster statistics, the noisy count-and-sum release) lives in
 :mod:`fedsketch.common.lloyd`.
 
-Noise: every privacy draw of the family comes from this package's :func:`noise_rng` (that is
-:func:`fedsketch.common.dp.samplers.noise_rng`, a fresh OS-CSPRNG-seeded generator), which
-:mod:`.dplloyd` and :mod:`.gaussian` look up here at each draw: replacing
-``fedsketch.server.bench.kmeans.noise_rng`` (as tests/test_golden.py does) seeds every mechanism
-of the family. ``Task.rng`` drives only data-independent starts, post-processing of released
-values and the non-private reference.
+Noise: every privacy draw of the family is exact integer noise from OS random bits, added to an
+integer release on a public grid (MECHANISMS §1.9 item 7; :mod:`fedsketch.common.dp.grid`):
+DPLloyd's counts, encoded sums and noisy record count (discrete Laplace), the whitened centroids of
+``white`` and ``colored`` (discrete Gaussian). ``Task.rng`` drives only data-independent starts,
+post-processing of released values and the non-private reference.
 
 Units: records, boxes, centroids and Laplace scales are in data units; Gaussian covariances in
 squared data units; ε, γ and budget shares are dimensionless. ``Outcome.clipped`` (rows moved onto
@@ -33,7 +32,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from fedsketch.common.dp.samplers import noise_rng
 from fedsketch.server.bench.kmeans.budget import (
     IterationBudget,
     classical_split,
@@ -77,12 +75,12 @@ METHODS: dict[str, Callable[[Task], Outcome]] = {
     "colored": colored_gaussian,
 }
 
-#: The registry, the noise seam, and the names tests and benchmarks reach through the package.
+#: The registry and the names tests and benchmarks reach through the package.
 __all__ = [
     "COVER_TOL", "METHODS", "OVERSEED", "OVERSEED_KEEP_SCALES", "RELOCATE_STEP", "IterationBudget",
     "classical_split", "colored_gaussian", "colored_plan", "converged_clusters", "converged_kmeans",
     "dplloyd", "dplloyd_budget", "dplloyd_su", "dplloyd_su_overseed", "gaussian_release",
-    "kmeans_plus_plus", "kmeans_reference", "lloyd", "min_trace_cover", "noise_rng", "overseeded",
+    "kmeans_plus_plus", "kmeans_reference", "lloyd", "min_trace_cover", "overseeded",
     "reduce_centroids", "relocate_unreliable", "sphere_packing_init", "su_budget", "su_iterations",
     "su_split", "uniform_init", "white_gaussian", "white_plan",
 ]

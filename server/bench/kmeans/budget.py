@@ -93,7 +93,8 @@ class IterationBudget:
 
     @property
     def count_scale(self) -> float:
-        """Laplace scale b = 1/ε_count (records) of this iteration's noisy cluster counts."""
+        """Scale b = 1/ε_count (records) of this iteration's noisy cluster counts, which carry
+        DLap(e^{−1/b}) noise (mean |noise| ≈ b for small ε_count)."""
         return laplace_scale(1.0, self.eps_count)
 
     @property
@@ -104,8 +105,8 @@ class IterationBudget:
 
 @dataclass(frozen=True)
 class BudgetTrace:
-    """Every spend of one DPLloyd run: an optional noisy record count (``count_epsilon``, Laplace
-    of scale 1/count_epsilon, add/remove sensitivity 1) and the iterations, in order."""
+    """Every spend of one DPLloyd run: an optional noisy record count (``count_epsilon``, discrete
+    Laplace of scale 1/count_epsilon, add/remove sensitivity 1) and the iterations, in order."""
 
     neighbouring: str
     count_epsilon: float

@@ -9,9 +9,9 @@ sensitivities and the replace-one factor are in :mod:`fedsketch.server.bench.kme
 Everything done with released centroids and counts (relocating spare centres, reducing k' centres
 to k) is post-processing and uses ``Task.rng``.
 
-Noise: each iteration's generator, and the one of Su's noisy record count, is a fresh
-``fedsketch.server.bench.kmeans.noise_rng()``, looked up on the package at every draw (see the
-package docstring). ``Outcome.notes`` is JSON with the budget trace.
+Noise: every release is an integer vector with exact discrete-Laplace noise from OS random bits
+(the iterations' counts and grid-encoded sums, Su's noisy record count; MECHANISMS §1.9 item 7,
+:mod:`fedsketch.common.dp.grid`). ``Outcome.notes`` is JSON with the budget trace.
 
 Units: records, boxes, centroids and Laplace scales of the sums in data units; counts in records;
 ε dimensionless.
@@ -26,9 +26,8 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.spatial.distance import cdist
 
-from fedsketch.common.dp.calibration import laplace_scale
+from fedsketch.common.dp.samplers import dlap_noise
 from fedsketch.common.lloyd import noisy_lloyd_step
-from fedsketch.server.bench import kmeans as family
 from fedsketch.server.bench.kmeans.budget import (
     BudgetTrace,
     IterationBudget,
@@ -74,17 +73,16 @@ def private_lloyd(data: ShiftedData, init: np.ndarray, trace: BudgetTrace,
                   between: Callable[[np.ndarray, np.ndarray, IterationBudget], np.ndarray] | None = None
                   ) -> tuple[np.ndarray, np.ndarray]:
     """Lloyd iterations on shifted data, one :func:`~fedsketch.common.lloyd.noisy_lloyd_step` per
-    entry of ``trace`` with that entry's shares and a fresh ``family.noise_rng()``:
-    c_j = clip(S~_j/max(N~_j, 1)) to [−h, h] (post-processing). ``between(c, N~, budget)``, when
+    entry of ``trace`` with that entry's shares: c_j = clip(g·T~_j/max(N~_j, 1)) to [−h, h]
+    (post-processing of the integer release). ``between(c, N~, budget)``, when
     given, maps the released centroids and counts of the iteration with that budget to the next
     iteration's centres, after every iteration but the last; it sees only released values, so it
     is post-processing too. Returns the shifted centroids (k, d) and the last iteration's noisy
     counts N~ (k,) (records; released, so free to reuse)."""
     c = init
-    counts = np.zeros(init.shape[0])
+    counts = np.zeros(init.shape[0], dtype=np.int64)
     for t, it in enumerate(trace.iterations):
-        c, counts = noisy_lloyd_step(data.x, c, data.h, it.eps_count, np.array(it.eps_dims),
-                                     family.noise_rng())
+        c, counts = noisy_lloyd_step(data.x, c, data.h, it.eps_count, np.array(it.eps_dims))
         if between is not None and t < len(trace.iterations) - 1:
             c = between(c, counts, it)
     return c, counts
@@ -149,11 +147,11 @@ def dplloyd(task: Task, iterations: int = 5) -> Outcome:
 
 
 def public_count(n: int, count_epsilon: float) -> float:
-    """n itself when ``count_epsilon`` is 0 (replace-one: n public), else max(n + Lap(1/ε), 1)
-    with ε = ``count_epsilon`` (add/remove sensitivity 1), noise from ``family.noise_rng()``."""
+    """n itself when ``count_epsilon`` is 0 (replace-one: n public), else max(n + DLap(ε), 1)
+    with ε = ``count_epsilon`` (add/remove sensitivity 1, an integer release)."""
     if count_epsilon == 0.0:
         return float(n)
-    return max(n + float(family.noise_rng().laplace(0.0, laplace_scale(1.0, count_epsilon))), 1.0)
+    return float(max(n + int(dlap_noise(count_epsilon, 1.0, 1)[0]), 1))
 
 
 @dataclass(frozen=True)
@@ -241,7 +239,7 @@ def dplloyd_su(task: Task) -> Outcome:
     """DPLloyd with Su et al.'s improvements, pure ε-DP (§6): :func:`su_run` on k centres.
 
     * replace-one: n is public; the iterations get all of ε (each calibrated to ε/(2T)).
-    * add/remove: n is private; SU_COUNT_SHARE·ε (5 %) buys n~ = n + Lap(1/(0.05ε)) (sensitivity
+    * add/remove: n is private; SU_COUNT_SHARE·ε (5 %) buys n~ = n + DLap(0.05ε) (sensitivity
       1), used as max(n~, 1) in the rule, and the iterations share the remaining 0.95ε.
 
     ``notes`` is JSON: the budget trace, T, the public n used, the packing radius a.

@@ -1,16 +1,18 @@
 """White and colored Gaussian noise on converged k-means centroids (MECHANISMS §7): ``white`` and
 ``colored``, local-sensitivity (ε, δ) heuristics.
 
-Noise N(0, Σ) is added to the centroids of a converged non-private k-means of the records clipped
-to the public box, calibrated so that every local difference Δ of the fixed-assignment model
-satisfies ΔᵀΣ⁻¹Δ ≤ γ. **Local sensitivity is not a worst-case DP guarantee**: Σ depends on the
-data, and re-clustering after a change is ignored; outcomes are labelled "local-sensitivity".
+Noise of covariance Σ is added to the centroids of a converged non-private k-means of the records
+clipped to the public box, calibrated so that every local difference Δ of the fixed-assignment
+model satisfies ΔᵀΣ⁻¹Δ ≤ γ. The release is an integer vector (:func:`gaussian_release`): each
+centroid whitened by Σ_j^{−1/2}, encoded on a public grid, plus exact discrete Gaussian noise.
+**Local sensitivity is not a worst-case DP guarantee**: Σ depends on the data, and re-clustering
+after a change is ignored; outcomes are labelled "local-sensitivity".
 
 Two memos live here with what they cache: the converged clusterings (:func:`converged_clusters`,
 keyed by the SHA-256 of clipped records, box and k) and the unit-level covariance covers
-(:func:`unit_cover`, keyed by the bytes of the constraint rows). The noise itself is one fresh
-``fedsketch.server.bench.kmeans.noise_rng()`` per release, looked up on the package at every draw
-(see the package docstring). ``Outcome.notes`` is JSON calibration diagnostics (not privatized).
+(:func:`unit_cover`, keyed by the bytes of the constraint rows). The noise is exact, from OS
+random bits (:func:`fedsketch.common.dp.samplers.dgauss_noise`). ``Outcome.notes`` is JSON
+calibration diagnostics (operator diagnostics computed from the data, not privatized).
 
 Units: records, centroids and local differences in data units; covariances in squared data
 units; ε, δ and γ dimensionless.
@@ -21,15 +23,17 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import TypeVar
 
 import numpy as np
 
-from fedsketch.common.dp.calibration import gamma_mahalanobis, gauss_sigma_analytic
+from fedsketch.common.dp import grid
+from fedsketch.common.dp.calibration import dgauss_sigma, gamma_mahalanobis
+from fedsketch.common.dp.samplers import dgauss_noise
 from fedsketch.common.lloyd import cluster_stats
-from fedsketch.server.bench import kmeans as family
 from fedsketch.server.bench.kmeans.budget import relation_factor
 from fedsketch.server.bench.kmeans.engine import converged_kmeans
 from fedsketch.server.bench.task import Outcome, Task, clip_rows_to_box, public_box, require_finite_epsilon
@@ -133,7 +137,8 @@ def constraint_vectors(xj: np.ndarray, cj: np.ndarray, lo: np.ndarray, hi: np.nd
 
 
 def constraint_level(epsilon: float, delta: float, neighbouring: str) -> float:
-    """γ/f² with γ = gamma_mahalanobis(ε, δ) (analytic, §7.2) and f = relation_factor: under
+    """γ/f² with γ = gamma_mahalanobis(ε, δ) (§7.2, the discrete Gaussian's) and f =
+    relation_factor: under
     replace-one each row of :func:`constraint_vectors` may take a quarter, so that a sum of a
     removal and an addition row stays within γ."""
     return gamma_mahalanobis(epsilon, delta) / relation_factor(neighbouring) ** 2
@@ -239,13 +244,14 @@ class GaussianPlan:
 
 
 def white_plan(task: Task) -> GaussianPlan:
-    """White noise (§7.3): Σ = σ²I_{kd}, σ = analytic-Gaussian(f·Δ2, ε, δ), Δ2 from
-    :func:`white_sensitivity`, f = relation_factor (equivalently σ² = Δ2²/(γ/f²))."""
+    """White noise (§7.3): Σ = σ²I_{kd}, σ = dgauss_sigma(f·Δ2, ε, δ) (the discrete Gaussian's σ,
+    :func:`gaussian_release`), Δ2 from :func:`white_sensitivity`, f = relation_factor
+    (equivalently σ² = Δ2²/(γ/f²))."""
     require_finite_epsilon(task, "white", "kmeans")
     clusters = converged_clusters(task)
     f = relation_factor(task.neighbouring)
     delta2 = white_sensitivity(clusters, task.neighbouring)
-    sigma = gauss_sigma_analytic(f * delta2, task.epsilon, task.delta)
+    sigma = dgauss_sigma(f * delta2, task.epsilon, task.delta)
     cov = np.broadcast_to(sigma**2 * np.eye(task.d), (task.k, task.d, task.d)).copy()
     gamma = constraint_level(task.epsilon, task.delta, task.neighbouring)
     notes = {"sigma": sigma, "sensitivity": delta2, "trace": float(task.k * task.d * sigma**2)}
@@ -272,14 +278,28 @@ def colored_plan(task: Task) -> GaussianPlan:
 
 
 def gaussian_release(task: Task, plan: GaussianPlan) -> Outcome:
-    """c_j + N(0, Σ_j) for every cluster j, noise from ``family.noise_rng()``; kind
-    "local-sensitivity" (not a worst-case DP guarantee). ``notes`` is JSON diagnostics."""
+    """The integer release of every cluster's centroid under the noise Σ_j, kind
+    "local-sensitivity" (not a worst-case DP guarantee); ``notes`` is JSON diagnostics.
+
+    Whitened, y_j = Σ_j^{−1/2}c_j moves by at most s = f·√γ between neighbours (γ the plan's
+    constraint level, f = relation_factor). y_j is encoded on the grid g = s/STEPS and released as
+    Y~_j = rint(y_j/g) + N_Z(0, σ_Z²)^d, σ_Z = dgauss_sigma(Δ, ε, δ) steps with
+    Δ = :func:`~fedsketch.common.dp.grid.l2_in_steps` (s, g, d, both rounded); the centroid is
+    Σ_j^{1/2}·g·Y~_j (post-processing). Its noise has covariance ρ²Σ_j, ρ = g·σ_Z = 1 + O(√d/STEPS)
+    (``notes["noise_factor"]``).
+    """
+    f = relation_factor(task.neighbouring)
+    s = f * math.sqrt(plan.gamma)
+    g = grid.step(s)
+    sigma_z = dgauss_sigma(grid.l2_in_steps(s, g, task.d, both_rounded=True), task.epsilon, task.delta)
     w, u = np.linalg.eigh(plan.covariances)
-    roots = u * np.sqrt(np.maximum(w, 0.0))[:, None, :]
-    z = family.noise_rng().standard_normal((task.k, task.d))
-    noisy = plan.clusters.centroids + np.einsum("kij,kj->ki", roots, z)
-    return Outcome(noisy, task.epsilon, task.delta, task.neighbouring, "local-sensitivity",
-                   plan.clusters.clipped, json.dumps(plan.notes))
+    root = np.sqrt(np.maximum(w, 0.0))
+    whitened = np.einsum("kji,kj->ki", u, plan.clusters.centroids) / root  # in u_j's eigenbasis
+    noisy = grid.encode(whitened, g, limit=None) + dgauss_noise(sigma_z, (task.k, task.d))
+    released = np.einsum("kij,kj->ki", u, root * (g * noisy))
+    notes = {**plan.notes, "grid_step": g, "sigma_steps": sigma_z, "noise_factor": g * sigma_z}
+    return Outcome(released, task.epsilon, task.delta, task.neighbouring, "local-sensitivity",
+                   plan.clusters.clipped, json.dumps(notes))
 
 
 def white_gaussian(task: Task) -> Outcome:
