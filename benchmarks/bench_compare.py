@@ -41,10 +41,11 @@ PLOTS = Path(__file__).resolve().parent / "plots"
 
 
 def table(rows, title: str) -> None:
-    print(f"\n{title}\n\n| method | ε | metric | median | q1 | q3 | seconds |\n|---|---|---|---|---|---|---|")
+    print(f"\n{title}\n\n| method | ε | metric | median | q1 | q3 | seconds | guarantee |\n"
+          "|---|---|---|---|---|---|---|---|")
     for r in rows:
         print(f"| {r.method} | {r.epsilon:g} | {r.metric} | {r.median:.4g} | {r.q1:.4g} | "
-              f"{r.q3:.4g} | {r.seconds:.2f} |")
+              f"{r.q3:.4g} | {r.seconds:.2f} | {r.guarantee} |")
 
 
 def run(family: str, n: int, d: int, k: int, eps: list[float], names: list[str], trials: int,

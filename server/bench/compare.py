@@ -102,7 +102,10 @@ def synthetic(family: str, n: int, d: int, k: int, q: int, noise: float, seed: i
 
 @dataclass(frozen=True)
 class Row:
-    """One (method, ε, metric) cell: median and quartiles over trials, median wall seconds."""
+    """One (method, ε, metric) cell: median and quartiles over trials, median wall seconds, and
+    the kind of guarantee the method's outcomes stated (a key of
+    :data:`~fedsketch.server.bench.task.GUARANTEES`; several, joined by " / ", if its trials
+    differed)."""
 
     method: str
     epsilon: float
@@ -111,11 +114,13 @@ class Row:
     q1: float
     q3: float
     seconds: float
+    guarantee: str
 
     def to_dict(self) -> dict:
         """JSON-ready form (the rows of ``fedsketch compare --json``)."""
         return {"method": self.method, "epsilon": self.epsilon, "metric": self.metric,
-                "median": self.median, "q1": self.q1, "q3": self.q3, "seconds": self.seconds}
+                "median": self.median, "q1": self.q1, "q3": self.q3, "seconds": self.seconds,
+                "guarantee": self.guarantee}
 
 
 def _quartiles(values: list[float]) -> tuple[float, float, float]:
@@ -171,17 +176,19 @@ def compare(family: str, data: Dataset, base: Task, epsilons: list[float], names
                 continue
             values: dict[str, list[float]] = {}
             seconds = []
+            guarantees: dict[str, None] = {}
             for _ in range(trials):
                 task = replace(base, epsilon=eps)
                 t = time.perf_counter()
                 out = table[name](task)
                 seconds.append(time.perf_counter() - t)
+                guarantees[out.kind] = None
                 for metric, value in _metrics(family, data, task, out, ref).items():
                     values.setdefault(metric, []).append(value)
                 if progress is not None:
                     progress()
-            cell = [Row(name, eps, metric, *_quartiles(vals), statistics.median(seconds))
-                    for metric, vals in values.items()]
+            cell = [Row(name, eps, metric, *_quartiles(vals), statistics.median(seconds),
+                        " / ".join(guarantees)) for metric, vals in values.items()]
             rows.extend(cell)
             if out.kind == "none" and math.isinf(out.epsilon):
                 reference = cell

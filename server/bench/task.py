@@ -20,8 +20,22 @@ import numpy as np
 
 from fedsketch.common.dp.calibration import check_epsilon
 
-#: Kinds of guarantee (MECHANISMS §0.6).
-KINDS = ("none", "pure", "approximate", "local-sensitivity", "asymptotic-mcmc")
+#: Kinds of guarantee (MECHANISMS §0.6), each with the words ``fedsketch compare`` shows for it:
+#: ``none`` (a non-private reference, a data-independent floor, or a mechanism run outside the
+#: conditions of its theorem), ``pure`` ε-DP and ``approximate`` (ε, δ)-DP (integer releases
+#: with exact noise), ``local-sensitivity`` (noise calibrated to the given data: no worst-case
+#: guarantee), ``exact-sampling`` ((ε, δ)-DP if its float noise were exactly Gaussian) and
+#: ``asymptotic-mcmc`` (ε-DP for exact samples; a finite chain of float draws gives no formal
+#: guarantee).
+GUARANTEES: dict[str, str] = {
+    "none": "no privacy guarantee",
+    "pure": "pure ε-DP",
+    "approximate": "(ε, δ)-DP",
+    "local-sensitivity": "local sensitivity only, not DP",
+    "exact-sampling": "(ε, δ)-DP only if its float noise were exact",
+    "asymptotic-mcmc": "ε-DP only for exact samples (finite MCMC chain)",
+}
+KINDS = tuple(GUARANTEES)
 
 
 @dataclass(frozen=True)
@@ -79,8 +93,10 @@ class Outcome:
 
     ``output``: centroids (k, d) for k-means; an orthonormal basis (d, k) for PCA; bases
     (k, d, q) for subspace clustering. ``epsilon``/``delta`` actually spent, ``kind`` one of
-    :data:`KINDS`, ``clipped`` the number of rows moved onto the public bound, ``notes`` free
-    text (e.g. constraint violations of a paper-faithful variant).
+    :data:`KINDS`. ``clipped``, the number of rows moved onto the public bound, is a non-private
+    operator diagnostic (the curator's own count, never part of a release). ``notes`` is free
+    text or JSON about the run; values computed from the records without noise sit under the
+    JSON key ``"non_private"`` or say "non-private" in the text.
     """
 
     output: np.ndarray
@@ -95,6 +111,11 @@ class Outcome:
         """Refuse a kind of guarantee outside :data:`KINDS`."""
         if self.kind not in KINDS:
             raise ValueError(f"unknown kind {self.kind!r}")
+
+    @property
+    def guarantee(self) -> str:
+        """The guarantee in words (:data:`GUARANTEES`)."""
+        return GUARANTEES[self.kind]
 
 
 def clip_rows_to_norm(x: np.ndarray, bound: float, strict: bool) -> tuple[np.ndarray, int]:

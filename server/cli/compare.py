@@ -106,8 +106,9 @@ def compare_command(
         else:
             _, clipped = clip_rows_to_norm(dataset.x, norm_bound, strict)
         if clipped:
-            typer.echo(f"note: {clipped} of {dataset.x.shape[0]} rows lie outside the public "
-                       "bound; the mechanisms clip them onto it (--strict refuses them)", err=True)
+            typer.echo(f"note (a non-private operator diagnostic, not part of any release): "
+                       f"{clipped} of {dataset.x.shape[0]} rows lie outside the public bound; the "
+                       "mechanisms clip them onto it (--strict refuses them)", err=True)
         names = method_list.split(",") if method_list else list(methods(family))
         base = Task(dataset.x, k, eps_list[0], delta, lo, hi, norm_bound, q, neighbouring,
                     strict, np.random.default_rng(seed))
@@ -131,4 +132,29 @@ def compare_command(
     for r in rows:
         table.add_row(r.method, f"{r.epsilon:g}", r.metric, f"{r.median:.4g}",
                       escape(f"[{r.q1:.4g}, {r.q3:.4g}]"), f"{r.seconds:.2f}")
-    Console().print(table)
+    console = Console()
+    console.print(table)
+    for line in guarantee_lines(rows):
+        console.print(line, highlight=False, markup=False)
+    console.print("The metrics are measured on the records themselves: an evaluation for the "
+                  "curator, not a private release.", highlight=False, markup=False)
+
+
+def guarantee_lines(rows: list) -> list[str]:
+    """What each method guarantees, one line per kind (:data:`~fedsketch.server.bench.task.GUARANTEES`):
+    "guarantee <kind> (<words>): <methods>", a method named with its ε values when its kind
+    depends on ε (sample-and-aggregate outside Theorem 3.1's conditions)."""
+    from fedsketch.server.bench.task import GUARANTEES
+
+    by_method: dict[str, dict[str, list[str]]] = {}
+    for r in rows:
+        eps = by_method.setdefault(r.method, {}).setdefault(r.guarantee, [])
+        if f"{r.epsilon:g}" not in eps:
+            eps.append(f"{r.epsilon:g}")
+    by_kind: dict[str, list[str]] = {}
+    for method, kinds in by_method.items():
+        for kind, eps in kinds.items():
+            name = method if len(kinds) == 1 else f"{method} (ε = {', '.join(eps)})"
+            by_kind.setdefault(kind, []).append(name)
+    return [f"guarantee {kind} ({' / '.join(GUARANTEES[k] for k in kind.split(' / '))}): "
+            f"{', '.join(names)}" for kind, names in by_kind.items()]

@@ -17,7 +17,13 @@ pytestmark = pytest.mark.blas
 
 
 runner = CliRunner()
-ROW_KEYS = {"method", "epsilon", "metric", "median", "q1", "q3", "seconds"}
+ROW_KEYS = {"method", "epsilon", "metric", "median", "q1", "q3", "seconds", "guarantee"}
+#: Each method's kind of guarantee (server/bench/task.py GUARANTEES).
+KINDS = {"kmeans": "none", "ckm": "pure", "ckm-quantized": "pure", "dplloyd": "pure",
+         "dplloyd-su": "pure", "dplloyd-su-overseed": "pure", "white": "local-sensitivity",
+         "colored": "local-sensitivity", "pca": "none", "random": "none", "mod-sulq": "approximate",
+         "ppca": "asymptotic-mcmc", "kplane": "none", "sulq-kplane": "approximate",
+         "gibbs": "asymptotic-mcmc"}
 
 
 def run_json(*args: str) -> list[dict]:
@@ -36,6 +42,7 @@ def test_kmeans_family_rows_and_plot(tmp_path):
     names = {"kmeans", "ckm", "ckm-quantized", "dplloyd", "dplloyd-su", "dplloyd-su-overseed", "white",
              "colored"}
     assert got == {(m, e) for m in names for e in (0.5, 5.0)}
+    assert all(r["guarantee"] == KINDS[r["method"]] for r in rows)
     by = {(r["method"], r["epsilon"]): r for r in rows}
     assert by[("kmeans", 5.0)]["median"] == pytest.approx(1.0, abs=0.02)
     assert all(r["q1"] <= r["median"] <= r["q3"] for r in rows)
@@ -49,6 +56,7 @@ def test_pca_family_orders_the_methods():
                     "--epsilons", "2", "--trials", "2", "--methods", "pca,random,mod-sulq")
     med = {r["method"]: r["median"] for r in rows if r["metric"] == "q_F"}
     assert med["pca"] >= med["mod-sulq"] > med["random"]
+    assert all(r["guarantee"] == KINDS[r["method"]] for r in rows)
 
 
 def test_table_shows_the_title_and_every_method_in_full(monkeypatch):
@@ -63,6 +71,26 @@ def test_table_shows_the_title_and_every_method_in_full(monkeypatch):
     for method in ("kmeans", "ckm", "ckm-quantized", "dplloyd", "dplloyd-su", "dplloyd-su-overseed",
                    "white", "colored"):
         assert any(line.split()[:1] == [method] and "relative_sse" in line for line in lines), method
+    text = " ".join(res.stdout.split())
+    assert "guarantee none (no privacy guarantee): kmeans" in text
+    assert ("guarantee pure (pure ε-DP): dplloyd, dplloyd-su, dplloyd-su-overseed, ckm, "
+            "ckm-quantized") in text
+    assert "guarantee local-sensitivity (local sensitivity only, not DP): white, colored" in text
+    assert "not a private release" in text
+
+
+def test_guarantee_lines_name_a_method_whose_guarantee_depends_on_epsilon():
+    from fedsketch.server.bench.compare import Row
+    from fedsketch.server.cli.compare import guarantee_lines
+
+    rows = [Row("sample-aggregate", e, m, 0.5, 0.4, 0.6, 1.0, kind) for e, kind in
+            ((1.0, "none"), (300.0, "exact-sampling")) for m in ("cost", "d_W")]
+    rows += [Row("gibbs", e, "cost", 0.1, 0.1, 0.1, 1.0, "asymptotic-mcmc") for e in (1.0, 300.0)]
+    assert guarantee_lines(rows) == [
+        "guarantee none (no privacy guarantee): sample-aggregate (ε = 1)",
+        "guarantee exact-sampling ((ε, δ)-DP only if its float noise were exact): "
+        "sample-aggregate (ε = 300)",
+        "guarantee asymptotic-mcmc (ε-DP only for exact samples (finite MCMC chain)): gibbs"]
 
 
 @pytest.mark.slow
@@ -73,6 +101,8 @@ def test_subspace_family_reports_cost_and_distance():
     assert {r["metric"] for r in rows} == {"cost", "d_W"}
     ref = next(r for r in rows if r["method"] == "kplane" and r["metric"] == "d_W")
     assert ref["median"] < 0.5  # the non-private solution finds the true subspaces
+    # D = k·d² = 72, m = round(√600) = 24: ε = 10 <= 2D/√m = 29.4, outside Theorem 3.1
+    assert {r["guarantee"] for r in rows if r["method"] == "sample-aggregate"} == {"none"}
 
 
 @pytest.mark.parametrize(("args", "message"), [
@@ -106,7 +136,8 @@ def test_data_file_needs_a_box_and_strict_refuses_outliers(tmp_path):
     res = runner.invoke(app, ["compare", "kmeans", "--data", str(path), "--k", "2", "--bounds",
                               "-5:5", "--methods", "dplloyd", "--trials", "1", "--quiet"])
     assert res.exit_code == 0, res.output
-    assert "note: 1 of 500 rows lie outside the public bound" in res.output
+    assert ("note (a non-private operator diagnostic, not part of any release): 1 of 500 rows lie "
+            "outside the public bound") in res.output
     for method in ("dplloyd", "ckm"):
         res = runner.invoke(app, ["compare", "kmeans", "--data", str(path), "--k", "2", "--bounds",
                                   "-5:5", "--methods", method, "--strict", "--quiet"])

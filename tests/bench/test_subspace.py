@@ -1,4 +1,4 @@
-"""DP subspace clustering (server/bench/subspace.py; MECHANISMS §9)."""
+"""DP subspace clustering (server/bench/subspace/; MECHANISMS §9)."""
 
 from __future__ import annotations
 
@@ -19,6 +19,8 @@ from fedsketch.common.dp.calibration import (
 )
 from fedsketch.common.synthetic import random_orthonormal, subspaces
 from fedsketch.server.bench import subspace as sp
+from fedsketch.server.bench.subspace import gibbs as sp_gibbs
+from fedsketch.server.bench.subspace import kplane as sp_kplane
 from fedsketch.server.bench.task import Task
 
 #: Seeded outcomes here depend on floating-point summation order (BLAS kernels): tests/test_blas_kernels.py
@@ -183,8 +185,9 @@ def test_methods_and_kinds():
     x, _, _ = subspaces(300, 5, 2, 2, 0.05, seed=10)
     kinds = {name: m(_task(x, epsilon=math.inf if name == "kplane" else 20.0, k=2, q=2)).kind
              for name, m in sp.METHODS.items()}
+    # sample-and-aggregate at n = 300: D = 50, m = 17, 2D/√m = 24.3 > ε = 20, so no guarantee
     assert kinds == {"kplane": "none", "sulq-kplane": "approximate", "gibbs": "asymptotic-mcmc",
-                     "sample-aggregate": "approximate"}
+                     "sample-aggregate": "none"}
     with pytest.raises(ValueError, match="replace-one"):
         sp.sample_aggregate(_task(x, k=2, q=2, neighbouring="add_remove"))
     with pytest.raises(ValueError, match="finite epsilon"):
@@ -192,6 +195,28 @@ def test_methods_and_kinds():
 
 
 # --- Gibbs sampler ---------------------------------------------------------------------------
+
+
+def test_gibbs_starts_from_haar_subspaces_of_the_task_rng(monkeypatch):
+    """The chain's start is k Haar-random q-planes drawn from Task.rng, never the non-private
+    k-plane solution (MECHANISMS §9.4): the k-plane solver is not called, and the start equals
+    the draws of a replayed Task.rng."""
+    x, _, _ = subspaces(200, 5, 2, 2, 0.05, seed=4)
+    starts = []
+
+    def chain(data, bases, epsilon, n_iter, rng):
+        starts.append(bases.copy())
+        return bases
+
+    def no_kplane(*args, **kwargs):
+        raise AssertionError("the Gibbs start must not look at the data")
+
+    monkeypatch.setattr(sp_gibbs, "gibbs_chain", chain)
+    monkeypatch.setattr(sp_kplane, "kplane_solve", no_kplane)
+    sp.gibbs_subspace(_task(x, epsilon=2.0, seed=21, k=2, q=2))
+    replay = np.random.default_rng(21)
+    expected = np.stack([random_orthonormal(5, 2, replay) for _ in range(2)])
+    np.testing.assert_array_equal(starts[0], expected)
 
 
 def test_gibbs_assignment_probabilities():
@@ -244,12 +269,27 @@ def test_sample_aggregate_recovers_separable_subspaces_at_large_epsilon():
     y = rng.standard_normal((2000, 3))
     y /= np.linalg.norm(y, axis=1, keepdims=True)
     x = np.einsum("ndq,nq->nd", truth[rng.integers(0, 3, 2000)], y)
-    precise = [sp.wasserstein_distance(sp.sample_aggregate(_task(x, epsilon=1e5)).output, truth)
-               for _ in range(5)]
-    assert statistics.median(precise) < 0.05
+    runs = [sp.sample_aggregate(_task(x, epsilon=1e5)) for _ in range(5)]
+    assert statistics.median(sp.wasserstein_distance(r.output, truth) for r in runs) < 0.05
+    assert {r.kind for r in runs} == {"exact-sampling"}  # ε = 10⁵ > 2D/√m = 72.5: covered
     noisy = sp.sample_aggregate(_task(x, epsilon=10.0))
     assert sp.wasserstein_distance(noisy.output, truth) > 1.0
-    assert "condition fails" in noisy.notes
+    assert noisy.kind == "none" and noisy.guarantee == "no privacy guarantee"
+    assert "no guarantee: eps = 10 <= 2D/sqrt(m) = 72.45 (D = 243, m = 45" in noisy.notes
+    assert "non-private: noise std" in noisy.notes  # the smooth bound is a statistic of the data
+
+
+def test_theorem_gap_names_each_condition_of_theorem_3_1():
+    """ε > 2D/√m is required (at the boundary too), and so is ⌊s/β⌋ ≤ m, s = √m,
+    β = ε/(4(D + ln(2/δ))); inside both, the gap is None."""
+    assert sp.theorem_gap(2.0 * 300 / 10, 1e-6, 100, 300).startswith("eps = 60 <= 2D/sqrt(m) = 60 ")
+    assert "needs m >= 360001 subsets" in sp.theorem_gap(1.0, 1e-6, 100, 300)
+    # D = 10, m = 100, δ = 2/e: β = ε/44, s/β = 440/ε; ε = 4.4 gives exactly 100 = m (covered)
+    delta = 2.0 / math.e
+    assert sp.theorem_gap(4.4 * (1 + 1e-12), delta, 100, 10) is None
+    assert sp.theorem_gap(4.3, delta, 100, 10) == ("rho(t) averages the top floor(s/beta) = 102 of "
+                                                    "only m = 100 distances")
+    assert sp.theorem_gap(4.0, delta, 100, 10) is not None and 4.0 > 2.0 * 10 / 10
 
 
 # --- utility on paper 001's data ------------------------------------------------------------

@@ -24,8 +24,8 @@ post-processing of released values and the non-private reference.
 
 Units: records, boxes, centroids and Laplace scales are in data units; Gaussian covariances in
 squared data units; ε, γ and budget shares are dimensionless. ``Outcome.clipped`` (rows moved onto
-the box) is an operator diagnostic and is not privatized; ``Outcome.notes`` is JSON (budget trace
-for DPLloyd; calibration diagnostics for §7).
+the box) is a non-private operator diagnostic; ``Outcome.notes`` is JSON (budget trace for
+DPLloyd; calibration for §7, its data-dependent diagnostics under ``"non_private"``).
 """
 
 from __future__ import annotations

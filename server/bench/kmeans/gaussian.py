@@ -11,8 +11,10 @@ after a change is ignored; outcomes are labelled "local-sensitivity".
 Two memos live here with what they cache: the converged clusterings (:func:`converged_clusters`,
 keyed by the SHA-256 of clipped records, box and k) and the unit-level covariance covers
 (:func:`unit_cover`, keyed by the bytes of the constraint rows). The noise is exact, from OS
-random bits (:func:`fedsketch.common.dp.samplers.dgauss_noise`). ``Outcome.notes`` is JSON
-calibration diagnostics (operator diagnostics computed from the data, not privatized).
+random bits (:func:`fedsketch.common.dp.samplers.dgauss_noise`). ``Outcome.notes`` is JSON:
+the public calibration (γ, the grid step, σ in steps) and, under ``"non_private"``, operator
+diagnostics computed from the records without noise (σ, Δ2, the covariance's trace, the solver's
+gap).
 
 Units: records, centroids and local differences in data units; covariances in squared data
 units; ε, δ and γ dimensionless.
@@ -108,8 +110,9 @@ def converged_clusters(task: Task) -> Clusters:
         _, labels = converged_kmeans(own, task.k, np.random.default_rng(int(key[:16], 16)))
         counts, sums = cluster_stats(own, labels, task.k)
         if counts.min() < 2:
-            raise ValueError(f"every cluster needs >= 2 records for the local sensitivity "
-                             f"(x_i − c)/(n_j − 1); smallest has {int(counts.min())}: lower k")
+            raise ValueError("every cluster needs >= 2 records for the local sensitivity "
+                             "(x_i − c)/(n_j − 1), and one of the converged k-means has fewer: "
+                             "lower k")  # its size is not said: it is a statistic of the records
         return Clusters(own, labels, sums / counts[:, None], counts, lo, hi, 0)
 
     return replace(_memo(_CLUSTERS, CLUSTERS_CACHE, key, compute), clipped=clipped)
@@ -254,7 +257,8 @@ def white_plan(task: Task) -> GaussianPlan:
     sigma = dgauss_sigma(f * delta2, task.epsilon, task.delta)
     cov = np.broadcast_to(sigma**2 * np.eye(task.d), (task.k, task.d, task.d)).copy()
     gamma = constraint_level(task.epsilon, task.delta, task.neighbouring)
-    notes = {"sigma": sigma, "sensitivity": delta2, "trace": float(task.k * task.d * sigma**2)}
+    notes = {"non_private": {"sigma": sigma, "sensitivity": delta2,
+                             "trace": float(task.k * task.d * sigma**2)}}
     return GaussianPlan(clusters, cov, gamma, notes)
 
 
@@ -271,9 +275,9 @@ def colored_plan(task: Task) -> GaussianPlan:
                                             clusters.hi, task.neighbouring)).scaled(gamma)
               for j, cj in enumerate(clusters.centroids)]
     cov = np.stack([c.cov for c in covers])
-    notes = {"gamma": gamma, "trace": float(np.trace(cov, axis1=1, axis2=2).sum()),
-             "max_rescale": max(c.eta for c in covers), "max_duality_gap": max(c.gap for c in covers),
-             "max_iterations": max(c.iterations for c in covers)}
+    notes = {"gamma": gamma, "non_private": {
+        "trace": float(np.trace(cov, axis1=1, axis2=2).sum()), "max_rescale": max(c.eta for c in covers),
+        "max_duality_gap": max(c.gap for c in covers), "max_iterations": max(c.iterations for c in covers)}}
     return GaussianPlan(clusters, cov, gamma, notes)
 
 
