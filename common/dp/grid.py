@@ -25,8 +25,12 @@ most Δ2 in L2 (units of v), the encoded query moves by at most Δ2/g + √D whe
 rounded (a replaced record: its old and new encodings; a whole-dataset query), because each of
 the D coordinates' two rounding errors differ by less than 1 step; and by Δ2/g + √D/2 when one
 record's encoding is added or removed (its one rounding error is at most 1/2). Both are raised by
-the relative FLOAT_MARGIN, which covers the float arithmetic that computes v/g: its relative
-error is below 2^−50, so below 2^−10 steps for |v/g| ≤ MAX_STEPS. With per-coordinate bounds and
+the relative FLOAT_MARGIN, which covers the float arithmetic that computes v/g from v: its
+relative error is below 2^−50, so below 1/16 of a step for |v/g| ≤ MAX_STEPS, against a margin of
+about one step. (The margin covers rounding v/g, not the float error in computing v itself: that
+is exact enough for the per-record products here, but a whitened centroid Σ^{−1/2}c of an
+ill-conditioned Σ can carry more, which is one more reason the white and colored mechanisms are
+labelled local-sensitivity.) With per-coordinate bounds and
 g_l = B_l/STEPS, the L1 sensitivity of a count or a coordinate sum under add/remove is exactly 1
 or STEPS (an encoded coordinate is clipped to ±STEPS), with no rounding slack.
 
@@ -47,7 +51,7 @@ STEPS = 1 << 20
 MAX_ROWS = 1 << 32
 #: Largest |v/g| of a whole-dataset query (:func:`encode` with ``limit=None``), and the relative
 #: margin on an L2 sensitivity in steps for the float arithmetic of v/g (module docstring).
-MAX_STEPS = 1 << 40
+MAX_STEPS = 1 << 46
 FLOAT_MARGIN = 2.0**-20
 #: Encoded entries per block of :func:`outer_sum` (bounds its scratch array to 32 MiB).
 BLOCK = 1 << 22
@@ -65,17 +69,20 @@ def encode(values: np.ndarray, step_size: float | np.ndarray, limit: int | None 
     """int64 rint(values/g); ``step_size`` broadcasts against ``values``.
 
     ``limit`` = STEPS: values within a public bound ±B = ±g·STEPS, clipped to [−STEPS, STEPS]
-    (the clip only guards the bound's float arithmetic, and makes the bound exact).
-    ``limit`` = None: a whole-dataset query without a per-coordinate bound; ValueError if some
-    |v/g| exceeds MAX_STEPS (beyond it the float quotient's error is no longer a small fraction
-    of a step).
+    (the clip makes the bound exact whatever the value). ``limit`` = None: a whole-dataset query
+    without a per-coordinate bound; ValueError if some |v/g| exceeds MAX_STEPS (beyond it the
+    float quotient's error is no longer a small fraction of a step). A value that is not finite
+    is a ValueError on both paths (its integer would be arbitrary).
     """
     q = np.rint(np.asarray(values, dtype=np.float64) / step_size)
+    if not np.all(np.isfinite(q)):
+        raise ValueError("a value to encode on the grid is not finite (NaN or infinity): the "
+                         "records must be finite")
     if limit is not None:
         return np.clip(q, -limit, limit).astype(np.int64)
     if not np.all(np.abs(q) <= MAX_STEPS):
-        raise ValueError(f"a value lies beyond {MAX_STEPS} grid steps (or is not finite): the "
-                         "noise is too small against the query for an integer release")
+        raise ValueError(f"a value lies beyond {MAX_STEPS} grid steps: the query is too large "
+                         "against its sensitivity for an integer release")
     return q.astype(np.int64)
 
 

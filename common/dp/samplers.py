@@ -38,18 +38,29 @@ def dlap_rate(epsilon: float, delta1: float) -> Fraction:
     return Fraction(check_epsilon(epsilon)) / Fraction(delta1)
 
 
+#: Largest noise scale, in integer units, of :func:`dlap_noise` (Δ1/ε) and :func:`dgauss_noise`
+#: (σ): beyond it a draw could leave the int64 range (the exact samplers' own limits).
+MAX_SCALE = 2**50
+
+
 def dlap_noise(epsilon: float, delta1: float, shape: int | tuple[int, ...]) -> np.ndarray:
     """int64 array of i.i.d. DLap draws, P(k) ∝ e^{−ε|k|/Δ1}: ε-DP noise for an integer query of
-    L1 sensitivity Δ1 (in the query's integer units), exactly, from OS random bits."""
-    size = int(np.prod(shape))
-    return exact.discrete_laplace(dlap_rate(epsilon, delta1), size).reshape(shape)
+    L1 sensitivity Δ1 (in the query's integer units), exactly, from OS random bits. ValueError if
+    the scale Δ1/ε exceeds MAX_SCALE."""
+    rate = dlap_rate(epsilon, delta1)
+    if rate * MAX_SCALE < 1:
+        raise ValueError(f"the noise scale Δ1/ε = {delta1:g}/{epsilon:g} exceeds {MAX_SCALE:.3g} "
+                         "integer steps: ε is too small for an integer release")
+    return exact.discrete_laplace(rate, int(np.prod(shape))).reshape(shape)
 
 
 def dgauss_noise(sigma: float, shape: int | tuple[int, ...]) -> np.ndarray:
     """int64 array of i.i.d. discrete Gaussian draws, P(k) ∝ e^{−k²/(2σ²)} (σ in integer units),
-    exactly, from OS random bits."""
-    size = int(np.prod(shape))
-    return exact.discrete_gaussian(Fraction(sigma) ** 2, size).reshape(shape)
+    exactly, from OS random bits. ValueError if σ exceeds MAX_SCALE."""
+    if not sigma <= MAX_SCALE:
+        raise ValueError(f"the noise's σ = {sigma:.4g} integer steps exceeds {MAX_SCALE:.3g}: ε is too "
+                         "small for an integer release")
+    return exact.discrete_gaussian(Fraction(sigma) ** 2, int(np.prod(shape))).reshape(shape)
 
 
 def draw(term: NoiseTerm, size: int) -> np.ndarray:

@@ -117,7 +117,7 @@ def mod_sulq_sigma(n: int, d: int, epsilon: float, delta: float) -> tuple[float,
     guarantee of the integer release rests on σ_Z ≥ σ_min (Canonne–Kamath–Steinke), not on the
     paper's analysis of the float mechanism. The paper's β is the larger in every setting
     measured (14–44× σ_min·g/n at paper 003's d = 10, δ = 0.05, ε from 0.1 to 2; about 10× at
-    δ = 10⁻⁶, 50× at d = 50), so the noise is the paper's.
+    δ = 10⁻⁶, 50× at d = 50 and δ = 10⁻⁶), so the noise is the paper's.
     """
     beta = mod_sulq_beta(n, d, epsilon, delta)
     g = grid.step(1.0)

@@ -63,9 +63,13 @@ class Task:
     rng: np.random.Generator = field(default_factory=np.random.default_rng)
 
     def __post_init__(self) -> None:
-        """Refuse an inconsistent task (shapes, k, ε, δ, relation, bounds) with ValueError."""
+        """Refuse an inconsistent task (shapes, non-finite records, k, ε, δ, relation, bounds) with
+        ValueError."""
         if self.x.ndim != 2 or self.x.shape[0] < 1:
             raise ValueError(f"x must be a non-empty (n, d) array, got shape {self.x.shape}")
+        if not np.all(np.isfinite(self.x)):
+            raise ValueError("x holds a value that is not finite (NaN or infinity): no public "
+                             "bound can hold it")
         if not 1 <= self.k <= self.x.shape[0]:
             raise ValueError(f"k must be in 1..n = 1..{self.x.shape[0]}, got {self.k}")
         check_epsilon(self.epsilon)

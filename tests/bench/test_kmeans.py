@@ -596,5 +596,51 @@ def test_gaussian_centroids_are_an_integer_release_in_whitened_steps(small_gmm, 
                                     rel=1e-12)
     assert 1.0 < notes["noise_factor"] < 1.0 + 1e-5
     w, u = np.linalg.eigh(p.covariances)
-    y = np.einsum("kji,kj->ki", u, out.output) / np.sqrt(w) / g
+    y = np.einsum("kji,kj->ki", u, out.output) / np.sqrt(w) / g  # the box is centred on 0 here
     np.testing.assert_allclose(y, np.rint(y), atol=1e-3)
+
+
+@pytest.mark.parametrize("method", ["white", "colored"])
+def test_gaussian_release_of_data_far_from_the_origin(method):
+    """Data at 10^7 in a box of width 8 around it: the whitened centroids are measured from the
+    box centre, so they stay on the grid's range, and the release lies around the centroids."""
+    x = gmm(3000, 3, 2, 2.5, 5)[0].astype(np.float64) / 4.0 + 1e7
+    task = Task(x, 3, 1.0, delta=1e-5, lo=np.full(2, 1e7 - 4), hi=np.full(2, 1e7 + 4),
+                rng=np.random.default_rng(0))
+    out = kp.METHODS[method](task)
+    centroids = kp.converged_clusters(task).centroids
+    assert np.abs(out.output - centroids).max() < 0.5
+
+
+def test_su_noisy_count_is_n_plus_the_replayed_discrete_laplace(monkeypatch):
+    """Under add/remove Su's n~ is n + DLap(0.05ε) (sensitivity 1), floored at 1: with replayed OS
+    words it is exactly n plus the replayed draw."""
+    from fedsketch.server.bench.kmeans.dplloyd import public_count
+
+    draws = []
+    for seed in range(20):
+        monkeypatch.setattr(exact, "random_words", seeded_words(seed))
+        got = public_count(3000, 0.05 * 0.4)
+        monkeypatch.setattr(exact, "random_words", seeded_words(seed))
+        expected = max(3000 + int(dlap_noise(0.05 * 0.4, 1.0, 1)[0]), 1)
+        assert got == float(expected)
+        draws.append(got - 3000)
+    assert len(set(draws)) > 10  # noise of scale 50 records, not a constant
+
+
+def test_records_outside_the_box_count_as_on_its_face(monkeypatch):
+    """A record passed to the Lloyd step beyond the box (the bench clips first; a caller may not)
+    encodes to at most 2^20 steps, so it moves a sum no more than a record on the face would:
+    the releases are bit-identical under replayed words."""
+    h = np.array([1.0, 1.0])
+    c = np.array([[0.5, 0.0], [-0.5, 0.0]])
+    x = np.array([[0.2, 0.1], [-0.3, 0.4], [0.9, -0.2]])
+    far, face = x.copy(), x.copy()
+    far[0] = [1e9, 0.1]
+    face[0] = [1.0, 0.1]
+    releases = []
+    for data in (far, face):
+        monkeypatch.setattr(exact, "random_words", seeded_words(7))
+        releases.append(common_lloyd.noisy_cluster_stats(data, c, h, 1.0, np.array([1.0, 1.0])))
+    np.testing.assert_array_equal(releases[0][0], releases[1][0])
+    np.testing.assert_array_equal(releases[0][1], releases[1][1])

@@ -125,6 +125,16 @@ def test_private_methods_draw_from_os_bits_only(name, chains, paper_data, monkey
     np.testing.assert_array_equal(first, run())
 
 
+def test_mod_sulq_noise_never_falls_below_the_discrete_gaussians_floor(monkeypatch):
+    """The (ε, δ) claim rests on σ_Z ≥ dgauss_sigma(√2/g + √(d(d+1)/2), ε, δ) steps: with a β far
+    below it (a stand-in for a smaller formula), σ_Z is that floor, to the bit."""
+    monkeypatch.setattr(pca, "mod_sulq_beta", lambda n, d, epsilon, delta: 1e-12)
+    beta, sigma_z = mod_sulq_sigma(N, D, 0.5, DELTA)
+    g = 2.0**-20
+    floor = dgauss_sigma((math.sqrt(2) / g + math.sqrt(D * (D + 1) / 2)) * (1 + 2.0**-20), 0.5, DELTA)
+    assert (beta, sigma_z) == (1e-12, floor)
+
+
 def test_mod_sulq_is_an_integer_release_at_the_papers_beta(paper_data):
     """n·A~ lies on the grid g = 2^-20, so A~·n/g − Σ rint(x̃x̃ᵀ/g) is integer noise of std
     σ_Z = β·n/g; β sets the noise (the discrete Gaussian's own (ε, δ) bound is far below it), and

@@ -285,12 +285,13 @@ def gaussian_release(task: Task, plan: GaussianPlan) -> Outcome:
     """The integer release of every cluster's centroid under the noise Σ_j, kind
     "local-sensitivity" (not a worst-case DP guarantee); ``notes`` is JSON diagnostics.
 
-    Whitened, y_j = Σ_j^{−1/2}c_j moves by at most s = f·√γ between neighbours (γ the plan's
-    constraint level, f = relation_factor). y_j is encoded on the grid g = s/STEPS and released as
-    Y~_j = rint(y_j/g) + N_Z(0, σ_Z²)^d, σ_Z = dgauss_sigma(Δ, ε, δ) steps with
-    Δ = :func:`~fedsketch.common.dp.grid.l2_in_steps` (s, g, d, both rounded); the centroid is
-    Σ_j^{1/2}·g·Y~_j (post-processing). Its noise has covariance ρ²Σ_j, ρ = g·σ_Z = 1 + O(√d/STEPS)
-    (``notes["noise_factor"]``).
+    Whitened about the public box centre o, y_j = Σ_j^{−1/2}(c_j − o) moves by at most s = f·√γ
+    between neighbours (γ the plan's constraint level, f = relation_factor). y_j is encoded on the
+    grid g = s/STEPS and released as Y~_j = rint(y_j/g) + N_Z(0, σ_Z²)^d, σ_Z = dgauss_sigma(Δ, ε,
+    δ) steps with Δ = :func:`~fedsketch.common.dp.grid.l2_in_steps` (s, g, d, both rounded); the
+    centroid is o + Σ_j^{1/2}·g·Y~_j (post-processing). Its noise has covariance ρ²Σ_j,
+    ρ = g·σ_Z = 1 + O(√d/STEPS) (``notes["noise_factor"]``). Centring on o keeps |y_j/g| within
+    the grid's range for data far from the origin.
     """
     f = relation_factor(task.neighbouring)
     s = f * math.sqrt(plan.gamma)
@@ -298,9 +299,10 @@ def gaussian_release(task: Task, plan: GaussianPlan) -> Outcome:
     sigma_z = dgauss_sigma(grid.l2_in_steps(s, g, task.d, both_rounded=True), task.epsilon, task.delta)
     w, u = np.linalg.eigh(plan.covariances)
     root = np.sqrt(np.maximum(w, 0.0))
-    whitened = np.einsum("kji,kj->ki", u, plan.clusters.centroids) / root  # in u_j's eigenbasis
+    centre = plan.clusters.lo / 2 + plan.clusters.hi / 2
+    whitened = np.einsum("kji,kj->ki", u, plan.clusters.centroids - centre) / root  # u_j's basis
     noisy = grid.encode(whitened, g, limit=None) + dgauss_noise(sigma_z, (task.k, task.d))
-    released = np.einsum("kij,kj->ki", u, root * (g * noisy))
+    released = centre + np.einsum("kij,kj->ki", u, root * (g * noisy))
     notes = {**plan.notes, "grid_step": g, "sigma_steps": sigma_z, "noise_factor": g * sigma_z}
     return Outcome(released, task.epsilon, task.delta, task.neighbouring, "local-sensitivity",
                    plan.clusters.clipped, json.dumps(notes))
