@@ -197,7 +197,8 @@ def compare(family: str, data: Dataset, base: Task, epsilons: list[float], names
 
 def plot(rows: list[Row], path: str, title: str) -> None:
     """Utility against ε (log axis), one line per method with its IQR band (one panel per
-    metric), as paper 004's Fig. 1; needs matplotlib (the ``bench`` extra)."""
+    metric), as paper 004's Fig. 1, each method labelled with its kind of guarantee (hollow
+    markers where it has none); needs matplotlib (the ``bench`` extra)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -207,12 +208,16 @@ def plot(rows: list[Row], path: str, title: str) -> None:
     fig, axes = plt.subplots(1, len(metrics), figsize=(6 * len(metrics), 4.2), squeeze=False)
     for ax, metric in zip(axes[0], metrics, strict=True):
         for method in dict.fromkeys(r.method for r in rows):
-            pts = sorted((r.epsilon, r.median, r.q1, r.q3) for r in rows
-                         if r.method == method and r.metric == metric and math.isfinite(r.epsilon))
-            if not pts:
+            cells = sorted((r.epsilon, r.median, r.q1, r.q3, r.guarantee) for r in rows
+                           if r.method == method and r.metric == metric and math.isfinite(r.epsilon))
+            if not cells:
                 continue
-            e, med, q1, q3 = (np.array(v) for v in zip(*pts, strict=True))
-            ax.plot(e, med, marker="o", label=method)
+            e, med, q1, q3 = (np.array(v) for v in list(zip(*cells, strict=True))[:4])
+            kinds = list(dict.fromkeys(c[4] for c in cells))
+            line, = ax.plot(e, med, label=f"{method} [{' / '.join(kinds)}]")
+            none = np.array([c[4] == "none" for c in cells])
+            ax.plot(e[~none], med[~none], "o", color=line.get_color())
+            ax.plot(e[none], med[none], "o", mfc="none", color=line.get_color())
             ax.fill_between(e, q1, q3, alpha=0.2)
         ax.set_xscale("log")
         if metric == "relative_sse":
@@ -221,7 +226,8 @@ def plot(rows: list[Row], path: str, title: str) -> None:
         ax.set_ylabel(metric)
         ax.grid(True, which="both", alpha=0.3)
         ax.legend(fontsize=8)
-    fig.suptitle(title)
+    fig.suptitle(f"{title}\n(measured on the records: an evaluation, not a release; hollow "
+                 "markers: no privacy guarantee)", fontsize=10)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)

@@ -128,7 +128,8 @@ def clip_rows_to_norm(x: np.ndarray, bound: float, strict: bool) -> tuple[np.nda
     over = norms > bound
     count = int(over.sum())
     if count and strict:
-        raise ValueError(f"{count} rows exceed the public norm bound {bound:g} (--strict)")
+        raise ValueError(f"{count} rows exceed the public norm bound {bound:g} (--strict; the count "
+                         "is a non-private operator diagnostic)")
     if not count:
         return x, 0
     out = x.copy()
@@ -150,7 +151,8 @@ def clip_rows_to_box(x: np.ndarray, lo: np.ndarray, hi: np.ndarray,
     outside = np.any((x < lo) | (x > hi), axis=1)
     count = int(outside.sum())
     if count and strict:
-        raise ValueError(f"{count} rows lie outside the public box (--strict)")
+        raise ValueError(f"{count} rows lie outside the public box (--strict; the count is a "
+                         "non-private operator diagnostic)")
     return (np.clip(x, lo, hi) if count else x), count
 
 

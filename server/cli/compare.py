@@ -135,9 +135,9 @@ def compare_command(
     console = Console()
     console.print(table)
     for line in guarantee_lines(rows):
-        console.print(line, highlight=False, markup=False)
-    console.print("The metrics are measured on the records themselves: an evaluation for the "
-                  "curator, not a private release.", highlight=False, markup=False)
+        console.print(line, highlight=False, markup=False, soft_wrap=True)
+    console.print("The metrics and times are measured on the records themselves: an evaluation "
+                  "for the curator, not a private release.", highlight=False, markup=False)
 
 
 def guarantee_lines(rows: list) -> list[str]:

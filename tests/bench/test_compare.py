@@ -79,6 +79,17 @@ def test_table_shows_the_title_and_every_method_in_full(monkeypatch):
     assert "not a private release" in text
 
 
+def test_sample_and_aggregate_rows_carry_the_guarantee_of_each_epsilon():
+    """At n = 600 (D = 72, m = 24) ε = 1 is outside Theorem 3.1 and ε = 10⁵ inside: the rows say
+    none and exact-sampling, and the finite-ε 'none' is not mistaken for an ε-free reference."""
+    rows = run_json("subspace", "--synthetic", "subspaces", "--n", "600", "--d", "6", "--k", "2",
+                    "--q", "2", "--epsilons", "1,100000", "--trials", "1",
+                    "--methods", "sample-aggregate")
+    assert {(r["epsilon"], r["guarantee"]) for r in rows} == {(1.0, "none"), (1e5, "exact-sampling")}
+    costs = {r["epsilon"]: r["median"] for r in rows if r["metric"] == "cost"}
+    assert costs[1.0] != costs[1e5]
+
+
 def test_guarantee_lines_name_a_method_whose_guarantee_depends_on_epsilon():
     from fedsketch.server.bench.compare import Row
     from fedsketch.server.cli.compare import guarantee_lines

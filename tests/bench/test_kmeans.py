@@ -301,10 +301,13 @@ def test_mechanism_specific_refusals():
         kp.colored_gaussian(_box_task(x, 2, 1.0, 9.0))
     with pytest.raises(ValueError, match="iterations"):
         kp.dplloyd(_box_task(x, 2, 1.0, 9.0), iterations=0)
-    lonely = np.vstack([np.zeros((20, 2)), [[8.0, 8.0]]])
-    with pytest.raises(ValueError, match=">= 2 records") as refused:
-        kp.white_gaussian(_box_task(lonely, 2, 1.0, 9.0))
-    assert "smallest" not in str(refused.value)  # the size is a statistic of the records
+    messages = []
+    for size in (1, 0):  # a cluster of one record, and one left empty by the k-means
+        lonely = np.vstack([np.zeros((20, 2)), np.full((size, 2), 8.0)]) if size else np.zeros((20, 2))
+        with pytest.raises(ValueError, match=">= 2 records") as refused:
+            kp.white_gaussian(_box_task(lonely, 2, 1.0, 9.0))
+        messages.append(str(refused.value))
+    assert messages[0] == messages[1]  # the size is a statistic of the records: never said
 
 
 # --- colored noise ------------------------------------------------------------------------------
@@ -598,6 +601,13 @@ def test_gaussian_centroids_are_an_integer_release_in_whitened_steps(small_gmm, 
     w, u = np.linalg.eigh(p.covariances)
     y = np.einsum("kji,kj->ki", u, out.output) / np.sqrt(w) / g  # the box is centred on 0 here
     np.testing.assert_allclose(y, np.rint(y), atol=1e-3)
+    # outside "non_private", the notes hold public calibration only: the same for other records
+    public = {key: value for key, value in notes.items() if key != "non_private"}
+    assert set(public) <= {"gamma", "grid_step", "sigma_steps", "noise_factor"}
+    other = _box_task(small_gmm * 0.9 + 0.1, 3, 1.0, 9.0, delta=1e-5, neighbouring="replace_one")
+    other_notes = json.loads(kp.gaussian_release(other, plan(other)).notes)
+    assert {key: value for key, value in other_notes.items() if key != "non_private"} == public
+    assert other_notes["non_private"] != notes["non_private"]
 
 
 @pytest.mark.parametrize("method", ["white", "colored"])

@@ -275,21 +275,25 @@ def test_sample_aggregate_recovers_separable_subspaces_at_large_epsilon():
     noisy = sp.sample_aggregate(_task(x, epsilon=10.0))
     assert sp.wasserstein_distance(noisy.output, truth) > 1.0
     assert noisy.kind == "none" and noisy.guarantee == "no privacy guarantee"
-    assert "no guarantee: eps = 10 <= 2D/sqrt(m) = 72.45 (D = 243, m = 45" in noisy.notes
+    assert ("no guarantee: eps = 10 <= 2D/sqrt(m) = 72.45; rho(t) averages the top floor(s/beta) "
+            "= 690 of only m distances (D = 243, m = 45; both hold from m >= 10610 subsets)") in noisy.notes
     assert "non-private: noise std" in noisy.notes  # the smooth bound is a statistic of the data
 
 
 def test_theorem_gap_names_each_condition_of_theorem_3_1():
-    """ε > 2D/√m is required (at the boundary too), and so is ⌊s/β⌋ ≤ m, s = √m,
-    β = ε/(4(D + ln(2/δ))); inside both, the gap is None."""
-    assert sp.theorem_gap(2.0 * 300 / 10, 1e-6, 100, 300).startswith("eps = 60 <= 2D/sqrt(m) = 60 ")
-    assert "needs m >= 360001 subsets" in sp.theorem_gap(1.0, 1e-6, 100, 300)
+    """ε > 2D/√m is required (ε = 2D/√m is outside), and so is ⌊s/β⌋ ≤ m, s = √m,
+    β = ε/(4(D + ln(2/δ))); the note names the m from which both hold, and there the gap is None."""
+    assert sp.theorem_gap(60.0, 1e-6, 100, 300).startswith("eps = 60 <= 2D/sqrt(m) = 60; ")
+    need = math.ceil((4 * (300 + math.log(2e6))) ** 2)
+    assert sp.theorem_gap(1.0, 1e-6, 100, 300).endswith(f"both hold from m >= {need} subsets)")
+    assert sp.theorem_gap(1.0, 1e-6, need, 300) is None
+    assert sp.theorem_gap(1.0, 1e-6, need - 1000, 300).startswith("rho(t) averages")
     # D = 10, m = 100, δ = 2/e: β = ε/44, s/β = 440/ε; ε = 4.4 gives exactly 100 = m (covered)
     delta = 2.0 / math.e
     assert sp.theorem_gap(4.4 * (1 + 1e-12), delta, 100, 10) is None
     assert sp.theorem_gap(4.3, delta, 100, 10) == ("rho(t) averages the top floor(s/beta) = 102 of "
-                                                    "only m = 100 distances")
-    assert sp.theorem_gap(4.0, delta, 100, 10) is not None and 4.0 > 2.0 * 10 / 10
+                                                    "only m distances (D = 10, m = 100; both hold "
+                                                    "from m >= 105 subsets)")
 
 
 # --- utility on paper 001's data ------------------------------------------------------------

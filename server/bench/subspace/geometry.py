@@ -68,7 +68,6 @@ def cluster_scatter(x: np.ndarray, labels: np.ndarray, ell: int) -> np.ndarray:
     return rows.T @ rows
 
 
-
 def span_basis(points: np.ndarray, d: int, q: int, rng: np.random.Generator) -> np.ndarray:
     """(d, q) orthonormal basis (QR) of the span of ``points`` completed by Gaussian directions."""
     extra = rng.standard_normal((q - points.shape[0], d))

@@ -54,7 +54,6 @@ def kplane_start(x: np.ndarray, k: int, q: int, rng: np.random.Generator) -> np.
     return np.stack([span_basis(x[p], x.shape[1], q, rng) for p in picks])
 
 
-
 def kplane_solve(x: np.ndarray, k: int, q: int, rng: np.random.Generator, restarts: int = 10) -> np.ndarray:
     """Best (lowest cost) of ``restarts`` k-plane runs from :func:`kplane_start`."""
     fits = [kplane_fit(x, kplane_start(x, k, q, rng)) for _ in range(restarts)]

@@ -77,14 +77,14 @@ def neighbour_radii(points: np.ndarray) -> np.ndarray:
 def smooth_bound(radii: np.ndarray, t0: int, beta: float, diameter: float) -> float:
     """S(B) = 2 max_{j≥0} ρ(t0 + (j+1)s) e^{−βj}, s = √m (Alg. 1 step 6).
 
-    ρ(t) is the mean of the top ⌊s/β⌋ values of r_i(t), at least 1 and at most m (a run with
-    ⌊s/β⌋ > m is outside the theorem, and :func:`theorem_gap` says so); t is rounded up (ρ is
+    ρ(t) is the mean of the top ⌊s/β⌋ values of r_i(t), at least 1 (all m of them when ⌊s/β⌋ > m:
+    such a run is outside the theorem, and :func:`theorem_gap` says so); t is rounded up (ρ is
     non-decreasing in t, so this is conservative); for t > m, r_i(t) is undefined and ρ(t) is the
     output diameter Λ, which bounds every later term, so the maximum stops there.
     """
     m = radii.shape[0]
     s = math.sqrt(m)
-    top = min(m, max(1, math.floor(s / beta)))  # beyond m only where theorem_gap says why
+    top = max(1, math.floor(s / beta))  # beyond m, the slice takes all m: theorem_gap says why
     best, j = 0.0, 0
     while (t := math.ceil(t0 + (j + 1) * s)) <= m:
         rho = float(np.sort(radii[:, t - 1])[-top:].mean())
@@ -119,16 +119,21 @@ def theorem_gap(epsilon: float, delta: float, m: int, dim: int) -> str | None:
     with m subsets and outputs in R^D (D = ``dim``), or None when it does.
 
     It needs ε > 2D/√m, and ρ(t), the mean of the top ⌊s/β⌋ of the m distances r_i(t)
-    (s = √m, β = ε/(4(D + ln(2/δ)))), needs ⌊s/β⌋ ≤ m. Both depend only on public quantities.
+    (s = √m, β = ε/(4(D + ln(2/δ)))), needs ⌊s/β⌋ ≤ m. Both hold once m ≥ c², c = 4(D +
+    ln(2/δ))/ε, since c > 2D/ε; the second fails whenever the first does. The note names the
+    failing conditions and that m. Both depend only on public quantities. (The theorem's
+    m = ω(log² n) is asymptotic and is not checked.)
     """
+    c = 4.0 * (dim + math.log(2.0 / delta)) / epsilon
+    reasons = []
     if epsilon <= 2.0 * dim / math.sqrt(m):
-        need = math.floor((2.0 * dim / epsilon) ** 2) + 1
-        return (f"eps = {epsilon:g} <= 2D/sqrt(m) = {2.0 * dim / math.sqrt(m):.4g} "
-                f"(D = {dim}, m = {m}; it needs m >= {need} subsets)")
+        reasons.append(f"eps = {epsilon:g} <= 2D/sqrt(m) = {2.0 * dim / math.sqrt(m):.4g}")
     top = math.floor(math.sqrt(m) / (epsilon / (4.0 * (dim + math.log(2.0 / delta)))))
     if top > m:
-        return f"rho(t) averages the top floor(s/beta) = {top} of only m = {m} distances"
-    return None
+        reasons.append(f"rho(t) averages the top floor(s/beta) = {top} of only m distances")
+    if not reasons:
+        return None
+    return f"{'; '.join(reasons)} (D = {dim}, m = {m}; both hold from m >= {math.ceil(c * c)} subsets)"
 
 
 def sample_aggregate(task: Task, m: int | None = None, n_neighbours: int | None = None) -> Outcome:
