@@ -30,9 +30,9 @@ relative error is below 2^−50, so below 1/16 of a step for |v/g| ≤ MAX_STEPS
 about one step. (The margin covers rounding v/g, not the float error in computing v itself: that
 is exact enough for the per-record products here, but a whitened centroid Σ^{−1/2}c of an
 ill-conditioned Σ can carry more, which is one more reason the white and colored mechanisms are
-labelled local-sensitivity.) With per-coordinate bounds and
-g_l = B_l/STEPS, the L1 sensitivity of a count or a coordinate sum under add/remove is exactly 1
-or STEPS (an encoded coordinate is clipped to ±STEPS), with no rounding slack.
+labelled local-sensitivity.) With per-coordinate bounds and g_l = B_l/STEPS, the L1 sensitivity
+of a count or a coordinate sum under add/remove is exactly 1 or STEPS (an encoded coordinate is
+clipped to ±STEPS), with no rounding slack.
 
 Units: a step is in the units of the encoded query; sensitivities and σ in steps; ε
 dimensionless, δ a probability.
@@ -46,8 +46,9 @@ import numpy as np
 
 #: Steps per public bound B: g = B/STEPS; encoded values lie in [−STEPS, STEPS].
 STEPS = 1 << 20
-#: Largest number of encoded values a release may sum (|Σ| ≤ rows·STEPS stays below 2^53, so the
-#: float64 accumulations of :func:`outer_sum` and ``np.bincount`` are exact integers).
+#: Largest number of encoded values a release may sum: |Σ| ≤ rows·STEPS stays below 2^53, so a
+#: float64 accumulation (``np.bincount`` in :mod:`fedsketch.common.lloyd`) is exact, and int64
+#: sums (:func:`outer_sum`) keep room for the noise.
 MAX_ROWS = 1 << 32
 #: Largest |v/g| of a whole-dataset query (:func:`encode` with ``limit=None``), and the relative
 #: margin on an L2 sensitivity in steps for the float arithmetic of v/g (module docstring).

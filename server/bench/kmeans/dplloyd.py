@@ -26,6 +26,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.spatial.distance import cdist
 
+from fedsketch.common.box import Box
 from fedsketch.common.dp.samplers import dlap_noise
 from fedsketch.common.lloyd import noisy_lloyd_step
 from fedsketch.server.bench.kmeans.budget import (
@@ -65,7 +66,7 @@ def shifted_data(task: Task) -> ShiftedData:
     """Clip ``task.x`` to the public box (ValueError under ``strict``) and shift by its centre."""
     lo, hi = public_box(task)
     x, clipped = clip_rows_to_box(np.asarray(task.x, dtype=np.float64), lo, hi, task.strict)
-    centre = (lo + hi) / 2.0
+    centre = Box(lo, hi).center
     return ShiftedData(x - centre, centre, (hi - lo) / 2.0, clipped)
 
 

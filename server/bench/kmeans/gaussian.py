@@ -32,6 +32,7 @@ from typing import TypeVar
 
 import numpy as np
 
+from fedsketch.common.box import Box
 from fedsketch.common.dp import grid
 from fedsketch.common.dp.calibration import dgauss_sigma, gamma_mahalanobis
 from fedsketch.common.dp.samplers import dgauss_noise
@@ -141,9 +142,8 @@ def constraint_vectors(xj: np.ndarray, cj: np.ndarray, lo: np.ndarray, hi: np.nd
 
 def constraint_level(epsilon: float, delta: float, neighbouring: str) -> float:
     """γ/f² with γ = gamma_mahalanobis(ε, δ) (§7.2, the discrete Gaussian's) and f =
-    relation_factor: under
-    replace-one each row of :func:`constraint_vectors` may take a quarter, so that a sum of a
-    removal and an addition row stays within γ."""
+    relation_factor: under replace-one each row of :func:`constraint_vectors` may take a quarter,
+    so that a sum of a removal and an addition row stays within γ."""
     return gamma_mahalanobis(epsilon, delta) / relation_factor(neighbouring) ** 2
 
 
@@ -299,7 +299,7 @@ def gaussian_release(task: Task, plan: GaussianPlan) -> Outcome:
     sigma_z = dgauss_sigma(grid.l2_in_steps(s, g, task.d, both_rounded=True), task.epsilon, task.delta)
     w, u = np.linalg.eigh(plan.covariances)
     root = np.sqrt(np.maximum(w, 0.0))
-    centre = plan.clusters.lo / 2 + plan.clusters.hi / 2
+    centre = Box(plan.clusters.lo, plan.clusters.hi).center
     whitened = np.einsum("kji,kj->ki", u, plan.clusters.centroids - centre) / root  # u_j's basis
     noisy = grid.encode(whitened, g, limit=None) + dgauss_noise(sigma_z, (task.k, task.d))
     released = centre + np.einsum("kij,kj->ki", u, root * (g * noisy))

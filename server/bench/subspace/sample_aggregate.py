@@ -93,6 +93,12 @@ def smooth_bound(radii: np.ndarray, t0: int, beta: float, diameter: float) -> fl
     return 2.0 * max(best, diameter * math.exp(-beta * j))
 
 
+def smoothing_beta(epsilon: float, delta: float, dim: int) -> float:
+    """β = ε/(4(D + ln(2/δ))) (dimensionless), the smoothing rate of Alg. 1 step 6 for outputs in
+    R^D (D = ``dim``)."""
+    return epsilon / (4.0 * (dim + math.log(2.0 / delta)))
+
+
 def sample_aggregate_combine(points: np.ndarray, epsilon: float, delta: float, diameter: float,
                              rng: np.random.Generator) -> tuple[np.ndarray, float]:
     """Sample-and-aggregate's combining step (Alg. 1 steps 5–7; unrelated to the coordinator's
@@ -104,9 +110,8 @@ def sample_aggregate_combine(points: np.ndarray, epsilon: float, delta: float, d
     i* = argmin_i r_i(t0), output g(B) + (S(B)/α)·u, u ~ N(0, I_D).
     """
     m, dim = points.shape
-    log_term = math.log(2.0 / delta)
-    alpha = epsilon / (5.0 * math.sqrt(2.0 * log_term))
-    beta = epsilon / (4.0 * (dim + log_term))
+    alpha = epsilon / (5.0 * math.sqrt(2.0 * math.log(2.0 / delta)))
+    beta = smoothing_beta(epsilon, delta, dim)
     t0 = math.ceil((m + math.sqrt(m)) / 2.0 + 1.0)
     radii = neighbour_radii(points)
     centre = points[int(np.argmin(radii[:, t0 - 1]))]
@@ -119,21 +124,21 @@ def theorem_gap(epsilon: float, delta: float, m: int, dim: int) -> str | None:
     with m subsets and outputs in R^D (D = ``dim``), or None when it does.
 
     It needs ε > 2D/√m, and ρ(t), the mean of the top ⌊s/β⌋ of the m distances r_i(t)
-    (s = √m, β = ε/(4(D + ln(2/δ)))), needs ⌊s/β⌋ ≤ m. Both hold once m ≥ c², c = 4(D +
-    ln(2/δ))/ε, since c > 2D/ε; the second fails whenever the first does. The note names the
-    failing conditions and that m. Both depend only on public quantities. (The theorem's
-    m = ω(log² n) is asymptotic and is not checked.)
+    (s = √m, β = :func:`smoothing_beta`), needs ⌊s/β⌋ ≤ m, as :func:`smooth_bound` computes it.
+    Both hold once m ≥ 1/β², since 1/β = 4(D + ln(2/δ))/ε > 2D/ε; the second fails whenever the
+    first does. The note names the failing conditions and that m. Both depend only on public
+    quantities. (The theorem's m = ω(log² n) is asymptotic and is not checked.)
     """
-    c = 4.0 * (dim + math.log(2.0 / delta)) / epsilon
+    beta = smoothing_beta(epsilon, delta, dim)
     reasons = []
     if epsilon <= 2.0 * dim / math.sqrt(m):
         reasons.append(f"eps = {epsilon:g} <= 2D/sqrt(m) = {2.0 * dim / math.sqrt(m):.4g}")
-    top = math.floor(math.sqrt(m) / (epsilon / (4.0 * (dim + math.log(2.0 / delta)))))
+    top = math.floor(math.sqrt(m) / beta)
     if top > m:
         reasons.append(f"rho(t) averages the top floor(s/beta) = {top} of only m distances")
     if not reasons:
         return None
-    return f"{'; '.join(reasons)} (D = {dim}, m = {m}; both hold from m >= {math.ceil(c * c)} subsets)"
+    return f"{'; '.join(reasons)} (D = {dim}, m = {m}; both hold from m >= {math.ceil(1 / beta**2)} subsets)"
 
 
 def sample_aggregate(task: Task, m: int | None = None, n_neighbours: int | None = None) -> Outcome:
