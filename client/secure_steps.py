@@ -1,6 +1,7 @@
 """The device's side of a secure-aggregation round (Bonawitz et al. 2017; MECHANISMS §4).
 
-A secure study runs REGISTER, ADVERTISE_KEYS, SHARE_KEYS, MASKED_INPUT and UNMASK.
+A secure study runs REGISTER, ADVERTISE_KEYS, SHARE_KEYS, MASKED_INPUT, CONSISTENCY and
+UNMASK.
 
 * REGISTER: the agent's checks (among them: a threshold that is unsafe under the study's
   stated dropouts and colluders is refused, :meth:`StudySpec.check_trust`); the device counts
@@ -10,6 +11,9 @@ A secure study runs REGISTER, ADVERTISE_KEYS, SHARE_KEYS, MASKED_INPUT and UNMAS
 * MASKED_INPUT: the device sketches that same version of the data (it drops out, unspent, if
   the file changed or the count differs), adds its noise share, masks, commits the spend with
   the bytes to the ledger, and only then sends.
+* CONSISTENCY and UNMASK: the device signs one survivor list and reveals shares only as that
+  list implies, against the consistency quorum of signatures on it
+  (:meth:`fedsketch.common.secagg.Client.unmask`).
 
 A device that drops before MASKED_INPUT spends nothing. The round's state lives in memory: a
 restart drops out.
@@ -105,10 +109,14 @@ class SecureSteps:
                 inbox = sw.bytes_map_from_json(sw.load(body))
                 session.done.add(stage)
                 return self._masked_input(identity, study, session, inbox, out)
-            else:
-                req = sw.request_from_json(sw.load(body))
-                shares = session.client.unmask(req.survivors, req.dropped)
+            elif stage == pb.CONSISTENCY:
+                signature = session.client.sign_survivors(sw.survivors_from_json(sw.load(body)))
+                reply = sw.dump(sw.signature_to_json(signature))
+            elif stage == pb.UNMASK:
+                shares = session.client.unmask(sw.signed_from_json(sw.load(body)))
                 reply = sw.dump(sw.unmask_to_json(shares))
+            else:
+                raise ValueError(f"the study is at stage {stage}, which this device does not know")
         except (SecAggAbort, ValueError) as exc:
             session.left = True
             return f"secure aggregation: {exc}"

@@ -26,6 +26,7 @@ class Stage(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     UNMASK: _ClassVar[Stage]
     REGISTER: _ClassVar[Stage]
     FINISHED: _ClassVar[Stage]
+    CONSISTENCY: _ClassVar[Stage]
 STUDY_STATE_UNSPECIFIED: StudyState
 OPEN: StudyState
 COLLECTING: StudyState
@@ -40,6 +41,7 @@ MASKED_INPUT: Stage
 UNMASK: Stage
 REGISTER: Stage
 FINISHED: Stage
+CONSISTENCY: Stage
 
 class EnrollRequest(_message.Message):
     __slots__ = ("token", "public_key", "label")

@@ -1,6 +1,6 @@
 """Secure aggregation of integer vectors mod 2^B with distributed discrete-Laplace noise.
 
-Protocol: Bonawitz et al., CCS 2017, semi-honest variant, over an optional sparse public
+Protocol: Bonawitz et al., CCS 2017, with its consistency round, over an optional sparse public
 neighbour graph (SecAgg+, Bell et al., CCS 2020). Transport-independent: plain message
 dataclasses and pure functions; the coordinator routes every message.
 
@@ -25,28 +25,32 @@ coordinator.
    σ(u, v) = +1 if u < v else −1, so the pairwise masks of two devices in Y cancel in Σ y.
    PRG(k) is the AES-256-CTR keystream of key k (zero IV), read as little-endian uint64 words
    reduced mod 2^B (uniform, as 2^B divides 2^64); e_u is u's noise share.
-4. Unmask. Each u ∈ Y is asked, for its neighbours, for the b-share of each survivor in
-   Y ∩ N⁺(u) and the s_sk-share of each dropped device in (K \\ Y) ∩ N(u). It aborts if a peer is
-   on both lists, if it ever revealed the other kind of share for that peer, if it is itself
-   listed as dropped, or if fewer than t survivors are listed. The coordinator interpolates b_v
-   for v ∈ Y and s_sk_d for d ∈ K \\ Y (at least t shares each), and outputs
+4. Consistency. Every u ∈ Y receives the survivor list Y and signs (study, Y) with its
+   enrolled key, once: it refuses a second, different list, and any Y that leaves it out,
+   holds devices outside the roster, is shorter than L − D (``min_submitters``), names a
+   neighbour whose shares u does not hold, or has fewer than t members in N⁺(u).
+5. Unmask. Each signer receives Y with the signatures collected on it and checks that Y is
+   the list it signed and that at least q = ⌊(n + C)/2⌋ + 1 survivors (n the roster, C the
+   stated colluders) signed it validly. From that list alone it reveals, for its neighbours,
+   the b-share of each survivor in Y ∩ N⁺(u) and the s_sk-share of each device that shared
+   keys with it and is not in Y. The coordinator interpolates b_v for v ∈ Y and s_sk_d for
+   d ∈ K \\ Y (at least t shares each), and outputs
 
        Σ_{v∈Y} y_v − Σ_{v∈Y} PRG(b_v) − Σ_{d∈K\\Y} Σ_{v∈Y∩N(d)} σ(v, d) · PRG(s_vd)
          = Σ_{v∈Y} (x_v + e_v)   (mod 2^B),
 
    centred into [−2^{B−1}, 2^{B−1}). A device dropped after sending y_v keeps its noise share in.
 
-Security scope: semi-honest. Against a coordinator that deviates there is one defence: the
-threshold rule of :mod:`.trust` (2t > |N⁺(u)| + colluders among N(u)) stops it from unmasking
-one device by asking part of its neighbourhood for one kind of share and the rest for the
-other. The consistency round of Bonawitz et al. (devices sign the survivor list and reveal
-shares only against t signatures on the same list) is not implemented, and without it a
-coordinator that sends different survivor lists to different devices, each list long enough
-to pass every device's checks, can still (i) learn the sum of fewer than h_min honest devices,
-in any graph, and (ii) in a sparse graph, unmask one device, by rebuilding its neighbours' mask
-keys from their own neighbourhoods. The checks that a device sees at least L − D survivors (in
-the complete graph) and that the coordinator unmasks only L − D or more inputs hold against a
-coordinator that follows the protocol, not against one that deviates this way.
+Security. Against a coordinator that deviates from the protocol, the consistency round makes
+the survivor list unique: an honest device signs one list, so two lists with q signers each
+would need 2q ≤ n + C signatures. Every honest device then reveals, for every peer, the kind of
+share that one list implies, and the coordinator learns nothing but Σ_{v∈Y} (x_v + e_v) over
+at least L − D inputs (the masked input of a device it leaves out of Y stays hidden behind
+b_v, whose shares are never revealed). This needs L > 2D + C (rule 4 of :mod:`.trust`), and
+the roster and its keys are the coordinator's word, so C must count every device the operator
+could enroll itself. The threshold rule of :mod:`.trust` (2t > |N⁺(u)| + colluders among N(u))
+stays as a second defence: no split of one neighbourhood into the two kinds of share reaches
+t twice. Devices that collude beyond the stated C void both.
 
 Distributed noise (MECHANISMS §4): e_u = NB(1/h_min, 1−a) − NB(1/h_min, 1−a) per coordinate with
 a = exp(−ε/Δ1). Σ over m' ≥ h_min submitters is NB(m'/h_min) − NB(m'/h_min), i.e. DLap(a) plus
@@ -61,12 +65,12 @@ noise shares are drawn by :func:`fedsketch.common.dp.samplers.dlap_noise_share`.
 
 from .aggregator import Aggregator
 from .client import Client
-from .crypto import KEY_BYTES, NONCE_BYTES, advert_digest, prg, verify_advert
+from .crypto import KEY_BYTES, NONCE_BYTES, advert_digest, prg, survivors_digest, verify_advert
 from .params import MAX_BITS, SecAggParams, check_capacity, graph_seed, modulus_bits, neighbours
-from .protocol import KIND_B, KIND_SK, Advert, SecAggAbort, Stage, UnmaskRequest
+from .protocol import KIND_B, KIND_SK, Advert, SecAggAbort, SignedSurvivors, Stage
 
 __all__ = [
     "KEY_BYTES", "KIND_B", "KIND_SK", "MAX_BITS", "NONCE_BYTES", "Advert", "Aggregator", "Client",
-    "SecAggAbort", "SecAggParams", "Stage", "UnmaskRequest", "advert_digest", "check_capacity",
-    "graph_seed", "modulus_bits", "neighbours", "prg", "verify_advert",
+    "SecAggAbort", "SecAggParams", "SignedSurvivors", "Stage", "advert_digest", "check_capacity",
+    "graph_seed", "modulus_bits", "neighbours", "prg", "survivors_digest", "verify_advert",
 ]

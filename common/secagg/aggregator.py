@@ -1,4 +1,4 @@
-"""The coordinator's side of secure aggregation (package docstring, stages 1–4 and the output)."""
+"""The coordinator's side of secure aggregation (package docstring, stages 1–5 and the output)."""
 
 from __future__ import annotations
 
@@ -7,19 +7,30 @@ from collections.abc import Callable, Collection, Mapping
 import numpy as np
 from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
 
+from .. import signing
 from ..shamir import combine, decode_share
-from .crypto import KEY_BYTES, add_pair_mask, agree, mask_seed, prg, public_bytes, verify_advert
+from .crypto import (
+    KEY_BYTES,
+    add_pair_mask,
+    agree,
+    mask_seed,
+    prg,
+    public_bytes,
+    survivors_digest,
+    verify_advert,
+)
 from .params import SecAggParams
-from .protocol import KIND_B, KIND_SK, Advert, Stage, UnmaskRequest, fail, final_on_abort
+from .protocol import KIND_B, KIND_SK, Advert, SignedSurvivors, Stage, fail, final_on_abort
 
 
 class Aggregator:
     """The coordinator's side: routes the stages and outputs only Σ_{v∈Y} (x_v + e_v).
 
-    Call ``collect_adverts``, ``collect_shares``, ``collect_masked``, ``collect_unmask`` in order,
-    each with the messages that arrived (a missing device has dropped). Invalid messages count as
-    missing and are listed in ``rejected`` (device → reason). Below the threshold any stage
-    raises SecAggAbort, as does MASKED_INPUT below ``min_submitters``, and every later call
+    Call ``collect_adverts``, ``collect_shares``, ``collect_masked``, ``collect_signatures``,
+    ``collect_unmask`` in order, each with the messages that arrived (a missing device has
+    dropped). Invalid messages count as missing and are listed in ``rejected`` (device →
+    reason). Below the threshold any stage raises SecAggAbort, as do MASKED_INPUT below
+    ``min_submitters`` and CONSISTENCY below the consistency quorum, and every later call
     raises it again; nothing is released.
     """
 
@@ -31,7 +42,9 @@ class Aggregator:
         self._aborted: str | None = None
         self._adverts: dict[str, Advert] = {}  # A
         self._keyed: frozenset[str] = frozenset()  # K
-        self._requests: dict[str, UnmaskRequest] = {}  # one per device of Y
+        self._survivors: tuple[str, ...] = ()  # Y
+        # signer u → the peers whose b-shares and s_sk-shares u must reveal
+        self._requests: dict[str, tuple[frozenset[str], frozenset[str]]] = {}
         self._total: np.ndarray | None = None  # Σ_{v∈Y} y_v mod 2^B
 
     def _enter(self, stage: Stage) -> None:
@@ -92,8 +105,8 @@ class Aggregator:
         return {u: {v: kept[v][u] for v in graph[u] if v in kept} for u in kept}
 
     @final_on_abort
-    def collect_masked(self, masked: Mapping[str, np.ndarray]) -> dict[str, UnmaskRequest]:
-        """Stage 3 → 4: Y = valid masked inputs; keep only Σ y mod 2^B; ask each u ∈ Y to unmask."""
+    def collect_masked(self, masked: Mapping[str, np.ndarray]) -> tuple[str, ...]:
+        """Stage 3 → 4: Y = valid masked inputs; keep only Σ y mod 2^B; every u ∈ Y gets Y to sign."""
         self._enter(Stage.MASKED_INPUT)
         p = self.params
 
@@ -114,18 +127,40 @@ class Aggregator:
         for y in kept.values():
             total += np.asarray(y)
         self._total = total
-        gone = self._keyed - kept.keys()
-        self._requests = {
-            u: UnmaskRequest(tuple(sorted(p.closed(u) & kept.keys())), tuple(sorted(p.graph[u] & gone)))
-            for u in kept
-        }
-        return dict(self._requests)
+        self._survivors = tuple(sorted(kept))
+        return self._survivors
+
+    @final_on_abort
+    def collect_signatures(self, signatures: Mapping[str, bytes]) -> SignedSurvivors:
+        """Stage 4 → 5: keep the survivors' valid signatures on Y; below the consistency quorum
+        q = ⌊(n + C)/2⌋ + 1 abort. Every signer gets Y with all of them, and is then expected to
+        answer for Y ∩ N⁺(u) (b-shares) and (K \\ Y) ∩ N(u) (s_sk-shares)."""
+        self._enter(Stage.CONSISTENCY)
+        p, survivors = self.params, frozenset(self._survivors)
+        digest = survivors_digest(p.study_id, self._survivors)
+
+        def problem(u: str, signature: bytes) -> str | None:
+            if u not in survivors:
+                return "signature from a device that is not a survivor"
+            key = self._enrolled.get(u)
+            if key is None or not signing.verify(key, digest, signature):
+                return "signature on the survivor list does not verify"
+            return None
+
+        kept = self._keep(signatures, problem)
+        if len(kept) < p.consistency_quorum:
+            fail(f"only {len(kept)} devices signed the survivor list; unmasking needs the "
+                 f"consistency quorum of {p.consistency_quorum} (more than half of the roster "
+                 f"plus the colluders)")
+        gone = self._keyed - survivors
+        self._requests = {u: (p.closed(u) & survivors, p.graph[u] & gone) for u in kept}
+        return SignedSurvivors(self._survivors, dict(sorted(kept.items())))
 
     def _response_problem(self, u: str, response: Mapping[str, tuple[str, bytes]]) -> str | None:
-        request = self._requests.get(u)
-        if request is None:
+        if u not in self._requests:
             return "unmask response from a device that was not asked"
-        expected = {v: KIND_B for v in request.survivors} | {v: KIND_SK for v in request.dropped}
+        alive, gone = self._requests[u]
+        expected = {v: KIND_B for v in alive} | {v: KIND_SK for v in gone}
         if {v: kind for v, (kind, _) in response.items()} != expected:
             return "unmask response does not answer the request"
         try:
@@ -147,7 +182,7 @@ class Aggregator:
 
     @final_on_abort
     def collect_unmask(self, responses: Mapping[str, Mapping[str, tuple[str, bytes]]]) -> np.ndarray:
-        """Stage 4 → result: interpolate b_v (v ∈ Y) and s_sk_d (d ∈ K \\ Y), strip every mask.
+        """Stage 5 → result: interpolate b_v (v ∈ Y) and s_sk_d (d ∈ K \\ Y), strip every mask.
 
         Returns Σ_{v∈Y} (x_v + e_v) as int64, centred: values ≥ 2^{B−1} are negative.
         """
@@ -159,7 +194,7 @@ class Aggregator:
             for v, (kind, share) in response.items():
                 x, y = decode_share(share)
                 collected.setdefault((kind, v), {})[x] = y
-        survivors = frozenset(self._requests)
+        survivors = frozenset(self._survivors)
         total = self._total.copy()
         for v in survivors:
             total -= prg(self._reconstruct(collected.get((KIND_B, v), {}), v, KIND_B), p.dim, p.bits)

@@ -1,4 +1,4 @@
-"""The device's side of secure aggregation (package docstring, stages 1–4)."""
+"""The device's side of secure aggregation (package docstring, stages 1–5)."""
 
 from __future__ import annotations
 
@@ -21,14 +21,15 @@ from .crypto import (
     prg,
     public_bytes,
     seal,
+    survivors_digest,
     verify_advert,
 )
 from .params import SecAggParams
-from .protocol import KIND_B, KIND_SK, Advert, fail, final_on_abort
+from .protocol import KIND_B, KIND_SK, Advert, SignedSurvivors, fail, final_on_abort
 
 
 class Client:
-    """One device's secure-aggregation state for one study (package docstring, stages 1–4).
+    """One device's secure-aggregation state for one study (package docstring, stages 1–5).
 
     ``signing_key`` is the device's raw Ed25519 private key; ``enrolled`` maps device ids to
     their raw Ed25519 public keys as registered at enrollment. Any SecAggAbort is final: every
@@ -51,7 +52,7 @@ class Client:
         self._channels: dict[str, bytes] = {}  # peer → X25519(c_sk_u, c_pk_v), for both directions
         self._held: dict[str, tuple[int, int]] = {}  # peer → (s_sk-share, b-share) at x(u)
         self._masked = False
-        self._revealed: dict[str, str] = {}  # peer → kind of share already revealed
+        self._signed: tuple[tuple[str, ...], bytes] | None = None  # (Y, my signature on it)
         self._aborted: str | None = None
 
     @final_on_abort
@@ -145,36 +146,64 @@ class Client:
         return y & np.uint64(2**bits - 1)
 
     @final_on_abort
-    def unmask(self, survivors: Collection[str], dropped: Collection[str]) -> dict[str, tuple[str, bytes]]:
-        """Stage 4: peer → (``KIND_B``, b-share) for survivors, (``KIND_SK``, s_sk-share) for dropped.
+    def sign_survivors(self, survivors: Collection[str]) -> bytes:
+        """Stage 4: sign the survivor list Y once (Ed25519 over :func:`~.crypto.survivors_digest`).
 
-        Aborts, revealing nothing, if a peer is in both lists or was earlier asked for the other
-        kind, if a listed peer's shares are not held, if u itself is listed as dropped (it sent
-        its masked input), or if fewer than t survivors are listed, or (when u's neighbourhood
-        is the whole roster, so the list is all of Y) fewer than ``min_submitters``.
+        Aborts, signing nothing, unless u is in Y (it sent its masked input), Y lies within the
+        roster, |Y| ≥ ``min_submitters`` (L − D), every survivor among u's neighbours sent u its
+        shares, and Y ∩ N⁺(u) has t members; or if asked to sign a second, different list. The
+        same list gets the same signature again.
         """
         if not self._masked:
-            fail("unmask must follow masked_input")
-        alive, gone = set(survivors), set(dropped)
-        t = self.params.threshold
-        if alive & gone:
-            fail(f"asked for both shares of {sorted(alive & gone)}")
-        if self.device_id in gone:
-            fail("listed as dropped although I sent my masked input")
-        if (alive | gone) - self._held.keys():
-            fail(f"asked for shares I do not hold: {sorted((alive | gone) - self._held.keys())}")
-        conflict = [v for v in alive if self._revealed.get(v, KIND_B) != KIND_B]
-        conflict += [v for v in gone if self._revealed.get(v, KIND_SK) != KIND_SK]
-        if conflict:
-            fail(f"the other kind of share was already revealed for {sorted(conflict)}")
-        if len(alive) < t:
-            fail(f"only {len(alive)} survivors listed; threshold {t}")
-        sees_all = len(self.params.closed(self.device_id)) == len(self.params.device_ids)
-        if sees_all and len(alive) < self.params.min_submitters:
-            fail(f"only {len(alive)} survivors listed, fewer than the {self.params.min_submitters} "
-                 f"the study assumed")
-        me = self.params.share_x[self.device_id]
+            fail("the survivor list must follow masked_input")
+        listed = tuple(sorted(set(survivors)))
+        if self._signed is not None:
+            if listed != self._signed[0]:
+                fail("asked to sign a second, different survivor list")
+            return self._signed[1]
+        p, u = self.params, self.device_id
+        if u not in listed:
+            fail("left out of the survivor list although I sent my masked input")
+        if strangers := set(listed) - p.share_x.keys():
+            fail(f"survivors outside the roster: {sorted(strangers)}")
+        if len(listed) < p.min_submitters:
+            fail(f"only {len(listed)} survivors listed, fewer than the {p.min_submitters} the "
+                 f"study assumed")
+        near = set(listed) & p.closed(u)
+        if unheld := near - self._held.keys():
+            fail(f"survivors whose shares I do not hold: {sorted(unheld)}")
+        if len(near) < p.threshold:
+            fail(f"only {len(near)} survivors in my neighbourhood; threshold {p.threshold}")
+        signature = signing.sign(self._signing_key, survivors_digest(p.study_id, listed))
+        self._signed = (listed, signature)
+        return signature
+
+    @final_on_abort
+    def unmask(self, request: SignedSurvivors) -> dict[str, tuple[str, bytes]]:
+        """Stage 5: peer → (``KIND_B``, b-share) for each survivor in Y ∩ N⁺(u), (``KIND_SK``,
+        s_sk-share) for each peer that shared keys with u and is not in Y.
+
+        Both lists follow from the list u signed, never from the coordinator's say, so u
+        reveals one kind of share per peer whatever it is asked. Aborts, revealing nothing,
+        unless the request carries that same list and signatures on it, each valid under the
+        enrolled key of a survivor, from at least :attr:`~.params.SecAggParams.consistency_quorum`
+        devices: honest devices sign one list, so no other list can have as many.
+        """
+        if self._signed is None:
+            fail("unmask must follow my signature on the survivor list")
+        listed, p = self._signed[0], self.params
+        if tuple(sorted(set(request.survivors))) != listed:
+            fail("the survivor list to unmask differs from the one I signed")
+        digest = survivors_digest(p.study_id, listed)
+        for v, signature in request.signatures.items():
+            key = self._enrolled.get(v)
+            if v not in listed or key is None or not signing.verify(key, digest, signature):
+                fail(f"the signature of {v!r} on the survivor list is not a survivor's valid one")
+        if len(request.signatures) < p.consistency_quorum:
+            fail(f"only {len(request.signatures)} signatures on the survivor list; unmasking needs "
+                 f"{p.consistency_quorum} (more than half of the roster plus the colluders)")
+        alive = set(listed) & p.closed(self.device_id)
+        gone = self._held.keys() - set(listed)
+        me = p.share_x[self.device_id]
         out = {v: (KIND_B, encode_share(me, self._held[v][1])) for v in alive}
-        out |= {v: (KIND_SK, encode_share(me, self._held[v][0])) for v in gone}
-        self._revealed |= {v: kind for v, (kind, _) in out.items()}
-        return out
+        return out | {v: (KIND_SK, encode_share(me, self._held[v][0])) for v in gone}

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import hashlib
 import secrets
+import struct
+from collections.abc import Collection
 
 import numpy as np
 from cryptography.exceptions import InvalidTag
@@ -35,6 +37,18 @@ def verify_advert(advert: Advert, study_id: str, public_key: bytes) -> bool:
     """True iff the advert's signature verifies under the device's enrolled Ed25519 key."""
     digest = advert_digest(study_id, advert.device_id, advert.c_pk, advert.s_pk)
     return signing.verify(public_key, digest, advert.signature)
+
+
+def survivors_digest(study_id: str, survivors: Collection[str]) -> bytes:
+    """SHA-256(domain ‖ L(study) ‖ u32le(|Y|) ‖ L(v) for v in sorted Y): what a device's signature
+    on the survivor list Y covers (stage 4)."""
+    ids = sorted(set(survivors))
+    h = hashlib.sha256(DOMAIN_PREFIX + b"survivors")
+    h.update(signing.field(study_id))
+    h.update(struct.pack("<I", len(ids)))
+    for v in ids:
+        h.update(signing.field(v))
+    return h.digest()
 
 
 def public_bytes(key: X25519PrivateKey) -> bytes:

@@ -79,7 +79,9 @@ class SecAggParams:
     one device from disjoint halves of its neighbours); ``bits`` B (1..62, see
     :func:`check_capacity`) and ``dim`` fix the payload; ``degree``/``graph_seed`` fix the graph
     (:func:`neighbours`); ``min_submitters`` (L − D of :mod:`.trust`) is the fewest masked
-    inputs the round may be unmasked with.
+    inputs the round may be unmasked with, and must exceed half of the roster plus the
+    colluders (rule 4 of :mod:`.trust`, so the consistency round can finish); None takes the
+    fewest that rule allows, the :attr:`consistency_quorum`.
     """
 
     study_id: str
@@ -90,14 +92,16 @@ class SecAggParams:
     degree: int | None = None
     graph_seed: bytes = b""
     colluders: int = 0
-    min_submitters: int = 1
+    min_submitters: int | None = None
 
     def __post_init__(self) -> None:
         for name in ("threshold", "bits", "dim", "degree", "colluders", "min_submitters"):
             value = getattr(self, name)
-            if type(value) is not int and not (name == "degree" and value is None):
+            if type(value) is not int and not (name in ("degree", "min_submitters") and value is None):
                 raise ValueError(f"round parameter {name!r} must be an integer, got {value!r}")
         object.__setattr__(self, "device_ids", tuple(sorted(self.device_ids)))
+        if self.min_submitters is None:
+            object.__setattr__(self, "min_submitters", self.consistency_quorum)
         if not self.device_ids:
             raise ValueError("a round needs at least one device")
         if not 1 <= self.bits <= MAX_BITS:
@@ -106,9 +110,12 @@ class SecAggParams:
             raise ValueError(f"dim must be >= 1, got {self.dim}")
         if self.colluders < 0:
             raise ValueError(f"colluders must be >= 0, got {self.colluders}")
-        if not 1 <= self.min_submitters <= len(self.device_ids):
-            raise ValueError(f"min_submitters must lie in 1..{len(self.device_ids)} (the roster), "
-                             f"got {self.min_submitters}")
+        if not self.consistency_quorum <= self.min_submitters <= len(self.device_ids):
+            raise ValueError(
+                f"min_submitters must lie in {self.consistency_quorum}..{len(self.device_ids)}, got "
+                f"{self.min_submitters}: the consistency round needs signatures from more than "
+                f"half of the roster plus the colluders, ⌊(n + C)/2⌋ + 1 = "
+                f"{self.consistency_quorum}, and only survivors sign")
         sizes = {len(v) for v in self.graph.values()}
         smallest = min(sizes) + 1
         if not 1 <= self.threshold <= smallest:
@@ -120,6 +127,13 @@ class SecAggParams:
                 f"threshold {self.threshold} is too low: with {self.colluders} colluders, a "
                 f"neighbourhood's shares could unmask one device from disjoint halves "
                 f"(2t must exceed {exposed})")
+
+    @property
+    def consistency_quorum(self) -> int:
+        """q = ⌊(n + C)/2⌋ + 1, n the roster and C the colluders: the signatures on one survivor
+        list that a device needs before it unmasks. Honest devices sign one list only, so two
+        lists with q signers each would need 2q ≤ n + C (rule 4 of :mod:`.trust`)."""
+        return (len(self.device_ids) + self.colluders) // 2 + 1
 
     @cached_property
     def graph(self) -> dict[str, frozenset[str]]:

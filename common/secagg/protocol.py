@@ -18,7 +18,7 @@ KIND_SK = "s_sk"  # share of a dropped device's masking private key
 
 
 class Stage(Enum):
-    """The four stages of the protocol, in order (package docstring, 1–4); values are their names.
+    """The five stages of the protocol, in order (package docstring, 1–5); values are their names.
 
     The one definition of the stages: a study's wire stages (REGISTER, then these) and their pb
     values are :data:`fedsketch.common.secagg.wire.STAGES`, and the simulator's dropout stages are
@@ -28,6 +28,7 @@ class Stage(Enum):
     ADVERTISE_KEYS = "advertise_keys"
     SHARE_KEYS = "share_keys"
     MASKED_INPUT = "masked_input"
+    CONSISTENCY = "consistency"
     UNMASK = "unmask"
 
 
@@ -74,8 +75,10 @@ class Advert:
 
 
 @dataclass(frozen=True)
-class UnmaskRequest:
-    """Stage 4 request to one device: whose b-share (survivors) and s_sk-share (dropped) to send."""
+class SignedSurvivors:
+    """Stage 5 request to every signer: the survivor list Y (sorted ids) and the signatures on
+    it that the coordinator collected at stage 4 (signer → 64-byte Ed25519 signature over
+    :func:`~.crypto.survivors_digest`)."""
 
     survivors: tuple[str, ...]
-    dropped: tuple[str, ...]
+    signatures: dict[str, bytes]

@@ -8,13 +8,14 @@ The operator states, for a roster of L = ``min_devices`` devices, two public num
   it enrolled itself: devices take the roster and its keys from the coordinator.
 
 Stated as fractions f_D, f_C of L they are rounded up to whole devices: D = ⌈f_D·L⌉,
-C = ⌈f_C·L⌉ (:meth:`Assumptions.from_fractions`). Three rules follow.
+C = ⌈f_C·L⌉ (:meth:`Assumptions.from_fractions`). Four rules follow.
 
 1. **Noise: h_min = L − D − C.** Every device adds NB(1/h_min, 1−a) − NB(1/h_min, 1−a) per
-   coordinate. A coordinator that follows the protocol sums the masked inputs only if at least
-   L − D arrived (it aborts below), and at most C of those shares are known to it, so at
-   least h_min unknown shares, which add up to one DLap(a) plus independent noise, are in the
-   sum: ε-DP by post-processing. h_min < 1 leaves less than one noise draw and is refused.
+   coordinate. The sum is unmasked only over a survivor list of at least L − D masked inputs
+   (devices sign no shorter list, and the coordinator aborts below), and at most C of those
+   shares are known to the coordinator, so at least h_min unknown shares, which add up to one
+   DLap(a) plus independent noise, are in the sum: ε-DP by post-processing. h_min < 1 leaves
+   less than one noise draw and is refused.
 2. **Privacy of one device: 2t > |N(u)| + 1 + min(C, |N(u)|).** Device u's self-mask seed b_u
    and mask key s_sk_u are each Shamir-shared t-of-n among N⁺(u) = N(u) ∪ {u}. A coordinator
    that lists u as a survivor to u and some neighbours, and as dropped to the other
@@ -23,11 +24,22 @@ C = ⌈f_C·L⌉ (:meth:`Assumptions.from_fractions`). Three rules follow.
    colluder both. With t of each it removes both masks from y_u and reads u's own sum plus
    only 1/h_min of a noise draw. That takes 2t ≤ |N(u)| + 1 + C_u shares, C_u = min(C, |N(u)|)
    the colluders among u's neighbours (in the worst case all of them: the graph's seed is
-   public). With C = 0 the rule is a strict majority of N⁺(u): t > (|N(u)| + 1)/2. What the
-   rule does not stop without a consistency round is in the package's security scope.
+   public). With C = 0 the rule is a strict majority of N⁺(u): t > (|N(u)| + 1)/2. The
+   consistency round (rule 4) already stops such a split, as every device derives both lists
+   from one signed survivor list; rule 2 also keeps t > C_u, so the colluders alone never
+   hold t shares of an honest device's secret.
 3. **Liveness: t ≤ |N(u)| + 1 − min(D, |N(u)|).** Even when all D dropouts are neighbours of
    u, t holders of u's shares (u among them) remain, so a round that stays within its
    assumptions finishes. More dropouts than D make it fail, releasing nothing.
+4. **One survivor list: 2(L − D) > L + C, i.e. L > 2D + C.** Before it reveals a share, a
+   device needs q = ⌊(n + C)/2⌋ + 1 signatures of roster devices (n of them registered) on
+   the survivor list it signed itself (stage 4 of the package docstring). An honest device
+   signs one list, so two lists with q signers each would need 2q ≤ n + C signatures: the
+   list is unique, and a coordinator that deviates learns no sum but Σ over that list, of at
+   least L − D inputs. The L − D devices that may be left must be able to reach q. Rules 2
+   and 3 imply it: with all L registered, 2(|N(u)| + 1 − D) ≥ 2t > |N(u)| + 1 + C, so
+   L ≥ |N(u)| + 1 > 2D + C (when C ≤ |N(u)|; otherwise the rules force t = |N(u)| + 1 and
+   D = 0, and h_min ≥ 1 gives L > C).
 
 Rules 2 and 3 are checked for every roster size the round can start with, L − D to L (devices
 that never register count among the D), with the neighbourhood sizes of
@@ -124,7 +136,7 @@ class Assumptions:
 
     def check(self, threshold: int, degree: int | None) -> None:
         """ValueError, with the rule and the numbers, unless ``threshold`` satisfies rules 2
-        and 3 for ``degree`` (None: the complete graph)."""
+        and 3 for ``degree`` (None: the complete graph); rule 4 then holds as well."""
         low, high = self.smallest_private_threshold(degree), self.largest_live_threshold(degree)
         graph = "the complete graph" if degree is None else f"a graph of degree {degree}"
         if low > high:

@@ -7,6 +7,7 @@ Every stage message is signed by the device's enrolled Ed25519 key over
 * ADVERTISE_KEYS: JSON ``{"c_pk", "s_pk", "signature"}`` (base64), the :class:`Advert`;
 * SHARE_KEYS: JSON ``{receiver: base64 ciphertext}``;
 * MASKED_INPUT: the masked vector as little-endian uint64 (2m values: Re then Im);
+* CONSISTENCY: JSON ``{"signature": base64}``, the device's signature on the survivor list;
 * UNMASK: JSON ``{peer: [kind, base64 share]}``.
 
 Bundles (coordinator → device), fetched per stage:
@@ -15,7 +16,9 @@ Bundles (coordinator → device), fetched per stage:
   ``degree``, ``graph_seed`` (hex), ``colluders``, ``min_submitters``, ``keys`` (device →
   base64 Ed25519 public key), ``records``;
 * SHARE_KEYS: JSON ``{peer: advert}``; MASKED_INPUT: JSON ``{sender: base64 ciphertext}``;
-* UNMASK: JSON ``{"survivors": [...], "dropped": [...]}``.
+* CONSISTENCY: JSON ``{"survivors": [sorted ids]}``, the list Y to sign;
+* UNMASK: JSON ``{"survivors": [...], "signatures": {signer: base64}}``, Y and the signatures
+  collected on it.
 """
 
 from __future__ import annotations
@@ -31,7 +34,7 @@ import numpy as np
 from ..pb import fedsketch_pb2 as pb
 from ..signing import field
 from .params import SecAggParams
-from .protocol import Advert, Stage, UnmaskRequest
+from .protocol import Advert, SignedSurvivors, Stage
 
 #: The pb value of each protocol stage (``proto/fedsketch.proto``'s ``Stage`` uses the same names).
 PB_STAGE: dict[Stage, int] = {stage: pb.Stage.Value(stage.name) for stage in Stage}
@@ -153,14 +156,49 @@ def unmask_from_json(obj: object) -> dict[str, tuple[str, bytes]]:
         raise ValueError(f"malformed unmask response: {exc}") from None
 
 
-def request_to_json(req: UnmaskRequest) -> dict:
-    """The UNMASK bundle of one device: whom it reveals b-shares and s_sk-shares for."""
-    return {"survivors": list(req.survivors), "dropped": list(req.dropped)}
+def _id_list(obj: object) -> tuple[str, ...]:
+    """A list of distinct device-id strings, sorted; ValueError otherwise."""
+    if not isinstance(obj, list) or not all(isinstance(u, str) for u in obj):
+        raise ValueError("the survivor list must be a list of device ids")
+    if len(set(obj)) != len(obj):
+        raise ValueError("the survivor list names a device twice")
+    return tuple(sorted(obj))
 
 
-def request_from_json(obj: Mapping) -> UnmaskRequest:
-    """Inverse of :func:`request_to_json`; ValueError on anything malformed."""
+def survivors_to_json(survivors: tuple[str, ...]) -> dict:
+    """The CONSISTENCY bundle: the survivor list Y to sign."""
+    return {"survivors": list(survivors)}
+
+
+def survivors_from_json(obj: object) -> tuple[str, ...]:
+    """Inverse of :func:`survivors_to_json`; ValueError on anything malformed."""
+    if not isinstance(obj, dict) or "survivors" not in obj:
+        raise ValueError("malformed survivor list: expected {\"survivors\": [...]}")
+    return _id_list(obj["survivors"])
+
+
+def signature_to_json(signature: bytes) -> dict:
+    """The CONSISTENCY body: a device's signature on the survivor list."""
+    return {"signature": _b64(signature)}
+
+
+def signature_from_json(obj: object) -> bytes:
+    """Inverse of :func:`signature_to_json`; ValueError on anything malformed."""
+    if not isinstance(obj, dict) or not isinstance(obj.get("signature"), str):
+        raise ValueError("malformed consistency signature: expected {\"signature\": base64}")
     try:
-        return UnmaskRequest(tuple(obj["survivors"]), tuple(obj["dropped"]))
-    except (KeyError, TypeError) as exc:
-        raise ValueError(f"malformed unmask request: {exc!r}") from None
+        return _raw(obj["signature"])
+    except ValueError as exc:
+        raise ValueError(f"malformed consistency signature: {exc}") from None
+
+
+def signed_to_json(signed: SignedSurvivors) -> dict:
+    """The UNMASK bundle: Y and the signatures on it."""
+    return {"survivors": list(signed.survivors), "signatures": bytes_map_to_json(signed.signatures)}
+
+
+def signed_from_json(obj: object) -> SignedSurvivors:
+    """Inverse of :func:`signed_to_json`; ValueError on anything malformed."""
+    if not isinstance(obj, dict) or not {"survivors", "signatures"} <= obj.keys():
+        raise ValueError("malformed unmask request: expected survivors and signatures")
+    return SignedSurvivors(_id_list(obj["survivors"]), bytes_map_from_json(obj["signatures"]))

@@ -175,14 +175,17 @@ def create_study(
     Secure aggregation states its assumptions. Of the L = --min-devices roster, at most
     D = ⌈max-dropout·L⌉ devices drop out and at most C = ⌈max-colluders·L⌉ collude with the
     coordinator. Then: (1) every device adds 1/h_min of one discrete-Laplace draw,
-    h_min = L − D − C; the coordinator unmasks only with at least L − D masked inputs, of which
-    at most C shares are known to it, so at least h_min unknown shares, one full draw, protect
-    the sum (refused if h_min < 1); (2) a coordinator that tells a device and some of its
-    neighbours that it survived, and the other neighbours that it dropped, could collect both
-    of its secrets and unmask it alone, unless 2t > |N(u)| + 1 + colluders among them
-    (|N(u)| = L − 1, or --degree, plus one when the degree and the roster are odd); (3) t must
-    be small enough that D dropouts leave t share holders in every neighbourhood, so a round
-    within its assumptions finishes. The chosen D, C, h_min and t are printed on stderr."""
+    h_min = L − D − C; the sum is unmasked only over a survivor list of at least L − D masked
+    inputs, of which at most C shares are known to the coordinator, so at least h_min unknown
+    shares, one full draw, protect the sum (refused if h_min < 1); (2) a coordinator that tells
+    a device and some of its neighbours that it survived, and the other neighbours that it
+    dropped, could collect both of its secrets and unmask it alone, unless 2t > |N(u)| + 1 +
+    colluders among them (|N(u)| = L − 1, or --degree, plus one when the degree and the roster
+    are odd); (3) t must be small enough that D dropouts leave t share holders in every
+    neighbourhood, so a round within its assumptions finishes; (4) devices reveal shares only
+    against signatures on the survivor list from more than half of the roster plus C, so the
+    list is unique, which needs L > 2D + C (implied by 2 and 3). The chosen D, C, h_min and t
+    are printed on stderr."""
     import time
 
     with clean_errors():

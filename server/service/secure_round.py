@@ -1,22 +1,24 @@
 """The coordinator's side of a secure-aggregation study: stages, routing, and the unmasked sum.
 
-Stages (``Study.stage``): REGISTER → ADVERTISE_KEYS → SHARE_KEYS → MASKED_INPUT → UNMASK. A
-stage closes as soon as every expected device has sent its message, or ``stage_timeout``
-seconds after it opened (REGISTER: after the first device registered); devices that did not
-answer have dropped (Bonawitz et al. handle them). REGISTER admits up to ``min_devices``
-devices, each declaring its record count n (public under replace-one); the round needs at least
-L − D of them (the study's stated dropouts D: :mod:`fedsketch.common.secagg.trust`) and
-Σn ≤ ``max_records``. The round's parameters are :meth:`StudySpec.round_params`, which every
-device recomputes: the modulus has the bits of :func:`fedsketch.common.secagg.modulus_bits` for
-N ≤ max_records, DLap(a) with a = exp(−ε/Δ1)
-(:meth:`StudySpec.noise_param`), and noise shape roster/h_min.
+Stages (``Study.stage``): REGISTER → ADVERTISE_KEYS → SHARE_KEYS → MASKED_INPUT → CONSISTENCY
+→ UNMASK. A stage closes as soon as every expected device has sent its message, or
+``stage_timeout`` seconds after it opened (REGISTER: after the first device registered);
+devices that did not answer have dropped (Bonawitz et al. handle them). REGISTER admits up to
+``min_devices`` devices, each declaring its record count n (public under replace-one); the
+round needs at least L − D of them (the study's stated dropouts D:
+:mod:`fedsketch.common.secagg.trust`) and Σn ≤ ``max_records``. The round's parameters are
+:meth:`StudySpec.round_params`, which every device recomputes: the modulus has the bits of
+:func:`fedsketch.common.secagg.modulus_bits` for N ≤ max_records, DLap(a) with a = exp(−ε/Δ1)
+(:meth:`StudySpec.noise_param`), and noise shape roster/h_min. At CONSISTENCY the survivors
+sign the survivor list Y; UNMASK opens only with the consistency quorum of signatures, and
+only the signers are asked to unmask.
 
 The coordinator learns only Σ_{u∈Y}(S_u + e_u) mod 2^B over the devices Y whose masked input
 arrived: their integer sums plus noise shares of which at least h_min = L − D − C are unknown to
 it, adding up to DLap(a) or more. It decodes s = Σ / (γ·α·N_Y·√m) like a plain study. Below the
-threshold at any stage, with fewer than L − D registered devices (nobody has spent yet) or
-fewer than L − D masked inputs (the unknown shares could add up to less than one DLap(a)), the
-study fails and nothing is released.
+threshold at any stage, with fewer than L − D registered devices (nobody has spent yet), fewer
+than L − D masked inputs (the unknown shares could add up to less than one DLap(a)) or fewer
+signatures on Y than the consistency quorum, the study fails and nothing is released.
 
 State lives in memory: a coordinator that restarts during a round fails the study (the devices'
 secrets are gone too); only the result is durable.
@@ -122,6 +124,8 @@ class SecAggRound:
                 self._register(device_id, body)
                 if not inbox:
                     self.deadline = time.time() + self.sa.stage_timeout
+            else:
+                self._parse(stage, body)  # a malformed message is refused, not kept
             inbox[device_id] = body
             full = (len(inbox) >= self.spec.min_devices if expected is None
                     else set(inbox) >= expected)
@@ -136,6 +140,23 @@ class SecAggRound:
             raise Refusal(Code.INVALID_ARGUMENT,
                           f"REGISTER needs an integer record count >= {self.spec.min_records}")
         self._records[device_id] = float(n)
+
+    def _parse(self, stage: int, body: bytes) -> object:
+        """The content of a stage message (lock held); Refusal INVALID_ARGUMENT if malformed, so
+        one device's bad bytes never abort the round of the others."""
+        try:
+            if stage == pb.ADVERTISE_KEYS:
+                return sw.advert_from_json(sw.load(body))
+            if stage == pb.SHARE_KEYS:
+                return sw.bytes_map_from_json(sw.load(body))
+            if stage == pb.MASKED_INPUT:
+                return sw.masked_from_bytes(body, self._params.dim)
+            if stage == pb.CONSISTENCY:
+                return sw.signature_from_json(sw.load(body))
+            return sw.unmask_from_json(sw.load(body))
+        except ValueError as exc:
+            raise Refusal(Code.INVALID_ARGUMENT,
+                          f"malformed {pb.Stage.Name(stage)} message: {exc}") from None
 
     def fetch(self, device_id: str, stage: int) -> bytes:
         """What the coordinator routes to ``device_id`` for the open ``stage``."""
@@ -163,25 +184,27 @@ class SecAggRound:
         inbox = self._inbox[closing]
         started = time.perf_counter()
         try:
+            if closing != pb.REGISTER:
+                parsed = {u: self._parse(closing, body) for u, body in inbox.items()}
             if self.stage == pb.REGISTER:
                 self._open_round(inbox)
             elif self.stage == pb.ADVERTISE_KEYS:
-                adverts = {u: sw.advert_from_json(sw.load(b)) for u, b in inbox.items()}
-                routed = self._aggregator.collect_adverts(adverts)
+                routed = self._aggregator.collect_adverts(parsed)
                 self._outbox = {u: sw.dump({v: sw.advert_to_json(a) for v, a in peers.items()})
                                 for u, peers in routed.items()}
             elif self.stage == pb.SHARE_KEYS:
-                shares = {u: sw.bytes_map_from_json(sw.load(b)) for u, b in inbox.items()}
-                routed = self._aggregator.collect_shares(shares)
+                routed = self._aggregator.collect_shares(parsed)
                 self._outbox = {u: sw.dump(sw.bytes_map_to_json(c)) for u, c in routed.items()}
             elif self.stage == pb.MASKED_INPUT:
-                masked = {u: sw.masked_from_bytes(b, self._params.dim) for u, b in inbox.items()}
-                requests = self._aggregator.collect_masked(masked)
-                self._outbox = {u: sw.dump(sw.request_to_json(r)) for u, r in requests.items()}
-                self._survivors = sorted(requests)
+                self._survivors = self._aggregator.collect_masked(parsed)
+                body = sw.dump(sw.survivors_to_json(self._survivors))
+                self._outbox = dict.fromkeys(self._survivors, body)
+            elif self.stage == pb.CONSISTENCY:
+                signed = self._aggregator.collect_signatures(parsed)
+                body = sw.dump(sw.signed_to_json(signed))
+                self._outbox = dict.fromkeys(signed.signatures, body)
             else:
-                responses = {u: sw.unmask_from_json(sw.load(b)) for u, b in inbox.items()}
-                total = self._aggregator.collect_unmask(responses)
+                total = self._aggregator.collect_unmask(parsed)
                 self._end()
                 self.stage_seconds[pb.Stage.Name(closing)] = time.perf_counter() - started
                 records = sum(self._records[u] for u in self._survivors)

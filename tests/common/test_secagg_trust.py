@@ -10,7 +10,6 @@ from dataclasses import fields, replace
 
 import numpy as np
 import pytest
-from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
 
 from fedsketch.common import signing
 from fedsketch.common.frequencies import FrequencySpec
@@ -18,15 +17,14 @@ from fedsketch.common.privacy import PrivacySpec
 from fedsketch.common.secagg import (
     KEY_BYTES,
     KIND_B,
-    KIND_SK,
     Client,
     SecAggAbort,
     SecAggParams,
+    SignedSurvivors,
     neighbours,
-    prg,
+    survivors_digest,
 )
 from fedsketch.common.secagg import wire as sw
-from fedsketch.common.secagg.crypto import add_pair_mask, agree, mask_seed
 from fedsketch.common.secagg.trust import Assumptions, fraction_of, neighbourhood_size
 from fedsketch.common.shamir import combine, decode_share
 from fedsketch.common.spec import SketchSpec
@@ -133,39 +131,45 @@ def any_split_recovers(params: SecAggParams, victim: str, colluders: frozenset[s
     return False
 
 
-def split_attack(params: SecAggParams, victim: str, colluders: frozenset[str]) -> np.ndarray:
-    """The attack through the devices' own unmask answers: the victim and a group A of its
-    honest neighbours are told it survived (b-shares), the others, B, that it dropped (s_sk
-    shares); colluders hand over both. Returns x_victim as the coordinator reads it."""
-    clients, adverts, xs, y = _masked_round(params)
-    t, near = params.threshold, params.graph[victim]
-    bad = colluders & near
-    honest = sorted(near - bad)
-    need_a = max(0, t - 1 - len(bad))
-    everyone = set(params.device_ids)
+def split_through_the_devices(params: SecAggParams, victim: str,
+                              colluders: frozenset[str]) -> tuple[dict[int, int], dict[int, int]]:
+    """The split attack through the devices' own answers, now that they sign the survivor list
+    (stages 4 and 5): the victim and a group A of t − 1 − C_u honest neighbours are given the
+    full list Y, the other neighbours (B) the list without the victim, so that A would reveal
+    the victim's b-shares and B its s_sk-shares; colluders sign both lists and hand over both
+    kinds. A device unmasks only against the consistency quorum of signatures on its own list.
+    Returns the victim's b-shares and s_sk-shares the coordinator collects (x → share)."""
+    clients, _, _, _ = _masked_round(params)
+    bad = colluders & params.graph[victim]
+    honest = sorted(params.graph[victim] - bad)
+    need_a = max(0, params.threshold - 1 - len(bad))
+    full = params.device_ids
+    lists = {v: full for v in (victim, *honest[:need_a])}
+    lists |= {v: tuple(u for u in full if u != victim) for v in honest[need_a:]}
+    lists |= {v: full for v in sorted(set(full) - lists.keys() - bad)}  # the rest: Y
+    signatures: dict[tuple[str, ...], dict[str, bytes]] = {}
+    for v, listed in lists.items():
+        try:
+            signatures.setdefault(listed, {})[v] = clients[v].sign_survivors(listed)
+        except SecAggAbort:
+            continue
+    for v in bad:  # a colluder signs every list with its own key
+        for listed in set(lists.values()):
+            digest = survivors_digest(params.study_id, listed)
+            signatures.setdefault(listed, {})[v] = signing.sign(clients[v]._signing_key, digest)
     b_shares, sk_shares = {}, {}
-    for v in (victim, *honest[:need_a]):
-        kind, share = clients[v].unmask(sorted(params.closed(v) & everyone), [])[victim]
-        assert kind == KIND_B
-        b_shares.update([decode_share(share)])
-    for v in honest[need_a:]:
-        kind, share = clients[v].unmask(sorted(params.closed(v) - {victim}), [victim])[victim]
-        assert kind == KIND_SK
-        sk_shares.update([decode_share(share)])
+    for v, listed in lists.items():
+        try:
+            answer = clients[v].unmask(SignedSurvivors(listed, signatures.get(listed, {})))
+        except SecAggAbort:
+            continue
+        if victim in answer:
+            kind, share = answer[victim]
+            x, y = decode_share(share)
+            (b_shares if kind == KIND_B else sk_shares)[x] = y
     for v in bad:
-        s_share, b_share = clients[v]._held[victim]
-        sk_shares[params.share_x[v]], b_shares[params.share_x[v]] = s_share, b_share
-    seed = combine(b_shares, KEY_BYTES, t=t)
-    key = X25519PrivateKey.from_private_bytes(combine(sk_shares, KEY_BYTES, t=t))
-    masks = np.zeros(DIM, dtype=np.uint64)
-    for v in near:
-        pair = mask_seed(agree(key, adverts[v].s_pk), params.study_id, victim, v)
-        add_pair_mask(masks, prg(pair, DIM, BITS), victim, v)
-    plain = (y[victim] - prg(seed, DIM, BITS) - masks) & np.uint64(2**BITS - 1)
-    signed = plain.astype(np.int64)
-    signed[plain >= 2 ** (BITS - 1)] -= 2**BITS
-    assert np.array_equal(signed, xs[victim])  # the coordinator reads x_victim exactly
-    return signed
+        sk_shares[params.share_x[v]], b_shares[params.share_x[v]] = clients[v]._held[victim]
+    return b_shares, sk_shares
 
 
 @pytest.mark.parametrize(("devices", "degree", "colluders"), [
@@ -173,9 +177,11 @@ def split_attack(params: SecAggParams, victim: str, colluders: frozenset[str]) -
 ])
 def test_the_smallest_safe_threshold_stops_the_split_attack_and_one_less_does_not(
         devices, degree, colluders):
-    """At the smallest threshold the rule allows, no split of any neighbourhood unmasks a
-    device; at one less (refused by the parameters, forced here) the attack reads the victim's
-    input exactly. The colluders are the victim's neighbours, the worst case."""
+    """At the smallest threshold the rule allows, no split of any neighbourhood's shares
+    unmasks a device; at one less (refused by the parameters, forced here) one does. Through
+    the devices' answers the consistency round stops that split as well: the coordinator gets
+    fewer than t − 1 shares of one of the victim's two secrets. The colluders are the victim's
+    neighbours, the worst case."""
     ids = _ids(devices)
     t = Assumptions(devices, 0, colluders).smallest_private_threshold(degree)
     params = SecAggParams("study-x", ids, t, BITS, DIM, degree, b"g", colluders)
@@ -186,32 +192,22 @@ def test_the_smallest_safe_threshold_stops_the_split_attack_and_one_less_does_no
         SecAggParams("study-x", ids, t - 1, BITS, DIM, degree, b"g", colluders)
     weak = _forced(SecAggParams("study-x", ids, t, BITS, DIM, degree, b"g", colluders), t - 1)
     assert any_split_recovers(weak, victim, bad)
-    split_attack(weak, victim, bad)
+    b_shares, sk_shares = split_through_the_devices(weak, victim, bad)
+    assert min(len(b_shares), len(sk_shares)) < t - 1  # never both secrets
 
 
 def test_a_threshold_safe_without_colluders_falls_to_one():
-    """t = 3 of 5 is a strict majority of N⁺(u), safe when nobody colludes; one colluding
-    neighbour turns it into an attack, which is why the operator states C."""
+    """t = 3 of 5 is a strict majority of N⁺(u), safe when nobody colludes. One colluding
+    neighbour, beyond the stated C = 0, signs both survivor lists: each then reaches the
+    quorum ⌊5/2⌋ + 1 = 3, and the devices' own answers hand the coordinator t shares of both
+    of the victim's secrets. That is why the operator states C (with C = 1, t = 3 is refused)."""
     ids = _ids(5)
     params = SecAggParams("study-y", ids, 3, BITS, DIM)
     assert not any_split_recovers(params, ids[0], frozenset())
-    split_attack(SecAggParams("study-y", ids, 3, BITS, DIM), ids[0], frozenset({ids[1]}))
-
-
-def test_in_the_complete_graph_a_device_refuses_to_unmask_fewer_than_l_minus_d():
-    ids = _ids(5)
-    params = SecAggParams("study-z", ids, 3, BITS, DIM, min_submitters=4)
-    keys = {u: signing.new_private_key() for u in ids}
-    enrolled = {u: signing.public_key(k) for u, k in keys.items()}
-    clients = {u: Client(params, u, keys[u], enrolled) for u in ids}
-    adverts = {u: c.advertise() for u, c in clients.items()}
-    out = {u: c.share_keys({v: adverts[v] for v in params.graph[u]}) for u, c in clients.items()}
-    for u, c in clients.items():
-        c.masked_input(np.zeros(DIM, np.int64), {v: out[v][u] for v in params.graph[u]})
-    a, b, c, d, e = ids
-    with pytest.raises(SecAggAbort, match="only 3 survivors listed, fewer than the 4"):
-        clients[a].unmask([a, b, c], [d, e])
-    assert set(clients[b].unmask([a, b, c, d], [e])) == {a, b, c, d, e}
+    b_shares, sk_shares = split_through_the_devices(params, ids[0], frozenset({ids[1]}))
+    assert min(len(b_shares), len(sk_shares)) >= 3
+    with pytest.raises(ValueError, match="too low"):
+        SecAggParams("study-y", ids, 3, BITS, DIM, colluders=1)
 
 
 def _secure_study(devices: int = 6, **sa) -> StudySpec:

@@ -35,8 +35,11 @@ from fedsketch.server.sim.simulate import DROPOUT_STAGES
 
 
 def test_the_stages_are_defined_once_and_keep_their_wire_values_and_names():
-    assert sw.STAGES == (pb.REGISTER, pb.ADVERTISE_KEYS, pb.SHARE_KEYS, pb.MASKED_INPUT, pb.UNMASK)
-    assert DROPOUT_STAGES == ("advertise_keys", "share_keys", "masked_input", "unmask")
+    assert sw.STAGES == (pb.REGISTER, pb.ADVERTISE_KEYS, pb.SHARE_KEYS, pb.MASKED_INPUT,
+                         pb.CONSISTENCY, pb.UNMASK)
+    assert [pb.Stage.Value(n) for n in ("UNMASK", "REGISTER", "CONSISTENCY")] == [5, 6, 8]
+    assert DROPOUT_STAGES == ("advertise_keys", "share_keys", "masked_input", "consistency",
+                              "unmask")
 
 
 def secure_spec(devices: int, epsilon: float = 1000.0, threshold: int | None = None,
@@ -67,7 +70,8 @@ def drive(coordinator_round, study_id, agents, silent=(), from_stage=pb.MASKED_I
             return s
         assert time.monotonic() < stop, "the round did not finish"
         for i, agent in enumerate(agents):
-            if i not in silent or s.stage < from_stage or s.stage == pb.REGISTER:
+            rank = sw.STAGES.index(s.stage) if s.stage in sw.STAGES else len(sw.STAGES)
+            if i not in silent or rank < sw.STAGES.index(from_stage):
                 agent.step()
         time.sleep(0.05)
 
@@ -218,6 +222,28 @@ def test_too_few_submitters_abort_and_release_nothing(coordinator_round, parts):
     assert coordinator_round.coordinator.rounds[study.study_id].held_messages() == 0
 
 
+@pytest.mark.parametrize("silent", [2, 3])
+def test_devices_silent_from_consistency_count_in_the_sum_or_deny_the_quorum(coordinator_round,
+                                                                            parts, silent):
+    """Six devices (q = ⌊6/2⌋ + 1 = 4) all send their masked input; some go silent before
+    they sign the survivor list. With two silent, four sign, the round unmasks all six inputs
+    (a silent device's input stays in the sum) and decodes; with three, the coordinator has
+    three signatures, fails the round and releases nothing."""
+    spec = secure_spec(6, threshold=4, dropouts=1)
+    study = coordinator_round.create(spec)
+    seen = spy_total(coordinator_round, study.study_id)
+    agents = [coordinator_round.agent(f"c{silent}{i}", parts[i]) for i in range(6)]
+    s = drive(coordinator_round, study.study_id, agents, silent=set(range(silent)),
+              from_stage=pb.CONSISTENCY)
+    assert [len(a.ledger.spends()) for a in agents] == [1] * 6
+    if silent == 2:
+        assert s.state == pb.DONE, s.detail
+        assert seen["devices"] == 6 and seen["records"] == sum(p.shape[0] for p in parts[:6])
+    else:
+        assert s.state == pb.FAILED and "CONSISTENCY" in s.detail
+        assert "only 3 devices signed the survivor list" in s.detail and not seen
+
+
 def test_a_finished_round_refuses_late_messages_and_drops_its_state(coordinator_round, parts):
     """After the round, a signed message or fetch for any stage (FINISHED included) gets
     FAILED_PRECONDITION, and the round no longer holds messages, routing or masked inputs."""
@@ -271,6 +297,37 @@ def test_stage_refusals(coordinator_round, parts):
     assert err.value.code() == grpc.StatusCode.FAILED_PRECONDITION
 
 
+def test_a_malformed_stage_message_is_refused_and_the_round_goes_on(coordinator_round, parts):
+    """At every stage, a device in the roster sends bytes that do not parse: the coordinator
+    answers INVALID_ARGUMENT and keeps nothing, the device then sends its real message, and the
+    round finishes (bad bytes from one device used to abort everyone's round at the stage's
+    close)."""
+    study = coordinator_round.create(secure_spec(3, timeout=60))
+    agents = [coordinator_round.agent(f"mal{i}", parts[i]) for i in range(3)]
+    ident = agents[0].ledger.identity()
+    bad = {pb.ADVERTISE_KEYS: b'{"c_pk": 1}', pb.SHARE_KEYS: b"[]", pb.MASKED_INPUT: b"\0" * 7,
+           pb.CONSISTENCY: b'{"signature": "%%"}', pb.UNMASK: b'{"dev": 5}'}
+    op, tried = coordinator_round.operator(), []
+    while (s := op.ShowStudy(pb.StudyRef(study_id=study.study_id), metadata=META)).state not in (
+            pb.DONE, pb.FAILED):
+        if s.stage in bad and s.stage not in tried:
+            for agent in agents[1:]:
+                agent.step()
+            digest = sw.message_digest(study.study_id, ident.device_id, s.stage, bad[s.stage])
+            with pytest.raises(grpc.RpcError) as err:
+                agents[0].stub.SecAggSend(pb.SecAggMessage(
+                    study_id=study.study_id, device_id=ident.device_id, stage=s.stage,
+                    body=bad[s.stage], signature=signing.sign(ident.private_key, digest)),
+                    timeout=10)
+            assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+            assert f"malformed {pb.Stage.Name(s.stage)} message" in err.value.details()
+            tried.append(s.stage)
+        for agent in agents:
+            agent.step()
+    assert s.state == pb.DONE, s.detail
+    assert tried == list(bad)
+
+
 @pytest.mark.parametrize(("change", "words"), [
     ({"max_records": 10**19}, "62"),
     ({"feature": "complex", "max_records": 2**52}, "62"),  # γ = 1024 steps per record
@@ -322,12 +379,12 @@ def test_devices_refuse_a_stored_study_whose_threshold_is_unsafe(coordinator_rou
 
 def test_devices_refuse_round_parameters_the_spec_does_not_imply(coordinator_round, parts,
                                                                  monkeypatch, caplog):
-    """A coordinator that advertises min_submitters 1 instead of L − D = 4 (parameters that
-    are valid in themselves): every device drops out at ADVERTISE_KEYS, before it could spend,
-    and the round fails below the threshold."""
+    """A coordinator that advertises min_submitters 3 instead of L − D = 4 (parameters that
+    are valid in themselves: 3 is the consistency quorum of 4): every device drops out at
+    ADVERTISE_KEYS, before it could spend, and the round fails below the threshold."""
     honest = sw.params_to_json
     monkeypatch.setattr(sw, "params_to_json", lambda params, keys, records: honest(
-        replace(params, min_submitters=1), keys, records))
+        replace(params, min_submitters=3), keys, records))
     study = coordinator_round.create(secure_spec(4, threshold=3))
     agents = [coordinator_round.agent(f"lied{i}", parts[i]) for i in range(4)]
     caplog.set_level(logging.WARNING, logger="fedsketch.device")
