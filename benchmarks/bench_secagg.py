@@ -10,9 +10,12 @@ utility: paper 004's data (k = d = 10, separation 2.5), L = ``--devices`` (100) 
     (benchmarks/plots/secagg_utility.png).
 cost: m = 1000, 10^3 records per device, L and a larger L (``--devices``, 100 and 1000), sparse
     SecAgg+ graph of degree ⌈3·log2 L⌉ (and the full graph at the smaller L; for L ≤ 13 that
-    degree is at least L - 1, so the "sparse" graph is the full one): per-device CPU seconds of its
-    own thread (sketching, noise, masks, crypto; median over devices), bytes each device sends
-    (median), and the coordinator's seconds to close each stage.
+    degree is at least L - 1, so the "sparse" graph is the full one), with no stated dropouts or
+    colluders, and once more at the larger L stating D = ⌈0.005·L⌉ dropouts and C = ⌈0.002·L⌉
+    colluders (none happen): per-device CPU seconds of its own thread (sketching, noise, masks,
+    crypto, the committee signatures it verifies; median over devices), bytes each device sends
+    (median), the signing committee p and its quorum q, and the coordinator's seconds to close
+    each stage.
 
 Usage: python benchmarks/bench_secagg.py utility [--seeds 5] [--devices 100] [--n 10000000]
            [--replicates 3] [--plot PATH]
@@ -112,11 +115,15 @@ def plot(medians: dict, path: Path, title: str) -> None:
     print(f"wrote {path}")
 
 
-def cost_once(devices: int, degree: int | None) -> dict:
-    """One secure round with thread-CPU accounting per device (in-process devices)."""
+def cost_once(devices: int, degree: int | None, dropout: float = 0.0,
+              colluders: float = 0.0) -> dict:
+    """One secure round with thread-CPU accounting per device (in-process devices), stating
+    the fractions ``dropout`` and ``colluders`` of the devices."""
     cfg = SimConfig(devices=devices, records=1000 * devices, m=1000, feature="quantized", r=1,
-                    epsilon=1.0, secure_aggregation=True, degree=degree, stage_timeout=600)
+                    epsilon=1.0, secure_aggregation=True, degree=degree, stage_timeout=600,
+                    max_dropout=dropout, max_colluders=colluders)
     spec = _study_spec(cfg)
+    params = spec.round_params("cost", tuple(f"{i:05d}" for i in range(devices)))
     x, labels, _ = gmm(cfg.records, cfg.k, cfg.d, cfg.separation, cfg.seed)  # no reference needed
     parts = split_records(labels, devices, "iid", np.random.default_rng(0))
     with tempfile.TemporaryDirectory() as tmp, ExitStack() as stack:
@@ -137,6 +144,9 @@ def cost_once(devices: int, degree: int | None) -> dict:
         wall = time.perf_counter() - t
         state = op.ShowStudy(pb.StudyRef(study_id=study.study_id), metadata=meta)
         return {"devices": devices, "degree": degree, "state": pb.StudyState.Name(state.state),
+                "dropouts": spec.secure_aggregation.dropouts,
+                "colluders": spec.secure_aggregation.colluders,
+                "committee": params.committee_size, "quorum": params.consistency_quorum,
                 "device_cpu_s": statistics.median(cpu),
                 "device_bytes": statistics.median(a.bytes_sent for a in agents),
                 "coordinator_s": loop.coordinator.rounds[study.study_id].stage_seconds, "wall_s": wall}
@@ -144,20 +154,21 @@ def cost_once(devices: int, degree: int | None) -> dict:
 
 def cost(small: int, large: int) -> None:
     rows = []
-    for devices, degree in ((small, None), (small, math.ceil(3 * math.log2(small))),
-                            (large, math.ceil(3 * math.log2(large)))):
-        r = cost_once(devices, degree)
+    sparse = math.ceil(3 * math.log2(large))
+    for args in ((small, None), (small, math.ceil(3 * math.log2(small))), (large, sparse),
+                 (large, sparse, 0.005, 0.002)):
+        r = cost_once(*args)
         rows.append(r)
         print(r, flush=True)
-    print("\n| L | graph | state | per-device CPU s (median) | bytes sent per device (median) | "
-          "coordinator s per stage | round wall s |")
-    print("|---|---|---|---|---|---|---|")
+    print("\n| L | graph | D, C | state | per-device CPU s (median) | bytes sent per device "
+          "(median) | committee p, quorum q | coordinator s per stage | round wall s |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         stages = ", ".join(f"{k.lower()} {v:.2f}" for k, v in r["coordinator_s"].items())
         graph = "full" if r["degree"] is None else f"degree {r['degree']}"
-        print(f"| {r['devices']} | {graph} | "
-              f"{r['state']} | {r['device_cpu_s']:.3f} | {r['device_bytes']:,.0f} | {stages} | "
-              f"{r['wall_s']:.1f} |")
+        print(f"| {r['devices']} | {graph} | {r['dropouts']}, {r['colluders']} | "
+              f"{r['state']} | {r['device_cpu_s']:.3f} | {r['device_bytes']:,.0f} | "
+              f"{r['committee']}, {r['quorum']} | {stages} | {r['wall_s']:.1f} |")
     sparse = [r for r in rows if r["degree"] is not None]
     growth = sparse[1]["device_cpu_s"] / sparse[0]["device_cpu_s"]
     print(f"\nsparse graph: per-device CPU grows {growth:.2f}x from L = {small} to L = {large}")

@@ -57,7 +57,7 @@ def test_su_robust_counts_the_runs_above_1_2_for_every_method_and_eps(capsys):
      "| 5 daemon processes, N = 20,000"),
     ("bench_secagg.py", ["utility", "--seeds", "1", "--devices", "5", "--n", "20000", "--replicates",
                          "1", "--plot", "secagg.png"], "| secure | 0.01 |"),
-    ("bench_secagg.py", ["cost", "--devices", "16", "32"], "| 32 | degree 15 | DONE |"),
+    ("bench_secagg.py", ["cost", "--devices", "16", "32"], "| 32 | degree 15 | 1, 1 | DONE |"),
     ("bench_grid.py", ["--seeds", "1", "--n", "20000"], "  ratio grid/float"),
 ])
 def test_benchmark_runs_at_a_tiny_size(tmp_path, script, args, row):

@@ -29,9 +29,12 @@ coordinator.
    enrolled key, once: it refuses a second, different list, and any Y that leaves it out,
    holds devices outside the roster, is shorter than L − D (``min_submitters``), names a
    neighbour whose shares u does not hold, or has fewer than t members in N⁺(u).
-5. Unmask. Each signer receives Y with the signatures collected on it and checks that Y is
-   the list it signed and that at least q = ⌊(n + C)/2⌋ + 1 survivors (n the roster, C the
-   stated colluders) signed it validly. From that list alone it reveals, for its neighbours,
+5. Unmask. Each signer receives Y with signatures collected on it and checks that Y is the
+   list it signed and that at least q of them are valid signatures of surviving members of
+   the public signing committee: the first p = min(n, 2D' + C + 1) devices of the public
+   ring, q = ⌊(p + C)/2⌋ + 1, n the roster, D' = n − (L − D) the dropouts the round may
+   still see, C the stated colluders (:class:`SecAggParams`). From that list alone it
+   reveals, for its neighbours,
    the b-share of each survivor in Y ∩ N⁺(u) and the s_sk-share of each device that shared
    keys with it and is not in Y. The coordinator interpolates b_v for v ∈ Y and s_sk_d for
    d ∈ K \\ Y (at least t shares each), and outputs
@@ -42,8 +45,11 @@ coordinator.
    centred into [−2^{B−1}, 2^{B−1}). A device dropped after sending y_v keeps its noise share in.
 
 Security. Against a coordinator that deviates from the protocol, the consistency round makes
-the survivor list unique: an honest device signs one list, so two lists with q signers each
-would need 2q ≤ n + C signatures. Every honest device then reveals, for every peer, the kind of
+the survivor list unique: an honest committee member signs one list, so two lists with q
+member signatures each would need 2q ≤ p + C. Even if every dropout still possible is a
+member, p − D' ≥ q members remain, so the round can finish; a device verifies q signatures
+(D' + C + 1 once the committee is smaller than the roster). Every honest device then
+reveals, for every peer, the kind of
 share that one list implies, and the coordinator learns nothing but Σ_{v∈Y} (x_v + e_v) over
 at least L − D inputs (the masked input of a device it leaves out of Y stays hidden behind
 b_v, whose shares are never revealed). This needs L > 2D + C (rule 4 of :mod:`.trust`), and

@@ -131,10 +131,11 @@ class Aggregator:
         return self._survivors
 
     @final_on_abort
-    def collect_signatures(self, signatures: Mapping[str, bytes]) -> SignedSurvivors:
-        """Stage 4 → 5: keep the survivors' valid signatures on Y; below the consistency quorum
-        q = ⌊(n + C)/2⌋ + 1 abort. Every signer gets Y with all of them, and is then expected to
-        answer for Y ∩ N⁺(u) (b-shares) and (K \\ Y) ∩ N(u) (s_sk-shares)."""
+    def collect_signatures(self, signatures: Mapping[str, bytes]) -> dict[str, SignedSurvivors]:
+        """Stage 4 → 5: keep the survivors' valid signatures on Y; with fewer than q of the
+        signing committee (:class:`~.params.SecAggParams`) abort. Every signer gets Y with q
+        committee signatures (the first members by id), and is then expected to answer for
+        Y ∩ N⁺(u) (b-shares) and (K \\ Y) ∩ N(u) (s_sk-shares)."""
         self._enter(Stage.CONSISTENCY)
         p, survivors = self.params, frozenset(self._survivors)
         digest = survivors_digest(p.study_id, self._survivors)
@@ -148,13 +149,15 @@ class Aggregator:
             return None
 
         kept = self._keep(signatures, problem)
-        if len(kept) < p.consistency_quorum:
-            fail(f"only {len(kept)} devices signed the survivor list; unmasking needs the "
-                 f"consistency quorum of {p.consistency_quorum} (more than half of the roster "
-                 f"plus the colluders)")
+        members = sorted(u for u in kept if u in p.committee)
+        if len(members) < p.consistency_quorum:
+            fail(f"only {len(members)} of the signing committee signed the survivor list; "
+                 f"unmasking needs the consistency quorum of {p.consistency_quorum}")
         gone = self._keyed - survivors
         self._requests = {u: (p.closed(u) & survivors, p.graph[u] & gone) for u in kept}
-        return SignedSurvivors(self._survivors, dict(sorted(kept.items())))
+        request = SignedSurvivors(self._survivors,
+                                  {u: kept[u] for u in members[:p.consistency_quorum]})
+        return dict.fromkeys(sorted(kept), request)
 
     def _response_problem(self, u: str, response: Mapping[str, tuple[str, bytes]]) -> str | None:
         if u not in self._requests:

@@ -186,8 +186,9 @@ class Client:
         Both lists follow from the list u signed, never from the coordinator's say, so u
         reveals one kind of share per peer whatever it is asked. Aborts, revealing nothing,
         unless the request carries that same list and signatures on it, each valid under the
-        enrolled key of a survivor, from at least :attr:`~.params.SecAggParams.consistency_quorum`
-        devices: honest devices sign one list, so no other list can have as many.
+        enrolled key of a survivor in the signing committee, from at least
+        :attr:`~.params.SecAggParams.consistency_quorum` members: honest members sign one list,
+        so no other list can have as many.
         """
         if self._signed is None:
             fail("unmask must follow my signature on the survivor list")
@@ -195,13 +196,15 @@ class Client:
         if tuple(sorted(set(request.survivors))) != listed:
             fail("the survivor list to unmask differs from the one I signed")
         digest = survivors_digest(p.study_id, listed)
-        for v, signature in request.signatures.items():
-            key = self._enrolled.get(v)
-            if v not in listed or key is None or not signing.verify(key, digest, signature):
-                fail(f"the signature of {v!r} on the survivor list is not a survivor's valid one")
         if len(request.signatures) < p.consistency_quorum:
             fail(f"only {len(request.signatures)} signatures on the survivor list; unmasking needs "
-                 f"{p.consistency_quorum} (more than half of the roster plus the colluders)")
+                 f"{p.consistency_quorum} of the signing committee")
+        for v, signature in request.signatures.items():
+            key = self._enrolled.get(v)
+            if (v not in listed or v not in p.committee or key is None
+                    or not signing.verify(key, digest, signature)):
+                fail(f"the signature of {v!r} on the survivor list is not a valid one of a "
+                     f"surviving committee member")
         alive = set(listed) & p.closed(self.device_id)
         gone = self._held.keys() - set(listed)
         me = p.share_x[self.device_id]

@@ -11,7 +11,7 @@ from functools import cached_property
 from .. import signing
 from ..dp.calibration import noise_radius
 from .protocol import DOMAIN_PREFIX
-from .trust import split_reach
+from .trust import neighbourhood_size, split_reach
 
 MAX_BITS = 62  # the masked payload travels as uint64
 
@@ -39,11 +39,19 @@ def check_capacity(n_max: int, a: float, dim: int, shape: float = 1.0) -> int:
     return bits
 
 
+def ring_order(device_ids: Sequence[str], seed: bytes) -> list[str]:
+    """The devices on the public random ring: sorted by SHA-256(domain ‖ "graph" ‖ L(seed) ‖
+    L(id)). The sparse graph joins neighbours on it; the signing committee is its first
+    devices."""
+    return sorted(device_ids, key=lambda u: hashlib.sha256(
+        DOMAIN_PREFIX + b"graph" + signing.field(seed) + signing.field(u)).digest())
+
+
 def neighbours(device_ids: Sequence[str], degree: int | None, seed: bytes) -> dict[str, list[str]]:
     """The public undirected neighbour graph: id → sorted neighbour ids (never itself).
 
     ``degree`` None (or ≥ n−1) gives the complete graph. Otherwise a Harary graph on a public
-    random ring: devices are ordered by SHA-256(domain ‖ seed ‖ id), each is joined to the
+    random ring (:func:`ring_order`), each is joined to the
     ⌊degree/2⌋ nearest on either side and, for odd degree, to the one(s) opposite (±⌊n/2⌋).
     Every device then has exactly ``degree`` neighbours (degree+1 when degree and n are odd).
     Every party computes the same graph from the same seed.
@@ -56,8 +64,7 @@ def neighbours(device_ids: Sequence[str], degree: int | None, seed: bytes) -> di
         return {u: [v for v in ids if v != u] for u in ids}
     if degree < 1:
         raise ValueError(f"degree must be >= 1 or None, got {degree}")
-    order = sorted(ids, key=lambda u: hashlib.sha256(
-        DOMAIN_PREFIX + b"graph" + signing.field(seed) + signing.field(u)).digest())
+    order = ring_order(ids, seed)
     offsets = [k for h in range(1, degree // 2 + 1) for k in (h, -h)]
     if degree % 2:
         offsets += [n // 2, -(n // 2)]
@@ -81,7 +88,15 @@ class SecAggParams:
     (:func:`neighbours`); ``min_submitters`` (L − D of :mod:`.trust`) is the fewest masked
     inputs the round may be unmasked with, and must exceed half of the roster plus the
     colluders (rule 4 of :mod:`.trust`, so the consistency round can finish); None takes the
-    fewest that rule allows, the :attr:`consistency_quorum`.
+    fewest that rule allows, ⌊(n + C)/2⌋ + 1.
+
+    The consistency round (stage 4) counts the signatures of a public **signing committee**:
+    the first p = min(n, 2D' + C + 1) devices of :func:`ring_order`, D' = n − min_submitters
+    the dropouts the round may still see. A device unmasks against q = ⌊(p + C)/2⌋ + 1
+    committee signatures on its list. Uniqueness: an honest member signs one list and at most
+    C members collude, so two lists would need 2q ≤ p + C signatures. Liveness: even if all D'
+    dropouts are members, p − D' ≥ q remain. So each device verifies q = D' + C + 1 signatures
+    (⌊(n + C)/2⌋ + 1 at most), not one per survivor.
     """
 
     study_id: str
@@ -100,28 +115,31 @@ class SecAggParams:
             if type(value) is not int and not (name in ("degree", "min_submitters") and value is None):
                 raise ValueError(f"round parameter {name!r} must be an integer, got {value!r}")
         object.__setattr__(self, "device_ids", tuple(sorted(self.device_ids)))
+        n = len(self.device_ids)
+        if n == 0 or len(set(self.device_ids)) != n:
+            raise ValueError("a round needs at least one device, and distinct device ids")
+        if self.degree is not None and self.degree < 1:
+            raise ValueError(f"degree must be >= 1 or None, got {self.degree}")
+        least = (n + self.colluders) // 2 + 1  # the fewest with 2D' + C < n
         if self.min_submitters is None:
-            object.__setattr__(self, "min_submitters", self.consistency_quorum)
-        if not self.device_ids:
-            raise ValueError("a round needs at least one device")
+            object.__setattr__(self, "min_submitters", least)
         if not 1 <= self.bits <= MAX_BITS:
             raise ValueError(f"bits must lie in 1..{MAX_BITS}, got {self.bits}")
         if self.dim < 1:
             raise ValueError(f"dim must be >= 1, got {self.dim}")
         if self.colluders < 0:
             raise ValueError(f"colluders must be >= 0, got {self.colluders}")
-        if not self.consistency_quorum <= self.min_submitters <= len(self.device_ids):
+        if not least <= self.min_submitters <= n:
             raise ValueError(
-                f"min_submitters must lie in {self.consistency_quorum}..{len(self.device_ids)}, got "
-                f"{self.min_submitters}: the consistency round needs signatures from more than "
-                f"half of the roster plus the colluders, ⌊(n + C)/2⌋ + 1 = "
-                f"{self.consistency_quorum}, and only survivors sign")
-        sizes = {len(v) for v in self.graph.values()}
-        smallest = min(sizes) + 1
-        if not 1 <= self.threshold <= smallest:
-            raise ValueError(f"threshold must lie in 1..{smallest} (smallest neighbourhood), "
+                f"min_submitters must lie in {least}..{n}, got {self.min_submitters}: with "
+                f"D' = n − min_submitters dropouts still possible and C = {self.colluders} "
+                f"colluders, the consistency round needs 2D' + C < n = {n} to make the survivor "
+                f"list unique and still finish")
+        size = neighbourhood_size(n, self.degree)  # |N(u)|, the same for every u
+        if not 1 <= self.threshold <= size + 1:
+            raise ValueError(f"threshold must lie in 1..{size + 1} (smallest neighbourhood), "
                              f"got {self.threshold}")
-        exposed = max(split_reach(s, self.colluders) for s in sizes)
+        exposed = split_reach(size, self.colluders)
         if 2 * self.threshold <= exposed:
             raise ValueError(
                 f"threshold {self.threshold} is too low: with {self.colluders} colluders, a "
@@ -129,11 +147,21 @@ class SecAggParams:
                 f"(2t must exceed {exposed})")
 
     @property
+    def committee_size(self) -> int:
+        """p = min(n, 2D' + C + 1), D' = n − min_submitters (class docstring)."""
+        left = len(self.device_ids) - self.min_submitters
+        return min(len(self.device_ids), 2 * left + self.colluders + 1)
+
+    @property
     def consistency_quorum(self) -> int:
-        """q = ⌊(n + C)/2⌋ + 1, n the roster and C the colluders: the signatures on one survivor
-        list that a device needs before it unmasks. Honest devices sign one list only, so two
-        lists with q signers each would need 2q ≤ n + C (rule 4 of :mod:`.trust`)."""
-        return (len(self.device_ids) + self.colluders) // 2 + 1
+        """q = ⌊(p + C)/2⌋ + 1: the committee's signatures on one survivor list that a device
+        needs before it unmasks (class docstring; rule 4 of :mod:`.trust`)."""
+        return (self.committee_size + self.colluders) // 2 + 1
+
+    @cached_property
+    def committee(self) -> frozenset[str]:
+        """The signing committee: the first p devices of :func:`ring_order`."""
+        return frozenset(ring_order(self.device_ids, self.graph_seed)[:self.committee_size])
 
     @cached_property
     def graph(self) -> dict[str, frozenset[str]]:

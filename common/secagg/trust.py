@@ -32,12 +32,14 @@ C = ⌈f_C·L⌉ (:meth:`Assumptions.from_fractions`). Four rules follow.
    u, t holders of u's shares (u among them) remain, so a round that stays within its
    assumptions finishes. More dropouts than D make it fail, releasing nothing.
 4. **One survivor list: 2(L − D) > L + C, i.e. L > 2D + C.** Before it reveals a share, a
-   device needs q = ⌊(n + C)/2⌋ + 1 signatures of roster devices (n of them registered) on
-   the survivor list it signed itself (stage 4 of the package docstring). An honest device
-   signs one list, so two lists with q signers each would need 2q ≤ n + C signatures: the
-   list is unique, and a coordinator that deviates learns no sum but Σ over that list, of at
-   least L − D inputs. The L − D devices that may be left must be able to reach q. Rules 2
-   and 3 imply it: with all L registered, 2(|N(u)| + 1 − D) ≥ 2t > |N(u)| + 1 + C, so
+   device needs q signatures on the survivor list it signed itself (stage 4 of the package
+   docstring) from members of a public signing committee of p devices, with 2q > p + C, so
+   that two lists cannot both have q (an honest member signs one list), and p − D' ≥ q, so
+   that the members left after the D' dropouts still possible can sign
+   (:class:`~fedsketch.common.secagg.params.SecAggParams`: p = min(n, 2D' + C + 1)). The list
+   is then unique, and a coordinator that deviates learns no sum but Σ over that list, of at
+   least L − D inputs. Both need, for the whole roster, 2(L − D) > L + C. Rules 2 and 3
+   imply it: with all L registered, 2(|N(u)| + 1 − D) ≥ 2t > |N(u)| + 1 + C, so
    L ≥ |N(u)| + 1 > 2D + C (when C ≤ |N(u)|; otherwise the rules force t = |N(u)| + 1 and
    D = 0, and h_min ≥ 1 gives L > C).
 

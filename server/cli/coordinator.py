@@ -183,9 +183,9 @@ def create_study(
     colluders among them (|N(u)| = L − 1, or --degree, plus one when the degree and the roster
     are odd); (3) t must be small enough that D dropouts leave t share holders in every
     neighbourhood, so a round within its assumptions finishes; (4) devices reveal shares only
-    against signatures on the survivor list from more than half of the roster plus C, so the
-    list is unique, which needs L > 2D + C (implied by 2 and 3). The chosen D, C, h_min and t
-    are printed on stderr."""
+    against q = ⌊(p + C)/2⌋ + 1 signatures on the survivor list from a public committee of
+    p = min(L, 2D + C + 1) devices, so the list is unique, which needs L > 2D + C (implied by
+    2 and 3). The chosen D, C, h_min and t are printed on stderr."""
     import time
 
     with clean_errors():

@@ -200,9 +200,9 @@ class SecAggRound:
                 body = sw.dump(sw.survivors_to_json(self._survivors))
                 self._outbox = dict.fromkeys(self._survivors, body)
             elif self.stage == pb.CONSISTENCY:
-                signed = self._aggregator.collect_signatures(parsed)
-                body = sw.dump(sw.signed_to_json(signed))
-                self._outbox = dict.fromkeys(signed.signatures, body)
+                requests = self._aggregator.collect_signatures(parsed)
+                body = sw.dump(sw.signed_to_json(next(iter(requests.values()))))  # one for all
+                self._outbox = dict.fromkeys(requests, body)
             else:
                 total = self._aggregator.collect_unmask(parsed)
                 self._end()

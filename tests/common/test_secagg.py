@@ -91,7 +91,7 @@ def run_round(params: SecAggParams, xs: dict[str, np.ndarray], drops: dict[str, 
         run.submitted = set(masked)
         survivors = agg.collect_masked(masked)
         signed = agg.collect_signatures(stage("consistency", lambda c: c.sign_survivors(survivors)))
-        run.result = agg.collect_unmask(stage("unmask", lambda c: c.unmask(signed)))
+        run.result = agg.collect_unmask(stage("unmask", lambda c: c.unmask(signed[c.device_id])))
     except SecAggAbort as exc:
         run.aborted = exc.reason
         with pytest.raises(SecAggAbort):  # an aborted coordinator stays aborted
@@ -257,7 +257,7 @@ def test_one_masked_input_is_uniform_to_the_coordinator_even_after_unmasking():
         masked = {v: c.masked_input(xs[v], routed[v]) for v, c in clients.items()}
         survivors = agg.collect_masked(masked)
         signed = agg.collect_signatures({v: c.sign_survivors(survivors) for v, c in clients.items()})
-        responses = {v: c.unmask(signed) for v, c in clients.items()}
+        responses = {v: c.unmask(signed[v]) for v, c in clients.items()}
         b_u = combine(dict(decode_share(r[u][1]) for r in responses.values()), 32)
         assert np.array_equal(agg.collect_unmask(responses), np.array([15, -21]))
         views["y_u"].append(int(masked[u][0]))

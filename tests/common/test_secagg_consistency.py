@@ -24,6 +24,7 @@ from fedsketch.common.secagg import (
     survivors_digest,
 )
 from fedsketch.common.secagg import wire as sw
+from fedsketch.common.secagg.params import ring_order
 from fedsketch.common.secagg.trust import Assumptions
 
 DIM, BITS = 4, 30
@@ -69,7 +70,6 @@ def test_a_device_signs_one_survivor_list_and_refuses_any_it_cannot_stand_behind
     ids = _ids(6)
     a, b, c, d, e, f = ids
     params = SecAggParams("study-c", ids, 4, BITS, DIM, min_submitters=4)
-    assert params.consistency_quorum == 4  # ⌊(6 + 0)/2⌋ + 1
     run = _masked(params, {"share_keys": {f}, "masked_input": {e}})
     assert run.survivors == (a, b, c, d)
     cl = run.clients
@@ -100,105 +100,153 @@ def test_a_device_signs_no_list_with_fewer_than_t_survivors_around_it():
         run.clients[ids[0]].sign_survivors(ids[:3])
 
 
-def _signed(run: Masked) -> SignedSurvivors:
+def _signed(run: Masked) -> dict[str, SignedSurvivors]:
+    """Every survivor signs Y; the aggregator's request to each signer."""
     signatures = {u: run.clients[u].sign_survivors(run.survivors) for u in run.survivors}
     return run.aggregator.collect_signatures(signatures)
 
 
-def test_unmask_needs_the_quorum_of_valid_survivor_signatures_on_the_list_it_signed():
+def test_the_signing_committee_and_its_quorum_follow_the_dropouts_left_and_the_colluders():
+    """p = min(n, 2D' + C + 1) devices, the first on the public ring; q = ⌊(p + C)/2⌋ + 1."""
+    ids = _ids(100)
+    for submitters, colluders, p, q in ((100, 0, 1, 1), (90, 5, 26, 16), (80, 10, 51, 31),
+                                        (51, 0, 99, 50), (56, 10, 99, 55), (51, 1, 100, 51)):
+        params = SecAggParams("st", ids, 60, BITS, DIM, None, b"seed", colluders, submitters)
+        assert (params.committee_size, params.consistency_quorum) == (p, q)
+        assert params.committee == frozenset(ring_order(ids, b"seed")[:p])
+        left = 100 - submitters
+        assert 2 * q > p + colluders  # two lists cannot both reach q
+        assert p - min(left, p) >= q  # even if every dropout left is a member, q remain
+    other = SecAggParams("st", ids, 60, BITS, DIM, None, b"other seed", 5, 90)
+    assert other.committee != SecAggParams("st", ids, 60, BITS, DIM, None, b"seed", 5, 90).committee
+
+
+def _refusal(params: SecAggParams, silent: set[str], request) -> str:
+    """The abort of the first survivor, after every survivor signed Y, on ``request(run, Y,
+    honest request)``; a fresh round each time (an abort is final)."""
+    run = _masked(params, {"masked_input": silent})
+    honest = _signed(run)[run.survivors[0]]
+    with pytest.raises(SecAggAbort) as err:
+        run.clients[run.survivors[0]].unmask(request(run, run.survivors, honest))
+    return err.value.reason
+
+
+def test_unmask_needs_the_quorum_of_valid_committee_signatures_on_the_list_it_signed():
     ids = _ids(6)
-    a, b, c, d, e, f = ids
     params = SecAggParams("study-u", ids, 4, BITS, DIM, min_submitters=4)
-    run = _masked(params, {"masked_input": {e, f}})
-    signed = _signed(run)
-    assert signed.survivors == (a, b, c, d) and set(signed.signatures) == {a, b, c, d}
-    three = dict(list(signed.signatures.items())[:3])
-    other = (a, b, c, d, e)
-    cases = {
-        a: (SignedSurvivors(signed.survivors, three), "only 3 signatures"),
-        b: (SignedSurvivors(other, signed.signatures), "differs from the one I signed"),
-        c: (SignedSurvivors(signed.survivors, three | {d: run.signature(d, other)}),
-            "signature of 'dev-03'"),  # d's valid signature, but on another list
-        d: (SignedSurvivors(signed.survivors, three | {e: run.signature(e, signed.survivors)}),
-            "signature of 'dev-04'"),  # e's own valid signature, but e is not a survivor
-    }
-    for u, (request, reason) in cases.items():
-        with pytest.raises(SecAggAbort, match=reason):
-            run.clients[u].unmask(request)
-    fair = _masked(params, {"masked_input": {e, f}})
-    signed = _signed(fair)
-    out = fair.clients[a].unmask(signed)
-    assert {v: kind for v, (kind, _) in out.items()} == {
-        a: KIND_B, b: KIND_B, c: KIND_B, d: KIND_B, e: KIND_SK, f: KIND_SK}
-    assert fair.clients[a].unmask(signed) == out  # asked again, the same answer
+    q = params.consistency_quorum
+    assert (params.committee_size, q) == (5, 3)  # D' = 2, C = 0
+    (outsider,) = set(ids) - params.committee
+    silent = set(sorted(set(ids) - {outsider})[-2:])  # the outsider survives
+    gone = min(silent)
+    other = tuple(sorted(set(ids) - {gone}))
+
+    def first(honest: SignedSurvivors) -> dict[str, bytes]:  # all but the last of q
+        return dict(list(honest.signatures.items())[:q - 1])
+
+    def last(honest: SignedSurvivors) -> str:
+        return list(honest.signatures)[-1]
+
+    assert "only 2 signatures" in _refusal(
+        params, silent, lambda run, y, h: SignedSurvivors(y, first(h)))
+    assert "differs from the one I signed" in _refusal(
+        params, silent, lambda run, y, h: SignedSurvivors(other, h.signatures))
+    for signer, on in ((last, other), (lambda h: gone, None), (lambda h: outsider, None)):
+        # a member's signature on another list; a non-survivor's and a non-member's on Y
+        seen: list[str] = []
+
+        def forged(run, y, h, signer=signer, on=on, seen=seen):
+            v = signer(h)
+            seen.append(v)
+            return SignedSurvivors(y, first(h) | {v: run.signature(v, on or y)})
+
+        reason = _refusal(params, silent, forged)
+        assert f"signature of {seen[0]!r}" in reason and "not a valid one" in reason
+    fair = _masked(params, {"masked_input": silent})
+    requests = _signed(fair)
+    assert outsider in fair.survivors and set(requests) == set(fair.survivors)
+    assert {len(r.signatures) for r in requests.values()} == {q}
+    assert all(set(r.signatures) <= params.committee for r in requests.values())
+    u = fair.survivors[0]
+    out = fair.clients[u].unmask(requests[u])
+    assert {v: kind for v, (kind, _) in out.items()} == (
+        dict.fromkeys(fair.survivors, KIND_B) | dict.fromkeys(silent, KIND_SK))
+    assert fair.clients[u].unmask(requests[u]) == out  # asked again, the same answer
 
 
 def test_the_aggregator_keeps_only_survivors_valid_signatures_and_asks_only_the_signers():
     ids = _ids(6)
-    a, b, c, d, e, f = ids
-    params = SecAggParams("study-g", ids, 4, BITS, DIM, min_submitters=4)
+    params = SecAggParams("study-g", ids, 4, BITS, DIM, min_submitters=4)  # p = 5, q = 3
+    (outsider,) = set(ids) - params.committee
+    f = max(set(ids) - {outsider})  # silent; the others survive
     run = _masked(params, {"masked_input": {f}})
-    signatures = {u: run.clients[u].sign_survivors(run.survivors) for u in (a, b, c, d)}
-    signatures[e] = run.signature(e, (a, b, c, d))  # a survivor's signature on another list
-    signatures[f] = run.signature(f, run.survivors)  # not a survivor
-    signed = run.aggregator.collect_signatures(signatures)
-    assert set(signed.signatures) == {a, b, c, d}
-    assert set(run.aggregator.rejected) == {e, f}
-    responses = {u: run.clients[u].unmask(signed) for u in (a, b, c, d)}
-    responses[e] = responses[a]  # e did not sign: its answer is not taken
+    y = run.survivors
+    signers = [u for u in y if u != y[-1]]
+    signatures = {u: run.clients[u].sign_survivors(y) for u in signers}
+    signatures[y[-1]] = run.signature(y[-1], signers)  # a survivor's signature on another list
+    signatures[f] = run.signature(f, y)  # not a survivor
+    requests = run.aggregator.collect_signatures(signatures)
+    assert set(requests) == set(signers)  # every valid signer is asked, member or not
+    members = sorted(set(signers) & params.committee)
+    assert set(requests[signers[0]].signatures) == set(members[:3])
+    assert set(run.aggregator.rejected) == {y[-1], f}
+    responses = {u: run.clients[u].unmask(requests[u]) for u in signers}
+    responses[y[-1]] = responses[signers[0]]  # it did not sign validly: its answer is not taken
     total = run.aggregator.collect_unmask(responses)
-    assert "not asked" in run.aggregator.rejected[e]
+    assert "not asked" in run.aggregator.rejected[y[-1]]
     assert np.array_equal(total, sum(np.arange(DIM) + i for i in range(5)))
 
     short = _masked(params, {"masked_input": {f}})
-    few = {u: short.clients[u].sign_survivors(short.survivors) for u in (a, b, c)}
-    with pytest.raises(SecAggAbort, match="only 3 devices signed .* consistency quorum of 4"):
+    two = sorted(set(short.survivors) & params.committee)[:2]
+    few = {u: short.clients[u].sign_survivors(short.survivors) for u in two}
+    few[outsider] = short.clients[outsider].sign_survivors(short.survivors)  # does not count
+    with pytest.raises(SecAggAbort, match="only 2 of the signing committee .* quorum of 3"):
         short.aggregator.collect_signatures(few)
     with pytest.raises(SecAggAbort, match="already aborted"):
         short.aggregator.collect_unmask({})
 
 
-@pytest.mark.parametrize(("devices", "dropouts", "colluders"), [(10, 2, 1), (12, 3, 2), (9, 2, 0)])
+@pytest.mark.parametrize(("devices", "dropouts", "colluders"),
+                         [(10, 2, 1), (12, 2, 1), (12, 3, 2), (9, 2, 0), (7, 3, 0)])
 def test_a_coordinator_cannot_get_two_survivor_lists_signed_by_the_quorum(devices, dropouts, colluders):
-    """The attack of stop 19's review: each device is told a list of exactly L − D survivors,
-    and the lists name different devices as dropped, so that the b-shares and s_sk-shares the
-    coordinator collects strip the masks from the sum of a group smaller than h_min. Every
-    honest device is offered both lists (in the order that suits the attacker best: the
-    devices on both are split evenly between them); the colluders sign both. At most one list
-    reaches the quorum, and a device holding the other reveals nothing."""
+    """The attack of stop 19's review: devices are told lists of L − D survivors that name
+    different devices as dropped, so that the b-shares and s_sk-shares the coordinator collects
+    strip the masks from the sum of a group smaller than h_min. The coordinator's best play:
+    the colluders are committee members and sign both lists; the dropped devices of each list
+    are outside the committee where possible; every honest device is offered both lists it is
+    on, members in the order that splits them evenly. At most one list reaches the quorum, and
+    a device holding the other, with every committee signature on it, reveals nothing."""
     ids = _ids(devices)
     trust = Assumptions(devices, dropouts, colluders)
     t = trust.default_threshold(None)
     params = SecAggParams("study-a", ids, t, BITS, DIM, None, b"", colluders, trust.min_submitters)
+    q = params.consistency_quorum
     run = _masked(params)
     assert run.survivors == ids
-    size = trust.min_submitters
-    first, second = ids[:size], ids[devices - size:]
-    bad = set(ids[size - colluders:size])  # on both lists
-    both = [u for u in ids if u in first and u in second and u not in bad]
-    signed: dict[tuple, dict[str, bytes]] = {first: {}, second: {}}
-    for i, u in enumerate(ids):
-        if u in bad:
-            for lst in signed:
-                signed[lst][u] = run.signature(u, lst)
-            continue
-        offers = [lst for lst in (first, second) if u in lst]
-        if u in both and i % 2:
-            offers.reverse()
+    bad = set(sorted(params.committee)[:colluders])
+    others = sorted(set(ids) - bad, key=lambda u: (u in params.committee, u))
+    lists = (tuple(sorted(set(ids) - set(others[:dropouts]))),
+             tuple(sorted(set(ids) - set(others[dropouts:2 * dropouts]))))
+    signed: dict[tuple, dict[str, bytes]] = {lst: {} for lst in lists}
+    for i, u in enumerate(sorted(set(ids) - bad)):
+        offers = [lst for lst in lists if u in lst][::(-1) ** i]
         signed[offers[0]][u] = run.clients[u].sign_survivors(offers[0])
         for later in offers[1:]:
             with pytest.raises(SecAggAbort, match="second, different survivor list"):
                 run.clients[u].sign_survivors(later)
-    counts = sorted(len(s) for s in signed.values())
-    assert counts[0] < params.consistency_quorum, counts  # never both
-    assert sum(counts) <= devices + colluders
-    weak = min(signed, key=lambda lst: len(signed[lst]))
-    fresh = _masked(params)  # an honest device that holds the weaker list, with its signatures
+    for u in bad:
+        for lst in lists:
+            signed[lst][u] = run.signature(u, lst)
+    counts = sorted(len(set(sig) & params.committee) for sig in signed.values())
+    assert counts[0] < q <= params.committee_size, (counts, q)  # never both
+    assert sum(counts) <= params.committee_size + colluders
+    weak = min(lists, key=lambda lst: len(set(signed[lst]) & params.committee))
+    fresh = _masked(params)  # an honest device that holds the weaker list
     holder = next(u for u in weak if u not in bad)
     fresh.clients[holder].sign_survivors(weak)
     with pytest.raises(SecAggAbort, match="signatures on the survivor list; unmasking needs"):
         fresh.clients[holder].unmask(SignedSurvivors(weak, {
-            u: fresh.signature(u, weak) for u in list(signed[weak])}))
+            u: fresh.signature(u, weak) for u in signed[weak] if u in params.committee}))
 
 
 def test_in_a_sparse_graph_no_survivor_s_mask_key_share_is_ever_revealed():
@@ -213,8 +261,11 @@ def test_in_a_sparse_graph_no_survivor_s_mask_key_share_is_ever_revealed():
     t = trust.default_threshold(degree)
     params = SecAggParams("study-s", ids, t, BITS, DIM, degree, b"seed", 0, trust.min_submitters)
     run = _masked(params, {"masked_input": {ids[13]}})
-    signed = _signed(run)
-    answers = {u: run.clients[u].unmask(signed) for u in run.survivors}
+    requests = _signed(run)
+    assert set(requests) == set(run.survivors)  # every signer is asked ...
+    assert (params.committee_size, params.consistency_quorum) == (3, 2)  # D' = 1, C = 0
+    assert {len(r.signatures) for r in requests.values()} == {2}  # ... with q signatures
+    answers = {u: run.clients[u].unmask(requests[u]) for u in run.survivors}
     y = set(run.survivors)
     for u, answer in answers.items():
         assert {v for v, (kind, _) in answer.items() if kind == KIND_SK} <= {ids[13]} - y
@@ -244,13 +295,14 @@ def test_rules_2_and_3_imply_the_consistency_rule():
                     for n in trust.rosters():
                         params = SecAggParams("s", _ids(n), t, BITS, DIM, degree, b"g", colluders,
                                               trust.min_submitters)
-                        assert params.consistency_quorum <= trust.min_submitters
+                        left = n - trust.min_submitters
+                        assert params.committee_size - left >= params.consistency_quorum
     assert checked > 1000
 
 
 def test_round_parameters_refuse_fewer_submitters_than_the_quorum():
     assert SecAggParams("s", _ids(7), 5, BITS, DIM, colluders=1).min_submitters == 5  # ⌊8/2⌋ + 1
-    with pytest.raises(ValueError, match=r"min_submitters must lie in 5..7, got 4: the consistency"):
+    with pytest.raises(ValueError, match=r"min_submitters must lie in 5..7, got 4: .* 2D' \+ C < n"):
         SecAggParams("s", _ids(7), 5, BITS, DIM, colluders=1, min_submitters=4)
 
 

@@ -222,26 +222,33 @@ def test_too_few_submitters_abort_and_release_nothing(coordinator_round, parts):
     assert coordinator_round.coordinator.rounds[study.study_id].held_messages() == 0
 
 
-@pytest.mark.parametrize("silent", [2, 3])
+@pytest.mark.parametrize("members_silent", [1, 2])
 def test_devices_silent_from_consistency_count_in_the_sum_or_deny_the_quorum(coordinator_round,
-                                                                            parts, silent):
-    """Six devices (q = ⌊6/2⌋ + 1 = 4) all send their masked input; some go silent before
-    they sign the survivor list. With two silent, four sign, the round unmasks all six inputs
-    (a silent device's input stays in the sum) and decodes; with three, the coordinator has
-    three signatures, fails the round and releases nothing."""
+                                                                            parts, members_silent):
+    """Six devices assuming one dropout: D' = 1, so the signing committee is p = 3 devices and
+    the quorum q = 2. All send their masked input; then a non-member and one or two committee
+    members go silent. With one member silent, two sign, the round unmasks all six inputs (a
+    silent device's input stays in the sum) and decodes; with two, the coordinator has one
+    committee signature, fails the round and releases nothing."""
     spec = secure_spec(6, threshold=4, dropouts=1)
     study = coordinator_round.create(spec)
     seen = spy_total(coordinator_round, study.study_id)
-    agents = [coordinator_round.agent(f"c{silent}{i}", parts[i]) for i in range(6)]
-    s = drive(coordinator_round, study.study_id, agents, silent=set(range(silent)),
-              from_stage=pb.CONSISTENCY)
+    agents = [coordinator_round.agent(f"c{members_silent}{i}", parts[i]) for i in range(6)]
+    ids = [a.ledger.identity().device_id for a in agents]
+    params = spec.round_params(study.study_id, tuple(ids))
+    assert (params.committee_size, params.consistency_quorum) == (3, 2)
+    members = [i for i, u in enumerate(ids) if u in params.committee]
+    outside = [i for i, u in enumerate(ids) if u not in params.committee]
+    silent = {*members[:members_silent], outside[0]}
+    s = drive(coordinator_round, study.study_id, agents, silent=silent, from_stage=pb.CONSISTENCY)
     assert [len(a.ledger.spends()) for a in agents] == [1] * 6
-    if silent == 2:
+    if members_silent == 1:
         assert s.state == pb.DONE, s.detail
         assert seen["devices"] == 6 and seen["records"] == sum(p.shape[0] for p in parts[:6])
     else:
         assert s.state == pb.FAILED and "CONSISTENCY" in s.detail
-        assert "only 3 devices signed the survivor list" in s.detail and not seen
+        assert "only 1 of the signing committee signed the survivor list" in s.detail
+        assert not seen
 
 
 def test_a_finished_round_refuses_late_messages_and_drops_its_state(coordinator_round, parts):
