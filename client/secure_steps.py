@@ -87,6 +87,9 @@ class SecureSteps:
             return None
         if session is None or stage in session.done or session.left:
             return None
+        if stage != pb.ADVERTISE_KEYS and session.client is None:
+            session.left = True  # the round went on without this device's keys
+            return None
         try:
             body = self._stage_fetch(identity, sid, stage)
         except grpc.RpcError as exc:

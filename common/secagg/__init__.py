@@ -52,11 +52,14 @@ member, p − D' ≥ q members remain, so the round can finish; a device verifie
 reveals, for every peer, the kind of
 share that one list implies, and the coordinator learns nothing but Σ_{v∈Y} (x_v + e_v) over
 at least L − D inputs (the masked input of a device it leaves out of Y stays hidden behind
-b_v, whose shares are never revealed). This needs L > 2D + C (rule 4 of :mod:`.trust`), and
-the roster and its keys are the coordinator's word, so C must count every device the operator
-could enroll itself. The threshold rule of :mod:`.trust` (2t > |N⁺(u)| + colluders among N(u))
-stays as a second defence: no split of one neighbourhood into the two kinds of share reaches
-t twice. Devices that collude beyond the stated C void both.
+b_v, whose shares are never revealed). This needs L > 2D + C (rule 4 of :mod:`.trust`), a
+graph that keeps the honest survivors connected (rule 5), and enrolled keys that are the
+devices' own: the roster and its keys are the coordinator's word (Bonawitz et al. assume a
+public-key infrastructure), and a coordinator that gives one device a key map of its own
+making can play all the others to it. The threshold rule of :mod:`.trust`
+(2t > |N⁺(u)| + colluders among N(u)) stays as a second defence: no split of one
+neighbourhood into the two kinds of share reaches t twice. Devices that collude beyond the
+stated C void both.
 
 Distributed noise (MECHANISMS §4): e_u = NB(1/h_min, 1−a) − NB(1/h_min, 1−a) per coordinate with
 a = exp(−ε/Δ1). Σ over m' ≥ h_min submitters is NB(m'/h_min) − NB(m'/h_min), i.e. DLap(a) plus

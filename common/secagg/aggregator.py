@@ -138,13 +138,13 @@ class Aggregator:
         Y ∩ N⁺(u) (b-shares) and (K \\ Y) ∩ N(u) (s_sk-shares)."""
         self._enter(Stage.CONSISTENCY)
         p, survivors = self.params, frozenset(self._survivors)
-        digest = survivors_digest(p.study_id, self._survivors)
 
         def problem(u: str, signature: bytes) -> str | None:
             if u not in survivors:
                 return "signature from a device that is not a survivor"
             key = self._enrolled.get(u)
-            if key is None or not signing.verify(key, digest, signature):
+            if key is None or not signing.verify(
+                    key, survivors_digest(p.study_id, u, self._survivors), signature):
                 return "signature on the survivor list does not verify"
             return None
 

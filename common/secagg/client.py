@@ -40,6 +40,11 @@ class Client:
                  enrolled: Mapping[str, bytes]) -> None:
         if device_id not in params.share_x:
             raise ValueError(f"{device_id!r} is not invited to study {params.study_id!r}")
+        roster_keys = [enrolled.get(u) for u in params.device_ids]
+        if None in roster_keys or len(set(roster_keys)) != len(roster_keys):
+            raise ValueError("the round's key map must give every roster device its own key")
+        if enrolled[device_id] != signing.public_key(signing_key):
+            raise ValueError("the round's key map does not hold this device's enrolled key")
         self.params = params
         self.device_id = device_id
         self._signing_key = signing_key
@@ -174,7 +179,7 @@ class Client:
             fail(f"survivors whose shares I do not hold: {sorted(unheld)}")
         if len(near) < p.threshold:
             fail(f"only {len(near)} survivors in my neighbourhood; threshold {p.threshold}")
-        signature = signing.sign(self._signing_key, survivors_digest(p.study_id, listed))
+        signature = signing.sign(self._signing_key, survivors_digest(p.study_id, u, listed))
         self._signed = (listed, signature)
         return signature
 
@@ -195,14 +200,13 @@ class Client:
         listed, p = self._signed[0], self.params
         if tuple(sorted(set(request.survivors))) != listed:
             fail("the survivor list to unmask differs from the one I signed")
-        digest = survivors_digest(p.study_id, listed)
         if len(request.signatures) < p.consistency_quorum:
             fail(f"only {len(request.signatures)} signatures on the survivor list; unmasking needs "
                  f"{p.consistency_quorum} of the signing committee")
         for v, signature in request.signatures.items():
             key = self._enrolled.get(v)
             if (v not in listed or v not in p.committee or key is None
-                    or not signing.verify(key, digest, signature)):
+                    or not signing.verify(key, survivors_digest(p.study_id, v, listed), signature)):
                 fail(f"the signature of {v!r} on the survivor list is not a valid one of a "
                      f"surviving committee member")
         alive = set(listed) & p.closed(self.device_id)

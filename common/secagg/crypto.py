@@ -39,12 +39,13 @@ def verify_advert(advert: Advert, study_id: str, public_key: bytes) -> bool:
     return signing.verify(public_key, digest, advert.signature)
 
 
-def survivors_digest(study_id: str, survivors: Collection[str]) -> bytes:
-    """SHA-256(domain ‖ L(study) ‖ u32le(|Y|) ‖ L(v) for v in sorted Y): what a device's signature
-    on the survivor list Y covers (stage 4)."""
+def survivors_digest(study_id: str, signer: str, survivors: Collection[str]) -> bytes:
+    """SHA-256(domain ‖ L(study) ‖ L(signer) ‖ u32le(|Y|) ‖ L(v) for v in sorted Y): what the
+    signature of device ``signer`` on the survivor list Y covers (stage 4)."""
     ids = sorted(set(survivors))
     h = hashlib.sha256(DOMAIN_PREFIX + b"survivors")
     h.update(signing.field(study_id))
+    h.update(signing.field(signer))
     h.update(struct.pack("<I", len(ids)))
     for v in ids:
         h.update(signing.field(v))

@@ -5,10 +5,12 @@ The operator states, for a roster of L = ``min_devices`` devices, two public num
 * D, the devices that may drop out (not register, or go silent at any later stage);
 * C, the devices that may collude with the coordinator (they hand it their noise shares and
   every Shamir share they hold). C counts every device the operator controls, including any
-  it enrolled itself: devices take the roster and its keys from the coordinator.
+  it enrolled itself. Devices take the roster and its keys from the coordinator, so against
+  a coordinator that deviates the rules hold only if those keys are the devices' own (the
+  package's security scope).
 
 Stated as fractions f_D, f_C of L they are rounded up to whole devices: D = ⌈f_D·L⌉,
-C = ⌈f_C·L⌉ (:meth:`Assumptions.from_fractions`). Four rules follow.
+C = ⌈f_C·L⌉ (:meth:`Assumptions.from_fractions`). Five rules follow.
 
 1. **Noise: h_min = L − D − C.** Every device adds NB(1/h_min, 1−a) − NB(1/h_min, 1−a) per
    coordinate. The sum is unmasked only over a survivor list of at least L − D masked inputs
@@ -26,8 +28,7 @@ C = ⌈f_C·L⌉ (:meth:`Assumptions.from_fractions`). Four rules follow.
    the colluders among u's neighbours (in the worst case all of them: the graph's seed is
    public). With C = 0 the rule is a strict majority of N⁺(u): t > (|N(u)| + 1)/2. The
    consistency round (rule 4) already stops such a split, as every device derives both lists
-   from one signed survivor list; rule 2 also keeps t > C_u, so the colluders alone never
-   hold t shares of an honest device's secret.
+   from one signed survivor list; rule 2 stays as a second defence.
 3. **Liveness: t ≤ |N(u)| + 1 − min(D, |N(u)|).** Even when all D dropouts are neighbours of
    u, t holders of u's shares (u among them) remain, so a round that stays within its
    assumptions finishes. More dropouts than D make it fail, releasing nothing.
@@ -43,7 +44,20 @@ C = ⌈f_C·L⌉ (:meth:`Assumptions.from_fractions`). Four rules follow.
    L ≥ |N(u)| + 1 > 2D + C (when C ≤ |N(u)|; otherwise the rules force t = |N(u)| + 1 and
    D = 0, and h_min ≥ 1 gives L > C).
 
-Rules 2 and 3 are checked for every roster size the round can start with, L − D to L (devices
+5. **The honest survivors stay connected: |N(u)| > C + D'** (D' = n − (L − D), the dropouts
+   left for a roster of n). The pairwise masks of two devices cancel only in their sum, so
+   the coordinator learns the sum of every connected group of honest survivors separately:
+   the colluders hand it their masks, and a dropped device's mask key is rebuilt. The graph
+   of :func:`~fedsketch.common.secagg.params.neighbours` (a Harary graph) stays connected
+   after any |N(u)| − 1 devices are removed, so with at most C colluders and D' devices left
+   out of the survivor list the honest survivors form one group, and the sum over it carries
+   all h_min shares. When all of a device's neighbours collude, the coordinator reads that
+   device's own sketch with 1/h_min of the noise, even if it follows the protocol. Rules 2
+   and 3 imply this rule except when C ≥ |N(u)|, a sparse graph with D = 0 (they then force
+   t = |N(u)| + 1), which this rule refuses. The complete graph is connected after any
+   removal.
+
+Rules 2, 3 and 5 are checked for every roster size the round can start with, L − D to L (devices
 that never register count among the D), with the neighbourhood sizes of
 :func:`fedsketch.common.secagg.params.neighbours`.
 """
@@ -137,8 +151,18 @@ class Assumptions:
         return t
 
     def check(self, threshold: int, degree: int | None) -> None:
-        """ValueError, with the rule and the numbers, unless ``threshold`` satisfies rules 2
-        and 3 for ``degree`` (None: the complete graph); rule 4 then holds as well."""
+        """ValueError, with the rule and the numbers, unless the assumptions satisfy rule 5
+        and ``threshold`` rules 2 and 3 for ``degree`` (None: the complete graph); rule 4 then
+        holds as well."""
+        for n, size in self._sizes(degree):
+            left = n - self.min_submitters
+            if size < n - 1 and size <= self.colluders + left:
+                raise ValueError(
+                    f"secure aggregation: a graph of degree {degree} gives each device "
+                    f"{size} neighbours, no more than the C = {self.colluders} colluders and "
+                    f"{left} dropouts assumed: a device whose neighbours all collude or drop "
+                    f"would be unmasked alone; the degree must exceed C + D = "
+                    f"{self.colluders + left}")
         low, high = self.smallest_private_threshold(degree), self.largest_live_threshold(degree)
         graph = "the complete graph" if degree is None else f"a graph of degree {degree}"
         if low > high:

@@ -49,7 +49,10 @@ def _b64(raw: bytes) -> str:
     return base64.b64encode(raw).decode()
 
 
-def _raw(text: str) -> bytes:
+def _raw(text: object) -> bytes:
+    """The bytes of a base64 string; ValueError for anything else (a number, a list, ...)."""
+    if not isinstance(text, str):
+        raise ValueError(f"expected a base64 string, got {type(text).__name__}")
     return base64.b64decode(text.encode(), validate=True)
 
 
@@ -72,8 +75,9 @@ def load(body: bytes) -> object:
     """Parse a JSON body; ValueError on anything malformed."""
     try:
         return json.loads(body)
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise ValueError(f"malformed secure-aggregation body: {exc}") from None
+    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as exc:
+        # RecursionError: JSON nested deeper than the interpreter's stack
+        raise ValueError(f"malformed secure-aggregation body: {exc!r}") from None
 
 
 def advert_to_json(advert: Advert) -> dict:

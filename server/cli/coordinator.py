@@ -185,7 +185,10 @@ def create_study(
     neighbourhood, so a round within its assumptions finishes; (4) devices reveal shares only
     against q = ⌊(p + C)/2⌋ + 1 signatures on the survivor list from a public committee of
     p = min(L, 2D + C + 1) devices, so the list is unique, which needs L > 2D + C (implied by
-    2 and 3). The chosen D, C, h_min and t are printed on stderr."""
+    2 and 3); (5) a sparse graph needs --degree > C + D, or a device whose neighbours all
+    collude or drop would be read alone. Devices take the enrolled keys from the
+    coordinator: against one that deviates, (4) and (5) hold only if the keys are the
+    devices' own. The chosen D, C, h_min and t are printed on stderr."""
     import time
 
     with clean_errors():

@@ -20,6 +20,7 @@ from fedsketch.common.secagg import (
     Client,
     SecAggAbort,
     SecAggParams,
+    SignedSurvivors,
     check_capacity,
     modulus_bits,
     neighbours,
@@ -319,16 +320,30 @@ def test_a_tampered_or_misattributed_ciphertext_aborts_the_masked_input():
 
 
 def test_stages_out_of_order_are_refused():
-    params, clients, _, _, _ = _four_devices_after_adverts()
+    params, clients, _, keys, enrolled = _four_devices_after_adverts()
     a, b = params.device_ids[:2]
     with pytest.raises(SecAggAbort):
         clients[a].masked_input(np.zeros(4, dtype=np.int64), {})
-    fresh = Client(params, b, signing.new_private_key(), {})
+    fresh = Client(params, b, keys[b], enrolled)
     with pytest.raises(SecAggAbort):
         fresh.share_keys({})
+    for step in (lambda c: c.sign_survivors(params.device_ids),
+                 lambda c: c.unmask(SignedSurvivors(params.device_ids, {}))):
+        with pytest.raises(SecAggAbort, match="must follow"):
+            step(Client(params, b, keys[b], enrolled))
     agg = Aggregator(params, {})
     with pytest.raises(RuntimeError):
         agg.collect_masked({})
+
+
+def test_a_device_refuses_a_key_map_that_is_not_one_key_per_device():
+    params, _, _, keys, enrolled = _four_devices_after_adverts()
+    a, b = params.device_ids[:2]
+    for bad in ({u: k for u, k in enrolled.items() if u != b},  # a roster device without a key
+                enrolled | {b: enrolled[a]},  # two devices with one key
+                enrolled | {a: signing.public_key(signing.new_private_key())}):  # not my key
+        with pytest.raises(ValueError, match="key map"):
+            Client(params, a, keys[a], bad)
 
 
 # ---------------------------------------------------------------- distributed noise

@@ -22,9 +22,11 @@ from fedsketch.common.secagg import (
     SecAggParams,
     SignedSurvivors,
     neighbours,
+    prg,
     survivors_digest,
 )
 from fedsketch.common.secagg import wire as sw
+from fedsketch.common.secagg.crypto import add_pair_mask, agree, mask_seed
 from fedsketch.common.secagg.trust import Assumptions, fraction_of, neighbourhood_size
 from fedsketch.common.shamir import combine, decode_share
 from fedsketch.common.spec import SketchSpec
@@ -155,7 +157,7 @@ def split_through_the_devices(params: SecAggParams, victim: str,
             continue
     for v in bad:  # a colluder signs every list with its own key
         for listed in set(lists.values()):
-            digest = survivors_digest(params.study_id, listed)
+            digest = survivors_digest(params.study_id, v, listed)
             signatures.setdefault(listed, {})[v] = signing.sign(clients[v]._signing_key, digest)
     b_shares, sk_shares = {}, {}
     for v, listed in lists.items():
@@ -296,3 +298,56 @@ def test_round_parameters_on_the_wire_take_only_integers_and_id_strings():
     for roster in ([1, 2, 3, 4, 5], "dev-00", [["dev-00"]]):
         with pytest.raises(ValueError):
             sw.params_from_json("st-1", body | {"roster": roster})
+
+
+def _connected(graph: dict[str, frozenset[str]], removed: set[str]) -> bool:
+    left = set(graph) - removed
+    seen, todo = set(), [next(iter(left))]
+    while todo:
+        u = todo.pop()
+        if u not in seen:
+            seen.add(u)
+            todo.extend(graph[u] - removed - seen)
+    return seen == left
+
+
+def test_the_sparse_graph_stays_connected_after_any_degree_minus_one_removals():
+    """Rule 5 rests on it: with at most C colluders and D' devices left out, and
+    |N(u)| > C + D', the honest survivors form one group whose masks cancel only together."""
+    from itertools import combinations
+
+    for n in range(5, 14):
+        for degree in range(2, n - 1):
+            ids = _ids(n)
+            graph = {u: frozenset(v) for u, v in neighbours(ids, degree, b"ring").items()}
+            size = neighbourhood_size(n, degree)
+            for removed in combinations(ids, size - 1):
+                assert _connected(graph, set(removed)), (n, degree, removed)
+
+
+def test_a_device_whose_neighbours_all_collude_is_read_alone_so_the_degree_must_exceed_c_plus_d():
+    """Degree 4 with C = 4 passes rules 2 and 3 (they force t = 5 and D = 0) but not rule 5:
+    with the colluders on one victim's neighbourhood, a coordinator that follows the protocol
+    reads the victim's own input: the victim's b-share and its colluding neighbours' make t,
+    and the colluders know every pairwise mask of the victim."""
+    with pytest.raises(ValueError, match="degree must exceed C \\+ D = 4"):
+        Assumptions(20, 0, 4).default_threshold(4)
+    assert Assumptions(20, 0, 3).default_threshold(4) == 5  # one honest neighbour is enough
+    ids = _ids(20)
+    params = SecAggParams("study-c", ids, 5, BITS, DIM, 4, b"ring", 4, 20)
+    clients, adverts, xs, y = _masked_round(params)
+    survivors = params.device_ids
+    signatures = {u: clients[u].sign_survivors(survivors) for u in survivors}
+    request = SignedSurvivors(survivors, {u: signatures[u] for u in sorted(params.committee)})
+    victim = ids[0]
+    bad = params.graph[victim]
+    b_shares = dict(decode_share(clients[v].unmask(request)[victim][1]) for v in (victim, *bad))
+    seed = combine(b_shares, KEY_BYTES, t=5)
+    masks = np.zeros(DIM, dtype=np.uint64)
+    for v in bad:  # each colluder's own mask key
+        pair = mask_seed(agree(clients[v]._s_sk, adverts[victim].s_pk), params.study_id, v, victim)
+        add_pair_mask(masks, prg(pair, DIM, BITS), victim, v)
+    plain = (y[victim] - prg(seed, DIM, BITS) - masks) & np.uint64(2**BITS - 1)
+    signed = plain.astype(np.int64)
+    signed[plain >= 2 ** (BITS - 1)] -= 2**BITS
+    assert np.array_equal(signed, xs[victim])

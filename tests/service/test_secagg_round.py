@@ -312,27 +312,46 @@ def test_a_malformed_stage_message_is_refused_and_the_round_goes_on(coordinator_
     study = coordinator_round.create(secure_spec(3, timeout=60))
     agents = [coordinator_round.agent(f"mal{i}", parts[i]) for i in range(3)]
     ident = agents[0].ledger.identity()
-    bad = {pb.ADVERTISE_KEYS: b'{"c_pk": 1}', pb.SHARE_KEYS: b"[]", pb.MASKED_INPUT: b"\0" * 7,
-           pb.CONSISTENCY: b'{"signature": "%%"}', pb.UNMASK: b'{"dev": 5}'}
+    bad = {pb.ADVERTISE_KEYS: [b'{"c_pk": 1}', b"[" * 100_000],  # deeper than the stack
+           pb.SHARE_KEYS: [b"[]", b'{"dev": 5}'], pb.MASKED_INPUT: [b"\0" * 7],
+           pb.CONSISTENCY: [b'{"signature": "%%"}', b'{"signature": ["AA=="]}'],
+           pb.UNMASK: [b'{"dev": 5}', b'{"dev": ["b", ["AA=="]]}', b'{"dev": ["b", 5]}']}
     op, tried = coordinator_round.operator(), []
     while (s := op.ShowStudy(pb.StudyRef(study_id=study.study_id), metadata=META)).state not in (
             pb.DONE, pb.FAILED):
         if s.stage in bad and s.stage not in tried:
             for agent in agents[1:]:
                 agent.step()
-            digest = sw.message_digest(study.study_id, ident.device_id, s.stage, bad[s.stage])
-            with pytest.raises(grpc.RpcError) as err:
-                agents[0].stub.SecAggSend(pb.SecAggMessage(
-                    study_id=study.study_id, device_id=ident.device_id, stage=s.stage,
-                    body=bad[s.stage], signature=signing.sign(ident.private_key, digest)),
-                    timeout=10)
-            assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
-            assert f"malformed {pb.Stage.Name(s.stage)} message" in err.value.details()
+            for body in bad[s.stage]:
+                digest = sw.message_digest(study.study_id, ident.device_id, s.stage, body)
+                with pytest.raises(grpc.RpcError) as err:
+                    agents[0].stub.SecAggSend(pb.SecAggMessage(
+                        study_id=study.study_id, device_id=ident.device_id, stage=s.stage,
+                        body=body, signature=signing.sign(ident.private_key, digest)),
+                        timeout=10)
+                assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT, body[:40]
+                assert f"malformed {pb.Stage.Name(s.stage)} message" in err.value.details()
             tried.append(s.stage)
         for agent in agents:
             agent.step()
     assert s.state == pb.DONE, s.detail
     assert tried == list(bad)
+
+
+def test_a_device_refuses_a_malformed_bundle_and_keeps_running(coordinator_round, parts,
+                                                               monkeypatch, caplog):
+    """A coordinator whose UNMASK bundle holds numbers where signatures belong: every device
+    drops out with the reason (a ValueError, never an exception that would stop its daemon),
+    reveals nothing, and the round fails at UNMASK."""
+    honest = sw.signed_to_json
+    monkeypatch.setattr(sw, "signed_to_json", lambda signed: honest(signed) | {
+        "signatures": dict.fromkeys(signed.signatures, 5)})
+    study = coordinator_round.create(secure_spec(3, timeout=1.0))
+    agents = [coordinator_round.agent(f"mb{i}", parts[i]) for i in range(3)]
+    caplog.set_level(logging.WARNING, logger="fedsketch.device")
+    s = drive(coordinator_round, study.study_id, agents)
+    assert s.state == pb.FAILED and "UNMASK" in s.detail
+    assert "expected a base64 string" in caplog.text
 
 
 @pytest.mark.parametrize(("change", "words"), [
