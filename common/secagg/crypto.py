@@ -8,6 +8,7 @@ import hashlib
 import secrets
 import struct
 from collections.abc import Collection
+from functools import lru_cache
 
 import numpy as np
 from cryptography.exceptions import InvalidTag
@@ -40,13 +41,21 @@ def verify_advert(advert: Advert, study_id: str, public_key: bytes) -> bool:
 
 
 def survivors_digest(study_id: str, signer: str, survivors: Collection[str]) -> bytes:
-    """SHA-256(domain ‖ L(study) ‖ L(signer) ‖ u32le(|Y|) ‖ L(v) for v in sorted Y): what the
-    signature of device ``signer`` on the survivor list Y covers (stage 4)."""
-    ids = sorted(set(survivors))
+    """SHA-256(domain ‖ L(study) ‖ L(signer) ‖ H(Y)): what the signature of device ``signer``
+    on the survivor list Y covers (stage 4), with H(Y) = SHA-256(u32le(|Y|) ‖ L(v) for v in
+    sorted Y), computed once per list however many signatures are checked."""
     h = hashlib.sha256(DOMAIN_PREFIX + b"survivors")
     h.update(signing.field(study_id))
     h.update(signing.field(signer))
-    h.update(struct.pack("<I", len(ids)))
+    h.update(_list_hash(tuple(survivors)))
+    return h.digest()
+
+
+@lru_cache(maxsize=8)
+def _list_hash(survivors: tuple[str, ...]) -> bytes:
+    """H(Y) of :func:`survivors_digest` (order and repeats do not count)."""
+    ids = sorted(set(survivors))
+    h = hashlib.sha256(struct.pack("<I", len(ids)))
     for v in ids:
         h.update(signing.field(v))
     return h.digest()
