@@ -406,7 +406,7 @@ def test_devices_refuse_a_stored_study_whose_threshold_is_unsafe(coordinator_rou
 def test_devices_refuse_round_parameters_the_spec_does_not_imply(coordinator_round, parts,
                                                                  monkeypatch, caplog):
     """A coordinator that advertises min_submitters 3 instead of L − D = 4 (parameters that
-    are valid in themselves: 3 is the consistency quorum of 4): every device drops out at
+    are valid in themselves: 3 is the fewest the consistency round allows for 4): every device drops out at
     ADVERTISE_KEYS, before it could spend, and the round fails below the threshold."""
     honest = sw.params_to_json
     monkeypatch.setattr(sw, "params_to_json", lambda params, keys, records: honest(
