@@ -30,6 +30,7 @@ transport detail. Refusals carry domain codes; :mod:`.api` turns them into gRPC 
 
 from __future__ import annotations
 
+import hashlib
 import math
 import threading
 import time
@@ -59,10 +60,11 @@ class SecAggRound:
         self._lock = threading.Lock()
         self.stage = pb.REGISTER
         self.deadline = math.inf  # REGISTER's clock starts with the first device
-        self._inbox: dict[int, dict[str, bytes]] = {s: {} for s in sw.STAGES}
+        # stage → device → (SHA-256 of the message as received, its parsed content)
+        self._inbox: dict[int, dict[str, tuple[bytes, object]]] = {s: {} for s in sw.STAGES}
         self._outbox: dict[str, bytes] = {}
         self._shared_body: bytes | None = None
-        self._records: dict[str, float] = {}
+        self._records: dict[str, float] = {}  # the roster's declared record counts
         self._aggregator: Aggregator | None = None
         self._params: SecAggParams | None = None
         #: Wall seconds the coordinator spent closing each stage (routing, unmasking).
@@ -111,8 +113,9 @@ class SecAggRound:
         with self._lock:
             self._check_open(stage)
             inbox = self._inbox[stage]
+            digest = hashlib.sha256(body).digest()
             if device_id in inbox:
-                if inbox[device_id] == body:
+                if inbox[device_id][0] == digest:
                     return True
                 raise Refusal(Code.CONFLICT,
                               f"device {device_id} already sent a different {pb.Stage.Name(stage)}")
@@ -120,30 +123,32 @@ class SecAggRound:
             if expected is not None and device_id not in expected:
                 raise Refusal(Code.PERMISSION_DENIED,
                               f"device {device_id} is not in this round's roster")
-            if stage == pb.REGISTER:
-                self._register(device_id, body)
-                if not inbox:
-                    self.deadline = time.time() + self.sa.stage_timeout
-            else:
-                self._parse(stage, body)  # a malformed message is refused, not kept
-            inbox[device_id] = body
+            parsed = self._parse(stage, body)  # a malformed message is refused, not kept
+            if stage == pb.REGISTER and not inbox:
+                self.deadline = time.time() + self.sa.stage_timeout
+            inbox[device_id] = (digest, parsed)
             full = (len(inbox) >= self.spec.min_devices if expected is None
                     else set(inbox) >= expected)
             if full:
                 self._advance()
             return False
 
-    def _register(self, device_id: str, body: bytes) -> None:
+    def _records_of(self, body: bytes) -> float:
+        """The record count n a REGISTER message declares; Refusal unless an integer ≥
+        ``min_records``."""
         obj = sw.load(body)
         n = obj.get("n") if isinstance(obj, dict) else None
         if not isinstance(n, int) or n < self.spec.min_records:
             raise Refusal(Code.INVALID_ARGUMENT,
                           f"REGISTER needs an integer record count >= {self.spec.min_records}")
-        self._records[device_id] = float(n)
+        return float(n)
 
     def _parse(self, stage: int, body: bytes) -> object:
-        """The content of a stage message (lock held); Refusal INVALID_ARGUMENT if malformed, so
-        one device's bad bytes never abort the round of the others."""
+        """The content of a stage message, parsed once on arrival (lock held); Refusal
+        INVALID_ARGUMENT if malformed, so one device's bad bytes never abort the round of the
+        others."""
+        if stage == pb.REGISTER:
+            return self._records_of(body)
         try:
             if stage == pb.ADVERTISE_KEYS:
                 return sw.advert_from_json(sw.load(body))
@@ -181,13 +186,11 @@ class SecAggRound:
     def _advance(self) -> None:
         """Close the open stage (lock held) and open the next, or finish or fail the round."""
         closing = self.stage
-        inbox = self._inbox[closing]
+        parsed = {u: content for u, (_, content) in self._inbox[closing].items()}
         started = time.perf_counter()
         try:
-            if closing != pb.REGISTER:
-                parsed = {u: self._parse(closing, body) for u, body in inbox.items()}
             if self.stage == pb.REGISTER:
-                self._open_round(inbox)
+                self._open_round(parsed)
             elif self.stage == pb.ADVERTISE_KEYS:
                 routed = self._aggregator.collect_adverts(parsed)
                 self._outbox = {u: sw.dump({v: sw.advert_to_json(a) for v, a in peers.items()})
@@ -222,9 +225,10 @@ class SecAggRound:
         self.stage = sw.STAGES[sw.STAGES.index(closing) + 1]
         self.deadline = time.time() + self.sa.stage_timeout
 
-    def _open_round(self, inbox: dict[str, bytes]) -> None:
-        roster = sorted(inbox)
-        records = sum(self._records[u] for u in roster)
+    def _open_round(self, records_of: dict[str, float]) -> None:
+        roster = sorted(records_of)
+        self._records = records_of
+        records = sum(records_of.values())
         if records > self.sa.max_records:
             raise SecAggAbort(f"the registered devices hold {records:.0f} records, more than the "
                               f"study's max_records {self.sa.max_records}")
