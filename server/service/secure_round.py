@@ -136,9 +136,12 @@ class SecAggRound:
     def _records_of(self, body: bytes) -> float:
         """The record count n a REGISTER message declares; Refusal unless an integer ≥
         ``min_records``."""
-        obj = sw.load(body)
+        try:
+            obj = sw.load(body)
+        except ValueError:
+            obj = None
         n = obj.get("n") if isinstance(obj, dict) else None
-        if not isinstance(n, int) or n < self.spec.min_records:
+        if type(n) is not int or n < self.spec.min_records:  # not a bool either
             raise Refusal(Code.INVALID_ARGUMENT,
                           f"REGISTER needs an integer record count >= {self.spec.min_records}")
         return float(n)

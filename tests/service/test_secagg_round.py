@@ -288,6 +288,9 @@ def test_stage_refusals(coordinator_round, parts):
          grpc.StatusCode.UNAUTHENTICATED),
         (message(pb.SHARE_KEYS, b"{}"), grpc.StatusCode.FAILED_PRECONDITION),
         (message(pb.REGISTER, b'{"n":0.5}'), grpc.StatusCode.INVALID_ARGUMENT),
+        (message(pb.REGISTER, b'{"n":true}'), grpc.StatusCode.INVALID_ARGUMENT),
+        (message(pb.REGISTER, b'{"n":'), grpc.StatusCode.INVALID_ARGUMENT),
+        (message(pb.REGISTER, b"[" * 100_000), grpc.StatusCode.INVALID_ARGUMENT),
     ]
     for msg, code in cases:
         with pytest.raises(grpc.RpcError) as err:
