@@ -50,9 +50,9 @@ def ring_order(device_ids: Sequence[str], seed: bytes) -> list[str]:
 def neighbours(device_ids: Sequence[str], degree: int | None, seed: bytes) -> dict[str, list[str]]:
     """The public undirected neighbour graph: id → sorted neighbour ids (never itself).
 
-    ``degree`` None (or ≥ n−1) gives the complete graph. Otherwise a Harary graph on a public
-    random ring (:func:`ring_order`), each is joined to the
-    ⌊degree/2⌋ nearest on either side and, for odd degree, to the one(s) opposite (±⌊n/2⌋).
+    ``degree`` None (or ≥ n−1) gives the complete graph. Otherwise a Harary graph on the public
+    random ring of :func:`ring_order`: each device is joined to the ⌊degree/2⌋ nearest on
+    either side and, for odd degree, to the one(s) opposite (±⌊n/2⌋).
     Every device then has exactly ``degree`` neighbours (degree+1 when degree and n are odd).
     Every party computes the same graph from the same seed.
     """

@@ -110,6 +110,16 @@ def bytes_map_from_json(obj: object) -> dict[str, bytes]:
         raise ValueError(f"malformed base64 map: {exc}") from None
 
 
+def _id_list(obj: object, what: str) -> tuple[str, ...]:
+    """A JSON list of distinct device-id strings (the roster or a survivor list), sorted;
+    ValueError naming ``what`` otherwise."""
+    if not isinstance(obj, list) or not all(isinstance(u, str) for u in obj):
+        raise ValueError(f"the {what} must be a list of device ids")
+    if len(set(obj)) != len(obj):
+        raise ValueError(f"the {what} names a device twice")
+    return tuple(sorted(obj))
+
+
 def params_to_json(params: SecAggParams, keys: Mapping[str, bytes], records: float) -> dict:
     """The ADVERTISE_KEYS bundle: round parameters, enrolled keys and the record count N."""
     return {"roster": list(params.device_ids), "threshold": params.threshold,
@@ -122,11 +132,9 @@ def params_to_json(params: SecAggParams, keys: Mapping[str, bytes], records: flo
 def params_from_json(study_id: str, obj: Mapping) -> tuple[SecAggParams, dict[str, bytes], float]:
     """Inverse of :func:`params_to_json`: (parameters, keys, N); ValueError on anything malformed."""
     try:
-        roster = obj["roster"]
-        if not isinstance(roster, list) or not all(isinstance(u, str) for u in roster):
-            raise ValueError("the roster must be a list of device ids")
-        params = SecAggParams(study_id, tuple(roster), obj["threshold"], obj["bits"], obj["dim"],
-                              obj["degree"], bytes.fromhex(obj["graph_seed"]), obj["colluders"],
+        params = SecAggParams(study_id, _id_list(obj["roster"], "roster"), obj["threshold"],
+                              obj["bits"], obj["dim"], obj["degree"],
+                              bytes.fromhex(obj["graph_seed"]), obj["colluders"],
                               obj["min_submitters"])
         return params, bytes_map_from_json(obj["keys"]), float(obj["records"])
     except (KeyError, TypeError, OverflowError) as exc:  # OverflowError: a huge "records"
@@ -160,15 +168,6 @@ def unmask_from_json(obj: object) -> dict[str, tuple[str, bytes]]:
         raise ValueError(f"malformed unmask response: {exc}") from None
 
 
-def _id_list(obj: object) -> tuple[str, ...]:
-    """A list of distinct device-id strings, sorted; ValueError otherwise."""
-    if not isinstance(obj, list) or not all(isinstance(u, str) for u in obj):
-        raise ValueError("the survivor list must be a list of device ids")
-    if len(set(obj)) != len(obj):
-        raise ValueError("the survivor list names a device twice")
-    return tuple(sorted(obj))
-
-
 def survivors_to_json(survivors: tuple[str, ...]) -> dict:
     """The CONSISTENCY bundle: the survivor list Y to sign."""
     return {"survivors": list(survivors)}
@@ -178,7 +177,7 @@ def survivors_from_json(obj: object) -> tuple[str, ...]:
     """Inverse of :func:`survivors_to_json`; ValueError on anything malformed."""
     if not isinstance(obj, dict) or "survivors" not in obj:
         raise ValueError("malformed survivor list: expected {\"survivors\": [...]}")
-    return _id_list(obj["survivors"])
+    return _id_list(obj["survivors"], "survivor list")
 
 
 def signature_to_json(signature: bytes) -> dict:
@@ -205,4 +204,5 @@ def signed_from_json(obj: object) -> SignedSurvivors:
     """Inverse of :func:`signed_to_json`; ValueError on anything malformed."""
     if not isinstance(obj, dict) or not {"survivors", "signatures"} <= obj.keys():
         raise ValueError("malformed unmask request: expected survivors and signatures")
-    return SignedSurvivors(_id_list(obj["survivors"]), bytes_map_from_json(obj["signatures"]))
+    return SignedSurvivors(_id_list(obj["survivors"], "survivor list"),
+                           bytes_map_from_json(obj["signatures"]))
