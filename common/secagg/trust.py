@@ -43,7 +43,6 @@ C = ⌈f_C·L⌉ (:meth:`Assumptions.from_fractions`). Five rules follow.
    imply it: with all L registered, 2(|N(u)| + 1 − D) ≥ 2t > |N(u)| + 1 + C, so
    L ≥ |N(u)| + 1 > 2D + C (when C ≤ |N(u)|; otherwise the rules force t = |N(u)| + 1 and
    D = 0, and h_min ≥ 1 gives L > C).
-
 5. **The honest survivors stay connected: |N(u)| > C + D'** (D' = n − (L − D), the dropouts
    left for a roster of n). The pairwise masks of two devices cancel only in their sum, so
    the coordinator learns the sum of every connected group of honest survivors separately:
