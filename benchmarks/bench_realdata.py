@@ -17,10 +17,11 @@ Federated rows (CKM + refinement rounds over ``fedsketch simulate``) join this t
 have refinement rounds.
 
 Usage: python benchmarks/bench_realdata.py [--sets flights,diamonds,digits] [--eps 0.1,0.5,1,2]
-           [--seeds 3] [--rows N] [--no-diffprivlib] [--plots DIR]
+           [--seeds 3] [--rows N] [--no-diffprivlib] [--plots DIR] [--cache DIR]
 (--rows: a random subset of N rows of each set, for a quick run.) Prints one table per set, writes
 a plot per set to DIR/realdata_<set>.png (default benchmarks/plots) and the rows as JSON beside
-it (realdata_<set>.json).
+it (realdata_<set>.json). --cache: where the raw sets are kept between runs (default
+benchmarks/out/realdata).
 """
 
 from __future__ import annotations
@@ -77,9 +78,10 @@ def diffprivlib_runs(x: np.ndarray, k: int, epsilons: list[float], seeds: int) -
 
 
 def run_set(name: str, epsilons: list[float], seeds: int, rows: int | None,
-            use_diffprivlib: bool) -> list[dict]:
-    """Every method at every ε and seed on one set; one dict per (method, ε)."""
-    data = realdata.load(name, OUT / "realdata")
+            use_diffprivlib: bool, cache: Path) -> list[dict]:
+    """Every method at every ε and seed on one set; one dict per (method, ε). The raw set is
+    cached in ``cache``."""
+    data = realdata.load(name, cache)
     x = data.x
     if rows is not None and rows < x.shape[0]:
         x = x[np.random.default_rng(0).choice(x.shape[0], rows, replace=False)]
@@ -174,11 +176,12 @@ def main() -> None:
     p.add_argument("--rows", type=int, default=None)
     p.add_argument("--no-diffprivlib", action="store_true")
     p.add_argument("--plots", type=Path, default=PLOTS)
+    p.add_argument("--cache", type=Path, default=OUT / "realdata")
     args = p.parse_args()
     epsilons = [float(e) for e in args.eps.split(",")]
     for name in args.sets.split(","):
         t = time.perf_counter()
-        rows = run_set(name, epsilons, args.seeds, args.rows, not args.no_diffprivlib)
+        rows = run_set(name, epsilons, args.seeds, args.rows, not args.no_diffprivlib, args.cache)
         print_table(rows)
         print(f"\n({time.perf_counter() - t:.0f} s)")
         plot(rows, args.plots / f"realdata_{name}.png")

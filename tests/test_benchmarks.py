@@ -60,7 +60,7 @@ def test_su_robust_counts_the_runs_above_1_2_for_every_method_and_eps(capsys):
     ("bench_secagg.py", ["cost", "--devices", "16", "32"], "| 32 | degree 15 | 1, 1 | DONE |"),
     ("bench_grid.py", ["--seeds", "1", "--n", "20000"], "  ratio grid/float"),
     ("bench_realdata.py", ["--sets", "diamonds", "--rows", "3000", "--seeds", "1", "--eps", "1",
-                           "--no-diffprivlib", "--plots", "."], "| ckm-lloyd | 1 |"),
+                           "--no-diffprivlib", "--plots", ".", "--cache", "."], "| ckm-lloyd | 1 |"),
 ])
 def test_benchmark_runs_at_a_tiny_size(tmp_path, script, args, row):
     res = subprocess.run([sys.executable, str(BENCHMARKS / script), *args], cwd=tmp_path,

@@ -92,8 +92,11 @@ def ckm(feature: str) -> Callable[[Task], Outcome]:
     """The ``ckm`` method with the ``feature`` map ("complex" or "quantized")."""
 
     def run(task: Task) -> Outcome:
-        """One CKM run on ``task``: pure ε-DP under the task's relation."""
+        """One CKM run on ``task``: pure ε-DP under the task's relation (kind "none" at ε = ∞)."""
         centroids, sigma, clipped = ckm_run(task, feature)
+        if math.isinf(task.epsilon):
+            return Outcome(centroids, math.inf, 0.0, task.neighbouring, "none", clipped,
+                           f"non-private: σ = {sigma:.3g} fitted on the clean calibration sketch")
         return Outcome(centroids, task.epsilon, 0.0, task.neighbouring, "pure", clipped,
                        f"σ = {sigma:.3g} from the calibration round")
 
@@ -122,7 +125,7 @@ def _nonprivate(task: Task) -> Outcome:
     reduced, _ = converged_kmeans(centres[held], task.k, task.rng, 20, weights[held])
     final, _, _ = lloyd(data.x, reduced)
     return Outcome(final + data.centre, math.inf, 0.0, task.neighbouring, "none", clipped,
-                   json.dumps({"start": {"method": "ckm", "sigma": sigma}}))
+                   json.dumps({"non_private": {"start": {"method": "ckm", "sigma": sigma}}}))
 
 
 def ckm_lloyd(task: Task) -> Outcome:

@@ -110,7 +110,11 @@ def _metrics(family: str, data: Dataset, task: Task, out: Outcome,
 def _reference(family: str, data: Dataset, task: Task) -> dict:
     """What the metrics compare against, computed once per dataset."""
     if family == "kmeans":
-        return {"sse": sse_per_n(split(data.x), sklearn_kmeans_centroids(data.x, task.k, 0))}
+        sse = sse_per_n(split(data.x), sklearn_kmeans_centroids(data.x, task.k, 0))
+        if sse <= 0.0:
+            raise ValueError(f"relative SSE is undefined here: k-means with k = {task.k} fits the "
+                             "records exactly (no more distinct records than clusters)")
+        return {"sse": sse}
     lenient = replace(task, strict=False)  # the metric reads every row; methods obey --strict
     if family == "pca":
         return {"A": pca.second_moment(lenient)[0]}

@@ -165,3 +165,13 @@ def test_rows_beyond_the_norm_bound_are_counted_for_the_user():
                                   "2", "--norm-bound", "0.5", "--epsilons", "1", "--methods", "pca",
                                   "--strict", "--quiet"])
     assert refused.exit_code == 1 and "exceed the public norm bound" in refused.output
+
+
+def test_as_many_clusters_as_records_is_a_clear_error(tmp_path):
+    """Relative SSE divides by the reference's SSE, which is 0 when k-means fits every record."""
+    path = tmp_path / "x.npy"
+    np.save(path, np.array([[0.0, 1.0], [2.0, 3.0], [4.0, 5.0]]))
+    res = runner.invoke(app, ["compare", "kmeans", "--data", str(path), "--k", "3", "--bounds", "-9:9",
+                              "--methods", "dplloyd", "--trials", "1", "--quiet"])
+    assert res.exit_code == 1, res.output
+    assert "relative SSE is undefined" in res.output and "Traceback" not in res.output
