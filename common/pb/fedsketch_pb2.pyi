@@ -150,7 +150,7 @@ class SubmitReply(_message.Message):
     def __init__(self, duplicate: _Optional[bool] = ..., receipt: _Optional[str] = ...) -> None: ...
 
 class Result(_message.Message):
-    __slots__ = ("study_id", "k", "d", "centroids", "weights", "residual", "devices", "records")
+    __slots__ = ("study_id", "k", "d", "centroids", "weights", "residual", "devices", "records", "status", "status_reason", "z", "threshold")
     STUDY_ID_FIELD_NUMBER: _ClassVar[int]
     K_FIELD_NUMBER: _ClassVar[int]
     D_FIELD_NUMBER: _ClassVar[int]
@@ -159,6 +159,10 @@ class Result(_message.Message):
     RESIDUAL_FIELD_NUMBER: _ClassVar[int]
     DEVICES_FIELD_NUMBER: _ClassVar[int]
     RECORDS_FIELD_NUMBER: _ClassVar[int]
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    STATUS_REASON_FIELD_NUMBER: _ClassVar[int]
+    Z_FIELD_NUMBER: _ClassVar[int]
+    THRESHOLD_FIELD_NUMBER: _ClassVar[int]
     study_id: str
     k: int
     d: int
@@ -167,7 +171,11 @@ class Result(_message.Message):
     residual: float
     devices: int
     records: float
-    def __init__(self, study_id: _Optional[str] = ..., k: _Optional[int] = ..., d: _Optional[int] = ..., centroids: _Optional[_Iterable[float]] = ..., weights: _Optional[_Iterable[float]] = ..., residual: _Optional[float] = ..., devices: _Optional[int] = ..., records: _Optional[float] = ...) -> None: ...
+    status: str
+    status_reason: str
+    z: _containers.RepeatedScalarFieldContainer[float]
+    threshold: float
+    def __init__(self, study_id: _Optional[str] = ..., k: _Optional[int] = ..., d: _Optional[int] = ..., centroids: _Optional[_Iterable[float]] = ..., weights: _Optional[_Iterable[float]] = ..., residual: _Optional[float] = ..., devices: _Optional[int] = ..., records: _Optional[float] = ..., status: _Optional[str] = ..., status_reason: _Optional[str] = ..., z: _Optional[_Iterable[float]] = ..., threshold: _Optional[float] = ...) -> None: ...
 
 class CreateStudyRequest(_message.Message):
     __slots__ = ("spec_json",)

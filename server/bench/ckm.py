@@ -27,8 +27,11 @@ of ε gave the same medians, 0.2 is the middle; refining k centres alone from CK
 local optima on diamonds (relative SSE 1.2–3.3 in some seeds), over-seeding did not; a final step of
 0.25 or 0.5 of the refinement's budget cut the medians by 1–4 % against none.
 
-Units: records, box, centroids in data units; ε dimensionless. ``Outcome.notes`` is JSON: σ and
-ε of the start, the over-seeded run's budget trace, and the final step's ε and kept cells.
+Units: records, box, centroids in data units; ε dimensionless. ``ckm``'s ``Outcome.status`` is its
+decoding's verdict against the sketch's public noise level (:mod:`fedsketch.server.decode.identify`),
+with the reason in the notes when the centroids cannot be told from noise. ``ckm-lloyd``'s notes
+are JSON: σ, ε and verdict of the start, the over-seeded run's budget trace, and the final step's ε
+and kept cells.
 """
 
 from __future__ import annotations
@@ -59,6 +62,7 @@ from fedsketch.server.bench.kmeans.budget import relation_factor
 from fedsketch.server.bench.kmeans.dplloyd import ShiftedData, shifted_data
 from fedsketch.server.bench.metrics import split
 from fedsketch.server.bench.task import Outcome, Task, clip_rows_to_box, public_box
+from fedsketch.server.decode.identify import IDENTIFIED, Identifiability, assess, noise_variance
 from fedsketch.server.decode.pipeline import decode_centroids
 
 #: Share of a CKM run's ε spent on the private choice of σ.
@@ -68,9 +72,10 @@ CKM_LLOYD_START_SHARE = 0.2
 CKM_LLOYD_FINAL_SHARE = 0.25
 
 
-def ckm_run(task: Task, feature: str) -> tuple[np.ndarray, float, int]:
+def ckm_run(task: Task, feature: str) -> tuple[np.ndarray, float, int, Identifiability]:
     """One CKM run (module docstring) on ``task``: (centroids (k, d) in data units, σ, rows
-    clipped into the box). Pure ``task.epsilon``-DP; ε = ∞ fits σ and sketches without noise."""
+    clipped into the box, the decoding's verdict against the sketch's public noise level).
+    Pure ``task.epsilon``-DP; ε = ∞ fits σ and sketches without noise."""
     if task.lo is None:
         raise ValueError("ckm needs a public box (--bounds)")
     box = Box(*public_box(task))
@@ -84,8 +89,10 @@ def ckm_run(task: Task, feature: str) -> tuple[np.ndarray, float, int]:
                                     seed=int(task.rng.integers(2**31))),
                       feature, 1, PrivacySpec(eps_main, 0.0, task.neighbouring))
     release = release_sketch(spec, split(x), box)
-    out = decode_centroids(release.sketch, spec, task.k, task.lo, task.hi, replicates=3, rng=task.rng)
-    return out.centroids, cal.sigma, clipped
+    lo, hi = public_box(task)
+    out = decode_centroids(release.sketch, spec, task.k, lo, hi, replicates=3, rng=task.rng)
+    verdict = assess(release.sketch, spec, out.centroids, lo, hi, noise_variance(spec, release.n))
+    return out.centroids, cal.sigma, clipped, verdict
 
 
 def ckm(feature: str) -> Callable[[Task], Outcome]:
@@ -93,12 +100,14 @@ def ckm(feature: str) -> Callable[[Task], Outcome]:
 
     def run(task: Task) -> Outcome:
         """One CKM run on ``task``: pure ε-DP under the task's relation (kind "none" at ε = ∞)."""
-        centroids, sigma, clipped = ckm_run(task, feature)
+        centroids, sigma, clipped, verdict = ckm_run(task, feature)
+        judged = "" if verdict.status == IDENTIFIED else f"; {verdict.status}: {verdict.reason}"
         if math.isinf(task.epsilon):
             return Outcome(centroids, math.inf, 0.0, task.neighbouring, "none", clipped,
-                           f"non-private: σ = {sigma:.3g} fitted on the clean calibration sketch")
+                           f"non-private: σ = {sigma:.3g} fitted on the clean calibration sketch{judged}",
+                           verdict.status)
         return Outcome(centroids, task.epsilon, 0.0, task.neighbouring, "pure", clipped,
-                       f"σ = {sigma:.3g} from the calibration round")
+                       f"σ = {sigma:.3g} from the calibration round{judged}", verdict.status)
 
     return run
 
@@ -116,7 +125,7 @@ def final_step(data: ShiftedData, centres: np.ndarray, epsilon: float,
 
 def _nonprivate(task: Task) -> Outcome:
     """``ckm-lloyd`` at ε = ∞ (module docstring): no noise anywhere, kind "none"."""
-    start, sigma, clipped = ckm_run(task, "complex")
+    start, sigma, clipped, _ = ckm_run(task, "complex")
     data = shifted_data(task)
     packed, _ = sphere_packing_init((OVERSEED - 1) * task.k, task.d, task.rng)
     centres, labels, _ = lloyd(data.x, np.vstack([start - data.centre, packed * data.h]))
@@ -135,11 +144,12 @@ def ckm_lloyd(task: Task) -> Outcome:
     eps_start = CKM_LLOYD_START_SHARE * task.epsilon
     eps_final = CKM_LLOYD_FINAL_SHARE * (task.epsilon - eps_start)
     eps_over = task.epsilon - eps_start - eps_final
-    start, sigma, _ = ckm_run(replace(task, epsilon=eps_start), "complex")
+    start, sigma, _, verdict = ckm_run(replace(task, epsilon=eps_start), "complex")
     centre = Box(*public_box(task)).center
     centres, run, reliable = overseeded(replace(task, epsilon=eps_over), seeds=start - centre)
     final, kept = final_step(run.data, centres, eps_final, task.neighbouring)
-    notes = {"start": {"method": "ckm", "epsilon": eps_start, "sigma": sigma}, **run.notes(),
+    notes = {"start": {"method": "ckm", "epsilon": eps_start, "sigma": sigma, "status": verdict.status},
+             **run.notes(),
              "overseed": OVERSEED, "relocated": list(run.relocated), "reliable_centroids": reliable,
              "final_step": {"epsilon": eps_final, "kept": kept}}
     return Outcome(final + run.data.centre, task.epsilon, 0.0, task.neighbouring, "pure",

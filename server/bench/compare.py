@@ -31,6 +31,7 @@ from fedsketch.server.bench import kmeans, pca, subspace
 from fedsketch.server.bench.ckm import ckm, ckm_lloyd
 from fedsketch.server.bench.metrics import sklearn_kmeans_centroids, split, sse_per_n
 from fedsketch.server.bench.task import Outcome, Task
+from fedsketch.server.decode.identify import NOT_IDENTIFIABLE
 
 #: The method registry: each family's methods by CLI name (``ckm`` variants join k-means below).
 FAMILIES: dict[str, dict[str, Callable[[Task], Outcome]]] = {
@@ -68,10 +69,11 @@ def synthetic(family: str, n: int, d: int, k: int, q: int, noise: float, seed: i
 
 @dataclass(frozen=True)
 class Row:
-    """One (method, ε, metric) cell: median and quartiles over trials, median wall seconds, and
-    the kind of guarantee the method's outcomes stated (a key of
+    """One (method, ε, metric) cell: median and quartiles over trials, median wall seconds, the
+    kind of guarantee the method's outcomes stated (a key of
     :data:`~fedsketch.server.bench.task.GUARANTEES`; several, joined by " / ", if its trials
-    differed)."""
+    differed), and how many trials decoded centroids that cannot be told from the sketch's noise
+    (``Outcome.status``; 0 for methods without the check)."""
 
     method: str
     epsilon: float
@@ -81,12 +83,13 @@ class Row:
     q3: float
     seconds: float
     guarantee: str
+    not_identifiable: int = 0
 
     def to_dict(self) -> dict:
         """JSON-ready form (the rows of ``fedsketch compare --json``)."""
         return {"method": self.method, "epsilon": self.epsilon, "metric": self.metric,
                 "median": self.median, "q1": self.q1, "q3": self.q3, "seconds": self.seconds,
-                "guarantee": self.guarantee}
+                "guarantee": self.guarantee, "not_identifiable": self.not_identifiable}
 
 
 def _quartiles(values: list[float]) -> tuple[float, float, float]:
@@ -147,18 +150,20 @@ def compare(family: str, data: Dataset, base: Task, epsilons: list[float], names
             values: dict[str, list[float]] = {}
             seconds = []
             guarantees: dict[str, None] = {}
+            flagged = 0
             for _ in range(trials):
                 task = replace(base, epsilon=eps)
                 t = time.perf_counter()
                 out = table[name](task)
                 seconds.append(time.perf_counter() - t)
                 guarantees[out.kind] = None
+                flagged += out.status == NOT_IDENTIFIABLE
                 for metric, value in _metrics(family, data, task, out, ref).items():
                     values.setdefault(metric, []).append(value)
                 if progress is not None:
                     progress()
             cell = [Row(name, eps, metric, *_quartiles(vals), statistics.median(seconds),
-                        " / ".join(guarantees)) for metric, vals in values.items()]
+                        " / ".join(guarantees), flagged) for metric, vals in values.items()]
             rows.extend(cell)
             if out.kind == "none" and math.isinf(out.epsilon):
                 reference = cell

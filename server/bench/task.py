@@ -100,7 +100,9 @@ class Outcome:
     :data:`KINDS`. ``clipped``, the number of rows moved onto the public bound, is a non-private
     operator diagnostic (the curator's own count, never part of a release). ``notes`` is free
     text or JSON about the run; values computed from the records without noise sit under the
-    JSON key ``"non_private"`` or say "non-private" in the text.
+    JSON key ``"non_private"`` or say "non-private" in the text. ``status`` is a sketch
+    decoding's verdict against the sketch's public noise level ("identified" or "not
+    identifiable", :mod:`fedsketch.server.decode.identify`), empty for mechanisms without one.
     """
 
     output: np.ndarray
@@ -110,6 +112,7 @@ class Outcome:
     kind: str
     clipped: int = 0
     notes: str = ""
+    status: str = ""
 
     def __post_init__(self) -> None:
         """Refuse a kind of guarantee outside :data:`KINDS`."""

@@ -134,10 +134,19 @@ def compare_command(
                       escape(f"[{r.q1:.4g}, {r.q3:.4g}]"), f"{r.seconds:.2f}")
     console = Console()
     console.print(table)
-    for line in guarantee_lines(rows):
+    for line in guarantee_lines(rows) + noise_lines(rows, trials):
         console.print(line, highlight=False, markup=False, soft_wrap=True)
     console.print("The metrics and times are measured on the records themselves: an evaluation "
                   "for the curator, not a private release.", highlight=False, markup=False)
+
+
+def noise_lines(rows: list, trials: int) -> list[str]:
+    """One line per (method, ε) whose trials decoded centroids that cannot be told from the
+    sketch's noise (``Row.not_identifiable``): those medians are of noise, not clusters."""
+    seen = {(r.method, r.epsilon, r.not_identifiable) for r in rows if r.not_identifiable}
+    return [f"not identifiable: {method} at ε = {eps:g} in {count} of {trials} trials (centroids "
+            "within the sketch's noise: the figure is of noise, not clusters)"
+            for method, eps, count in sorted(seen)]
 
 
 def guarantee_lines(rows: list) -> list[str]:

@@ -36,7 +36,7 @@ from fedsketch.common.spec import SketchSpec
 from fedsketch.common.study import SecAggSpec, StudySpec
 from fedsketch.common.tls import init_certs, secure_channel, server_credentials
 from fedsketch.server.cli.bounds import parse_bounds
-from fedsketch.server.cli.errors import clean_errors
+from fedsketch.server.cli.errors import NOT_IDENTIFIABLE_EXIT, clean_errors, report_identifiability
 from fedsketch.server.store import open_store
 
 certs_app = typer.Typer(no_args_is_help=True, help="TLS certificates for a coordinator.")
@@ -287,13 +287,20 @@ def result(
     study: Annotated[str, typer.Argument(help="Study id.")],
     ca: CaOpt = None,
     insecure: InsecureOpt = False,
+    strict: Annotated[bool, typer.Option(
+        help=f"Exit with status {NOT_IDENTIFIABLE_EXIT} when the centroids cannot be told from the "
+             "aggregate sketch's noise.")] = False,
 ) -> None:
-    """The published centroids of a study, as JSON (as ``decode --json`` prints them)."""
+    """The published centroids of a study, as JSON (as ``decode --json`` prints them), with
+    "identifiability": whether they stand above the aggregate's noise, and why not (also on
+    stderr)."""
     with clean_errors():
         check_tls(ca, insecure)
         stub = pb_grpc.DeviceStub(secure_channel(coordinator, ca, insecure=insecure))
         res = stub.GetResult(pb.StudyRef(study_id=study), timeout=30)
     c = [list(res.centroids[i * res.d:(i + 1) * res.d]) for i in range(res.k)]
-    typer.echo(json.dumps({"centroids": c, "weights": list(res.weights),
-                           "residual": res.residual, "devices": res.devices,
-                           "records": res.records}))
+    verdict = {"status": res.status, "reason": res.status_reason, "z": list(res.z),
+               "threshold": res.threshold}
+    report_identifiability(res.status, res.status_reason, strict, lambda: typer.echo(json.dumps(
+        {"centroids": c, "weights": list(res.weights), "residual": res.residual,
+         "devices": res.devices, "records": res.records, "identifiability": verdict})))

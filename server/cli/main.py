@@ -36,8 +36,9 @@ from fedsketch.server.bench.metrics import sklearn_kmeans_centroids, sse_per_n
 from fedsketch.server.cli.bounds import parse_bounds
 from fedsketch.server.cli.compare import compare_command
 from fedsketch.server.cli.coordinator import certs_app, coordinator_app
-from fedsketch.server.cli.errors import clean_errors
+from fedsketch.server.cli.errors import NOT_IDENTIFIABLE_EXIT, clean_errors, report_identifiability
 from fedsketch.server.cli.simulate import simulate_command
+from fedsketch.server.decode.identify import assess, noise_variance
 from fedsketch.server.decode.pipeline import decode_centroids
 
 app = typer.Typer(
@@ -233,9 +234,17 @@ def decode(
     replicates: Annotated[int, typer.Option(help="CL-OMPR runs; the lowest residual wins.")] = 3,
     seed: Annotated[int | None, typer.Option(help="Seed of the decoder's random starts.")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="One JSON object on stdout.")] = False,
+    strict: Annotated[bool, typer.Option(
+        help=f"Exit with status {NOT_IDENTIFIABLE_EXIT} when the centroids cannot be told from the "
+             "sketch's noise.")] = False,
     quiet: Quiet = False,
 ) -> None:
-    """Decode k centroids and weights from a sketch with CL-OMPR (never reads data)."""
+    """Decode k centroids and weights from a sketch with CL-OMPR (never reads data).
+
+    The sketch's noise is known from its public spec and released count; each centroid's
+    least-squares weight is compared, in noise standard deviations, with what noise alone gives
+    an atom in the box. Below that, the result is marked "not identifiable" with the reason, on
+    stderr and in the JSON ("identifiability"), and --strict makes it an error."""
     with clean_errors():
         loaded = load_sketch(sketch_file)
         spec = loaded.spec
@@ -255,18 +264,28 @@ def decode(
                 rng=np.random.default_rng(seed),
                 progress=lambda done, total: bar.update(task, completed=done),
             )
+        verdict = assess(loaded.sketch, spec, result.centroids, lo, hi,
+                         noise_variance(spec, loaded.n))
     out = {
         "centroids": result.centroids.tolist(),
         "weights": result.weights.tolist(),
         "residual": result.residual,
+        "identifiability": verdict.to_dict(),
     }
+    report_identifiability(verdict.status, verdict.reason, strict, lambda: _show_decoding(out, as_json))
+
+
+def _show_decoding(out: dict, as_json: bool) -> None:
+    """``decode``'s output: the JSON object, or a table by decreasing weight."""
     if as_json:
         typer.echo(json.dumps(out))
         return
-    table = Table(title=f"{k} centroids (sketch residual {result.residual:.4g})")
+    k = len(out["weights"])
+    title = f"{k} centroids (sketch residual {out['residual']:.4g}; {out['identifiability']['status']})"
+    table = Table(title=title)
     table.add_column("weight", justify="right")
     table.add_column("centroid")
-    for w, c in sorted(zip(result.weights, result.centroids, strict=True), key=lambda t: -t[0]):
+    for w, c in sorted(zip(out["weights"], out["centroids"], strict=True), key=lambda t: -t[0]):
         table.add_row(f"{w:.3f}", " ".join(f"{v:+.3f}" for v in c))
     Console().print(table)
 

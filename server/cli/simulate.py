@@ -13,6 +13,7 @@ from rich.table import Table
 from fedsketch.common.features import FEATURES
 from fedsketch.common.privacy import NEIGHBOURING
 from fedsketch.server.cli.errors import clean_errors
+from fedsketch.server.decode.identify import IDENTIFIED
 from fedsketch.server.sim.simulate import DROPOUT_STAGES, SimConfig, run_simulation
 
 
@@ -73,6 +74,7 @@ def simulate_command(
     table.add_column("")
     table.add_column("value", justify="right")
     table.add_row("relative SSE vs k-means (n_init = 3)", f"{report['relative_sse']:.4f}")
+    table.add_row("centroids against the sketch's noise", report["identifiability"]["status"])
     for phase, sec in report["seconds"].items():
         table.add_row(f"seconds: {phase}", f"{sec:.2f}")
     if report["bytes_sent"] is not None:
@@ -81,3 +83,6 @@ def simulate_command(
         table.add_row("secure aggregation: assumed D, C; h_min, t",
                       f"{sa['dropouts']}, {sa['colluders']}; {sa['min_honest']}, {sa['threshold']}")
     Console().print(table)
+    if report["identifiability"]["status"] != IDENTIFIED:
+        typer.echo(f"warning: {report['identifiability']['status']}: "
+                   f"{report['identifiability']['reason']}", err=True)

@@ -138,7 +138,7 @@ def _residual(
     return sketch - _atoms(centroids, omega, xi, gain) @ p
 
 
-def _new_atom(
+def best_atom(
     res: np.ndarray, omega: np.ndarray, xi: np.ndarray, bounds: Bounds, starts: int,
     rng: np.random.Generator,
 ) -> np.ndarray:
@@ -194,7 +194,7 @@ def _decode_once(
     p = np.empty(0)
     res = sketch.copy()
     for t in range(2 * k):
-        c = _new_atom(res, omega, xi, bounds, STARTS_GROW if t < k else STARTS_REPLACE, rng)
+        c = best_atom(res, omega, xi, bounds, STARTS_GROW if t < k else STARTS_REPLACE, rng)
         centroids = np.vstack([centroids, c])
         if centroids.shape[0] > k:
             beta, _ = nnls(_atoms(centroids, omega, xi, unit), sketch)

@@ -20,17 +20,20 @@ from fedsketch.common.sketching import normalized_sketch
 from fedsketch.common.spec import SketchSpec
 from fedsketch.common.study import StudySpec
 from fedsketch.server.decode.clompr import DecodeResult, clompr
+from fedsketch.server.decode.identify import Identifiability, assess, noise_variance
 
 
 @dataclass(frozen=True)
 class StudyResult:
-    """Decoded centroids (k, d) in data units, weights (k,), sketch residual, devices, records."""
+    """Decoded centroids (k, d) in data units, weights (k,), sketch residual, devices, records,
+    and whether the centroids stand above the sketch's noise (:mod:`.identify`)."""
 
     centroids: np.ndarray
     weights: np.ndarray
     residual: float
     devices: int
     records: float
+    identifiability: Identifiability
 
     def to_dict(self) -> dict:
         """JSON-ready form."""
@@ -40,6 +43,7 @@ class StudyResult:
             "residual": self.residual,
             "devices": self.devices,
             "records": self.records,
+            "identifiability": self.identifiability.to_dict(),
         }
 
 
@@ -71,8 +75,10 @@ def integer_sketch(spec: StudySpec, total: np.ndarray, records: float) -> np.nda
 
 
 def decode_study(spec: StudySpec, parts: Iterable[tuple[float, np.ndarray]]) -> StudyResult:
-    """Average the contributions and decode k centroids with the study's replicates and seed."""
-    return decode_sketch(spec, *average_sketch(spec, parts))
+    """Average the contributions and decode k centroids with the study's replicates and seed;
+    every device added a full noise draw."""
+    sketch, devices, records = average_sketch(spec, parts)
+    return decode_sketch(spec, sketch, devices, records, draws=devices)
 
 
 def decode_centroids(sketch: np.ndarray, spec: SketchSpec, k: int, lo: np.ndarray, hi: np.ndarray, *,
@@ -88,9 +94,14 @@ def decode_centroids(sketch: np.ndarray, spec: SketchSpec, k: int, lo: np.ndarra
                   replicates=replicates, rng=rng, progress=progress)
 
 
-def decode_sketch(spec: StudySpec, sketch: np.ndarray, devices: int,
-                  records: float) -> StudyResult:
-    """Decode k centroids from an aggregate sketch with the study's replicates and seed."""
-    out = decode_centroids(sketch, spec.sketch, spec.k, np.array(spec.lo), np.array(spec.hi),
+def decode_sketch(spec: StudySpec, sketch: np.ndarray, devices: int, records: float,
+                  draws: float) -> StudyResult:
+    """Decode k centroids from an aggregate sketch with the study's replicates and seed, and
+    judge them against the noise of ``draws`` full noise draws in the sum (the number of
+    devices with local noise; devices/h_min under secure aggregation)."""
+    lo, hi = np.array(spec.lo), np.array(spec.hi)
+    out = decode_centroids(sketch, spec.sketch, spec.k, lo, hi,
                            replicates=spec.replicates, rng=np.random.default_rng(spec.decode_seed))
-    return StudyResult(out.centroids, out.weights, out.residual, devices, records)
+    verdict = assess(sketch, spec.sketch, out.centroids, lo, hi,
+                     noise_variance(spec.sketch, records, draws))
+    return StudyResult(out.centroids, out.weights, out.residual, devices, records, verdict)

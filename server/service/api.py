@@ -136,11 +136,14 @@ class DeviceService(pb_grpc.DeviceServicer):
     def GetResult(self, request, context):  # noqa: N802
         """The published result of a done study."""
         spec, res = self.c.result(request.study_id)
+        verdict = res.get("identifiability", {})
         return pb.Result(study_id=request.study_id, k=spec.k,
                          d=spec.sketch.frequencies.d,
                          centroids=[v for row in res["centroids"] for v in row],
                          weights=res["weights"], residual=res["residual"],
-                         devices=res["devices"], records=res["records"])
+                         devices=res["devices"], records=res["records"],
+                         status=verdict.get("status", ""), status_reason=verdict.get("reason", ""),
+                         z=verdict.get("z", []), threshold=verdict.get("threshold", 0.0))
 
 
 class OperatorService(pb_grpc.OperatorServicer):

@@ -274,7 +274,8 @@ class Coordinator:
     def _decode_secure(self, study_id: str, total, devices: int, records: float) -> None:
         def decode() -> StudyResult:
             spec = self.spec(study_id)
-            return decode_sketch(spec, integer_sketch(spec, total, records), devices, records)
+            return decode_sketch(spec, integer_sketch(spec, total, records), devices, records,
+                                 draws=devices / spec.assumptions.min_honest)
 
         self._publish(study_id, decode)
 

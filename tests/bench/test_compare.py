@@ -17,7 +17,8 @@ pytestmark = pytest.mark.blas
 
 
 runner = CliRunner()
-ROW_KEYS = {"method", "epsilon", "metric", "median", "q1", "q3", "seconds", "guarantee"}
+ROW_KEYS = {"method", "epsilon", "metric", "median", "q1", "q3", "seconds", "guarantee",
+            "not_identifiable"}
 #: Each method's kind of guarantee (server/bench/task.py GUARANTEES).
 KINDS = {"kmeans": "none", "ckm": "pure", "ckm-quantized": "pure", "ckm-lloyd": "pure", "dplloyd": "pure",
          "dplloyd-su": "pure", "dplloyd-su-overseed": "pure", "white": "local-sensitivity",
@@ -175,3 +176,17 @@ def test_as_many_clusters_as_records_is_a_clear_error(tmp_path):
                               "--methods", "dplloyd", "--trials", "1", "--quiet"])
     assert res.exit_code == 1, res.output
     assert "relative SSE is undefined" in res.output and "Traceback" not in res.output
+
+
+def test_ckm_rows_say_when_their_centroids_are_noise():
+    """3,000 records at ε = 0.01: every CKM trial decodes noise, and the row and the table say so;
+    at ε = 50 none does. Methods without the check count 0."""
+    args = ["compare", "kmeans", "--synthetic", "gmm", "--n", "3000", "--d", "3", "--k", "3",
+            "--epsilons", "0.01,50", "--trials", "2", "--methods", "ckm,dplloyd", "--quiet"]
+    rows = run_json(*args[1:])
+    by = {(r["method"], r["epsilon"]): r["not_identifiable"] for r in rows}
+    assert by == {("ckm", 0.01): 2, ("ckm", 50.0): 0, ("dplloyd", 0.01): 0, ("dplloyd", 50.0): 0}
+    res = runner.invoke(app, args)
+    assert res.exit_code == 0, res.output
+    assert "not identifiable: ckm at ε = 0.01 in 2 of 2 trials" in " ".join(res.stdout.split())
+    assert "ckm at ε = 50" not in res.stdout

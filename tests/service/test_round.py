@@ -46,8 +46,31 @@ def test_four_devices_decode_close_to_kmeans(coordinator_round, data):
     ref = sse_per_n(split(data), sklearn_kmeans_centroids(data, 3))
     assert sse_per_n(split(data), centroids) / ref < 1.1
     assert res.devices == 4 and math.isclose(sum(res.weights), 1.0)
+    assert res.status == "identified" and len(res.z) == 3 and min(res.z) > res.threshold > 0
     # a second pass sends nothing: one release per study
     assert agents[0].step().submitted == [] and len(agents[0].ledger.spends()) == 1
+
+
+def test_a_study_whose_centroids_are_noise_says_so(coordinator_round, data, monkeypatch):
+    """Four devices of 40 records at ε = 0.2: the study completes, and its result says "not
+    identifiable" with the reason, judged against four devices' noise draws (a spy on the
+    variance the coordinator assumes)."""
+    calls = []
+    real = pipeline.noise_variance
+
+    def spy(spec, records, draws=1.0):
+        calls.append((records, draws))
+        return real(spec, records, draws)
+
+    monkeypatch.setattr(pipeline, "noise_variance", spy)
+    study = coordinator_round.create(study_spec(min_devices=4, epsilon=0.2, name="tiny"))
+    agents = [coordinator_round.agent(f"t{i}", data[i * 40:(i + 1) * 40]) for i in range(4)]
+    contribute_all(agents, study.study_id)
+    assert coordinator_round.wait(study.study_id).state == pb.DONE
+    res = coordinator_round.device_stub().GetResult(pb.StudyRef(study_id=study.study_id))
+    assert res.status == "not identifiable"
+    assert "cannot be told from noise" in res.status_reason and max(res.z) <= res.threshold
+    assert calls == [(160, 4)]
 
 
 @pytest.mark.parametrize("feature", ["complex", "quantized"])

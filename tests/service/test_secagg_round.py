@@ -31,6 +31,7 @@ from fedsketch.common.spec import SketchSpec
 from fedsketch.common.study import SecAggSpec, StudySpec, spec_sha256
 from fedsketch.common.synthetic import gmm
 from fedsketch.server.bench.metrics import split
+from fedsketch.server.decode import pipeline
 from fedsketch.server.sim.simulate import DROPOUT_STAGES
 
 
@@ -161,11 +162,16 @@ def test_dropouts_at_masked_input_complete_and_spend_only_for_submitters(coordin
         return share
 
     monkeypatch.setattr(secure_steps, "dlap_noise_share", spy)
+    judged = []
+    real_variance = pipeline.noise_variance
+    monkeypatch.setattr(pipeline, "noise_variance", lambda spec, records, draws=1.0: (
+        judged.append(draws) or real_variance(spec, records, draws)))
     agents = [coordinator_round.agent(f"d{i}", parts[i]) for i in range(8)]
     s = drive(coordinator_round, study.study_id, agents, silent={1, 5})
     assert s.state == pb.DONE, s.detail
     res = coordinator_round.device_stub().GetResult(pb.StudyRef(study_id=study.study_id))
     assert res.devices == 6
+    assert judged == [6 / 5] and res.status == "identified"  # six shares of 1/h_min of a draw
     for i, agent in enumerate(agents):
         assert len(agent.ledger.spends()) == (0 if i in {1, 5} else 1)
     delta1 = l1_sensitivity("quantized", spec.sketch.r, "replace_one")

@@ -49,6 +49,8 @@ def test_in_process_simulation_reports_everything():
     assert report["devices"] == 5 and report["records"] == 30_000
     assert report["relative_sse"] < 1.15
     assert np.asarray(report["centroids"]).shape == (3, 3)
+    verdict = report["identifiability"]
+    assert verdict["status"] == "identified" and min(verdict["z"]) > verdict["threshold"]
     assert set(report["seconds"]) == {"data_and_kmeans_reference", "setup", "enroll",
                                       "devices", "decode"}
     # each contribution carries 2m int64 (960 bytes) plus ids, hash and a 64-byte signature; each
