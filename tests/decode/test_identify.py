@@ -52,17 +52,35 @@ def test_privacy_part_of_the_variance_is_the_release_s(feature, relation):
     assert measured == pytest.approx(noise_variance(spec, n), rel=0.09)
 
 
-def test_subsampling_part_of_the_variance():
-    """No privacy noise, r = 1 of m = 50: each release draws other entries for each record; the
-    coordinates' variance is (1 − α)/(2αnm) within 9 % (records spread over many phases, so
-    E cos² = 1/2)."""
+@pytest.mark.parametrize(("feature", "eps"), [("complex", math.inf), ("quantized", math.inf),
+                                              ("complex", 0.5)])
+def test_subsampling_part_of_the_variance(feature, eps):
+    """r = 1 of m = 50: each release draws other entries for each record; the coordinates'
+    variance over 60 releases is noise_variance's within 9 %: (1 − α)q/(αnm) with q = 1/2 for the
+    complex map (records spread over many phases), q = 1 for the quantized map's ±1 parts, and at
+    ε = 0.5 the privacy noise on top (about 40 % of v there: dropping either term fails)."""
     rng = np.random.default_rng(0)
     x = rng.uniform(-15, 15, (4000, 2))
-    spec = _spec(50, 1, math.inf)
+    spec = _spec(50, 1, eps, feature=feature)
     sketches = np.array([release_sketch(spec, [x], BOX).sketch for _ in range(60)])
     dev = sketches - sketches.mean(axis=0)
     measured = float(np.mean(np.concatenate([dev.real, dev.imag]) ** 2)) * 60 / 59
     assert measured == pytest.approx(noise_variance(spec, 4000), rel=0.09)
+
+
+def test_a_sum_of_releases_carries_one_draw_per_release():
+    """Forty sums of four releases of 500 records each (r = m): the variance of the summed
+    sketch, normalized by N = 2,000, is noise_variance(spec, N, draws = 4) within 9 % (one draw
+    instead of four would be 4× off)."""
+    x = _mixture(2000)
+    spec = _spec(60, 60, 0.5)
+    sketches = []
+    for _ in range(40):
+        total = sum(release_sketch(spec, [part], BOX).payload for part in np.array_split(x, 4))
+        sketches.append(normalized_sketch(total[:60], total[60:], 1024, 1.0, 2000))
+    dev = np.array(sketches) - np.mean(sketches, axis=0)
+    measured = float(np.mean(np.concatenate([dev.real, dev.imag]) ** 2)) * 40 / 39
+    assert measured == pytest.approx(noise_variance(spec, 2000, draws=4), rel=0.09)
 
 
 def test_pure_noise_is_never_identified_and_a_clean_signal_always_is():
