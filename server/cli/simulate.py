@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -12,17 +13,25 @@ from rich.table import Table
 
 from fedsketch.common.features import FEATURES
 from fedsketch.common.privacy import NEIGHBOURING
+from fedsketch.server.cli.bounds import parse_bounds
 from fedsketch.server.cli.errors import clean_errors
 from fedsketch.server.decode.identify import IDENTIFIED
-from fedsketch.server.sim.simulate import DROPOUT_STAGES, SimConfig, run_simulation
+from fedsketch.server.sim.simulate import DROPOUT_STAGES, SimConfig, file_data, run_simulation
 
 
 def simulate_command(
     devices: Annotated[int, typer.Option(help="Number of devices L.")] = 20,
-    records: Annotated[int, typer.Option(help="Total records N, split over the devices.")]
-    = 1_000_000,
+    records: Annotated[int | None, typer.Option(
+        help="Total synthetic records N, split over the devices [default: 1000000; with --data, "
+             "the file's].")] = None,
     k: Annotated[int, typer.Option(help="Clusters.")] = 10,
-    d: Annotated[int, typer.Option(help="Dimension.")] = 10,
+    d: Annotated[int | None, typer.Option(
+        help="Synthetic dimension [default: 10; with --data, the file's].")] = None,
+    data: Annotated[Path | None, typer.Option(
+        help="Records (.npy or CSV) to split over the devices instead of paper 004's mixture; "
+             "needs --bounds.")] = None,
+    bounds: Annotated[str | None, typer.Option(
+        help="The study's public box with --data: LO:HI (every axis) or a bounds.json.")] = None,
     m: Annotated[int, typer.Option(help="Frequencies.")] = 1000,
     feature: Annotated[str, typer.Option(help=f"{', '.join(FEATURES)}.")] = "complex",
     epsilon: Annotated[float, typer.Option(help="ε per device (each device's budget).")] = 1.0,
@@ -56,16 +65,35 @@ def simulate_command(
     = "masked_input",
     as_json: Annotated[bool, typer.Option("--json", help="One JSON object on stdout.")] = False,
 ) -> None:
-    """Simulate a federated study: real coordinator, L real devices, loopback gRPC over TLS."""
+    """Simulate a federated study: real coordinator, L real devices, loopback gRPC over TLS.
+
+    The records are paper 004's mixture, or a data file of yours (--data, with the public box
+    --bounds), dealt out to the devices by --partition."""
+    with clean_errors():
+        pooled, box = None, None
+        if data is None:
+            if bounds is not None:
+                raise ValueError("--bounds sets the box of a --data file; the synthetic mixture's "
+                                 "box is fixed")
+            records, d = 1_000_000 if records is None else records, 10 if d is None else d
+        else:
+            if bounds is None:
+                raise ValueError("--data needs the study's public box: --bounds LO:HI")
+            if records is not None or d is not None:
+                raise ValueError("--records and --d come from the --data file; drop them")
+            pooled = file_data(data, k, seed)
+            records, d = pooled.x.shape
+            lo, hi = parse_bounds(bounds, d)
+            box = (tuple(map(float, lo)), tuple(map(float, hi)))
     cfg = SimConfig(devices=devices, records=records, k=k, d=d, m=m, feature=feature,
                     epsilon=epsilon, delta=delta, neighbouring=neighbouring, r=r, scale=scale,
                     partition=partition, processes=processes, replicates=replicates, seed=seed,
                     secure_aggregation=secure_aggregation, threshold=threshold,
                     max_dropout=max_dropout, max_colluders=max_colluders, degree=degree,
                     stage_timeout=stage_timeout,
-                    dropout=dropout, dropout_stage=dropout_stage)
+                    dropout=dropout, dropout_stage=dropout_stage, box=box)
     with clean_errors(RuntimeError):  # RuntimeError: a device refused or the study failed
-        report = run_simulation(cfg)
+        report = run_simulation(cfg, pooled)
     if as_json:
         typer.echo(json.dumps(report))
         return

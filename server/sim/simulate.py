@@ -1,12 +1,16 @@
 """``fedsketch simulate``: a real coordinator and L real devices over loopback gRPC with TLS.
 
-Data come from paper 004's protocol (k unit-covariance Gaussians, centres ~ N(0, (s·k^{1/d})²I)),
-pooled N records split across L devices: ``iid`` (a uniform random split into near-equal parts)
-or ``dirichlet:ALPHA`` (each cluster's records split over the devices by proportions drawn from
-Dir(ALPHA·1_L); small ALPHA gives devices few clusters each; every device keeps at least one
-record). A fresh CA and server certificate, a SQLite store and a coordinator are made in a
-temporary folder; an operator issues L enrollment tokens and creates one study (quorum L, no
-deadline). Devices then run the real device code: in-process agents by default, or real
+Data come from paper 004's protocol (k unit-covariance Gaussians, centres ~ N(0, (s·k^{1/d})²I),
+public box ±``bound``), or from a data file (``--data``, with the operator's public box
+``--bounds``), pooled N records split across L devices: ``iid`` (a uniform random split into
+near-equal parts) or ``dirichlet:ALPHA`` (each cluster's records split over the devices by
+proportions drawn from Dir(ALPHA·1_L); small ALPHA gives devices few clusters each; every device
+keeps at least one record). A data file's clusters are those of the k-means reference on the
+pooled records: the simulator's own view, used only to deal the records out.
+
+A fresh CA and server certificate, a SQLite store and a coordinator are made in a temporary
+folder; an operator issues L enrollment tokens and creates one study (quorum L, no deadline).
+Devices then run the real device code: in-process agents by default, or real
 ``fedsketch device run --once`` processes with ``--processes``. The coordinator aggregates at
 quorum and decodes; the result is scored by relative SSE against scikit-learn KMeans
 (k-means++, n_init = 3) on the pooled data.
@@ -31,8 +35,10 @@ import numpy as np
 from fedsketch.client.agent import Agent
 from fedsketch.client.ledger import Ledger
 from fedsketch.client.localdata import LocalData
+from fedsketch.common.dataio import load_all
 from fedsketch.common.features import FEATURES
 from fedsketch.common.frequencies import FrequencySpec
+from fedsketch.common.lloyd import nearest
 from fedsketch.common.pb import fedsketch_pb2 as pb
 from fedsketch.common.pb import fedsketch_pb2_grpc as pb_grpc
 from fedsketch.common.privacy import PrivacySpec
@@ -84,6 +90,14 @@ class SimConfig:
     stage_timeout: float = 5.0
     dropout: float = 0.0
     dropout_stage: str = "masked_input"
+    box: tuple[tuple[float, ...], tuple[float, ...]] | None = None
+
+    @property
+    def public_box(self) -> tuple[list[float], list[float]]:
+        """(lo, hi) of the study: ``box`` when given (a data file's), else ±``bound``."""
+        if self.box is not None:
+            return list(self.box[0]), list(self.box[1])
+        return [-self.bound] * self.d, [self.bound] * self.d
 
 
 def split_records(labels: np.ndarray, devices: int, scheme: str,
@@ -131,8 +145,7 @@ def _study_spec(cfg: SimConfig) -> StudySpec:
     if not 0 <= cfg.dropout < 1 or cfg.dropout_stage not in DROPOUT_STAGES:
         raise ValueError(f"--dropout must be in [0, 1) and --dropout-stage one of "
                          f"{', '.join(DROPOUT_STAGES)}")
-    spec = StudySpec.create("simulation", sketch, cfg.k, [-cfg.bound] * cfg.d,
-                            [cfg.bound] * cfg.d, min_devices=cfg.devices,
+    spec = StudySpec.create("simulation", sketch, cfg.k, *cfg.public_box, min_devices=cfg.devices,
                             replicates=cfg.replicates, decode_seed=cfg.seed,
                             secure_aggregation=secure)
     spec.check_new()
@@ -266,6 +279,17 @@ def pooled_data(cfg: SimConfig) -> Pooled:
     return Pooled(x, labels, sse_per_n(split(x), sklearn_kmeans_centroids(x, cfg.k, cfg.seed)))
 
 
+def file_data(path: str | Path, k: int, seed: int) -> Pooled:
+    """The records of a data file (.npy or CSV, :mod:`fedsketch.common.dataio`), their clusters
+    under KMeans (k-means++, n_init = 3, ``seed``) for ``dirichlet`` partitions, and its SSE/n."""
+    x = load_all(path).astype(np.float64)
+    if x.shape[0] <= k:
+        raise ValueError(f"{path}: {x.shape[0]} records cannot make {k} clusters")
+    centroids = sklearn_kmeans_centroids(x, k, seed)
+    labels, _ = nearest(x, centroids)
+    return Pooled(x, labels, sse_per_n(split(x), centroids))
+
+
 def run_simulation(cfg: SimConfig, data: Pooled | None = None) -> dict:
     """Run one simulated study end to end; a JSON-ready report (see the module docstring).
     ``data`` (from :func:`pooled_data` with the same records, k, d and seed) skips making the
@@ -275,6 +299,9 @@ def run_simulation(cfg: SimConfig, data: Pooled | None = None) -> dict:
     if cfg.devices < 1 or cfg.records < cfg.devices:
         raise ValueError("need at least one device and one record per device")
     spec = _study_spec(cfg)  # validates every parameter before any work
+    if data is not None and data.x.shape != (cfg.records, cfg.d):
+        raise ValueError(f"the records are {data.x.shape}, the configuration says "
+                         f"({cfg.records}, {cfg.d})")
     seconds: dict[str, float] = {}
     t = time.perf_counter()
     if data is None:

@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from fedsketch.common.synthetic import gmm
 from fedsketch.server.sim.simulate import SimConfig, run_simulation, split_records
 
 FEDSKETCH = str(Path(sys.executable).with_name("fedsketch"))
@@ -86,3 +87,45 @@ def test_simulate_refuses_bad_arguments():
         res = subprocess.run([FEDSKETCH, "simulate", *args], capture_output=True, text=True,
                              timeout=60)
         assert res.returncode == 1 and words in res.stderr, res.stderr
+
+
+def test_simulate_splits_a_data_file_over_the_devices(tmp_path):
+    """A CSV of 6,000 records in an off-centre box, dealt out by cluster (dirichlet:0.2) to 4
+    devices: the study uses the file's n and d and the box given, and decodes near k-means. A
+    box that cuts the data in half (clipping every record into [0, 1]) costs accuracy, so the
+    box really is the one given."""
+    x = gmm_records(6000) + 100.0
+    path = tmp_path / "records.csv"
+    np.savetxt(path, x, delimiter=",", header="a,b,c", comments="")
+    base = [FEDSKETCH, "simulate", "--data", str(path), "--k", "3", "--devices", "4", "--m", "60",
+            "--r", "60", "--scale", "1.5", "--epsilon", "20", "--replicates", "2",
+            "--partition", "dirichlet:0.2", "--json"]
+    res = subprocess.run([*base, "--bounds", "85:115"], capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stderr
+    report = json.loads(res.stdout)
+    assert report["records"] == 6000 and np.asarray(report["centroids"]).shape == (3, 3)
+    assert report["config"]["box"] == [[85.0] * 3, [115.0] * 3]
+    assert report["relative_sse"] < 1.2
+    assert report["identifiability"]["status"] == "identified"
+    clipped = subprocess.run([*base, "--bounds", "99:101"], capture_output=True, text=True, timeout=300)
+    assert clipped.returncode == 0, clipped.stderr
+    assert json.loads(clipped.stdout)["relative_sse"] > 1.5
+
+
+def test_simulate_data_file_arguments_are_checked(tmp_path):
+    path = tmp_path / "x.npy"
+    np.save(path, gmm_records(50))
+    for args, words in ((["--data", str(path)], "--data needs the study's public box"),
+                        (["--data", str(path), "--bounds", "-9:9", "--records", "50"],
+                         "come from the --data file"),
+                        (["--bounds", "-9:9"], "--bounds sets the box of a --data file"),
+                        (["--data", str(path), "--bounds", "-9:9", "--k", "60"],
+                         "50 records cannot make 60 clusters"),
+                        (["--data", str(tmp_path / "none.npy"), "--bounds", "-9:9"], "none.npy")):
+        res = subprocess.run([FEDSKETCH, "simulate", *args], capture_output=True, text=True, timeout=60)
+        assert res.returncode == 1 and words in res.stderr, res.stderr
+
+
+def gmm_records(n: int) -> np.ndarray:
+    """n records of a 3-cluster mixture in d = 3."""
+    return gmm(n, 3, 3, 3.0, 4)[0].astype(np.float64)
