@@ -79,8 +79,15 @@ def privatize(fs: FeatureSum, privacy: PrivacySpec) -> PrivateSketch:
     terms = noise_plan(fs.feature, fs.m, fs.r, privacy)
     payload = clean + draw(terms[0], 2 * fs.m)
     n = fs.n if privacy.neighbouring == "replace_one" else int(fs.n + draw(terms[1], 1)[0])
-    variance = term_variance(terms[0]) / sketch_norm(fs.grid, fs.alpha, n, fs.m) ** 2
+    variance = coordinate_variance(terms[0], fs.grid, fs.alpha, n, fs.m)
     return PrivateSketch(payload, n, fs.grid, fs.alpha, privacy, terms, variance)
+
+
+def coordinate_variance(term: NoiseTerm, grid: int, alpha: float, n: float, m: int) -> float:
+    """Variance (sketch units²) that one draw of ``term`` on the integer sums (grid steps) puts
+    on each real coordinate of the normalized sketch of n released records:
+    Var(draw)/(γ·α·max(n, 1)·√m)²."""
+    return term_variance(term) / sketch_norm(grid, alpha, n, m) ** 2
 
 
 def term_variance(term: NoiseTerm) -> float:

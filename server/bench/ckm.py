@@ -44,6 +44,7 @@ from dataclasses import replace
 import numpy as np
 
 from fedsketch.common.box import Box
+from fedsketch.common.dp.calibration import laplace_scale
 from fedsketch.common.frequencies import FrequencySpec
 from fedsketch.common.lloyd import noisy_lloyd_step
 from fedsketch.common.privacy import PrivacySpec
@@ -51,7 +52,6 @@ from fedsketch.common.scale import calibrate_scale
 from fedsketch.common.spec import SketchSpec, release_sketch
 from fedsketch.server.bench.kmeans import (
     OVERSEED,
-    OVERSEED_KEEP_SCALES,
     converged_kmeans,
     lloyd,
     overseeded,
@@ -59,7 +59,7 @@ from fedsketch.server.bench.kmeans import (
     su_split,
 )
 from fedsketch.server.bench.kmeans.budget import relation_factor
-from fedsketch.server.bench.kmeans.dplloyd import ShiftedData, shifted_data
+from fedsketch.server.bench.kmeans.dplloyd import ShiftedData, excess_counts, shifted_data
 from fedsketch.server.bench.metrics import split
 from fedsketch.server.bench.task import Outcome, Task, clip_rows_to_box, public_box
 from fedsketch.server.decode.identify import IDENTIFIED, Identifiability, assess, noise_variance
@@ -89,9 +89,8 @@ def ckm_run(task: Task, feature: str) -> tuple[np.ndarray, float, int, Identifia
                                     seed=int(task.rng.integers(2**31))),
                       feature, 1, PrivacySpec(eps_main, 0.0, task.neighbouring))
     release = release_sketch(spec, split(x), box)
-    lo, hi = public_box(task)
-    out = decode_centroids(release.sketch, spec, task.k, lo, hi, replicates=3, rng=task.rng)
-    verdict = assess(release.sketch, spec, out.centroids, lo, hi, noise_variance(spec, release.n))
+    out = decode_centroids(release.sketch, spec, task.k, box.lo, box.hi, replicates=3, rng=task.rng)
+    verdict = assess(release.sketch, spec, out.centroids, box.lo, box.hi, noise_variance(spec, release.n))
     return out.centroids, cal.sigma, clipped, verdict
 
 
@@ -116,10 +115,11 @@ def final_step(data: ShiftedData, centres: np.ndarray, epsilon: float,
                neighbouring: str) -> tuple[np.ndarray, int]:
     """Step 3 of ``ckm-lloyd``: one noisy Lloyd step from the shifted ``centres`` (k, d) spending
     ``epsilon`` under ``neighbouring`` (Su's split of ε/f, f the relation factor); a centre whose
-    noisy count N~_j ≤ OVERSEED_KEEP_SCALES/ε_count stays. Returns (shifted centres, kept)."""
+    noisy count is at noise level (:func:`~fedsketch.server.bench.kmeans.excess_counts` ≤ 0, that is
+    N~_j ≤ OVERSEED_KEEP_SCALES/ε_count) stays. Returns (shifted centres, kept)."""
     eps_count, eps_dim = su_split(epsilon / relation_factor(neighbouring), data.h.size)
     stepped, counts = noisy_lloyd_step(data.x, centres, data.h, eps_count, np.full(data.h.size, eps_dim))
-    keep = counts <= OVERSEED_KEEP_SCALES / eps_count
+    keep = excess_counts(counts, laplace_scale(1.0, eps_count)) <= 0
     return np.where(keep[:, None], centres, stepped), int(keep.sum())
 
 

@@ -14,8 +14,7 @@ from rich.table import Table
 from fedsketch.common.features import FEATURES
 from fedsketch.common.privacy import NEIGHBOURING
 from fedsketch.server.cli.bounds import parse_bounds
-from fedsketch.server.cli.errors import clean_errors
-from fedsketch.server.decode.identify import IDENTIFIED
+from fedsketch.server.cli.errors import clean_errors, report_identifiability
 from fedsketch.server.sim.simulate import DROPOUT_STAGES, SimConfig, file_data, run_simulation
 
 
@@ -110,7 +109,5 @@ def simulate_command(
     if (sa := report["secure_aggregation"]) is not None:
         table.add_row("secure aggregation: assumed D, C; h_min, t",
                       f"{sa['dropouts']}, {sa['colluders']}; {sa['min_honest']}, {sa['threshold']}")
-    Console().print(table)
-    if report["identifiability"]["status"] != IDENTIFIED:
-        typer.echo(f"warning: {report['identifiability']['status']}: "
-                   f"{report['identifiability']['reason']}", err=True)
+    verdict = report["identifiability"]
+    report_identifiability(verdict["status"], verdict["reason"], False, lambda: Console().print(table))

@@ -124,7 +124,7 @@ def _step5_objective(
     return value, np.concatenate([grad_c.ravel(), grad_p])
 
 
-def _atoms(centroids: np.ndarray, omega: np.ndarray, xi: np.ndarray, gain: float) -> np.ndarray:
+def stacked_atoms(centroids: np.ndarray, omega: np.ndarray, xi: np.ndarray, gain: float) -> np.ndarray:
     """Stacked real atoms (2m, K): rows 0..m−1 = gain·cos θ, rows m..2m−1 = gain·sin θ."""
     theta = centroids @ omega + xi
     return np.concatenate([np.cos(theta).T, np.sin(theta).T]) * gain
@@ -135,7 +135,7 @@ def _residual(
     sketch: np.ndarray, gain: float,
 ) -> np.ndarray:
     """res = s − Σ_j p_j a(c_j) as (2m,) (real parts, imaginary parts)."""
-    return sketch - _atoms(centroids, omega, xi, gain) @ p
+    return sketch - stacked_atoms(centroids, omega, xi, gain) @ p
 
 
 def best_atom(
@@ -197,13 +197,13 @@ def _decode_once(
         c = best_atom(res, omega, xi, bounds, STARTS_GROW if t < k else STARTS_REPLACE, rng)
         centroids = np.vstack([centroids, c])
         if centroids.shape[0] > k:
-            beta, _ = nnls(_atoms(centroids, omega, xi, unit), sketch)
+            beta, _ = nnls(stacked_atoms(centroids, omega, xi, unit), sketch)
             drop = int(np.argmin(beta))
             centroids = np.delete(centroids, drop, axis=0)
             if drop == k:  # the new atom was rejected: (C, p) and res are unchanged
                 tick()
                 continue
-        p, _ = nnls(_atoms(centroids, omega, xi, gain), sketch)
+        p, _ = nnls(stacked_atoms(centroids, omega, xi, gain), sketch)
         centroids, p = _fit_all(
             centroids, p, omega, xi, sketch, gain, bounds, FTOL_LOOP, MAXITER_LOOP
         )

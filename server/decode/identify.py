@@ -45,10 +45,9 @@ from scipy.optimize import Bounds, nnls
 from fedsketch.common.dp.plan import noise_plan
 from fedsketch.common.features import GRID
 from fedsketch.common.frequencies import draw_frequencies
-from fedsketch.common.privacy import term_variance
-from fedsketch.common.sketching import sketch_norm
+from fedsketch.common.privacy import coordinate_variance
 from fedsketch.common.spec import SketchSpec
-from fedsketch.server.decode.clompr import best_atom
+from fedsketch.server.decode.clompr import best_atom, stacked_atoms
 
 #: Pure-noise sketches behind the ceiling, L-BFGS-B starts of the search in each, the seed of
 #: their draws and of the search, and the margin (noise standard deviations) above the ceiling.
@@ -90,14 +89,16 @@ def noise_variance(spec: SketchSpec, records: float, draws: float = 1.0) -> floa
     if spec.privacy.noiseless:
         return sampling
     term = noise_plan(spec.feature, m, r, spec.privacy)[0]
-    return draws * term_variance(term) / sketch_norm(GRID[spec.feature], alpha, n, m) ** 2 + sampling
+    return draws * coordinate_variance(term, GRID[spec.feature], alpha, n, m) + sampling
 
 
-def _unit_atoms(centroids: np.ndarray, spec: SketchSpec) -> np.ndarray:
-    """Stacked real unit atoms (2m, k) of ``centroids`` (k, d)."""
+def _unit_weights(sketch: np.ndarray, spec: SketchSpec, centroids: np.ndarray) -> np.ndarray:
+    """p ≥ 0 (k,): the non-negative least-squares weights of the unit atoms of ``centroids``
+    (k, d) on ``sketch`` (real (2m,): real parts, imaginary parts), as CL-OMPR's thresholding
+    step weighs them."""
     freqs = draw_frequencies(spec.frequencies)
-    theta = centroids @ freqs.omega + freqs.xi
-    return np.concatenate([np.cos(theta).T, np.sin(theta).T]) / math.sqrt(spec.frequencies.m)
+    atoms = stacked_atoms(centroids, freqs.omega, freqs.xi, 1.0 / math.sqrt(spec.frequencies.m))
+    return nnls(atoms, sketch)[0]
 
 
 @lru_cache(maxsize=64)
@@ -110,7 +111,7 @@ def _ceiling(spec: SketchSpec, lo: tuple[float, ...], hi: tuple[float, ...]) -> 
     for _ in range(NOISE_DRAWS):
         noise = rng.standard_normal(2 * spec.frequencies.m)
         c = best_atom(noise, freqs.omega, freqs.xi, bounds, NOISE_STARTS, rng)
-        best = max(best, float(_unit_atoms(c[None, :], spec)[:, 0] @ noise))
+        best = max(best, float(_unit_weights(noise, spec, c[None, :])[0]))
     return best
 
 
@@ -128,8 +129,8 @@ def assess(sketch: np.ndarray, spec: SketchSpec, centroids: np.ndarray, lo: np.n
     if variance <= 0.0:
         return Identifiability(IDENTIFIED, "the sketch carries no noise (no privacy noise and every "
                                "record in every entry): nothing to tell the centroids from", (), 0.0, 0.0)
-    atoms = _unit_atoms(np.asarray(centroids, dtype=np.float64), spec)
-    weights, _ = nnls(atoms, np.concatenate([sketch.real, sketch.imag]))
+    weights = _unit_weights(np.concatenate([sketch.real, sketch.imag]), spec,
+                            np.asarray(centroids, dtype=np.float64))
     sd = math.sqrt(variance)
     z = weights / sd
     ceiling = noise_ceiling(spec, lo, hi)

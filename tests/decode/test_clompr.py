@@ -57,7 +57,7 @@ def test_step5_gradient_matches_finite_differences(problem):
 
 def _atom_sketch(centroids, weights, freqs, harmonic=1.0):
     """The exact sketch Σ_k w_k a(c_k) of a mixture of Diracs (complex, m)."""
-    stacked = C._atoms(centroids, freqs.omega, freqs.xi, harmonic / math.sqrt(freqs.xi.size))
+    stacked = C.stacked_atoms(centroids, freqs.omega, freqs.xi, harmonic / math.sqrt(freqs.xi.size))
     return (stacked @ weights)[: freqs.xi.size] + 1j * (stacked @ weights)[freqs.xi.size:]
 
 
