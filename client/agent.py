@@ -38,6 +38,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+from dataclasses import replace
 
 import grpc
 
@@ -47,6 +48,7 @@ from fedsketch.common.cli import printable
 from fedsketch.common.frequencies import draw_frequencies
 from fedsketch.common.pb import fedsketch_pb2 as pb
 from fedsketch.common.pb import fedsketch_pb2_grpc as pb_grpc
+from fedsketch.common.refine import CELLS_KIND, RoundSpec, is_round, release_cells
 from fedsketch.common.spec import release_sketch
 from fedsketch.common.study import StudySpec, spec_sha256
 
@@ -147,9 +149,12 @@ class Agent(SecureSteps):
     def _check(self, study: pb.Study) -> Admitted | str:
         """Steps 1–2 of the module docstring: the study, its box and the data version opened for
         it if this device may contribute, else the reason it may not. Spends nothing; opening
-        the data reads an ``.npy`` header, or counts a CSV's rows."""
+        the data reads an ``.npy`` header, or counts a CSV's rows. A study with refinement
+        rounds is budgeted whole: its sketch and every round (:attr:`StudySpec.total_epsilon`)."""
         if spec_sha256(study.spec_json) != study.spec_sha256:
             return "the spec does not hash to the announced spec hash"
+        if is_round(study.spec_json):
+            return self._check_round(study)
         try:
             spec = StudySpec.from_json(study.spec_json)
         except ValueError as exc:
@@ -159,27 +164,54 @@ class Agent(SecureSteps):
                 spec.check_trust()  # a threshold unsafe under the study's stated assumptions
             except ValueError as exc:
                 return str(exc)
-        eps, delta = spec.sketch.privacy.epsilon, spec.sketch.privacy.delta
-        if (reason := self.ledger.policy().refusal(spec.name, eps)) is not None:
-            return reason
-        if (reason := self.ledger.refusal(self.source, eps, delta,
-                                          self._reserved(study.study_id))) is not None:
-            return Retry(reason)  # the budget: a reservation may end or the owner raise it
         freqs = draw_frequencies(spec.sketch.frequencies)
         if freqs.sha256 != spec.omega_sha256:
             return "the frequencies Ω, ξ do not match the spec's hash on this platform"
         try:
-            box = Box(spec.lo, spec.hi)
-            box.reduce(freqs)
+            Box(spec.lo, spec.hi).reduce(freqs)
         except ValueError as exc:
             return f"the study's box does not fit its frequencies: {exc}"
+        return self._admit(study.study_id, spec, (spec.total_epsilon, spec.sketch.privacy.delta))
+
+    def _check_round(self, study: pb.Study) -> Admitted | str:
+        """Steps 1–2 for a refinement round: the round names its study by id and spec hash, the
+        study declares the round, its centres lie in the study's box with its d, and the
+        owner's policy allows the study (its whole ε); the budget must cover the round's ε."""
+        try:
+            rnd = RoundSpec.from_json(study.spec_json)
+        except ValueError as exc:
+            return f"unreadable round spec: {exc}"
+        try:
+            parent = self.stub.GetStudy(pb.StudyRef(study_id=rnd.parent_id), timeout=RPC_TIMEOUT)
+        except grpc.RpcError as exc:
+            if exc.code() != grpc.StatusCode.NOT_FOUND:
+                raise
+            return f"the round's study {rnd.parent_id} is unknown to the coordinator"
+        if parent.spec_sha256 != rnd.parent_sha256 or spec_sha256(parent.spec_json) != rnd.parent_sha256:
+            return "the round's study does not have the spec hash the round names"
+        try:
+            spec = StudySpec.from_json(parent.spec_json)
+            rnd.check_parent(spec)
+        except ValueError as exc:
+            return f"the round does not fit its study: {exc}"
+        admitted = self._admit(study.study_id, spec, (spec.refine.epsilon[rnd.round - 1], 0.0))
+        return admitted if isinstance(admitted, str) else replace(admitted, round=rnd)
+
+    def _admit(self, study_id: str, spec: StudySpec, cost: tuple[float, float]) -> Admitted | str:
+        """The checks every release shares: the owner's policy allows the study (its name and
+        whole ε), the budget covers ``cost`` (ε, δ) besides what other joined studies reserve,
+        and the data opens with the study's d."""
+        if (reason := self.ledger.policy().refusal(spec.name, spec.total_epsilon)) is not None:
+            return reason
+        if (reason := self.ledger.refusal(self.source, *cost, self._reserved(study_id))) is not None:
+            return Retry(reason)  # the budget: a reservation may end or the owner raise it
         try:
             data = self.data()
         except DATA_ERRORS as exc:
             return data_refusal(exc)
         if spec.sketch.frequencies.d != data.d:
             return f"the study wants d = {spec.sketch.frequencies.d}, the data has {data.d}"
-        return Admitted(spec, box, data)
+        return Admitted(spec, Box(spec.lo, spec.hi), data)
 
     def _reserved(self, other_than: str) -> tuple[float, float]:
         """(ε, δ) promised to studies this device joined and has not spent on yet (other than
@@ -222,8 +254,7 @@ class Agent(SecureSteps):
             return reply
         if reply.stage == pb.REGISTER:
             if sid not in self._waiting:
-                privacy = admitted.spec.sketch.privacy
-                self._waiting[sid] = (privacy.epsilon, privacy.delta)
+                self._waiting[sid] = admitted.cost
                 out.registered.append(sid)
             return None
         self._waiting.pop(sid, None)
@@ -264,22 +295,31 @@ class Agent(SecureSteps):
     def _contribute(self, identity: Identity, study: pb.Study, admitted: Admitted) -> str | None:
         """Steps 3–6: sketch, count, commit the spend (the study re-checked in that transaction),
         send; the reason if refused."""
-        spec = admitted.spec
+        spec, rnd = admitted.spec, admitted.round
         tally = Tally()
         try:
-            release = release_sketch(spec.sketch, admitted.data.chunks(), admitted.box, tally=tally)
+            if rnd is None:
+                release = release_sketch(spec.sketch, admitted.data.chunks(), admitted.box,
+                                         tally=tally)
+                kind, payload = wire.encode(release, spec.sketch.feature)
+                n = release.n
+            else:
+                n, payload = release_cells(spec, rnd, admitted.data.chunks(), tally)
+                kind = CELLS_KIND
         except DATA_ERRORS as exc:
             return data_refusal(exc)
         if (reason := self._too_few(spec, tally.records)) is not None:
             return reason
         log_clipped(study.study_id, tally)
-        kind, payload = wire.encode(release, spec.sketch.feature)
+        epsilon, delta = admitted.cost
         try:
             spend = self.ledger.record_spend(
-                study_id=study.study_id, study_name=spec.name, source=self.source,
-                epsilon=spec.sketch.privacy.epsilon, delta=spec.sketch.privacy.delta,
-                n=release.n, kind=kind, payload=payload, spec_sha256=study.spec_sha256,
-                recheck=lambda: self._input_open(identity, study))
+                study_id=study.study_id,
+                study_name=spec.name if rnd is None else f"{spec.name} · round {rnd.round}",
+                source=self.source, epsilon=epsilon, delta=delta, n=n, kind=kind,
+                payload=payload, spec_sha256=study.spec_sha256,
+                recheck=lambda: self._input_open(identity, study),
+                parent=None if rnd is None else rnd.parent_id, round=0 if rnd is None else rnd.round)
         except (BudgetExceeded, LedgerError) as exc:  # e.g. another daemon on this ledger spent
             return str(exc)
         fault_point()

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import signal
 import threading
 import time
@@ -230,12 +231,17 @@ def device_budget(
                for name, b in budgets.items()}
     rows = [{"study_id": s.study_id, "study": s.study_name, "source": s.source,
              "epsilon": s.epsilon, "delta": s.delta, "n": s.n, "spent_at": s.spent_at,
-             "state": _state(s)} for s in spends]
+             "state": _state(s), "parent": s.parent, "round": s.round} for s in spends]
+    studies: dict[str, dict] = {}
+    for s in spends:
+        study = studies.setdefault(s.parent or s.study_id, {"epsilon": 0.0, "rounds": {}})
+        study["rounds"][str(s.round)] = s.epsilon
+        study["epsilon"] = math.fsum(study["rounds"].values())
     log_rows = [{"at": h.at, "action": h.action, "source": h.source, "detail": h.detail}
                 for h in history]
     if as_json:
         typer.echo(json.dumps({"sources": sources, "policy": json.loads(policy.to_json()),
-                               "spends": rows, "history": log_rows}))
+                               "spends": rows, "studies": studies, "history": log_rows}))
         return
     console = Console()
     table = Table(title=escape(f"budget of {ledger}"))
@@ -249,13 +255,14 @@ def device_budget(
                   f"{', '.join(policy.coordinators)}; largest ε per study "
                   f"{'none' if policy.max_epsilon is None else f'{policy.max_epsilon:g}'}",
                   markup=False)
-    spent_table = Table(title="spends")
-    for col in ("when", "study", "source", "ε", "δ", "records", "outcome"):
+    spent_table = Table(title="spends (round 0 is a study's sketch, 1.. its refinement rounds)")
+    for col in ("when", "study", "round", "source", "ε", "ε of the study", "δ", "records", "outcome"):
         spent_table.add_column(col)
     for r in rows:
         spent_table.add_row(_when(r["spent_at"]), _shown(f"{r['study']} ({r['study_id']})"),
-                            _shown(r["source"]), f"{r['epsilon']:g}", f"{r['delta']:g}",
-                            f"{r['n']:,.0f}", _shown(r["state"]))
+                            str(r["round"]), _shown(r["source"]), f"{r['epsilon']:g}",
+                            f"{studies[r['parent'] or r['study_id']]['epsilon']:g}",
+                            f"{r['delta']:g}", f"{r['n']:,.0f}", _shown(r["state"]))
     console.print(spent_table)
     log_table = Table(title="budget changes")
     for col in ("when", "action", "source", "detail"):

@@ -12,15 +12,16 @@ Contract:
       raising it is a separate owner action (:meth:`Ledger.raise_budget`) with a stated reason.
       Every change, and every change of the owner's :class:`~fedsketch.client.policy.Policy`, is
       appended to a log that nothing deletes (:meth:`Ledger.history`).
-    * A device releases at most one sketch per study. The spend (ε, δ) and the exact payload bytes
-      are committed in ONE transaction BEFORE anything is sent; every retry or restart re-sends
-      those stored bytes (:meth:`Ledger.find`, :meth:`Ledger.pending`) and never draws fresh noise.
+    * A device releases at most once per study (a refinement round is a study of its own). The
+      spend (ε, δ) and the exact payload bytes are committed in ONE transaction BEFORE anything
+      is sent; every retry or restart re-sends those stored bytes (:meth:`Ledger.find`,
+      :meth:`Ledger.pending`) and never draws fresh noise.
       Checks and insert run under ``BEGIN IMMEDIATE``, so two processes sharing the file cannot
       both pass the check.
     * The file also keeps the device identity (Ed25519 private key bytes, device id, coordinator
       address), so it is created owner-only (mode 0600).
 
-Opening a schema-1 file (budgets keyed by a data file's SHA-256) migrates it once
+Opening a schema-1 or schema-2 file migrates it once
 (:mod:`.ledger_schema`); the records the ledger returns are in :mod:`.ledger_records`.
 
 A connection is used from the thread that opened the ledger (sqlite3's default).
@@ -54,10 +55,9 @@ from .ledger_schema import (
     SCHEMA_VERSION,
     SPEND_COLUMNS,
     create_schema,
-    drop_out_of_box,
     log_change,
-    migrate_v1,
     set_settings,
+    upgrade,
 )
 from .policy import Policy
 
@@ -118,22 +118,7 @@ class Ledger:
                 return
             if "settings" not in tables:
                 raise LedgerError(f"{self.path} is an SQLite file but not a fedsketch ledger")
-            settings = dict(db.execute("SELECT key, value FROM settings"))
-            if settings.get("format") != FORMAT:
-                raise LedgerError(f"{self.path} is an SQLite file but not a fedsketch ledger")
-            version = settings.get("schema_version", "")
-            if version == "1":
-                migrate_v1(db, settings)
-                log.warning("%s: migrated from schema 1; its budget is what it had spent, so "
-                            "nothing remains until `fedsketch device raise-budget`", self.path)
-            elif version == str(SCHEMA_VERSION):
-                if drop_out_of_box(db, settings) == "refuse":
-                    log.warning("%s: the owner's policy out-of-box = refuse is no longer offered "
-                                "(the refusal would reveal the records); records are clipped",
-                                self.path)
-            else:
-                raise LedgerError(f"{self.path} has ledger schema version {version!r}; this code reads "
-                                  f"versions 1 and {SCHEMA_VERSION} (written by a newer fedsketch?)")
+            upgrade(db, self.path)
 
     @contextmanager
     def _write(self) -> Iterator[sqlite3.Connection]:
@@ -285,11 +270,12 @@ class Ledger:
         return self._refusal(self._conn, source, epsilon, delta, reserved)
 
     def _refusal(self, db: sqlite3.Connection, source: str, epsilon: float, delta: float,
-                 reserved: tuple[float, float] = (0.0, 0.0)) -> str | None:
+                 reserved: tuple[float, float] = (0.0, 0.0), parent: str | None = None) -> str | None:
         budget = self._budget(db, source)
         max_eps = self._policy(db).max_epsilon
-        if max_eps is not None and epsilon > max_eps:
-            return f"it asks ε = {epsilon:g}; the device's policy allows at most {max_eps:g} per study"
+        study = epsilon if parent is None else math.fsum((self.study_spent(parent, db), epsilon))
+        if max_eps is not None and study > max_eps:
+            return f"it asks ε = {study:g}; the device's policy allows at most {max_eps:g} per study"
         eps_sum, delta_sum = self._sums(db, source)
         eps_sum, delta_sum = eps_sum + reserved[0], delta_sum + reserved[1]
         if not fits(eps_sum, epsilon, budget.epsilon):
@@ -302,18 +288,27 @@ class Ledger:
                     f"source {source!r}" + (" (a pure-ε budget)" if budget.delta == 0 else ""))
         return None
 
+    def study_spent(self, study_id: str, db: sqlite3.Connection | None = None) -> float:
+        """Σε the device spent on a study: its sketch and every refinement round of it."""
+        rows = (db or self._conn).execute("SELECT epsilon FROM spends WHERE study_id = ? OR "
+                                          "parent = ?", (study_id, study_id)).fetchall()
+        return math.fsum(r[0] for r in rows)
+
     def record_spend(self, *, study_id: str, study_name: str, source: str, epsilon: float,
                      delta: float, n: float, kind: str, payload: bytes, spec_sha256: str,
-                     recheck: Callable[[], str | None] | None = None) -> Spend:
+                     recheck: Callable[[], str | None] | None = None, parent: str | None = None,
+                     round: int = 0) -> Spend:
         """Record the release of ``payload`` for ``study_id`` in one committed transaction; call it
         BEFORE sending, and send only the bytes of the returned Spend.
 
         Raises ValueError for ε not finite and > 0, δ not finite and ≥ 0, or n not finite;
         LedgerError if this study already has a spend or ``source`` has no budget; BudgetExceeded
         if the owner's policy declines ε or the budget cannot cover it (:func:`fits`, for ε and
-        for δ). The checks run inside the write transaction, last ``recheck()`` (the agent asks
-        the coordinator whether the study still takes this device's input): a reason from it
-        raises LedgerError. A refusal, or any exception from ``recheck``, writes nothing."""
+        for δ; for a refinement ``round`` of the study ``parent``, the owner's largest ε per study
+        caps what that study has taken in all). The checks run inside the write transaction,
+        last ``recheck()`` (the agent asks the coordinator whether the study still takes this
+        device's input): a reason from it raises LedgerError. A refusal, or any exception from
+        ``recheck``, writes nothing."""
         if not (math.isfinite(epsilon) and epsilon > 0):
             raise ValueError(f"epsilon must be finite and > 0, got {epsilon!r}")
         if not (math.isfinite(delta) and delta >= 0):
@@ -324,19 +319,20 @@ class Ledger:
         spend = Spend(study_id=study_id, study_name=study_name, source=source, epsilon=float(epsilon),
                       delta=float(delta), n=float(n), kind=kind, payload=payload,
                       payload_sha256=hashlib.sha256(payload).hexdigest(), spec_sha256=spec_sha256,
-                      spent_at=time.time(), acked_at=None, receipt=None, final_state=None)
+                      spent_at=time.time(), acked_at=None, receipt=None, final_state=None,
+                      parent=parent, round=round)
         with self._write() as db:
             if db.execute("SELECT 1 FROM spends WHERE study_id = ?", (study_id,)).fetchone():
                 raise LedgerError(f"the device already released a sketch for study {study_id!r}; "
                                   "it re-sends the stored bytes instead")
-            if (why := self._refusal(db, source, epsilon, delta)) is not None:
+            if (why := self._refusal(db, source, epsilon, delta, parent=parent)) is not None:
                 raise BudgetExceeded(f"study {study_id!r}: {why}")
             if recheck is not None and (why := recheck()) is not None:
                 raise LedgerError(f"study {study_id!r}: {why}; nothing was spent")
-            db.execute(f"INSERT INTO spends ({SPEND_COLUMNS}) VALUES ({', '.join('?' * 14)})",
+            db.execute(f"INSERT INTO spends ({SPEND_COLUMNS}) VALUES ({', '.join('?' * 16)})",
                        (spend.study_id, spend.study_name, spend.source, spend.epsilon, spend.delta,
                         spend.n, spend.kind, spend.payload, spend.payload_sha256, spend.spec_sha256,
-                        spend.spent_at, None, None, None))
+                        spend.spent_at, None, None, None, parent, round))
         return spend
 
     def mark_acked(self, study_id: str, receipt: str) -> None:

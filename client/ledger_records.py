@@ -42,7 +42,8 @@ class BudgetChange:
 class Spend:
     """One recorded release: the study, the source it counts against, the privacy cost (ε, δ), the
     released record count ``n``, the exact payload bytes to (re-)send, when it was spent and
-    acknowledged (Unix seconds), and the study's final state once the device has learnt it."""
+    acknowledged (Unix seconds), the study's final state once the device has learnt it, and for
+    a refinement round the study it belongs to (``parent``) and its number (0: a sketch)."""
 
     study_id: str
     study_name: str
@@ -58,6 +59,8 @@ class Spend:
     acked_at: float | None
     receipt: str | None
     final_state: str | None
+    parent: str | None = None
+    round: int = 0
 
 
 @dataclass(frozen=True)

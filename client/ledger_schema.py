@@ -1,4 +1,8 @@
-"""The ledger's SQLite layout: schema version 2, and the one-time migration from schema 1.
+"""The ledger's SQLite layout: schema version 3, and the one-time migrations from schemas 1 and 2.
+
+Schema 3 adds two columns to ``spends``: ``parent``, the study a refinement round's spend belongs
+to (NULL for a study's own sketch), and ``round`` (0 for the sketch, t for refinement round t),
+so a study's total spend and each round's can be read back. :func:`migrate_v2` adds them.
 
 Schema 1 keyed budgets on the SHA-256 of a data file, so that appending a row gave the same
 people a fresh budget. :func:`migrate_v1` moves all of its spends, in the caller's transaction, to
@@ -9,13 +13,17 @@ remains until the owner states the device's real total with ``fedsketch device r
 from __future__ import annotations
 
 import json
+import logging
 import math
 import sqlite3
 import time
 
+from .ledger_records import LedgerError
 from .policy import Policy
 
-SCHEMA_VERSION = 2
+log = logging.getLogger("fedsketch.device")
+
+SCHEMA_VERSION = 3
 FORMAT = "fedsketch.ledger"
 #: The source of a device that declares no other.
 DEFAULT_SOURCE = "default"
@@ -54,7 +62,9 @@ CREATE TABLE spends (
     spent_at       REAL NOT NULL,
     acked_at       REAL,
     receipt        TEXT,
-    final_state    TEXT
+    final_state    TEXT,
+    parent         TEXT,
+    round          INTEGER NOT NULL DEFAULT 0
 );
 CREATE INDEX spends_by_source ON spends (source);
 CREATE TABLE identity (
@@ -65,8 +75,9 @@ CREATE TABLE identity (
 );
 """
 
-SPEND_COLUMNS = ("study_id, study_name, source, epsilon, delta, n, kind, payload, payload_sha256, "
-                  "spec_sha256, spent_at, acked_at, receipt, final_state")
+V2_COLUMNS = ("study_id, study_name, source, epsilon, delta, n, kind, payload, payload_sha256, "
+              "spec_sha256, spent_at, acked_at, receipt, final_state")
+SPEND_COLUMNS = V2_COLUMNS + ", parent, round"
 
 
 def create_schema(db: sqlite3.Connection, *, skip: tuple[str, ...] = ()) -> None:
@@ -103,7 +114,7 @@ def migrate_v1(db: sqlite3.Connection, settings: dict[str, str]) -> None:
     delta = min(math.fsum(r[1] for r in rows), 1.0 - 1e-12)
     db.execute("INSERT INTO sources (name, epsilon, delta, created_at) VALUES (?, ?, ?, ?)",
                (DEFAULT_SOURCE, epsilon, delta, time.time()))
-    db.execute(f"INSERT INTO spends ({SPEND_COLUMNS}) SELECT study_id, study_id, ?, epsilon, "
+    db.execute(f"INSERT INTO spends ({V2_COLUMNS}) SELECT study_id, study_id, ?, epsilon, "
                "delta, n, kind, payload, payload_sha256, spec_sha256, spent_at, acked_at, "
                "receipt, NULL FROM spends_v1 ORDER BY seq", (DEFAULT_SOURCE,))
     db.execute("DROP TABLE spends_v1")
@@ -115,6 +126,16 @@ def migrate_v1(db: sqlite3.Connection, settings: dict[str, str]) -> None:
                f"spent (the old file's --budget {settings.get('budget', 'none')!r} was rewritten "
                "by every run), so nothing remains until the owner runs `fedsketch device "
                "raise-budget`")
+
+
+def migrate_v2(db: sqlite3.Connection) -> None:
+    """Schema 2 → 3 (module docstring), inside the caller's write transaction: every existing
+    spend is a study's sketch (round 0, no parent)."""
+    db.execute("ALTER TABLE spends ADD COLUMN parent TEXT")
+    db.execute("ALTER TABLE spends ADD COLUMN round INTEGER NOT NULL DEFAULT 0")
+    set_settings(db, schema_version=str(SCHEMA_VERSION))
+    log_change(db, "migrate", None, None, None, "schema 2 → 3: spends record the study a "
+               "refinement round belongs to, and the round")
 
 
 def drop_out_of_box(db: sqlite3.Connection, settings: dict[str, str]) -> str | None:
@@ -132,3 +153,25 @@ def drop_out_of_box(db: sqlite3.Connection, settings: dict[str, str]) -> str | N
                f"out-of-box = {old} dropped: a refusal that depends on where the records lie "
                "reveals them, so records outside a study's box are always clipped")
     return str(old)
+
+
+def upgrade(db: sqlite3.Connection, path: str) -> None:
+    """Bring an existing ledger to the current schema inside the caller's write transaction;
+    LedgerError for a file that is not a fedsketch ledger or was written by a newer version."""
+    settings = dict(db.execute("SELECT key, value FROM settings"))
+    if settings.get("format") != FORMAT:
+        raise LedgerError(f"{path} is an SQLite file but not a fedsketch ledger")
+    version = settings.get("schema_version", "")
+    if version == "1":  # straight to the current schema (its spends table is made anew)
+        migrate_v1(db, settings)
+        log.warning("%s: migrated from schema 1; its budget is what it had spent, so "
+                    "nothing remains until `fedsketch device raise-budget`", path)
+        return
+    if version not in ("2", str(SCHEMA_VERSION)):
+        raise LedgerError(f"{path} has ledger schema version {version!r}; this code reads "
+                          f"versions 1 to {SCHEMA_VERSION} (written by a newer fedsketch?)")
+    if version == "2":
+        migrate_v2(db)
+    if drop_out_of_box(db, settings) == "refuse":
+        log.warning("%s: the owner's policy out-of-box = refuse is no longer offered "
+                    "(the refusal would reveal the records); records are clipped", path)

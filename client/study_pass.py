@@ -8,6 +8,7 @@ import signal
 from dataclasses import dataclass, field
 
 from fedsketch.common.box import Box
+from fedsketch.common.refine import RoundSpec
 from fedsketch.common.study import StudySpec
 
 from .localdata import LocalData
@@ -22,11 +23,19 @@ RPC_TIMEOUT = 60.0
 @dataclass(frozen=True)
 class Admitted:
     """A study the device may contribute to: its spec, public box, and the data version opened
-    for it."""
+    for it; for a refinement round, ``spec`` is its study's and ``round`` the round's."""
 
     spec: StudySpec
     box: Box
     data: LocalData
+    round: RoundSpec | None = None
+
+    @property
+    def cost(self) -> tuple[float, float]:
+        """(ε, δ) of this release: the sketch's, or the round's ε (pure)."""
+        if self.round is None:
+            return self.spec.sketch.privacy.epsilon, self.spec.sketch.privacy.delta
+        return self.spec.refine.epsilon[self.round.round - 1], 0.0
 
 
 @dataclass

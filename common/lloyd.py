@@ -23,6 +23,8 @@ so a federated refinement round can use the same step.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 import numpy as np
 
 from .dp import grid
@@ -30,6 +32,11 @@ from .dp.samplers import dlap_noise
 
 #: Rows per block of :func:`nearest` (bounds its (rows, k) scratch matrix).
 CHUNK = 1 << 15
+#: Su et al.'s coordinate normalisation factor ρ (MECHANISMS §6.2).
+RHO = 0.225
+#: A noisy cell count at or below this many Laplace scales of its noise cannot be told from an
+#: empty cell's (P(DLap > 3b) ≈ e^{−3}/2 ≈ 2.5 %).
+OVERSEED_KEEP_SCALES = 3.0
 
 
 def nearest(x: np.ndarray, c: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -63,27 +70,75 @@ def cluster_stats(x: np.ndarray, labels: np.ndarray, k: int,
     return counts, sums
 
 
-def noisy_cluster_stats(x: np.ndarray, centroids: np.ndarray, h: np.ndarray, eps_count: float,
-                        eps_dims: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """One private iteration's integer release on shifted records ``x`` (n, d), coordinate l in
-    [−h_l, h_l].
+def relation_factor(neighbouring: str) -> int:
+    """2 under replace-one (a record change touches two clusters: twice the add/remove L1
+    sensitivity of the joint release), 1 under add/remove (MECHANISMS §0.3, §5.1). The Gaussian
+    mechanisms of ``fedsketch.server.bench.kmeans.gaussian`` use the same factor f (σ for f·Δ2,
+    level γ/f²)."""
+    if neighbouring not in ("add_remove", "replace_one"):
+        raise ValueError(f"unknown neighbouring relation {neighbouring!r}")
+    return 2 if neighbouring == "replace_one" else 1
 
-    Assigns every record to its nearest of ``centroids`` (k, d), encodes it on the grid
-    g_l = h_l/STEPS, and releases, for EVERY cluster (empty ones included),
-    N~_j = N_j + DLap(ε_count) (records, sensitivity 1) and T~_{j,l} = Σ_{i ∈ j} rint(x_il/g_l) +
-    DLap(ε_dim,l/STEPS) (steps, sensitivity STEPS), exact noise from OS random bits.
-    ε_count + Σ_l ε_dim,l (``eps_dims`` (d,)) is the add/remove ε of the whole release (parallel
-    composition over clusters). Returns (N~ (k,), T~ (k, d)), both int64.
-    """
+
+def su_ratio(d: int) -> float:
+    """c_ρ = cbrt(4dρ²): Su et al.'s ratio ε_count/ε_dim (MECHANISMS §6.2)."""
+    return float(np.cbrt(4.0 * d * RHO**2))
+
+
+def su_split(eps_t: float, d: int) -> tuple[float, float]:
+    """Su et al.'s split of one iteration's add/remove ε_t (MECHANISMS §6.2): each sum coordinate
+    ε_dim = ε_t/(d + c_ρ), the count ε_count = c_ρ·ε_t/(d + c_ρ) (so ε_count/ε_dim = c_ρ and
+    ε_count + d·ε_dim = ε_t). diffprivlib inverts the two (§6.3); this is the direction of the
+    MSE derivation."""
+    c = su_ratio(d)
+    return c * eps_t / (d + c), eps_t / (d + c)
+
+
+def exact_cell_stats(chunks: Iterable[np.ndarray], centroids: np.ndarray,
+                     h: np.ndarray) -> tuple[np.ndarray, np.ndarray, int]:
+    """The exact integer statistics of one Lloyd step over shifted records streamed in ``chunks``
+    (rows, d), coordinate l in [−h_l, h_l]: every record goes to its nearest of ``centroids``
+    (k, d) and is encoded on the grid g_l = h_l/STEPS. Returns (N (k,) records, T (k, d) steps,
+    both int64, and the records read). ValueError past ``grid.MAX_ROWS`` records."""
     k, d = centroids.shape
-    grid.check_rows(x.shape[0])
-    labels, _ = nearest(x, centroids)
-    counts, sums = cluster_stats(grid.encode(x, grid.step(h)), labels, k)  # exact integers
+    counts = np.zeros(k, dtype=np.int64)
+    sums = np.zeros((k, d), dtype=np.int64)
+    rows = 0
+    g = grid.step(h)
+    for chunk in chunks:
+        rows += chunk.shape[0]
+        grid.check_rows(rows)
+        labels, _ = nearest(np.asarray(chunk, dtype=np.float64), centroids)
+        n_j, t_j = cluster_stats(grid.encode(chunk, g), labels, k)  # exact: < 2^53 per chunk
+        counts += n_j.astype(np.int64)
+        sums += t_j.astype(np.int64)
+    return counts, sums, rows
+
+
+def add_cell_noise(counts: np.ndarray, sums: np.ndarray, eps_count: float,
+                   eps_dims: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(N + DLap(ε_count), T_{·,l} + DLap(ε_dim,l/STEPS)) for every cell, exact noise from OS
+    random bits: an ε_count + Σ_l ε_dim,l add/remove release of the exact ``counts`` (k,)
+    (records, sensitivity 1) and ``sums`` (k, d) (steps, sensitivity STEPS), int64."""
+    k = counts.shape[0]
     noisy_counts = counts.astype(np.int64) + dlap_noise(eps_count, 1.0, k)
     noisy_sums = sums.astype(np.int64)
     for col, eps in enumerate(eps_dims):
         noisy_sums[:, col] += dlap_noise(float(eps), float(grid.STEPS), k)
     return noisy_counts, noisy_sums
+
+
+def noisy_cluster_stats(x: np.ndarray, centroids: np.ndarray, h: np.ndarray, eps_count: float,
+                        eps_dims: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """One private iteration's integer release on shifted records ``x`` (n, d), coordinate l in
+    [−h_l, h_l]: :func:`exact_cell_stats` then :func:`add_cell_noise`, so for EVERY cluster
+    (empty ones included) N~_j = N_j + DLap(ε_count) (records, sensitivity 1) and
+    T~_{j,l} = Σ_{i ∈ j} rint(x_il/g_l) + DLap(ε_dim,l/STEPS) (steps, sensitivity STEPS).
+    ε_count + Σ_l ε_dim,l (``eps_dims`` (d,)) is the add/remove ε of the whole release (parallel
+    composition over clusters). Returns (N~ (k,), T~ (k, d)), both int64.
+    """
+    counts, sums, _ = exact_cell_stats((x,), centroids, h)
+    return add_cell_noise(counts, sums, eps_count, eps_dims)
 
 
 def centroids_from_stats(counts: np.ndarray, sums: np.ndarray, h: np.ndarray) -> np.ndarray:
@@ -102,3 +157,10 @@ def noisy_lloyd_step(x: np.ndarray, centroids: np.ndarray, h: np.ndarray, eps_co
     ε_count + Σ_l ε_dim,l under add/remove."""
     counts, sums = noisy_cluster_stats(x, centroids, h, eps_count, eps_dims)
     return centroids_from_stats(counts, sums, h), counts
+
+
+def excess_counts(counts: np.ndarray, count_scale: float) -> np.ndarray:
+    """w_j = N~_j − OVERSEED_KEEP_SCALES·b (records), b the Laplace scale of the noisy counts N~
+    (for a sum of D independent draws, pass b·√D: the same multiple of its standard deviation).
+    Centroid j is reliable when w_j > 0; at or below, its cell cannot be told from an empty one."""
+    return counts - OVERSEED_KEEP_SCALES * count_scale

@@ -19,17 +19,22 @@ from dataclasses import asdict, dataclass, fields
 from .dp.plan import integer_sum_term
 from .features import GRID
 from .frequencies import draw_frequencies
+from .refine import RefineSpec
 from .secagg import SecAggParams, check_capacity, graph_seed, modulus_bits
 from .secagg.trust import Assumptions
 from .spec import SketchSpec, canonical_json
 
-#: Written by this code. Version 2 means "plain studies fill a roster first": a device of the
-#: first release, which would spend as soon as it saw an open study, refuses a /2 spec as
-#: unreadable instead of spending on a study that would refuse its contribution.
+#: Written by this code for a study without refinement rounds. Version 2 means "plain studies
+#: fill a roster first": a device of the first release, which would spend as soon as it saw an
+#: open study, refuses a /2 spec as unreadable instead of spending on a study that would refuse
+#: its contribution.
 FORMAT = "fedsketch.study/2"
+#: Written for a study with refinement rounds (:mod:`fedsketch.common.refine`): a device that
+#: does not know rounds refuses it rather than budget for its sketch alone.
+REFINED_FORMAT = "fedsketch.study/3"
 #: Also read: studies stored before rosters (their contributors joined the rosters when the
 #: store was migrated).
-READ_FORMATS = ("fedsketch.study/1", FORMAT)
+READ_FORMATS = ("fedsketch.study/1", FORMAT, REFINED_FORMAT)
 
 
 @dataclass(frozen=True)
@@ -112,11 +117,15 @@ class StudySpec:
     replicates: int = 3
     decode_seed: int = 0
     secure_aggregation: SecAggSpec | None = None
+    refine: RefineSpec | None = None
 
     def __post_init__(self) -> None:
         d, m = self.sketch.frequencies.d, self.sketch.frequencies.m
         if self.secure_aggregation is not None:
             self._check_secure_aggregation()
+            if self.refine is not None:
+                raise ValueError("refinement rounds are collected in the plain way for now: a "
+                                 "secure-aggregation study cannot declare them")
         if not self.name or len(self.name) > 200:
             raise ValueError("a study needs a name of 1 to 200 characters")
         if not math.isfinite(self.sketch.privacy.epsilon):
@@ -138,6 +147,13 @@ class StudySpec:
             raise ValueError("the deadline must be a finite Unix time")
         if len(self.omega_sha256) != 64:
             raise ValueError("omega_sha256 must be a hex SHA-256")
+
+    @property
+    def total_epsilon(self) -> float:
+        """ε of the whole study for a device that takes part in every round: the sketch's plus
+        every refinement round's (sequential composition)."""
+        rounds = 0.0 if self.refine is None else self.refine.total
+        return math.fsum((self.sketch.privacy.epsilon, rounds))
 
     def check_new(self) -> None:
         """Rules for a study being created (older stored studies stay readable): ValueError if
@@ -222,9 +238,10 @@ class StudySpec:
                    tuple(hi), **rules)
 
     def to_dict(self) -> dict:
-        """JSON-ready dict (with a ``format`` tag)."""
-        return {
-            "format": FORMAT,
+        """JSON-ready dict (with a ``format`` tag; ``refine`` only when the study has rounds, so
+        the spec of a study without them reads as before)."""
+        data = {
+            "format": FORMAT if self.refine is None else REFINED_FORMAT,
             "name": self.name,
             "sketch": self.sketch.to_dict(),
             "omega_sha256": self.omega_sha256,
@@ -239,6 +256,9 @@ class StudySpec:
             "secure_aggregation": (None if self.secure_aggregation is None
                                    else asdict(self.secure_aggregation)),
         }
+        if self.refine is not None:
+            data["refine"] = self.refine.to_dict()
+        return data
 
     def to_json(self) -> str:
         """The canonical JSON that travels and is hashed."""
@@ -273,6 +293,8 @@ class StudySpec:
                 secure_aggregation=(None if data.get("secure_aggregation") is None
                                     else SecAggSpec.from_dict(data["secure_aggregation"],
                                                               int(data["min_devices"]))),
+                refine=(None if data.get("refine") is None
+                        else RefineSpec.from_dict(data["refine"])),
             )
         except (KeyError, TypeError, OverflowError) as exc:
             raise ValueError(f"incomplete or malformed study spec: {exc!r}") from None

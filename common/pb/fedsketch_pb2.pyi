@@ -124,13 +124,14 @@ class RegisterReply(_message.Message):
     def __init__(self, duplicate: _Optional[bool] = ..., stage: _Optional[_Union[Stage, str]] = ..., registered: _Optional[int] = ..., input_seconds: _Optional[float] = ...) -> None: ...
 
 class Contribution(_message.Message):
-    __slots__ = ("study_id", "device_id", "spec_sha256", "n", "int32_pairs", "int64_pairs", "signature")
+    __slots__ = ("study_id", "device_id", "spec_sha256", "n", "int32_pairs", "int64_pairs", "int64_cells", "signature")
     STUDY_ID_FIELD_NUMBER: _ClassVar[int]
     DEVICE_ID_FIELD_NUMBER: _ClassVar[int]
     SPEC_SHA256_FIELD_NUMBER: _ClassVar[int]
     N_FIELD_NUMBER: _ClassVar[int]
     INT32_PAIRS_FIELD_NUMBER: _ClassVar[int]
     INT64_PAIRS_FIELD_NUMBER: _ClassVar[int]
+    INT64_CELLS_FIELD_NUMBER: _ClassVar[int]
     SIGNATURE_FIELD_NUMBER: _ClassVar[int]
     study_id: str
     device_id: str
@@ -138,8 +139,9 @@ class Contribution(_message.Message):
     n: float
     int32_pairs: bytes
     int64_pairs: bytes
+    int64_cells: bytes
     signature: bytes
-    def __init__(self, study_id: _Optional[str] = ..., device_id: _Optional[str] = ..., spec_sha256: _Optional[str] = ..., n: _Optional[float] = ..., int32_pairs: _Optional[bytes] = ..., int64_pairs: _Optional[bytes] = ..., signature: _Optional[bytes] = ...) -> None: ...
+    def __init__(self, study_id: _Optional[str] = ..., device_id: _Optional[str] = ..., spec_sha256: _Optional[str] = ..., n: _Optional[float] = ..., int32_pairs: _Optional[bytes] = ..., int64_pairs: _Optional[bytes] = ..., int64_cells: _Optional[bytes] = ..., signature: _Optional[bytes] = ...) -> None: ...
 
 class SubmitReply(_message.Message):
     __slots__ = ("duplicate", "receipt")
@@ -150,7 +152,7 @@ class SubmitReply(_message.Message):
     def __init__(self, duplicate: _Optional[bool] = ..., receipt: _Optional[str] = ...) -> None: ...
 
 class Result(_message.Message):
-    __slots__ = ("study_id", "k", "d", "centroids", "weights", "residual", "devices", "records", "status", "status_reason", "z", "threshold")
+    __slots__ = ("study_id", "k", "d", "centroids", "weights", "residual", "devices", "records", "status", "status_reason", "z", "threshold", "rounds")
     STUDY_ID_FIELD_NUMBER: _ClassVar[int]
     K_FIELD_NUMBER: _ClassVar[int]
     D_FIELD_NUMBER: _ClassVar[int]
@@ -163,6 +165,7 @@ class Result(_message.Message):
     STATUS_REASON_FIELD_NUMBER: _ClassVar[int]
     Z_FIELD_NUMBER: _ClassVar[int]
     THRESHOLD_FIELD_NUMBER: _ClassVar[int]
+    ROUNDS_FIELD_NUMBER: _ClassVar[int]
     study_id: str
     k: int
     d: int
@@ -175,7 +178,8 @@ class Result(_message.Message):
     status_reason: str
     z: _containers.RepeatedScalarFieldContainer[float]
     threshold: float
-    def __init__(self, study_id: _Optional[str] = ..., k: _Optional[int] = ..., d: _Optional[int] = ..., centroids: _Optional[_Iterable[float]] = ..., weights: _Optional[_Iterable[float]] = ..., residual: _Optional[float] = ..., devices: _Optional[int] = ..., records: _Optional[float] = ..., status: _Optional[str] = ..., status_reason: _Optional[str] = ..., z: _Optional[_Iterable[float]] = ..., threshold: _Optional[float] = ...) -> None: ...
+    rounds: int
+    def __init__(self, study_id: _Optional[str] = ..., k: _Optional[int] = ..., d: _Optional[int] = ..., centroids: _Optional[_Iterable[float]] = ..., weights: _Optional[_Iterable[float]] = ..., residual: _Optional[float] = ..., devices: _Optional[int] = ..., records: _Optional[float] = ..., status: _Optional[str] = ..., status_reason: _Optional[str] = ..., z: _Optional[_Iterable[float]] = ..., threshold: _Optional[float] = ..., rounds: _Optional[int] = ...) -> None: ...
 
 class CreateStudyRequest(_message.Message):
     __slots__ = ("spec_json",)

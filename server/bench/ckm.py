@@ -46,7 +46,7 @@ import numpy as np
 from fedsketch.common.box import Box
 from fedsketch.common.dp.calibration import laplace_scale
 from fedsketch.common.frequencies import FrequencySpec
-from fedsketch.common.lloyd import noisy_lloyd_step
+from fedsketch.common.lloyd import excess_counts, noisy_lloyd_step
 from fedsketch.common.privacy import PrivacySpec
 from fedsketch.common.scale import calibrate_scale
 from fedsketch.common.spec import SketchSpec, release_sketch
@@ -59,7 +59,7 @@ from fedsketch.server.bench.kmeans import (
     su_split,
 )
 from fedsketch.server.bench.kmeans.budget import relation_factor
-from fedsketch.server.bench.kmeans.dplloyd import ShiftedData, excess_counts, shifted_data
+from fedsketch.server.bench.kmeans.dplloyd import ShiftedData, shifted_data
 from fedsketch.server.bench.metrics import split
 from fedsketch.server.bench.task import Outcome, Task, clip_rows_to_box, public_box
 from fedsketch.server.decode.identify import IDENTIFIED, Identifiability, assess, noise_variance

@@ -31,6 +31,7 @@ from fedsketch.common.frequencies import LAWS, FrequencySpec
 from fedsketch.common.pb import fedsketch_pb2 as pb
 from fedsketch.common.pb import fedsketch_pb2_grpc as pb_grpc
 from fedsketch.common.privacy import NEIGHBOURING, PrivacySpec
+from fedsketch.common.refine import ROUND_SECONDS, ROUND_SHARE, split_study_epsilon
 from fedsketch.common.secagg.trust import Assumptions
 from fedsketch.common.spec import SketchSpec
 from fedsketch.common.study import SecAggSpec, StudySpec
@@ -134,7 +135,8 @@ def create_study(
     k: Annotated[int, typer.Option(help="Number of centroids.")],
     bounds: Annotated[str, typer.Option(help="Public box LO:HI or a bounds.json.")],
     scale: Annotated[float, typer.Option(help="σ in data units (public knowledge).")],
-    epsilon: Annotated[float, typer.Option(help="ε each device spends (finite, > 0).")],
+    epsilon: Annotated[float, typer.Option(help="ε each device spends in all, its sketch and "
+                                           "every refinement round (finite, > 0).")],
     token_file: TokenFile = Path("operator.token"),
     ca: CaOpt = None,
     insecure: InsecureOpt = False,
@@ -168,9 +170,22 @@ def create_study(
                                                     "(sizes the modulus).")] = None,
     degree: Annotated[int | None, typer.Option(help="Neighbours per device (SecAgg+).")] = None,
     stage_timeout: Annotated[float, typer.Option(help="Seconds per stage.")] = 30.0,
+    rounds: Annotated[int, typer.Option(
+        help="Refinement rounds after the sketch: private Lloyd steps across the devices, each "
+        "a study of its own with its own roster (plain studies only).")] = 0,
+    round_share: Annotated[float, typer.Option(
+        help="Share of --epsilon the refinement rounds take together, in equal parts.")]
+    = ROUND_SHARE,
+    round_seconds: Annotated[float, typer.Option(
+        help="Seconds each refinement round collects at most (it ends sooner once its roster "
+        "has sent).")] = ROUND_SECONDS,
 ) -> None:
     """Create a study and print its id. A study that could overflow its secure-aggregation
     modulus, or that secure aggregation cannot serve, is refused with the reason.
+
+    With --rounds T, the sketch's centroids are refined by T private Lloyd rounds across the
+    devices once the sketch is decoded; the devices spend --epsilon in all (the sketch
+    (1 − share)·ε, each round share·ε/T), and the result is published after the last round.
 
     Secure aggregation states its assumptions. Of the L = --min-devices roster, at most
     D = ⌈max-dropout·L⌉ devices drop out and at most C = ⌈max-colluders·L⌉ collude with the
@@ -193,8 +208,9 @@ def create_study(
 
     with clean_errors():
         lo, hi = parse_bounds(bounds, d)
+        sketch_eps, refine = split_study_epsilon(epsilon, rounds, round_share, round_seconds)
         sketch = SketchSpec(FrequencySpec(d=d, m=m, scale=scale, law=law, seed=seed), feature,
-                            r, PrivacySpec(epsilon, delta, neighbouring))
+                            r, PrivacySpec(sketch_eps, delta, neighbouring))
         secure = None
         given = [flag for flag, value in (("--max-records", max_records),
                                           ("--max-dropout", max_dropout),
@@ -214,8 +230,11 @@ def create_study(
         spec = StudySpec.create(name, sketch, k, lo.tolist(), hi.tolist(),
                                 min_devices=min_devices, min_records=min_records,
                                 deadline=None if deadline is None else time.time() + deadline,
-                                replicates=replicates, secure_aggregation=secure)
+                                replicates=replicates, secure_aggregation=secure, refine=refine)
         spec.check_new()
+        if refine is not None:
+            typer.echo(f"ε = {epsilon:g} per device: the sketch {sketch_eps:g}, then {rounds} "
+                       f"refinement rounds of {refine.epsilon[0]:g}", err=True)
         if secure is not None:
             trust = spec.assumptions
             typer.echo(f"secure aggregation: L = {trust.devices}, D = {trust.dropouts}, "
@@ -293,7 +312,8 @@ def result(
 ) -> None:
     """The published centroids of a study, as JSON (as ``decode --json`` prints them), with
     "identifiability": whether they stand above the aggregate's noise, and why not (also on
-    stderr)."""
+    stderr); for a study with refinement rounds, "refined_rounds" says how many ended with new
+    centres, and the identifiability is that of the sketch's start they refined."""
     with clean_errors():
         check_tls(ca, insecure)
         stub = pb_grpc.DeviceStub(secure_channel(coordinator, ca, insecure=insecure))
@@ -303,4 +323,5 @@ def result(
                "threshold": res.threshold}
     report_identifiability(res.status, res.status_reason, strict, lambda: typer.echo(json.dumps(
         {"centroids": c, "weights": list(res.weights), "residual": res.residual,
-         "devices": res.devices, "records": res.records, "identifiability": verdict})))
+         "devices": res.devices, "records": res.records, "identifiability": verdict,
+         "refined_rounds": res.rounds})))

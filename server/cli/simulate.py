@@ -13,6 +13,7 @@ from rich.table import Table
 
 from fedsketch.common.features import FEATURES
 from fedsketch.common.privacy import NEIGHBOURING
+from fedsketch.common.refine import ROUND_SHARE
 from fedsketch.server.cli.bounds import parse_bounds
 from fedsketch.server.cli.errors import clean_errors, report_identifiability
 from fedsketch.server.sim.simulate import DROPOUT_STAGES, SimConfig, file_data, run_simulation
@@ -33,7 +34,12 @@ def simulate_command(
         help="The study's public box with --data: LO:HI (every axis) or a bounds.json.")] = None,
     m: Annotated[int, typer.Option(help="Frequencies.")] = 1000,
     feature: Annotated[str, typer.Option(help=f"{', '.join(FEATURES)}.")] = "complex",
-    epsilon: Annotated[float, typer.Option(help="ε per device (each device's budget).")] = 1.0,
+    epsilon: Annotated[float, typer.Option(help="ε per device in all, sketch and refinement "
+                                           "rounds (each device's budget).")] = 1.0,
+    rounds: Annotated[int, typer.Option(help="Refinement rounds after the sketch (private Lloyd "
+                                        "steps across the devices); 0: the sketch alone.")] = 0,
+    round_share: Annotated[float, typer.Option(help="Share of --epsilon the rounds take "
+                                               "together.")] = ROUND_SHARE,
     delta: Annotated[float, typer.Option(help="δ per device.")] = 0.0,
     neighbouring: Annotated[str, typer.Option(help=f"{' or '.join(NEIGHBOURING)}.")]
     = "replace_one",
@@ -90,7 +96,8 @@ def simulate_command(
                     secure_aggregation=secure_aggregation, threshold=threshold,
                     max_dropout=max_dropout, max_colluders=max_colluders, degree=degree,
                     stage_timeout=stage_timeout,
-                    dropout=dropout, dropout_stage=dropout_stage, box=box)
+                    dropout=dropout, dropout_stage=dropout_stage, box=box, rounds=rounds,
+                    round_share=round_share)
     with clean_errors(RuntimeError):  # RuntimeError: a device refused or the study failed
         report = run_simulation(cfg, pooled)
     if as_json:
@@ -102,6 +109,10 @@ def simulate_command(
     table.add_column("value", justify="right")
     table.add_row("relative SSE vs k-means (n_init = 3)", f"{report['relative_sse']:.4f}")
     table.add_row("centroids against the sketch's noise", report["identifiability"]["status"])
+    if (ref := report["refinement"]) is not None:
+        table.add_row("relative SSE of the sketch's start", f"{ref['start_relative_sse']:.4f}")
+        table.add_row("refinement rounds that ended with new centres",
+                      f"{ref['refined_rounds']} of {ref['rounds']}")
     for phase, sec in report["seconds"].items():
         table.add_row(f"seconds: {phase}", f"{sec:.2f}")
     if report["bytes_sent"] is not None:

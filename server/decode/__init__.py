@@ -1,2 +1,5 @@
-"""From sketches to centroids: CL-OMPR (:mod:`.clompr`) and the compressive k-means pipeline
-that averages device sketches and decodes them (:mod:`.pipeline`). Reads no data."""
+"""From releases to centroids: CL-OMPR (:mod:`.clompr`) and the compressive k-means pipeline
+that averages device sketches and decodes them (:mod:`.pipeline`), the check that decoded
+centroids stand above the sketch's noise (:mod:`.identify`), and a refinement round's next
+centres from the devices' summed cell statistics (:mod:`.refine`, with the over-seeding steps of
+:mod:`.overseed` and the weighted k-means of :mod:`.kmeans`). Reads no data."""

@@ -22,12 +22,8 @@ from fedsketch.common.pb import fedsketch_pb2 as pb
 from fedsketch.common.pb import fedsketch_pb2_grpc as pb_grpc
 from fedsketch.common.tls import MAX_MESSAGE_BYTES
 from fedsketch.server.errors import Code, Refusal
-from fedsketch.server.service.coordinator import (
-    Coordinator,
-    RegistrationMessage,
-    StageMessage,
-    Submission,
-)
+from fedsketch.server.service.coordinator import Coordinator
+from fedsketch.server.service.messages import RegistrationMessage, StageMessage, Submission
 from fedsketch.server.service.secure_round import SecAggRound
 from fedsketch.server.store.base import ACCEPTING, STATES, Store, StudyRow
 
@@ -143,7 +139,8 @@ class DeviceService(pb_grpc.DeviceServicer):
                          weights=res["weights"], residual=res["residual"],
                          devices=res["devices"], records=res["records"],
                          status=verdict.get("status", ""), status_reason=verdict.get("reason", ""),
-                         z=verdict.get("z", []), threshold=verdict.get("threshold", 0.0))
+                         z=verdict.get("z", []), threshold=verdict.get("threshold", 0.0),
+                         rounds=res.get("refined_rounds", 0))
 
 
 class OperatorService(pb_grpc.OperatorServicer):

@@ -15,6 +15,9 @@ transaction that records its spend, that it may send: that answer is an input ti
 outstanding waits until their contributions arrive or the tickets expire, giving no new one.
 Decoding runs on a worker thread so that a submission is answered at once; a coordinator that
 restarts re-decodes any study it left in ``decoding`` and closes studies whose deadline passed.
+A study with refinement rounds stays ``decoding`` after its sketch while its rounds, studies of
+their own, run (:mod:`.rounds`); a round study that ends lets its study go on. A round closes
+as soon as its whole roster has sent, whatever its deadline.
 
 Every contribution is checked before it is stored, and a :class:`Refusal` changes nothing:
 unknown study (not_found), closed or still registering study or spec-hash mismatch
@@ -34,13 +37,15 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 
 from fedsketch.common import signing, wire
+from fedsketch.common.refine import CellsError, RoundSpec, check_cells, is_round
 from fedsketch.common.secagg import wire as secagg_wire
 from fedsketch.common.study import StudySpec, spec_sha256
 from fedsketch.server.decode.pipeline import StudyResult, decode_sketch, decode_study, integer_sketch
 from fedsketch.server.errors import Code, Refusal
+from fedsketch.server.service.messages import RegistrationMessage, StageMessage, Submission
+from fedsketch.server.service.rounds import Rounds
 from fedsketch.server.service.secure_round import SecAggRound
 from fedsketch.server.store.base import (
     ABANDON,
@@ -65,40 +70,6 @@ MAX_TOKENS = 100_000
 TICKET_SECONDS = 120.0
 
 
-@dataclass(frozen=True)
-class Submission:
-    """One signed contribution as a device sent it; ``kind`` is None when it carried no payload."""
-
-    study_id: str
-    device_id: str
-    n: float
-    spec_sha256: str
-    kind: str | None
-    payload: bytes
-    signature: bytes
-
-
-@dataclass(frozen=True)
-class RegistrationMessage:
-    """One signed registration for a plain study's roster."""
-
-    study_id: str
-    device_id: str
-    spec_sha256: str
-    signature: bytes
-
-
-@dataclass(frozen=True)
-class StageMessage:
-    """One signed secure-aggregation stage message (a fetch is signed the same way)."""
-
-    study_id: str
-    device_id: str
-    stage: int
-    body: bytes
-    signature: bytes
-
-
 class Coordinator:
     """Study lifecycle and validation, shared by the device and operator services."""
 
@@ -110,6 +81,7 @@ class Coordinator:
         self._stop = threading.Event()
         self._watcher = threading.Thread(target=self._watch, name="deadlines", daemon=True)
         self.rounds: dict[str, SecAggRound] = {}
+        self.refinement = Rounds(store, self.spec, self._settle)
 
     def start(self) -> None:
         """Resume interrupted decodings, fail interrupted secure-aggregation rounds (their
@@ -170,12 +142,13 @@ class Coordinator:
 
     # --- studies -------------------------------------------------------------------------------
 
-    def spec(self, study_id: str) -> StudySpec:
-        """The parsed spec of a study (cached; specs never change)."""
+    def spec(self, study_id: str) -> StudySpec | RoundSpec:
+        """The parsed spec of a study, or of a refinement round (cached; specs never change)."""
         with self._lock:
             spec = self._specs.get(study_id)
         if spec is None:
-            spec = StudySpec.from_json(self.store.get_study(study_id).spec_json)
+            text = self.store.get_study(study_id).spec_json
+            spec = RoundSpec.from_json(text) if is_round(text) else StudySpec.from_json(text)
             with self._lock:
                 self._specs[study_id] = spec
         return spec
@@ -223,20 +196,31 @@ class Coordinator:
             raise Refusal(Code.FAILED_PRECONDITION,
                           "a secure-aggregation study closes its stages by their timeouts")
         if not row.roster_full:
-            return self._move(study_id, ABANDON, f"{reason}: {row.registered} of "
-                              f"{row.min_devices} devices registered; none of them spent anything")
+            return self._abandon(row, f"{reason}: {row.registered} of {row.min_devices} devices "
+                                 "registered; none of them spent anything")
         if row.contributions < row.min_devices:
             if self.store.outstanding(study_id, time.time()):
                 return self.store.request_close(study_id, reason)
-            return self._move(study_id, ABANDON, f"{reason}: {row.contributions} of "
-                              f"{row.min_devices} devices contributed")
+            return self._abandon(row, f"{reason}: {row.contributions} of {row.min_devices} "
+                                 "devices contributed")
         row = self._move(study_id, DECODE, reason)
         self._decoder.submit(self._decode, study_id)
         return row
 
+    def _abandon(self, row: StudyRow, detail: str) -> StudyRow:
+        """Fail a plain study that closed without its quorum; a failed refinement round then
+        lets its study go on (:mod:`.rounds`)."""
+        failed = self._move(row.study_id, ABANDON, detail)
+        if row.parent is not None:
+            self._decoder.submit(self.refinement.advance, row.parent)
+        return failed
+
     def result(self, study_id: str) -> tuple[StudySpec, dict]:
         """The spec and published result (``StudyResult.to_dict()``) of a done study."""
         row = self.store.get_study(study_id)
+        if row.parent is not None:
+            raise Refusal(Code.FAILED_PRECONDITION, f"study {study_id} is a refinement round of "
+                          f"{row.parent}: read that study's result")
         text = self.store.get_result(study_id)
         if text is None:
             raise Refusal(Code.FAILED_PRECONDITION, f"study {study_id} is {row.state}; no result"
@@ -263,8 +247,17 @@ class Coordinator:
     # --- decoding ------------------------------------------------------------------------------
 
     def _decode(self, study_id: str) -> None:
+        """Decode a closed study: a refinement round's cells, or a sketch (whose study then
+        publishes its result, or begins its rounds if it declares them and has not yet)."""
+        spec = self.spec(study_id)
+        if isinstance(spec, RoundSpec):
+            self.refinement.decode(study_id, spec)
+            return
+        if spec.refine is not None and self.refinement.started(study_id):
+            self.refinement.advance(study_id)
+            return
+
         def decode() -> StudyResult:
-            spec = self.spec(study_id)
             m = spec.sketch.frequencies.m
             return decode_study(spec, ((r.n, wire.decode(r.kind, r.payload, m))
                                        for r in self.store.contributions(study_id)))
@@ -280,9 +273,13 @@ class Coordinator:
         self._publish(study_id, decode)
 
     def _publish(self, study_id: str, decode: Callable[[], StudyResult]) -> None:
-        """Store ``decode()``'s result (the study becomes done) or fail the study with why."""
+        """Store ``decode()``'s result (the study becomes done), or begin the study's refinement
+        rounds from it, or fail the study with why."""
         try:
             result = decode()
+            if self.spec(study_id).refine is not None:
+                self.refinement.begin(study_id, result)
+                return
             self.store.put_result(study_id, json.dumps(result.to_dict()))
             log.info("study %s decoded from %d devices", study_id, result.devices)
         except Exception as exc:  # a failed decoding fails the study, with the reason
@@ -322,16 +319,21 @@ class Coordinator:
         digest = signing.contribution_digest(c.study_id, c.device_id, c.n, c.spec_sha256, c.payload)
         if not signing.verify(key, digest, c.signature):
             raise Refusal(Code.UNAUTHENTICATED, "invalid signature for this device and payload")
+        spec = self.spec(c.study_id)
         try:
-            wire.check_payload(self.spec(c.study_id), c.kind, c.payload, c.n)
-        except wire.PayloadError as exc:
+            if isinstance(spec, RoundSpec):
+                check_cells(self.spec(spec.parent_id), spec, c.kind, c.payload, c.n)
+            else:
+                wire.check_payload(spec, c.kind, c.payload, c.n)
+        except (wire.PayloadError, CellsError) as exc:
             raise Refusal(Code.INVALID_ARGUMENT, str(exc)) from None
         receipt = hashlib.sha256(c.payload).hexdigest()
         stored = self.store.add_contribution(ContributionRow(
             c.study_id, c.device_id, c.n, c.kind, c.payload, receipt, c.signature, time.time()))
         if stored:
             row = self.store.get_study(c.study_id)
-            if row.deadline is None and row.contributions >= row.min_devices:
+            waits = row.deadline is not None and row.parent is None  # a round ends when all sent
+            if not waits and row.contributions >= row.min_devices:
                 try:
                     self.close(c.study_id, "every roster device contributed")
                 except Refusal:

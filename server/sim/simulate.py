@@ -19,6 +19,7 @@ quorum and decodes; the result is scored by relative SSE against scikit-learn KM
 from __future__ import annotations
 
 import hashlib
+import json
 import signal
 import subprocess
 import sys
@@ -42,6 +43,7 @@ from fedsketch.common.lloyd import nearest
 from fedsketch.common.pb import fedsketch_pb2 as pb
 from fedsketch.common.pb import fedsketch_pb2_grpc as pb_grpc
 from fedsketch.common.privacy import PrivacySpec
+from fedsketch.common.refine import ROUND_SHARE, split_study_epsilon
 from fedsketch.common.secagg import Stage
 from fedsketch.common.secagg import wire as sw
 from fedsketch.common.secagg.trust import Assumptions
@@ -91,6 +93,8 @@ class SimConfig:
     dropout: float = 0.0
     dropout_stage: str = "masked_input"
     box: tuple[tuple[float, ...], tuple[float, ...]] | None = None
+    rounds: int = 0
+    round_share: float = ROUND_SHARE
 
     @property
     def public_box(self) -> tuple[list[float], list[float]]:
@@ -128,8 +132,9 @@ def split_records(labels: np.ndarray, devices: int, scheme: str,
 
 
 def _study_spec(cfg: SimConfig) -> StudySpec:
+    sketch_eps, refine = split_study_epsilon(cfg.epsilon, cfg.rounds, cfg.round_share)
     sketch = SketchSpec(FrequencySpec(d=cfg.d, m=cfg.m, scale=cfg.scale, seed=cfg.seed),
-                        cfg.feature, cfg.r, PrivacySpec(cfg.epsilon, cfg.delta, cfg.neighbouring))
+                        cfg.feature, cfg.r, PrivacySpec(sketch_eps, cfg.delta, cfg.neighbouring))
     secure = None
     if cfg.secure_aggregation:
         dropout = cfg.dropout if cfg.max_dropout is None else cfg.max_dropout
@@ -147,7 +152,7 @@ def _study_spec(cfg: SimConfig) -> StudySpec:
                          f"{', '.join(DROPOUT_STAGES)}")
     spec = StudySpec.create("simulation", sketch, cfg.k, *cfg.public_box, min_devices=cfg.devices,
                             replicates=cfg.replicates, decode_seed=cfg.seed,
-                            secure_aggregation=secure)
+                            secure_aggregation=secure, refine=refine)
     spec.check_new()
     return spec
 
@@ -213,18 +218,22 @@ def wait_for(watch: Callable[[], pb.Study], states: tuple[int, ...], what: str,
 
 
 def _in_process(agents: list[Agent], cfg: SimConfig, watch: Callable[[], pb.Study]) -> None:
-    """Plain round: passes until every device has contributed (the first fills the roster).
-    Secure round: passes until the study is closed, with the chosen devices silent from
-    ``dropout_stage`` on."""
+    """Plain round: passes until every device has contributed (the first fills the roster); with
+    refinement rounds, until the study is done or failed. Secure round: passes until the study is
+    closed, with the chosen devices silent from ``dropout_stage`` on."""
     if not cfg.secure_aggregation:
         pending = set(range(len(agents)))
-        while pending:
-            for i in sorted(pending):
+        while pending or (cfg.rounds and watch().state not in (pb.DONE, pb.FAILED)):
+            sent = False
+            for i in range(len(agents)):
                 out = agents[i].step()
                 if out.refused:
                     raise RuntimeError(f"device {i} refused: {out.refused}")
                 if out.submitted:
                     pending.discard(i)
+                    sent = True
+            if not sent and not pending:
+                time.sleep(0.02)  # the coordinator is decoding: the next round is not open yet
         return
     rng = np.random.default_rng(cfg.seed)
     silent = set(rng.choice(len(agents), round(cfg.dropout * len(agents)), replace=False))
@@ -254,7 +263,8 @@ def _processes(target: str, ca: Path, folder: Path, tokens: list[str], x: np.nda
              "--ledger", str(folder / f"device{i}.ledger"), "--budget", repr(epsilon),
              "--token", token, "--label", f"sim-{i}", "--poll", "0.1", "--max-poll", "0.5"],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
-    wait_for(watch, (pb.DONE, pb.FAILED, pb.DECODING), "the round did not finish", 0.1)
+    wait_for(watch, (pb.DONE, pb.FAILED) + (() if cfg.rounds else (pb.DECODING,)),
+             "the round did not finish", 0.1)
     for p in procs:
         p.send_signal(signal.SIGTERM)
     for i, p in enumerate(procs):
@@ -346,11 +356,18 @@ def run_simulation(cfg: SimConfig, data: Pooled | None = None) -> dict:
             raise RuntimeError(f"the study failed: {s.detail}")
         res = pb_grpc.DeviceStub(op_channel).GetResult(pb.StudyRef(study_id=study.study_id))
         seconds["decode"] = time.perf_counter() - t
+        full = json.loads(store.get_result(study.study_id))
     centroids = np.asarray(res.centroids).reshape(res.k, res.d)
     ref = data.kmeans_sse_per_n
     sse = sse_per_n(split(x), centroids)
+    refinement = None if spec.refine is None else {
+        "rounds": spec.refine.rounds, "epsilon": list(spec.refine.epsilon),
+        "sketch_epsilon": spec.sketch.privacy.epsilon, "refined_rounds": res.rounds,
+        "start_relative_sse": sse_per_n(split(x), np.array(full["start_centroids"])) / ref,
+        "round_states": [r["state"] for r in full["rounds"]]}
     return {
         "relative_sse": sse / ref,
+        "refinement": refinement,
         "sse_per_n": sse,
         "kmeans_sse_per_n": ref,
         "centroids": centroids.tolist(),

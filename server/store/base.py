@@ -44,7 +44,7 @@ STATES = ("open", "collecting", "decoding", "done", "failed")
 #: States in which a study accepts contributions or stage messages.
 ACCEPTING = ("open", "collecting")
 #: How a contribution's payload travels (``ContributionRow.kind``, the ``Contribution`` oneof).
-KINDS = ("int32_pairs", "int64_pairs")
+KINDS = ("int32_pairs", "int64_pairs", "int64_cells")
 
 
 class Transition(NamedTuple):
@@ -65,7 +65,8 @@ DECODING_FAILED = Transition(("decoding",), "failed")
 class StudyRow:
     """One study; ``contributions`` (count), ``records`` (sum of n) and ``registered`` (roster
     size) are computed, not stored. ``closing`` is the reason of a close waiting for the
-    devices holding an input ticket (None if no close was requested)."""
+    devices holding an input ticket (None if no close was requested); ``parent`` the study whose
+    refinement round this is (None for a study an operator created)."""
 
     study_id: str
     spec_json: str
@@ -79,6 +80,7 @@ class StudyRow:
     records: float
     registered: int
     closing: str | None = None
+    parent: str | None = None
 
     @property
     def roster_full(self) -> bool:
@@ -139,10 +141,15 @@ class Store(ABC):
 
     @abstractmethod
     def create_study(
-        self, study_id: str, spec_json: str, spec_sha256: str, deadline: float | None, min_devices: int
+        self, study_id: str, spec_json: str, spec_sha256: str, deadline: float | None, min_devices: int,
+        parent: str | None = None,
     ) -> StudyRow:
-        """Create a study in state "open" and return it; StoreError 'conflict' if ``study_id``
-        exists. Audited."""
+        """Create a study in state "open" and return it, a refinement round of ``parent`` if given;
+        StoreError 'conflict' if ``study_id`` exists, 'not_found' for an unknown parent. Audited."""
+
+    @abstractmethod
+    def rounds(self, parent: str) -> list[StudyRow]:
+        """The refinement rounds of ``parent``, oldest first (empty if it has none)."""
 
     @abstractmethod
     def get_study(self, study_id: str) -> StudyRow:

@@ -41,6 +41,7 @@ from fedsketch.server.store.sqlite_schema import (
     SCHEMA_VERSION,
     STUDY_SQL,
     migrate_v1,
+    migrate_v2,
 )
 
 _COORDINATOR = "coordinator"  # audit actor for writes not made on behalf of a device
@@ -51,7 +52,8 @@ def _sha256_hex(text: str) -> str:
 
 
 def _study_row(row: tuple) -> StudyRow:
-    return StudyRow(*row[:9], records=float(row[9]), registered=row[10], closing=row[11])
+    return StudyRow(*row[:9], records=float(row[9]), registered=row[10], closing=row[11],
+                    parent=row[12])
 
 
 class SQLiteStore(Store):
@@ -94,10 +96,14 @@ class SQLiteStore(Store):
                 for statement in SCHEMA:
                     c.execute(statement)
                 c.execute(f"PRAGMA application_id={APPLICATION_ID}")
-            elif version == 1:
+            if version == 1:
                 migrate_v1(c)
                 self._log(c, _COORDINATOR, "migrate", "store schema 1 -> 2: contributors joined "
                           "their studies' rosters")
+            if version in (1, 2):
+                migrate_v2(c)
+                self._log(c, _COORDINATOR, "migrate", f"store schema {version} -> 3: studies may "
+                          "have refinement rounds")
             c.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
 
     def _check_identity(self) -> int:
@@ -110,10 +116,10 @@ class SQLiteStore(Store):
             return 0
         if app_id != APPLICATION_ID:
             raise StoreError(Code.FAILED_PRECONDITION, f"{self.path} is SQLite but not a fedsketch store")
-        if version not in (1, SCHEMA_VERSION):
+        if version not in (1, 2, SCHEMA_VERSION):
             raise StoreError(
                 Code.FAILED_PRECONDITION,
-                f"{self.path} has store schema version {version}; this fedsketch reads 1 and "
+                f"{self.path} has store schema version {version}; this fedsketch reads 1 to "
                 f"{SCHEMA_VERSION}"
                 + (" (the file was written by a newer fedsketch)" if version > SCHEMA_VERSION else ""),
             )
@@ -199,15 +205,18 @@ class SQLiteStore(Store):
     # studies
 
     def create_study(
-        self, study_id: str, spec_json: str, spec_sha256: str, deadline: float | None, min_devices: int
+        self, study_id: str, spec_json: str, spec_sha256: str, deadline: float | None, min_devices: int,
+        parent: str | None = None,
     ) -> StudyRow:
         with self._tx() as c:
             if c.execute("SELECT 1 FROM studies WHERE study_id = ?", (study_id,)).fetchone():
                 raise StoreError(Code.CONFLICT, f"study {study_id!r} already exists")
+            if parent is not None:
+                self._study(c, parent)  # not_found for an unknown parent
             c.execute(
                 "INSERT INTO studies (study_id, spec_json, spec_sha256, state, detail, created_at, deadline,"
-                " min_devices) VALUES (?, ?, ?, ?, '', ?, ?, ?)",
-                (study_id, spec_json, spec_sha256, STATES[0], time.time(), deadline, min_devices),
+                " min_devices, parent) VALUES (?, ?, ?, ?, '', ?, ?, ?, ?)",
+                (study_id, spec_json, spec_sha256, STATES[0], time.time(), deadline, min_devices, parent),
             )
             self._log(c, _COORDINATOR, "create_study", f"study {study_id!r} spec_sha256 {spec_sha256}")
             return self._study(c, study_id)
@@ -223,6 +232,10 @@ class SQLiteStore(Store):
             marks = ", ".join("?" * len(states))
             rows = self._query(STUDY_SQL.format(where=f"WHERE s.state IN ({marks})"), tuple(states))
         return [_study_row(r) for r in rows]
+
+    def rounds(self, parent: str) -> list[StudyRow]:
+        return [_study_row(r) for r in self._query(STUDY_SQL.format(where="WHERE s.parent = ?"),
+                                                   (parent,))]
 
     def set_state(
         self, study_id: str, state: str, detail: str = "", expect: tuple[str, ...] | None = None

@@ -7,6 +7,10 @@ Store.register`) with each member's input ticket (``ticket_until``, Unix seconds
 of a close that waits for those tickets. :func:`migrate_v1` adds both to a schema-1 file and
 enrolls in each study's roster every device that had contributed to it, so open studies go on
 where they were.
+
+Schema 3 adds ``studies.parent``, the study whose refinement round a study is (NULL for a study
+an operator created), and lets ``contributions.kind`` be ``int64_cells`` (a round's release).
+:func:`migrate_v2` rebuilds ``contributions`` with the wider CHECK and adds the column.
 """
 
 from __future__ import annotations
@@ -15,7 +19,7 @@ import sqlite3
 
 from fedsketch.server.store.base import KINDS, STATES
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 APPLICATION_ID = 0x46534B53  # "FSKS" in the SQLite header
 
@@ -30,6 +34,17 @@ REGISTRATIONS = """CREATE TABLE registrations (
         device_id TEXT NOT NULL REFERENCES devices(device_id),
         registered_at REAL NOT NULL,
         ticket_until REAL,
+        PRIMARY KEY (study_id, device_id))"""
+
+CONTRIBUTIONS = f"""CREATE TABLE contributions (
+        study_id TEXT NOT NULL REFERENCES studies(study_id),
+        device_id TEXT NOT NULL REFERENCES devices(device_id),
+        n REAL NOT NULL,
+        kind TEXT NOT NULL CHECK (kind IN ({sql_list(KINDS)})),
+        payload BLOB NOT NULL,
+        payload_sha256 TEXT NOT NULL,
+        signature BLOB NOT NULL,
+        received_at REAL NOT NULL,
         PRIMARY KEY (study_id, device_id))"""
 
 SCHEMA = (
@@ -52,17 +67,10 @@ SCHEMA = (
         created_at REAL NOT NULL,
         deadline REAL,
         min_devices INTEGER NOT NULL,
-        close_requested TEXT)""",
-    f"""CREATE TABLE contributions (
-        study_id TEXT NOT NULL REFERENCES studies(study_id),
-        device_id TEXT NOT NULL REFERENCES devices(device_id),
-        n REAL NOT NULL,
-        kind TEXT NOT NULL CHECK (kind IN ({sql_list(KINDS)})),
-        payload BLOB NOT NULL,
-        payload_sha256 TEXT NOT NULL,
-        signature BLOB NOT NULL,
-        received_at REAL NOT NULL,
-        PRIMARY KEY (study_id, device_id))""",
+        close_requested TEXT,
+        parent TEXT REFERENCES studies(study_id))""",
+    "CREATE INDEX studies_by_parent ON studies(parent)",
+    CONTRIBUTIONS,
     "CREATE INDEX contributions_by_time ON contributions(study_id, received_at)",
     REGISTRATIONS,
     """CREATE TABLE results (
@@ -81,7 +89,7 @@ STUDY_SQL = """
 SELECT s.study_id, s.spec_json, s.spec_sha256, s.state, s.detail, s.created_at, s.deadline,
        s.min_devices, COUNT(c.device_id), COALESCE(SUM(c.n), 0.0),
        (SELECT COUNT(*) FROM registrations AS r WHERE r.study_id = s.study_id),
-       s.close_requested
+       s.close_requested, s.parent
 FROM studies AS s LEFT JOIN contributions AS c ON c.study_id = s.study_id
 {where}
 GROUP BY s.study_id
@@ -97,6 +105,18 @@ def migrate_v1(c: sqlite3.Connection) -> None:
     c.execute("ALTER TABLE studies ADD COLUMN close_requested TEXT")
     c.execute("INSERT INTO registrations (study_id, device_id, registered_at) "
               "SELECT study_id, device_id, received_at FROM contributions")
+
+
+def migrate_v2(c: sqlite3.Connection) -> None:
+    """Schema 2 → 3 inside the caller's write transaction (module docstring)."""
+    c.execute("ALTER TABLE studies ADD COLUMN parent TEXT REFERENCES studies(study_id)")
+    c.execute("CREATE INDEX studies_by_parent ON studies(parent)")
+    c.execute("ALTER TABLE contributions RENAME TO contributions_v2")
+    c.execute(CONTRIBUTIONS)
+    c.execute(f"INSERT INTO contributions ({CONTRIBUTION_COLUMNS}) SELECT {CONTRIBUTION_COLUMNS} "
+              "FROM contributions_v2")
+    c.execute("DROP TABLE contributions_v2")
+    c.execute("CREATE INDEX contributions_by_time ON contributions(study_id, received_at)")
 
 
 #: Roster devices told they may send (a live ticket) that have not contributed yet.

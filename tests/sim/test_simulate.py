@@ -59,6 +59,20 @@ def test_in_process_simulation_reports_everything():
     assert 5 * (960 + 64 + 2 * 175) < report["bytes_sent"] < 5 * (1300 + 3 * 175)
 
 
+def test_simulation_with_refinement_rounds_refines_the_start():
+    """Three rounds after a sketch of ε = 1 on 5 devices: the report gives each ε, every round
+    ended with new centres, and they bring a poor start (few frequencies, a too narrow kernel:
+    relative SSE ≈ 10) close to k-means; the devices' budget (all of ε) covered the whole
+    study."""
+    cfg = SimConfig(devices=5, records=30_000, k=3, d=3, m=30, epsilon=4.0, r=30, scale=0.5,
+                    separation=3.0, replicates=1, rounds=3, round_share=0.75)
+    report = run_simulation(cfg)
+    ref = report["refinement"]
+    assert ref["sketch_epsilon"] == pytest.approx(1.0) and ref["epsilon"] == [1.0, 1.0, 1.0]
+    assert ref["refined_rounds"] == 3 and ref["round_states"] == ["done"] * 3
+    assert report["relative_sse"] < 1.03 < ref["start_relative_sse"]
+
+
 @pytest.mark.slow
 def test_simulation_with_daemon_processes_json():
     res = subprocess.run(

@@ -83,6 +83,63 @@ def test_schema_wal_and_reopen(tmp_path):
         s.close()
 
 
+#: Schema 2's contributions table: two payload kinds.
+V2_CONTRIBUTIONS = """CREATE TABLE contributions (
+    study_id TEXT NOT NULL REFERENCES studies(study_id),
+    device_id TEXT NOT NULL REFERENCES devices(device_id),
+    n REAL NOT NULL,
+    kind TEXT NOT NULL CHECK (kind IN ('int32_pairs', 'int64_pairs')),
+    payload BLOB NOT NULL, payload_sha256 TEXT NOT NULL, signature BLOB NOT NULL,
+    received_at REAL NOT NULL, PRIMARY KEY (study_id, device_id))"""
+
+
+def back_to_schema_2(raw: sqlite3.Connection) -> None:
+    """Rewrite a current store file as schema 2 wrote it: no ``studies.parent``, and the
+    contributions table's CHECK of two payload kinds."""
+    raw.execute("DROP INDEX studies_by_parent")
+    raw.execute("ALTER TABLE studies DROP COLUMN parent")
+    raw.execute("ALTER TABLE contributions RENAME TO c3")
+    raw.execute(V2_CONTRIBUTIONS)
+    raw.execute("INSERT INTO contributions SELECT * FROM c3")
+    raw.execute("DROP TABLE c3")
+    raw.execute("CREATE INDEX contributions_by_time ON contributions(study_id, received_at)")
+    raw.execute("PRAGMA user_version = 2")
+
+
+def test_a_schema_2_store_is_migrated_to_take_refinement_rounds(tmp_path):
+    """Schema 2 had no round studies: opening it adds ``studies.parent`` and lets a contribution
+    be a round's cells, keeping every study and contribution as it was."""
+    path = tmp_path / "store.db"
+    s = open_store(path)
+    a = enroll(s, 1)
+    s.create_study("s", "{}", "0" * 64, None, 1)
+    s.register("s", a)
+    s.add_contribution(contribution("s", a, payload(1)))
+    s.close()
+    raw = sqlite3.connect(path)
+    back_to_schema_2(raw)
+    raw.commit()
+    with pytest.raises(sqlite3.IntegrityError):  # the old CHECK refuses a round's cells
+        raw.execute("INSERT INTO contributions VALUES ('s', ?, 1, 'int64_cells', x'00', '', x'', 0)",
+                    (a,))
+    raw.close()
+    s = open_store(path)
+    try:
+        assert s.contributions("s")[0].payload == payload(1)
+        assert s.get_study("s").parent is None
+        r = s.create_study("r", "{}", "1" * 64, None, 1, parent="s")
+        assert r.parent == "s" and [row.study_id for row in s.rounds("s")] == ["r"]
+        s.register("r", a)
+        cells = ContributionRow("r", a, 3.0, "int64_cells", b"\0" * 16, "x", b"sig", time.time())
+        assert s.add_contribution(cells)
+        assert "migrate" in [e[2] for e in s.audit_log()]
+    finally:
+        s.close()
+    raw = sqlite3.connect(path)
+    assert raw.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 3
+    raw.close()
+
+
 def test_a_schema_1_store_is_migrated_with_contributors_in_the_rosters(tmp_path):
     """Schema 1 had no rosters: opening it creates them, every device that had contributed to a
     study joins its roster, so an open study goes on where it was (and a new device can still
@@ -96,6 +153,7 @@ def test_a_schema_1_store_is_migrated_with_contributors_in_the_rosters(tmp_path)
     s.add_contribution(contribution("s", a, payload(1)))
     s.close()
     raw = sqlite3.connect(path)  # back to schema 1: no rosters
+    back_to_schema_2(raw)
     raw.execute("DROP TABLE registrations")
     raw.execute("ALTER TABLE studies DROP COLUMN close_requested")
     raw.execute("PRAGMA user_version = 1")
@@ -112,7 +170,7 @@ def test_a_schema_1_store_is_migrated_with_contributors_in_the_rosters(tmp_path)
     finally:
         s.close()
     raw = sqlite3.connect(path)
-    assert raw.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 2
+    assert raw.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 3
     raw.close()
 
 

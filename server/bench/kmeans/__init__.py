@@ -32,6 +32,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from fedsketch.common.lloyd import OVERSEED_KEEP_SCALES
 from fedsketch.server.bench.kmeans.budget import (
     IterationBudget,
     classical_split,
@@ -41,19 +42,13 @@ from fedsketch.server.bench.kmeans.budget import (
     su_split,
 )
 from fedsketch.server.bench.kmeans.dplloyd import (
-    OVERSEED,
-    OVERSEED_KEEP_SCALES,
-    RELOCATE_STEP,
     dplloyd,
     dplloyd_su,
     dplloyd_su_overseed,
     overseeded,
-    reduce_centroids,
-    relocate_unreliable,
-    sphere_packing_init,
     uniform_init,
 )
-from fedsketch.server.bench.kmeans.engine import converged_kmeans, kmeans_plus_plus, kmeans_reference, lloyd
+from fedsketch.server.bench.kmeans.engine import kmeans_reference
 from fedsketch.server.bench.kmeans.gaussian import (
     COVER_TOL,
     colored_gaussian,
@@ -65,6 +60,14 @@ from fedsketch.server.bench.kmeans.gaussian import (
     white_plan,
 )
 from fedsketch.server.bench.task import Outcome, Task
+from fedsketch.server.decode.kmeans import converged_kmeans, kmeans_plus_plus, lloyd
+from fedsketch.server.decode.overseed import (
+    OVERSEED,
+    RELOCATE_STEP,
+    reduce_centroids,
+    relocate_unreliable,
+    sphere_packing_init,
+)
 
 METHODS: dict[str, Callable[[Task], Outcome]] = {
     "kmeans": kmeans_reference,

@@ -25,23 +25,13 @@ from dataclasses import dataclass
 import numpy as np
 
 from fedsketch.common.dp.calibration import laplace_scale
+from fedsketch.common.lloyd import relation_factor, su_ratio, su_split
 
-#: Su et al.'s coordinate normalisation factor ρ (§6.2).
-RHO = 0.225
 #: Share of ε spent on the noisy record count that sets Su's T under add/remove (§6.4).
 SU_COUNT_SHARE = 0.05
 #: Su's iteration rule (§6.4): the per-iteration MSE target and the bounds on T.
 SU_MSE_TARGET = 0.004
 SU_MIN_ITERATIONS, SU_MAX_ITERATIONS = 2, 7
-
-
-def relation_factor(neighbouring: str) -> int:
-    """2 under replace-one (a record change touches two clusters: twice the add/remove L1
-    sensitivity of the joint release), 1 under add/remove (§0.3, §5.1). The Gaussian mechanisms
-    of :mod:`fedsketch.server.bench.kmeans.gaussian` use the same factor f (σ for f·Δ2, level γ/f²)."""
-    if neighbouring not in ("add_remove", "replace_one"):
-        raise ValueError(f"unknown neighbouring relation {neighbouring!r}")
-    return 2 if neighbouring == "replace_one" else 1
 
 
 def classical_split(eps_t: float, h: np.ndarray) -> tuple[float, np.ndarray]:
@@ -51,19 +41,6 @@ def classical_split(eps_t: float, h: np.ndarray) -> tuple[float, np.ndarray]:
     h = np.asarray(h, dtype=np.float64)
     total = 1.0 + float(h.sum())
     return eps_t / total, h * (eps_t / total)
-
-
-def su_ratio(d: int) -> float:
-    """c_ρ = cbrt(4dρ²): Su et al.'s ratio ε_count/ε_dim (§6.2)."""
-    return float(np.cbrt(4.0 * d * RHO**2))
-
-
-def su_split(eps_t: float, d: int) -> tuple[float, float]:
-    """Su et al.'s split (§6.2): each sum coordinate ε_dim = ε_t/(d + c_ρ), the count
-    ε_count = c_ρ·ε_t/(d + c_ρ) (so ε_count/ε_dim = c_ρ and ε_count + d·ε_dim = ε_t).
-    diffprivlib inverts the two (§6.3); this is the direction of the MSE derivation."""
-    c = su_ratio(d)
-    return c * eps_t / (d + c), eps_t / (d + c)
 
 
 def su_iterations(epsilon: float, n: float, k: int, d: int) -> int:

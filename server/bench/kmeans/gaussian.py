@@ -38,8 +38,8 @@ from fedsketch.common.dp.calibration import dgauss_sigma, gamma_mahalanobis
 from fedsketch.common.dp.samplers import dgauss_noise
 from fedsketch.common.lloyd import cluster_stats
 from fedsketch.server.bench.kmeans.budget import relation_factor
-from fedsketch.server.bench.kmeans.engine import converged_kmeans
 from fedsketch.server.bench.task import Outcome, Task, clip_rows_to_box, public_box, require_finite_epsilon
+from fedsketch.server.decode.kmeans import converged_kmeans
 
 #: The colored mechanism enumerates the 2^d corners of the box.
 MAX_CORNER_DIM = 12

@@ -1,0 +1,277 @@
+"""Refinement rounds of a federated study: private Lloyd steps across devices after the sketch.
+
+A study may declare T refinement rounds (:class:`RefineSpec`, part of its hashed spec): after
+the sketch round is decoded into a start C_0, round t = 1..T publishes centres C_{t−1} (K × d,
+data units) in a round study of its own (:class:`RoundSpec`, ``fedsketch.round/1``), and every
+device on that round's roster releases, once, for its records clipped into the study's public
+box and shifted by its centre c (coordinate l then in [−h_l, h_l]):
+
+    N~_j = N_j + DLap(ε_count/f)          records in the cell of centre j  (sensitivity 1)
+    T~_jl = Σ_{i ∈ j} rint((x_il − c_l)/g_l) + DLap(ε_dim/f)   steps, g_l = h_l/STEPS  (sensitivity STEPS)
+
+with (ε_count, ε_dim) Su et al.'s split of the round's ε_t (:func:`round_split`,
+:func:`~fedsketch.common.lloyd.su_split`) and f the relation factor (2 under replace-one: a
+replaced record leaves one cell and joins another). The cells partition the device's records, so
+the release is ε_t-DP for its records (MECHANISMS §5.1, §6.2); the study's rounds compose
+sequentially with its sketch, so a device that takes part in all of them spends the study's
+:meth:`~fedsketch.common.study.StudySpec.total_epsilon`. The coordinator's next centres are
+post-processing of the summed releases.
+
+The payload (``Contribution.int64_cells``) is the K counts then the K·d sums (row-major),
+little-endian int64; the contribution's record count is Σ_j N~_j (post-processing: under
+add/remove the true count stays private). :func:`check_cells` refuses what the mechanism cannot
+produce.
+
+Units: centres and the box in data units; counts in records; sums in grid steps; ε
+dimensionless; seconds for the round window.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+import numpy as np
+
+from .box import Box, Tally
+from .dp.calibration import dlap_param, noise_radius
+from .dp.grid import STEPS
+from .lloyd import add_cell_noise, exact_cell_stats, relation_factor, su_split
+from .spec import canonical_json
+
+#: Written and read: the spec of one refinement round.
+ROUND_FORMAT = "fedsketch.round/1"
+#: The payload kind of a round release (``Contribution.int64_cells``).
+CELLS_KIND = "int64_cells"
+#: Most refinement rounds a study may declare, and most centres one round may publish.
+MAX_ROUNDS = 20
+MAX_CENTRES = 4096
+#: Default collection window of one round (seconds): it closes earlier once its roster has sent.
+ROUND_SECONDS = 900.0
+#: Default share of a study's ε that its refinement rounds take together (the sketch has the rest).
+ROUND_SHARE = 0.8
+#: The largest record count one device may claim (as the sketch's ``wire.MAX_RECORDS``).
+MAX_RECORDS = 2**40
+
+
+class CellsError(ValueError):
+    """A round payload the round's mechanism cannot have produced, or a malformed one."""
+
+
+@dataclass(frozen=True)
+class RefineSpec:
+    """The refinement rounds a study declares: ``epsilon`` the ε of each round in order (T =
+    its length, each finite and > 0), ``round_seconds`` how long each round collects at most."""
+
+    epsilon: tuple[float, ...]
+    round_seconds: float = ROUND_SECONDS
+
+    def __post_init__(self) -> None:
+        eps = tuple(float(e) for e in self.epsilon)
+        if not 1 <= len(eps) <= MAX_ROUNDS:
+            raise ValueError(f"a study declares 1 to {MAX_ROUNDS} refinement rounds, got {len(eps)}")
+        if not all(math.isfinite(e) and e > 0 for e in eps):
+            raise ValueError(f"each refinement round needs a finite ε > 0, got {list(eps)}")
+        if not (isinstance(self.round_seconds, (int, float)) and math.isfinite(self.round_seconds)
+                and self.round_seconds > 0):
+            raise ValueError(f"round_seconds must be finite and > 0, got {self.round_seconds!r}")
+        object.__setattr__(self, "epsilon", eps)
+        object.__setattr__(self, "round_seconds", float(self.round_seconds))
+
+    @property
+    def rounds(self) -> int:
+        """T."""
+        return len(self.epsilon)
+
+    @property
+    def total(self) -> float:
+        """Σ_t ε_t (sequential composition over the rounds)."""
+        return math.fsum(self.epsilon)
+
+    @classmethod
+    def split(cls, epsilon: float, rounds: int, round_seconds: float = ROUND_SECONDS) -> RefineSpec:
+        """``rounds`` rounds sharing ``epsilon`` equally."""
+        return cls((epsilon / rounds,) * rounds, round_seconds)
+
+    def to_dict(self) -> dict:
+        """JSON-ready form."""
+        return {"epsilon": list(self.epsilon), "round_seconds": self.round_seconds}
+
+    @classmethod
+    def from_dict(cls, data: dict) -> RefineSpec:
+        """Parse; ValueError or TypeError for anything malformed."""
+        if not isinstance(data, dict) or not isinstance(data.get("epsilon"), list):
+            raise ValueError("refine must be an object with an epsilon list")
+        return cls(tuple(data["epsilon"]), data.get("round_seconds", ROUND_SECONDS))
+
+
+def split_study_epsilon(epsilon: float, rounds: int, share: float = ROUND_SHARE,
+                        round_seconds: float = ROUND_SECONDS) -> tuple[float, RefineSpec | None]:
+    """(the sketch's ε, the refinement) of a study whose devices spend ``epsilon`` in all: with
+    ``rounds`` = 0 the sketch takes it all; otherwise the rounds take ``share`` of it in equal
+    parts and the sketch the rest. ValueError for rounds < 0 or a share outside (0, 1)."""
+    if type(rounds) is not int or rounds < 0:
+        raise ValueError(f"rounds must be an integer >= 0, got {rounds!r}")
+    if rounds == 0:
+        return epsilon, None
+    if not 0 < share < 1:
+        raise ValueError(f"the rounds' share of ε must be in (0, 1), got {share!r}")
+    return (1 - share) * epsilon, RefineSpec.split(share * epsilon, rounds, round_seconds)
+
+
+def round_split(epsilon: float, neighbouring: str, d: int) -> tuple[float, float]:
+    """(ε_count, ε_dim): the add/remove ε of a round's noisy counts and of each coordinate sum,
+    Su's split of ε_t/f (module docstring); ε_count + d·ε_dim = ε_t/f."""
+    return su_split(epsilon / relation_factor(neighbouring), d)
+
+
+@dataclass(frozen=True)
+class RoundSpec:
+    """Round ``round`` (1..T) of the study ``parent_id`` whose spec hashes to ``parent_sha256``:
+    the centres (K, d) it publishes (data units), its quorum and deadline (Unix seconds), and, on
+    round 1, the sketch round's public result (``start``: what the study's result reports of it)."""
+
+    parent_id: str
+    parent_sha256: str
+    round: int
+    centroids: tuple[tuple[float, ...], ...]
+    min_devices: int
+    deadline: float | None
+    start: dict | None = None
+
+    secure_aggregation = None  # a round is collected in the plain way
+
+    def __post_init__(self) -> None:
+        cents = tuple(tuple(float(v) for v in row) for row in self.centroids)
+        if not 1 <= len(cents) <= MAX_CENTRES or len({len(row) for row in cents}) != 1:
+            raise ValueError(f"a round publishes 1 to {MAX_CENTRES} centres of one dimension")
+        if not all(math.isfinite(v) for row in cents for v in row):
+            raise ValueError("a round's centres must be finite")
+        if type(self.round) is not int or not 1 <= self.round <= MAX_ROUNDS:
+            raise ValueError(f"round must be an integer in 1..{MAX_ROUNDS}, got {self.round!r}")
+        if type(self.min_devices) is not int or self.min_devices < 1:
+            raise ValueError(f"min_devices must be an integer >= 1, got {self.min_devices!r}")
+        if self.deadline is not None and not math.isfinite(self.deadline):
+            raise ValueError("the deadline must be a finite Unix time")
+        if len(self.parent_sha256) != 64 or not self.parent_id:
+            raise ValueError("a round names its study and that study's spec hash")
+        object.__setattr__(self, "centroids", cents)
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        """(K, d)."""
+        return len(self.centroids), len(self.centroids[0])
+
+    def check_parent(self, parent) -> None:
+        """ValueError unless this round fits ``parent`` (a
+        :class:`~fedsketch.common.study.StudySpec`): the study declares this round, the centres
+        have its d and lie in its box, and the quorum is the study's. A device checks it before
+        it registers; the centres themselves are the coordinator's choice (any public centres
+        give the same privacy)."""
+        if parent.refine is None or self.round > parent.refine.rounds:
+            declared = 0 if parent.refine is None else parent.refine.rounds
+            raise ValueError(f"the study declares {declared} refinement rounds; this is round "
+                             f"{self.round}")
+        if self.shape[1] != parent.sketch.frequencies.d:
+            raise ValueError(f"the round's centres have d = {self.shape[1]}, the study "
+                             f"{parent.sketch.frequencies.d}")
+        c = np.array(self.centroids)
+        if np.any(c < np.array(parent.lo)) or np.any(c > np.array(parent.hi)):
+            raise ValueError("the round's centres leave the study's box")
+        if self.min_devices != parent.min_devices:
+            raise ValueError(f"the round asks a quorum of {self.min_devices}, the study "
+                             f"{parent.min_devices}")
+
+    def to_json(self) -> str:
+        """The canonical JSON that travels and is hashed."""
+        return canonical_json({"format": ROUND_FORMAT, "parent_id": self.parent_id,
+                               "parent_sha256": self.parent_sha256, "round": self.round,
+                               "centroids": [list(r) for r in self.centroids],
+                               "min_devices": self.min_devices, "deadline": self.deadline,
+                               "start": self.start})
+
+    @classmethod
+    def from_json(cls, text: str) -> RoundSpec:
+        """Parse and validate; ValueError with the reason on anything malformed."""
+        try:
+            data = json.loads(text)
+            if not isinstance(data, dict) or data.get("format") != ROUND_FORMAT:
+                raise ValueError(f"a round spec must be a {ROUND_FORMAT} object")
+            start = data.get("start")
+            if start is not None and not isinstance(start, dict):
+                raise ValueError("a round's start must be an object")
+            return cls(str(data["parent_id"]), str(data["parent_sha256"]), data["round"],
+                       tuple(tuple(r) for r in data["centroids"]), data["min_devices"],
+                       None if data["deadline"] is None else float(data["deadline"]), start)
+        except (KeyError, TypeError, OverflowError, json.JSONDecodeError) as exc:
+            raise ValueError(f"incomplete or malformed round spec: {exc!r}") from None
+
+
+def is_round(spec_json: str) -> bool:
+    """Whether a spec's JSON is a round's (cheap: no validation)."""
+    return f'"format":"{ROUND_FORMAT}"' in spec_json
+
+
+def release_cells(parent, rnd: RoundSpec, chunks: Iterable[np.ndarray],
+                  tally: Tally | None = None) -> tuple[int, bytes]:
+    """One device's round release (module docstring) for records streamed in ``chunks``:
+    (n = Σ_j N~_j, payload bytes). Exact noise from OS random bits."""
+    box = Box(parent.lo, parent.hi)
+    h = box.hi / 2.0 - box.lo / 2.0
+    centres = np.array(rnd.centroids) - box.center
+    counts, sums, _ = exact_cell_stats(box.centred(chunks, tally), centres, h)
+    eps_count, eps_dim = round_split(parent.refine.epsilon[rnd.round - 1],
+                                     parent.sketch.privacy.neighbouring, box.d)
+    noisy_counts, noisy_sums = add_cell_noise(counts, sums, eps_count, np.full(box.d, eps_dim))
+    return int(noisy_counts.sum()), encode_cells(noisy_counts, noisy_sums)
+
+
+def encode_cells(counts: np.ndarray, sums: np.ndarray) -> bytes:
+    """The payload of (N~ (K,), T~ (K, d)): K counts then K·d sums, little-endian int64."""
+    return np.concatenate([counts.ravel(), sums.ravel()]).astype("<i8").tobytes()
+
+
+def decode_cells(data: bytes, k: int, d: int) -> tuple[np.ndarray, np.ndarray]:
+    """(N~ (K,), T~ (K, d)) int64 of a payload; CellsError for the wrong length."""
+    expected = 8 * k * (d + 1)
+    if len(data) != expected:
+        raise CellsError(f"payload has {len(data)} bytes, the round needs 8·K·(d + 1) = {expected}")
+    values = np.frombuffer(data, dtype="<i8").astype(np.int64)
+    return values[:k], values[k:].reshape(k, d)
+
+
+def noise_radii(parent, rnd: RoundSpec) -> tuple[int, int]:
+    """(count radius, sum radius): the DLap noise of a round's counts and of its sums stays within
+    them but for a probability below 2^−40 (:func:`~fedsketch.common.dp.calibration.noise_radius`)."""
+    k, d = rnd.shape
+    eps_count, eps_dim = round_split(parent.refine.epsilon[rnd.round - 1],
+                                     parent.sketch.privacy.neighbouring, d)
+    return (noise_radius(dlap_param(eps_count, 1.0), k),
+            noise_radius(dlap_param(eps_dim, float(STEPS)), k * d))
+
+
+def check_cells(parent, rnd: RoundSpec, kind: str | None, data: bytes,
+                n: float) -> tuple[np.ndarray, np.ndarray]:
+    """Decode and validate one device's round release; CellsError with the reason unless the
+    mechanism can have produced it: n = Σ_j N~_j, an integer of at most MAX_RECORDS; each
+    N~_j ≥ −(radius + 1) and each |T~_jl| ≤ STEPS·(n + K(radius + 1)) + sum radius + 1."""
+    if kind != CELLS_KIND:
+        raise CellsError(f"a refinement round's release travels as {CELLS_KIND}, got {kind}")
+    k, d = rnd.shape
+    counts, sums = decode_cells(data, k, d)
+    if not (math.isfinite(n) and n == int(n) and abs(n) <= MAX_RECORDS):
+        raise CellsError(f"the record count must be an integer of at most {MAX_RECORDS:,}, got {n}")
+    if int(counts.sum()) != int(n):
+        raise CellsError(f"the record count {n:g} is not the sum of the cell counts")
+    r_count, r_sum = noise_radii(parent, rnd)
+    if int(counts.min()) < -(r_count + 1):
+        raise CellsError(f"cell count {int(counts.min())} is below {-(r_count + 1)}, the lowest "
+                         "the round's mechanism can release")
+    bound = STEPS * (max(int(n), 0) + k * (r_count + 1)) + r_sum + 1
+    worst = max(int(sums.max()), -int(sums.min()))
+    if worst > bound:
+        raise CellsError(f"cell sum {worst} exceeds {bound}, the largest the round's mechanism "
+                         "can release")
+    return counts, sums

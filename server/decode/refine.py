@@ -1,0 +1,133 @@
+"""The coordinator's side of a refinement round (:mod:`fedsketch.common.refine`): which centres
+each round publishes, the next centres from the devices' summed releases, and the study's result
+once its rounds end. Everything here is post-processing of released values and public parameters.
+
+The plan over T rounds is the federated form of ``ckm-lloyd``'s (the over-seeded DPLloyd of the
+centralized mechanisms, ``fedsketch.server.bench.kmeans``, seeded with CKM's start):
+
+* T = 1: one Lloyd step from the sketch's k centres C_0;
+* T ≥ 2: rounds 1..T−1 run over K' = OVERSEED·k centres, C_0 and K' − k sphere-packing centres
+  (data-independent, from the study's decode seed); after each of rounds 1..T−2 the centres at
+  noise level move beside heavy ones (:func:`.overseed.relocate_unreliable`); after round T−1 the K' centres
+  are reduced to k by weighted k-means on their noisy counts (:func:`.overseed.reduce_centroids`); round T is
+  one Lloyd step on those k.
+
+Over-seeding is what makes Lloyd from a noisy start robust (measured in the central bench: k
+centres from CKM's start fall into local optima on real data, five per cluster do not).
+
+Round t sums the devices' integer releases, N~ = Σ_devices N~_j (records) and T~ = Σ T~_j (grid
+steps of g_l = h_l/STEPS), and moves each centre to the mean of its cell,
+c_j = clip(c + g·T~_j/max(N~_j, 1), lo, hi) (data units). With local noise every device added its
+own DLap draw, so the summed count carries D of them: standard deviation √(2D)·b for the Laplace
+scale b = 1/ε_count. A cell whose summed count is at noise level (:func:`~fedsketch.common.lloyd.
+excess_counts` with scale b·√D ≤ 0, the rule of ``dplloyd-su-overseed``) keeps its centre: its
+mean would be noise.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from fedsketch.common.box import Box
+from fedsketch.common.dp.calibration import laplace_scale
+from fedsketch.common.lloyd import centroids_from_stats, excess_counts, nearest
+from fedsketch.common.refine import RoundSpec, round_split
+from fedsketch.common.study import StudySpec
+from fedsketch.server.decode.overseed import (
+    OVERSEED,
+    reduce_centroids,
+    relocate_unreliable,
+    sphere_packing_init,
+)
+
+
+@dataclass(frozen=True)
+class RoundResult:
+    """One round's outcome: the next centres (K_next, d) in data units and their weights (their
+    share of the summed noisy counts, floored at 0), the summed noisy counts (K,) (records) of the
+    round's own centres and which of them stayed (at noise level), and the devices and Σn."""
+
+    centroids: np.ndarray
+    weights: np.ndarray
+    counts: np.ndarray
+    kept: np.ndarray
+    devices: int
+    records: float
+
+    def to_dict(self) -> dict:
+        """JSON-ready form (the round study's stored result)."""
+        return {"centroids": self.centroids.tolist(), "weights": self.weights.tolist(),
+                "counts": self.counts.tolist(), "kept": self.kept.tolist(),
+                "devices": self.devices, "records": self.records}
+
+
+def _rng(parent: StudySpec, number: int) -> np.random.Generator:
+    """The public generator of round ``number``'s post-processing (from the decode seed)."""
+    return np.random.default_rng([parent.decode_seed, number])
+
+
+def first_centroids(parent: StudySpec, start: np.ndarray) -> np.ndarray:
+    """Round 1's centres (module docstring): C_0, then for T ≥ 2 the sphere-packing ones."""
+    if parent.refine.rounds == 1:
+        return start
+    box = Box(parent.lo, parent.hi)
+    packed, _ = sphere_packing_init((OVERSEED - 1) * parent.k, box.d, _rng(parent, 0))
+    return np.vstack([start, packed * (box.hi / 2.0 - box.lo / 2.0) + box.center])
+
+
+def _weights(counts: np.ndarray) -> np.ndarray:
+    """Shares of the counts floored at 0 (uniform if none is positive)."""
+    c = np.maximum(counts, 0.0)
+    return c / c.sum() if c.sum() > 0 else np.full(c.size, 1.0 / c.size)
+
+
+def next_centroids(parent: StudySpec, rnd: RoundSpec,
+                   releases: list[tuple[float, np.ndarray, np.ndarray]]) -> RoundResult:
+    """The round's new centres (module docstring) from its releases (n, N~ (K,), T~ (K, d)).
+    ValueError without any release."""
+    if not releases:
+        raise ValueError("no contributions to the round")
+    box = Box(parent.lo, parent.hi)
+    h = box.hi / 2.0 - box.lo / 2.0
+    counts = np.sum([r[1] for r in releases], axis=0, dtype=np.float64)
+    sums = np.sum([r[2] for r in releases], axis=0, dtype=np.float64)  # |Σ| < 2^63: float is ample
+    eps_count, _ = round_split(parent.refine.epsilon[rnd.round - 1],
+                               parent.sketch.privacy.neighbouring, box.d)
+    scale = laplace_scale(1.0, eps_count) * math.sqrt(len(releases))
+    kept = excess_counts(counts, scale) <= 0
+    old = np.array(rnd.centroids) - box.center
+    new = np.where(kept[:, None], old, centroids_from_stats(counts, sums, h))
+    weights = _weights(counts)
+    rounds, k = parent.refine.rounds, parent.k
+    if rnd.round < rounds - 1:
+        new, _ = relocate_unreliable(new, counts, scale, k, h, _rng(parent, rnd.round))
+    elif rnd.round == rounds - 1:
+        new, _ = reduce_centroids(new, counts, scale, k, _rng(parent, rnd.round), np.zeros(box.d))
+        groups, _ = nearest(np.array(rnd.centroids) - box.center, new)
+        weights = _weights(np.bincount(groups, weights=np.maximum(counts, 0.0), minlength=k))
+    return RoundResult(np.clip(new + box.center, box.lo, box.hi), weights, counts, kept,
+                       len(releases), math.fsum(r[0] for r in releases))
+
+
+def refined_result(start: dict, rounds: list[dict]) -> dict:
+    """The study's result once its rounds ended: the k centres and weights of the last round that
+    ended with k new ones (an over-seeded round that is not reduced yet has more; the sketch's
+    start if none did), and the sketch round's residual, devices, records and
+    identifiability (it judges the start). ``rounds`` lists, per round in order, its study id,
+    state, detail and (if it ended with centres) its :meth:`RoundResult.to_dict`."""
+    done = [r for r in rounds if r.get("result") is not None and
+            len(r["result"]["centroids"]) == len(start["centroids"])]
+    out = dict(start)
+    if done:
+        out["centroids"] = done[-1]["result"]["centroids"]
+        out["weights"] = done[-1]["result"]["weights"]
+    out["start_centroids"] = start["centroids"]
+    out["rounds"] = [{k: v for k, v in r.items() if k != "result"}
+                     | ({} if r.get("result") is None else
+                        {"devices": r["result"]["devices"], "kept": sum(r["result"]["kept"])})
+                     for r in rounds]
+    out["refined_rounds"] = sum(r.get("result") is not None for r in rounds)
+    return out

@@ -1,0 +1,40 @@
+"""The signed messages devices send, as the coordinator's logic receives them from the gRPC edge
+(:mod:`.api`), free of protobuf types."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Submission:
+    """One signed contribution as a device sent it; ``kind`` is None when it carried no payload."""
+
+    study_id: str
+    device_id: str
+    n: float
+    spec_sha256: str
+    kind: str | None
+    payload: bytes
+    signature: bytes
+
+
+@dataclass(frozen=True)
+class RegistrationMessage:
+    """One signed registration for a plain study's roster."""
+
+    study_id: str
+    device_id: str
+    spec_sha256: str
+    signature: bytes
+
+
+@dataclass(frozen=True)
+class StageMessage:
+    """One signed secure-aggregation stage message (a fetch is signed the same way)."""
+
+    study_id: str
+    device_id: str
+    stage: int
+    body: bytes
+    signature: bytes
