@@ -194,6 +194,8 @@ class Agent(SecureSteps):
             rnd.check_parent(spec)
         except ValueError as exc:
             return f"the round does not fit its study: {exc}"
+        if (reason := self.ledger.round_refusal(rnd.parent_id, rnd.round)) is not None:
+            return reason
         admitted = self._admit(study.study_id, spec, (spec.refine.epsilon[rnd.round - 1], 0.0))
         return admitted if isinstance(admitted, str) else replace(admitted, round=rnd)
 

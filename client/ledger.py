@@ -56,7 +56,9 @@ from .ledger_schema import (
     SPEND_COLUMNS,
     create_schema,
     log_change,
+    round_taken,
     set_settings,
+    study_spent,
     upgrade,
 )
 from .policy import Policy
@@ -273,7 +275,7 @@ class Ledger:
                  reserved: tuple[float, float] = (0.0, 0.0), parent: str | None = None) -> str | None:
         budget = self._budget(db, source)
         max_eps = self._policy(db).max_epsilon
-        study = epsilon if parent is None else math.fsum((self.study_spent(parent, db), epsilon))
+        study = epsilon if parent is None else math.fsum((study_spent(db, parent), epsilon))
         if max_eps is not None and study > max_eps:
             return f"it asks ε = {study:g}; the device's policy allows at most {max_eps:g} per study"
         eps_sum, delta_sum = self._sums(db, source)
@@ -288,11 +290,10 @@ class Ledger:
                     f"source {source!r}" + (" (a pure-ε budget)" if budget.delta == 0 else ""))
         return None
 
-    def study_spent(self, study_id: str, db: sqlite3.Connection | None = None) -> float:
-        """Σε the device spent on a study: its sketch and every refinement round of it."""
-        rows = (db or self._conn).execute("SELECT epsilon FROM spends WHERE study_id = ? OR "
-                                          "parent = ?", (study_id, study_id)).fetchall()
-        return math.fsum(r[0] for r in rows)
+    def round_refusal(self, parent: str, round: int) -> str | None:
+        """Why the device may not release for round ``round`` of study ``parent`` (it already
+        did, under any round study id), or None: :func:`~.ledger_schema.round_taken`."""
+        return round_taken(self._conn, parent, round)
 
     def record_spend(self, *, study_id: str, study_name: str, source: str, epsilon: float,
                      delta: float, n: float, kind: str, payload: bytes, spec_sha256: str,
@@ -305,7 +306,8 @@ class Ledger:
         LedgerError if this study already has a spend or ``source`` has no budget; BudgetExceeded
         if the owner's policy declines ε or the budget cannot cover it (:func:`fits`, for ε and
         for δ; for a refinement ``round`` of the study ``parent``, the owner's largest ε per study
-        caps what that study has taken in all). The checks run inside the write transaction,
+        caps what that study has taken in all, and LedgerError if that round was released
+        already, under any study id). The checks run inside the write transaction,
         last ``recheck()`` (the agent asks the coordinator whether the study still takes this
         device's input): a reason from it raises LedgerError. A refusal, or any exception from
         ``recheck``, writes nothing."""
@@ -325,6 +327,8 @@ class Ledger:
             if db.execute("SELECT 1 FROM spends WHERE study_id = ?", (study_id,)).fetchone():
                 raise LedgerError(f"the device already released a sketch for study {study_id!r}; "
                                   "it re-sends the stored bytes instead")
+            if parent is not None and (why := round_taken(db, parent, round)) is not None:
+                raise LedgerError(f"study {study_id!r}: {why}")
             if (why := self._refusal(db, source, epsilon, delta, parent=parent)) is not None:
                 raise BudgetExceeded(f"study {study_id!r}: {why}")
             if recheck is not None and (why := recheck()) is not None:

@@ -87,6 +87,24 @@ def create_schema(db: sqlite3.Connection, *, skip: tuple[str, ...] = ()) -> None
             db.execute(statement)
 
 
+def study_spent(db: sqlite3.Connection, study_id: str) -> float:
+    """Σε spent on a study: its sketch and every refinement round of it."""
+    rows = db.execute("SELECT epsilon FROM spends WHERE study_id = ? OR parent = ?",
+                      (study_id, study_id)).fetchall()
+    return math.fsum(r[0] for r in rows)
+
+
+def round_taken(db: sqlite3.Connection, parent: str, round: int) -> str | None:
+    """Why round ``round`` of study ``parent`` may not be released: it was already, under some
+    round study id (a coordinator that opens a round twice does not get two releases), or None."""
+    row = db.execute("SELECT study_id FROM spends WHERE parent = ? AND round = ?",
+                     (parent, round)).fetchone()
+    if row is None:
+        return None
+    return (f"the device already released round {round} of study {parent!r} (as study "
+            f"{row[0]!r}); a round is released once")
+
+
 def set_settings(db: sqlite3.Connection, **values: str) -> None:
     """Insert or replace ``settings`` rows."""
     db.executemany("INSERT OR REPLACE INTO settings (key, value) VALUES (?, ?)", values.items())

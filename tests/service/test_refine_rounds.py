@@ -64,7 +64,7 @@ def test_two_rounds_refine_the_sketch_and_every_device_spends_each_once(coordina
         spends = sorted(a.ledger.spends(), key=lambda s: s.round)
         assert [(s.round, s.parent) for s in spends] == [(0, None), (1, study.study_id),
                                                         (2, study.study_id)]
-        assert a.ledger.study_spent(study.study_id) == pytest.approx(spec.total_epsilon, rel=1e-12)
+        assert sum(s.epsilon for s in spends) == pytest.approx(spec.total_epsilon, rel=1e-12)
         assert all(s.kind == CELLS_KIND for s in spends[1:])
         assert spends[0].spec_sha256 == study.spec_sha256
     shapes = [RoundSpec.from_json(row.spec_json).shape for row in rounds]
@@ -171,3 +171,17 @@ def test_the_coordinator_refuses_cells_the_round_cannot_release(coordinator_roun
         assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
         assert reason in info.value.details()
     assert r.store.contributions(rid) == []
+
+
+def test_a_round_opened_twice_is_released_once(coordinator_round, data):
+    """A hostile coordinator announces round 1 of a study under two study ids: a device that
+    released for one refuses the other, whatever its id, so it never pays a round twice."""
+    r = coordinator_round
+    parent = r.create(study_spec(refine=RefineSpec((1.0, 1.0)), min_devices=1))
+    a = r.agent("once", data[:500])
+    first = plant_round(r, parent, min_devices=1, centroids=((0.0, 0.0, 0.0), (1.0, 1.0, 1.0)))
+    assert first in a.step().submitted
+    second = plant_round(r, parent, min_devices=1, centroids=((2.0, 0.0, 0.0), (1.0, 1.0, 1.0)))
+    assert "already released round 1" in a.step().refused[second]
+    assert [s.study_id for s in a.ledger.spends() if s.round == 1] == [first]
+    assert r.store.get_study(second).registered == 0
