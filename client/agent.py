@@ -55,7 +55,7 @@ from fedsketch.common.study import StudySpec, spec_sha256
 from .ledger import DEFAULT_SOURCE, BudgetExceeded, Identity, Ledger, LedgerError, Spend
 from .localdata import DATA_ERRORS, DataFeed, Retry, data_refusal, log_clipped
 from .secure_steps import SECURE_KIND, SecureSteps, Session
-from .study_pass import RPC_TIMEOUT, Admitted, Outcome, fault_point
+from .study_pass import RPC_TIMEOUT, Admitted, Outcome, fault_point, study_epsilon
 
 log = logging.getLogger("fedsketch.device")
 
@@ -194,18 +194,27 @@ class Agent(SecureSteps):
             rnd.check_parent(spec)
         except ValueError as exc:
             return f"the round does not fit its study: {exc}"
+        if spec.secure_aggregation is not None:
+            try:
+                spec.check_trust()  # as for the study itself
+            except ValueError as exc:
+                return str(exc)
         if (reason := self.ledger.round_refusal(rnd.parent_id, rnd.round)) is not None:
             return reason
-        admitted = self._admit(study.study_id, spec, (spec.refine.epsilon[rnd.round - 1], 0.0))
+        admitted = self._admit(study.study_id, spec, (spec.refine.epsilon[rnd.round - 1], 0.0),
+                               rnd.parent_id)
         return admitted if isinstance(admitted, str) else replace(admitted, round=rnd)
 
-    def _admit(self, study_id: str, spec: StudySpec, cost: tuple[float, float]) -> Admitted | str:
+    def _admit(self, study_id: str, spec: StudySpec, cost: tuple[float, float],
+               parent: str | None = None) -> Admitted | str:
         """The checks every release shares: the owner's policy allows the study (its name and
-        whole ε), the budget covers ``cost`` (ε, δ) besides what other joined studies reserve,
-        and the data opens with the study's d."""
+        whole ε), the budget covers ``cost`` (ε, δ) besides what other joined studies reserve and
+        the rounds still to come of studies whose sketch it paid (but ``parent``'s, which a round
+        of it pays from), and the data opens with the study's d."""
         if (reason := self.ledger.policy().refusal(spec.name, spec.total_epsilon)) is not None:
             return reason
-        if (reason := self.ledger.refusal(self.source, *cost, self._reserved(study_id))) is not None:
+        if (reason := self.ledger.refusal(self.source, *cost, self._reserved(study_id),
+                                          study=parent)) is not None:
             return Retry(reason)  # the budget: a reservation may end or the owner raise it
         try:
             data = self.data()
@@ -219,7 +228,7 @@ class Agent(SecureSteps):
         """(ε, δ) promised to studies this device joined and has not spent on yet (other than
         ``other_than``): a device joins no more studies than its budget can pay for."""
         costs = [cost for sid, cost in self._waiting.items() if sid != other_than]
-        costs += [(s.spec.sketch.privacy.epsilon, 0.0) for sid, s in self._sessions.items()
+        costs += [(s.epsilon, 0.0) for sid, s in self._sessions.items()
                   if sid != other_than and not s.left and pb.MASKED_INPUT not in s.done]
         return math.fsum(c[0] for c in costs), math.fsum(c[1] for c in costs)
 
@@ -321,7 +330,8 @@ class Agent(SecureSteps):
                 source=self.source, epsilon=epsilon, delta=delta, n=n, kind=kind,
                 payload=payload, spec_sha256=study.spec_sha256,
                 recheck=lambda: self._input_open(identity, study),
-                parent=None if rnd is None else rnd.parent_id, round=0 if rnd is None else rnd.round)
+                parent=None if rnd is None else rnd.parent_id, round=0 if rnd is None else rnd.round,
+                study_epsilon=study_epsilon(spec, rnd))
         except (BudgetExceeded, LedgerError) as exc:  # e.g. another daemon on this ledger spent
             return str(exc)
         fault_point()

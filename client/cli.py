@@ -235,7 +235,7 @@ def device_budget(
     studies: dict[str, dict] = {}
     for s in spends:
         study = studies.setdefault(s.parent or s.study_id, {"epsilon": 0.0, "rounds": {}})
-        study["rounds"][str(s.round)] = s.epsilon
+        study["rounds"][str(s.round)] = math.fsum((study["rounds"].get(str(s.round), 0.0), s.epsilon))
         study["epsilon"] = math.fsum(study["rounds"].values())
     log_rows = [{"at": h.at, "action": h.action, "source": h.source, "detail": h.detail}
                 for h in history]

@@ -30,7 +30,6 @@ A connection is used from the thread that opened the ledger (sqlite3's default).
 from __future__ import annotations
 
 import hashlib
-import logging
 import math
 import os
 import sqlite3
@@ -56,14 +55,13 @@ from .ledger_schema import (
     SPEND_COLUMNS,
     create_schema,
     log_change,
+    promised,
     round_taken,
     set_settings,
     study_spent,
     upgrade,
 )
 from .policy import Policy
-
-log = logging.getLogger("fedsketch.device")
 
 __all__ = ["DEFAULT_SOURCE", "SCHEMA_VERSION", "Budget", "BudgetChange", "BudgetExceeded",
            "Identity", "Ledger", "LedgerError", "Spend"]
@@ -264,12 +262,16 @@ class Ledger:
         return None if (row := row.fetchone()) is None else Spend(*row)
 
     def refusal(self, source: str, epsilon: float, delta: float,
-                reserved: tuple[float, float] = (0.0, 0.0)) -> str | None:
+                reserved: tuple[float, float] = (0.0, 0.0), study: str | None = None) -> str | None:
         """Why a study asking (ε, δ) cannot be charged to ``source`` now (the owner's largest ε
         per study, or the budget left once ``reserved`` (ε, δ), promised to studies the device
-        joined but has not spent on yet, is set aside), or None. :meth:`record_spend` decides
-        the same way, without reservations."""
-        return self._refusal(self._conn, source, epsilon, delta, reserved)
+        joined but has not spent on yet, and the rounds still to come of studies whose sketch
+        it paid (:func:`~.ledger_schema.promised`; those of ``study``, whose round asks, are
+        what it pays from) are set aside), or None. :meth:`record_spend` decides the same way,
+        without reservations."""
+        kept = promised(self._conn, source, study)
+        return self._refusal(self._conn, source, epsilon, delta,
+                             (reserved[0] + kept, reserved[1]))
 
     def _refusal(self, db: sqlite3.Connection, source: str, epsilon: float, delta: float,
                  reserved: tuple[float, float] = (0.0, 0.0), parent: str | None = None) -> str | None:
@@ -298,7 +300,7 @@ class Ledger:
     def record_spend(self, *, study_id: str, study_name: str, source: str, epsilon: float,
                      delta: float, n: float, kind: str, payload: bytes, spec_sha256: str,
                      recheck: Callable[[], str | None] | None = None, parent: str | None = None,
-                     round: int = 0) -> Spend:
+                     round: int = 0, study_epsilon: float | None = None) -> Spend:
         """Record the release of ``payload`` for ``study_id`` in one committed transaction; call it
         BEFORE sending, and send only the bytes of the returned Spend.
 
@@ -322,7 +324,7 @@ class Ledger:
                       delta=float(delta), n=float(n), kind=kind, payload=payload,
                       payload_sha256=hashlib.sha256(payload).hexdigest(), spec_sha256=spec_sha256,
                       spent_at=time.time(), acked_at=None, receipt=None, final_state=None,
-                      parent=parent, round=round)
+                      parent=parent, round=round, study_epsilon=study_epsilon)
         with self._write() as db:
             if db.execute("SELECT 1 FROM spends WHERE study_id = ?", (study_id,)).fetchone():
                 raise LedgerError(f"the device already released a sketch for study {study_id!r}; "
@@ -333,10 +335,10 @@ class Ledger:
                 raise BudgetExceeded(f"study {study_id!r}: {why}")
             if recheck is not None and (why := recheck()) is not None:
                 raise LedgerError(f"study {study_id!r}: {why}; nothing was spent")
-            db.execute(f"INSERT INTO spends ({SPEND_COLUMNS}) VALUES ({', '.join('?' * 16)})",
+            db.execute(f"INSERT INTO spends ({SPEND_COLUMNS}) VALUES ({', '.join('?' * 17)})",
                        (spend.study_id, spend.study_name, spend.source, spend.epsilon, spend.delta,
                         spend.n, spend.kind, spend.payload, spend.payload_sha256, spend.spec_sha256,
-                        spend.spent_at, None, None, None, parent, round))
+                        spend.spent_at, None, None, None, parent, round, study_epsilon))
         return spend
 
     def mark_acked(self, study_id: str, receipt: str) -> None:

@@ -43,7 +43,8 @@ class Spend:
     """One recorded release: the study, the source it counts against, the privacy cost (ε, δ), the
     released record count ``n``, the exact payload bytes to (re-)send, when it was spent and
     acknowledged (Unix seconds), the study's final state once the device has learnt it, and for
-    a refinement round the study it belongs to (``parent``) and its number (0: a sketch)."""
+    a refinement round the study it belongs to (``parent``) and its number (0: a sketch); on a
+    sketch of a study with rounds, the study's whole ε."""
 
     study_id: str
     study_name: str
@@ -61,6 +62,7 @@ class Spend:
     final_state: str | None
     parent: str | None = None
     round: int = 0
+    study_epsilon: float | None = None
 
 
 @dataclass(frozen=True)

@@ -1,8 +1,10 @@
 """The ledger's SQLite layout: schema version 3, and the one-time migrations from schemas 1 and 2.
 
-Schema 3 adds two columns to ``spends``: ``parent``, the study a refinement round's spend belongs
-to (NULL for a study's own sketch), and ``round`` (0 for the sketch, t for refinement round t),
-so a study's total spend and each round's can be read back. :func:`migrate_v2` adds them.
+Schema 3 adds three columns to ``spends``: ``parent``, the study a refinement round's spend
+belongs to (NULL for a study's own sketch), ``round`` (0 for the sketch, t for refinement round
+t), so a study's total spend and each round's can be read back, and ``study_epsilon``, on a
+sketch's spend the ε its whole study declares (sketch and rounds), which the device keeps for
+the rounds it has not paid yet until the study ends. :func:`migrate_v2` adds them.
 
 Schema 1 keyed budgets on the SHA-256 of a data file, so that appending a row gave the same
 people a fresh budget. :func:`migrate_v1` moves all of its spends, in the caller's transaction, to
@@ -64,7 +66,8 @@ CREATE TABLE spends (
     receipt        TEXT,
     final_state    TEXT,
     parent         TEXT,
-    round          INTEGER NOT NULL DEFAULT 0
+    round          INTEGER NOT NULL DEFAULT 0,
+    study_epsilon  REAL
 );
 CREATE INDEX spends_by_source ON spends (source);
 CREATE TABLE identity (
@@ -77,7 +80,7 @@ CREATE TABLE identity (
 
 V2_COLUMNS = ("study_id, study_name, source, epsilon, delta, n, kind, payload, payload_sha256, "
               "spec_sha256, spent_at, acked_at, receipt, final_state")
-SPEND_COLUMNS = V2_COLUMNS + ", parent, round"
+SPEND_COLUMNS = V2_COLUMNS + ", parent, round, study_epsilon"
 
 
 def create_schema(db: sqlite3.Connection, *, skip: tuple[str, ...] = ()) -> None:
@@ -92,6 +95,16 @@ def study_spent(db: sqlite3.Connection, study_id: str) -> float:
     rows = db.execute("SELECT epsilon FROM spends WHERE study_id = ? OR parent = ?",
                       (study_id, study_id)).fetchall()
     return math.fsum(r[0] for r in rows)
+
+
+def promised(db: sqlite3.Connection, source: str, other_than: str | None = None) -> float:
+    """ε the device keeps for refinement rounds it has not paid yet: for every study of
+    ``source`` whose sketch it paid and whose end it has not learnt (``other_than`` excepted),
+    the study's whole ε less what it spent on it."""
+    rows = db.execute("SELECT study_id, study_epsilon FROM spends WHERE source = ? AND round = 0 "
+                      "AND study_epsilon IS NOT NULL AND final_state IS NULL", (source,)).fetchall()
+    return math.fsum(max(0.0, total - study_spent(db, sid)) for sid, total in rows
+                     if sid != other_than)
 
 
 def round_taken(db: sqlite3.Connection, parent: str, round: int) -> str | None:
@@ -139,9 +152,10 @@ def migrate_v1(db: sqlite3.Connection, settings: dict[str, str]) -> None:
     db.execute("DELETE FROM settings WHERE key IN ('budget', 'budget_delta')")
     set_settings(db, schema_version=str(SCHEMA_VERSION), policy=Policy().to_json())
     log_change(db, "migrate", DEFAULT_SOURCE, epsilon, delta,
-               f"schema 1 → 2: {spends} spends on {files} data files (once keyed by the file's "
-               f"SHA-256) now all count against source {DEFAULT_SOURCE!r}; its budget is what they "
-               f"spent (the old file's --budget {settings.get('budget', 'none')!r} was rewritten "
+               f"schema 1 → {SCHEMA_VERSION}: {spends} spends on {files} data files (once keyed "
+               f"by the file's SHA-256) now all count against source {DEFAULT_SOURCE!r}; its "
+               f"budget is what they spent (the old file's --budget "
+               f"{settings.get('budget', 'none')!r} was rewritten "
                "by every run), so nothing remains until the owner runs `fedsketch device "
                "raise-budget`")
 
@@ -151,9 +165,10 @@ def migrate_v2(db: sqlite3.Connection) -> None:
     spend is a study's sketch (round 0, no parent)."""
     db.execute("ALTER TABLE spends ADD COLUMN parent TEXT")
     db.execute("ALTER TABLE spends ADD COLUMN round INTEGER NOT NULL DEFAULT 0")
+    db.execute("ALTER TABLE spends ADD COLUMN study_epsilon REAL")
     set_settings(db, schema_version=str(SCHEMA_VERSION))
     log_change(db, "migrate", None, None, None, "schema 2 → 3: spends record the study a "
-               "refinement round belongs to, and the round")
+               "refinement round belongs to, the round, and a study's whole ε")
 
 
 def drop_out_of_box(db: sqlite3.Connection, settings: dict[str, str]) -> str | None:

@@ -10,7 +10,8 @@ UNMASK.
   roster are refused (:meth:`StudySpec.check_round`).
 * MASKED_INPUT: the device sketches that same version of the data (it drops out, unspent, if
   the file changed or the count differs), adds its noise share, masks, commits the spend with
-  the bytes to the ledger, and only then sends.
+  the bytes to the ledger, and only then sends. In a refinement round of a secure study its
+  input is the round's exact cells instead of the sketch (:mod:`fedsketch.common.secure_rounds`).
 * CONSISTENCY and UNMASK: the device signs one survivor list and reveals shares only as that
   list implies, against the consistency quorum of signatures on it
   (:meth:`fedsketch.common.secagg.Client.unmask`).
@@ -31,16 +32,19 @@ from fedsketch.common.box import Box, Tally
 from fedsketch.common.dp.plan import integer_sum_term
 from fedsketch.common.dp.samplers import dlap_noise_share
 from fedsketch.common.frequencies import draw_frequencies
+from fedsketch.common.lloyd import exact_cell_stats
 from fedsketch.common.pb import fedsketch_pb2 as pb
 from fedsketch.common.pb import fedsketch_pb2_grpc as pb_grpc
+from fedsketch.common.refine import RoundSpec
 from fedsketch.common.secagg import Client, SecAggAbort
 from fedsketch.common.secagg import wire as sw
+from fedsketch.common.secure_rounds import SecureRound
 from fedsketch.common.sketching import feature_sum
 from fedsketch.common.study import StudySpec
 
 from .ledger import BudgetExceeded, Identity, Ledger, LedgerError
 from .localdata import DATA_ERRORS, LocalData, data_refusal, log_clipped
-from .study_pass import RPC_TIMEOUT, Outcome, fault_point
+from .study_pass import RPC_TIMEOUT, Outcome, fault_point, study_epsilon
 
 #: The ledger kind of a masked input.
 SECURE_KIND = "secagg_masked"
@@ -48,7 +52,8 @@ SECURE_KIND = "secagg_masked"
 
 @dataclass
 class Session:
-    """This device's part in one secure-aggregation round (in memory: a restart drops out)."""
+    """This device's part in one secure-aggregation round (in memory: a restart drops out): of a
+    study's sketch, or of one of its refinement rounds (``round``)."""
 
     spec: StudySpec
     box: Box
@@ -57,6 +62,19 @@ class Session:
     client: Client | None = None
     done: set[int] = field(default_factory=set)
     left: bool = False
+    round: RoundSpec | None = None
+
+    @property
+    def epsilon(self) -> float:
+        """ε of this device's release here."""
+        if self.round is None:
+            return self.spec.sketch.privacy.epsilon
+        return self.spec.refine.epsilon[self.round.round - 1]
+
+    @property
+    def protocol(self) -> StudySpec | SecureRound:
+        """What the round's public parameters derive from."""
+        return self.spec if self.round is None else SecureRound(self.spec, self.round)
 
 
 class SecureSteps:
@@ -83,7 +101,8 @@ class SecureSteps:
             if isinstance(n := self._count(admitted), str):
                 return n
             self._stage_send(identity, sid, pb.REGISTER, sw.dump({"n": n}))
-            self._sessions[sid] = Session(admitted.spec, admitted.box, admitted.data, n)
+            self._sessions[sid] = Session(admitted.spec, admitted.box, admitted.data, n,
+                                          round=admitted.round)
             return None
         if session is None or stage in session.done or session.left:
             return None
@@ -102,7 +121,7 @@ class SecureSteps:
         try:
             if stage == pb.ADVERTISE_KEYS:
                 params, keys, _ = sw.params_from_json(sid, sw.load(body))
-                session.spec.check_round(params)
+                session.protocol.check_round(params)
                 session.client = Client(params, identity.device_id, identity.private_key, keys)
                 reply = sw.dump(sw.advert_to_json(session.client.advertise()))
             elif stage == pb.SHARE_KEYS:
@@ -129,33 +148,34 @@ class SecureSteps:
 
     def _masked_input(self, identity: Identity, study: pb.Study, session: Session,
                       inbox: dict[str, bytes], out: Outcome) -> str | None:
-        """Sketch, add a noise share, mask, commit the spend with the bytes, then send.
+        """Sketch (or, in a refinement round, count and sum the cells), add a noise share, mask,
+        commit the spend with the bytes, then send.
 
-        The shares of h_min = L − D − C devices add up to the study's integer-sum term
-        (MECHANISMS §4.2, :mod:`fedsketch.common.secagg.trust`).
+        The shares of h_min = L − D − C devices add up to the release's integer-sum term
+        (MECHANISMS §4.2, :mod:`fedsketch.common.secagg.trust`,
+        :mod:`fedsketch.common.secure_rounds`).
         """
-        spec, box, tally = session.spec, session.box, Tally()
-        m, r = spec.sketch.frequencies.m, spec.sketch.r
+        spec, tally = session.spec, Tally()
         try:
-            fs = feature_sum(box.centred(session.data.chunks(), tally),
-                             box.reduce(draw_frequencies(spec.sketch.frequencies)),
-                             spec.sketch.feature, r)
+            x, n, noise = self._exact_input(session, tally)
         except DATA_ERRORS as exc:  # the file changed since REGISTER
             session.left = True
             return data_refusal(exc)
-        if fs.n != session.n:
+        if n != session.n:
             session.left = True
             return (f"the data changed since REGISTER ({session.n} records registered, "
-                    f"{fs.n} read now); nothing was spent")
+                    f"{n} read now); nothing was spent")
         log_clipped(study.study_id, tally)
-        term = integer_sum_term(spec.sketch.feature, spec.sketch.privacy.epsilon, r, "replace_one")
-        noise = dlap_noise_share(term.epsilon, term.sensitivity, spec.assumptions.min_honest, 2 * m)
-        y = session.client.masked_input(np.concatenate([fs.re, fs.im]), inbox, noise)
+        y = session.client.masked_input(x, inbox, noise)
+        rnd = session.round
         try:
             spend = self.ledger.record_spend(
-                study_id=study.study_id, study_name=spec.name, source=self.source,
-                epsilon=spec.sketch.privacy.epsilon, delta=0.0, n=float(fs.n),
-                kind=SECURE_KIND, payload=sw.masked_to_bytes(y), spec_sha256=study.spec_sha256)
+                study_id=study.study_id,
+                study_name=spec.name if rnd is None else f"{spec.name} · round {rnd.round}",
+                source=self.source, epsilon=session.epsilon, delta=0.0, n=float(n),
+                kind=SECURE_KIND, payload=sw.masked_to_bytes(y), spec_sha256=study.spec_sha256,
+                parent=None if rnd is None else rnd.parent_id, round=0 if rnd is None else rnd.round,
+                study_epsilon=study_epsilon(spec, rnd))
         except (BudgetExceeded, LedgerError) as exc:
             session.left = True
             return str(exc)
@@ -163,6 +183,24 @@ class SecureSteps:
         self._send(identity, spend)
         out.submitted.append(study.study_id)
         return None
+
+    @staticmethod
+    def _exact_input(session: Session, tally: Tally) -> tuple[np.ndarray, int, np.ndarray]:
+        """(the exact integer input, records read, this device's noise shares): the sketch's
+        integer sum (2m) or a round's cells (K(d + 1))."""
+        spec, box = session.spec, session.box
+        chunks = box.centred(session.data.chunks(), tally)
+        if session.round is not None:
+            secure = SecureRound(spec, session.round)
+            centres = np.array(session.round.centroids) - box.center
+            counts, sums, n = exact_cell_stats(chunks, centres, box.hi / 2.0 - box.lo / 2.0)
+            return np.concatenate([counts, sums.ravel()]), n, secure.noise_shares()
+        m, r = spec.sketch.frequencies.m, spec.sketch.r
+        fs = feature_sum(chunks, box.reduce(draw_frequencies(spec.sketch.frequencies)),
+                         spec.sketch.feature, r)
+        term = integer_sum_term(spec.sketch.feature, spec.sketch.privacy.epsilon, r, "replace_one")
+        noise = dlap_noise_share(term.epsilon, term.sensitivity, spec.assumptions.min_honest, 2 * m)
+        return np.concatenate([fs.re, fs.im]), fs.n, noise
 
     def _stage_send(self, identity: Identity, study_id: str, stage: int, body: bytes) -> None:
         digest = sw.message_digest(study_id, identity.device_id, stage, body)

@@ -48,6 +48,12 @@ class Outcome:
     refused: dict[str, str] = field(default_factory=dict)
 
 
+def study_epsilon(spec: StudySpec, rnd: RoundSpec | None) -> float | None:
+    """What the ledger keeps with a sketch's spend: the whole ε of a study with refinement rounds
+    (the device sets the rounds' share aside until the study ends), else None."""
+    return spec.total_epsilon if rnd is None and spec.refine is not None else None
+
+
 def fault_point() -> None:
     """Between the ledger commit and the first send: where crash tests kill the device."""
     if os.environ.get(FAULT_ENV) == "kill-after-commit":

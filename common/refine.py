@@ -31,7 +31,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
 import numpy as np
 
@@ -39,6 +39,7 @@ from .box import Box, Tally
 from .dp.calibration import dlap_param, noise_radius
 from .dp.grid import STEPS
 from .lloyd import add_cell_noise, exact_cell_stats, relation_factor, su_split
+from .secagg import MAX_BITS, modulus_bits
 from .spec import canonical_json
 
 #: Written and read: the spec of one refinement round.
@@ -130,8 +131,11 @@ def round_split(epsilon: float, neighbouring: str, d: int) -> tuple[float, float
 @dataclass(frozen=True)
 class RoundSpec:
     """Round ``round`` (1..T) of the study ``parent_id`` whose spec hashes to ``parent_sha256``:
-    the centres (K, d) it publishes (data units), its quorum and deadline (Unix seconds), and, on
-    round 1, the sketch round's public result (``start``: what the study's result reports of it)."""
+    the centres (K, d) it publishes (data units), its quorum and deadline (Unix seconds; None
+    under secure aggregation, which runs by stage timeouts), on round 1 the sketch round's public
+    result (``start``: what the study's result reports of it), and the study's secure
+    aggregation as its spec states it (a dict; None for a plain study): a secure study's rounds
+    are collected securely too (:mod:`fedsketch.common.secure_rounds`)."""
 
     parent_id: str
     parent_sha256: str
@@ -140,8 +144,7 @@ class RoundSpec:
     min_devices: int
     deadline: float | None
     start: dict | None = None
-
-    secure_aggregation = None  # a round is collected in the plain way
+    secure_aggregation: dict | None = None
 
     def __post_init__(self) -> None:
         cents = tuple(tuple(float(v) for v in row) for row in self.centroids)
@@ -183,6 +186,9 @@ class RoundSpec:
         if self.min_devices != parent.min_devices:
             raise ValueError(f"the round asks a quorum of {self.min_devices}, the study "
                              f"{parent.min_devices}")
+        secure = None if parent.secure_aggregation is None else asdict(parent.secure_aggregation)
+        if self.secure_aggregation != secure:
+            raise ValueError("the round's secure aggregation is not the study's")
 
     def to_json(self) -> str:
         """The canonical JSON that travels and is hashed."""
@@ -190,7 +196,8 @@ class RoundSpec:
                                "parent_sha256": self.parent_sha256, "round": self.round,
                                "centroids": [list(r) for r in self.centroids],
                                "min_devices": self.min_devices, "deadline": self.deadline,
-                               "start": self.start})
+                               "start": self.start,
+                               "secure_aggregation": self.secure_aggregation})
 
     @classmethod
     def from_json(cls, text: str) -> RoundSpec:
@@ -199,14 +206,31 @@ class RoundSpec:
             data = json.loads(text)
             if not isinstance(data, dict) or data.get("format") != ROUND_FORMAT:
                 raise ValueError(f"a round spec must be a {ROUND_FORMAT} object")
-            start = data.get("start")
-            if start is not None and not isinstance(start, dict):
-                raise ValueError("a round's start must be an object")
+            start, secure = data.get("start"), data.get("secure_aggregation")
+            if any(v is not None and not isinstance(v, dict) for v in (start, secure)):
+                raise ValueError("a round's start and secure aggregation must be objects")
             return cls(str(data["parent_id"]), str(data["parent_sha256"]), data["round"],
                        tuple(tuple(r) for r in data["centroids"]), data["min_devices"],
-                       None if data["deadline"] is None else float(data["deadline"]), start)
+                       None if data["deadline"] is None else float(data["deadline"]), start,
+                       secure)
         except (KeyError, TypeError, OverflowError, json.JSONDecodeError) as exc:
             raise ValueError(f"incomplete or malformed round spec: {exc!r}") from None
+
+
+def cells_bits(max_records: int, split: tuple[float, float], k: int, d: int,
+               shape: float) -> int:
+    """Bits of the secure-aggregation modulus for a round's summed cells (MECHANISMS §4.4): the
+    largest of the counts' (|Σ N| ≤ max_records, DLap(ε_count) shares) and the sums' (|Σ T| ≤
+    STEPS·max_records, DLap(ε_dim/STEPS) shares), K counts and K·d sums, noise shape ``shape``.
+    ValueError with the reason past the 62 bits a masked word holds."""
+    eps_count, eps_dim = split
+    bits = max(modulus_bits(max_records, dlap_param(eps_count, 1.0), k, shape),
+               modulus_bits(STEPS * max_records, dlap_param(eps_dim, float(STEPS)), k * d, shape))
+    if bits > MAX_BITS:
+        raise ValueError(f"secure aggregation of a refinement round needs a {bits}-bit modulus "
+                         f"({max_records} records of {STEPS} steps per sum) but a masked word "
+                         f"holds {MAX_BITS}: lower max_records")
+    return bits
 
 
 def is_round(spec_json: str) -> bool:
@@ -255,23 +279,26 @@ def noise_radii(parent, rnd: RoundSpec) -> tuple[int, int]:
 def check_cells(parent, rnd: RoundSpec, kind: str | None, data: bytes,
                 n: float) -> tuple[np.ndarray, np.ndarray]:
     """Decode and validate one device's round release; CellsError with the reason unless the
-    mechanism can have produced it: n = Σ_j N~_j, an integer of at most MAX_RECORDS; each
-    N~_j ≥ −(radius + 1) and each |T~_jl| ≤ STEPS·(n + K(radius + 1)) + sum radius + 1."""
+    mechanism can have produced it, r_c and r_s the count's and sum's noise radii: n = Σ_j N~_j
+    (summed exactly), an integer of at most MAX_RECORDS; each N~_j ≥ −(r_c + 1); and each sum
+    |T~_jl| ≤ STEPS·max(N~_j + r_c + 1, 0) + r_s + 1, since cell j holds at most N~_j + r_c + 1
+    records of at most STEPS steps each."""
     if kind != CELLS_KIND:
         raise CellsError(f"a refinement round's release travels as {CELLS_KIND}, got {kind}")
     k, d = rnd.shape
     counts, sums = decode_cells(data, k, d)
     if not (math.isfinite(n) and n == int(n) and abs(n) <= MAX_RECORDS):
         raise CellsError(f"the record count must be an integer of at most {MAX_RECORDS:,}, got {n}")
-    if int(counts.sum()) != int(n):
+    if sum(int(c) for c in counts) != int(n):  # Python integers: an int64 sum could wrap
         raise CellsError(f"the record count {n:g} is not the sum of the cell counts")
     r_count, r_sum = noise_radii(parent, rnd)
     if int(counts.min()) < -(r_count + 1):
         raise CellsError(f"cell count {int(counts.min())} is below {-(r_count + 1)}, the lowest "
                          "the round's mechanism can release")
-    bound = STEPS * (max(int(n), 0) + k * (r_count + 1)) + r_sum + 1
-    worst = max(int(sums.max()), -int(sums.min()))
-    if worst > bound:
-        raise CellsError(f"cell sum {worst} exceeds {bound}, the largest the round's mechanism "
-                         "can release")
+    for j in range(k):
+        bound = STEPS * max(int(counts[j]) + r_count + 1, 0) + r_sum + 1
+        worst = max(int(sums[j].max()), -int(sums[j].min()))
+        if worst > bound:
+            raise CellsError(f"cell {j}'s sum {worst} exceeds {bound}, the largest the round's "
+                             "mechanism can release with its count")
     return counts, sums

@@ -14,12 +14,14 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, fields
 
 from .dp.plan import integer_sum_term
+from .dp.samplers import share_rate
 from .features import GRID
 from .frequencies import draw_frequencies
-from .refine import RefineSpec
+from .refine import MAX_CENTRES, RefineSpec, cells_bits, round_split
 from .secagg import SecAggParams, check_capacity, graph_seed, modulus_bits
 from .secagg.trust import Assumptions
 from .spec import SketchSpec, canonical_json
@@ -123,9 +125,6 @@ class StudySpec:
         d, m = self.sketch.frequencies.d, self.sketch.frequencies.m
         if self.secure_aggregation is not None:
             self._check_secure_aggregation()
-            if self.refine is not None:
-                raise ValueError("refinement rounds are collected in the plain way for now: a "
-                                 "secure-aggregation study cannot declare them")
         if not self.name or len(self.name) > 200:
             raise ValueError("a study needs a name of 1 to 200 characters")
         if not math.isfinite(self.sketch.privacy.epsilon):
@@ -175,8 +174,17 @@ class StudySpec:
             raise ValueError("secure aggregation supports replace-one, pure ε (n public)")
         if self.deadline is not None:
             raise ValueError("secure aggregation runs by stage timeouts, not a deadline")
+        share_rate(self.sketch.privacy.epsilon, integer_sum_term(
+            self.sketch.feature, self.sketch.privacy.epsilon, self.sketch.r, "replace_one").sensitivity)
+        shape = self.min_devices / self.assumptions.min_honest
         check_capacity(self.sum_bound(), self.noise_param(), 2 * self.sketch.frequencies.m,
-                       shape=self.min_devices / self.assumptions.min_honest)
+                       shape=shape)
+        if self.refine is not None:  # the largest round any coordinator may publish
+            for eps in set(self.refine.epsilon):
+                split = round_split(eps, "replace_one", self.sketch.frequencies.d)
+                share_rate(split[0], 1.0)  # the counts' shares; the sums' rate is far lower
+                cells_bits(self.secure_aggregation.max_records, split, MAX_CENTRES,
+                           self.sketch.frequencies.d, shape)
 
     @property
     def assumptions(self) -> Assumptions:
@@ -197,26 +205,27 @@ class StudySpec:
         threshold, degree and colluders, the graph seed of ``study_id``, L − D as the fewest
         submitters, and the modulus for the sum bound, a and noise shape |roster|/h_min
         (MECHANISMS §4.4). ValueError if the roster size lies outside L − D .. L."""
+        dim = 2 * self.sketch.frequencies.m
+        return self.secure_params(study_id, roster, dim, lambda shape: modulus_bits(
+            self.sum_bound(), self.noise_param(), dim, shape=shape))
+
+    def secure_params(self, study_id: str, roster: tuple[str, ...], dim: int,
+                      bits: Callable[[float], int]) -> SecAggParams:
+        """:meth:`round_params` for a payload of ``dim`` words whose modulus has ``bits(shape)``
+        bits, shape = |roster|/h_min (a refinement round's cells use it too)."""
         sa, trust = self.secure_aggregation, self.assumptions
         if len(roster) not in trust.rosters():
             raise ValueError(f"{len(roster)} devices registered; the study needs "
                              f"{trust.min_submitters} to {trust.devices} (at most {sa.dropouts} "
                              f"of {trust.devices} may drop out)")
-        dim = 2 * self.sketch.frequencies.m
-        bits = modulus_bits(self.sum_bound(), self.noise_param(), dim,
-                            shape=len(roster) / trust.min_honest)
-        return SecAggParams(study_id, tuple(roster), sa.threshold, bits, dim, sa.degree,
+        return SecAggParams(study_id, tuple(roster), sa.threshold,
+                            bits(len(roster) / trust.min_honest), dim, sa.degree,
                             graph_seed(study_id), sa.colluders, trust.min_submitters)
 
     def check_round(self, params: SecAggParams) -> None:
         """ValueError unless a coordinator's round ``params`` are :meth:`round_params` for its
         roster: a device takes no threshold, graph, modulus or assumption on trust."""
-        expected = self.round_params(params.study_id, params.device_ids)
-        differ = [f.name for f in fields(SecAggParams)
-                  if getattr(params, f.name) != getattr(expected, f.name)]
-        if differ:
-            raise ValueError(f"the coordinator's round parameters differ from the study's in "
-                             f"{', '.join(differ)}")
+        check_params(params, self.round_params(params.study_id, params.device_ids))
 
     def sum_bound(self) -> int:
         """γ·max_records: the largest |entry| of the devices' summed encoded sketches (grid steps)."""
@@ -298,6 +307,16 @@ class StudySpec:
             )
         except (KeyError, TypeError, OverflowError) as exc:
             raise ValueError(f"incomplete or malformed study spec: {exc!r}") from None
+
+
+def check_params(params: SecAggParams, expected: SecAggParams) -> None:
+    """ValueError naming the fields in which a coordinator's round ``params`` differ from the
+    ``expected`` ones a device computed itself."""
+    differ = [f.name for f in fields(SecAggParams)
+              if getattr(params, f.name) != getattr(expected, f.name)]
+    if differ:
+        raise ValueError(f"the coordinator's round parameters differ from the study's in "
+                         f"{', '.join(differ)}")
 
 
 def spec_sha256(spec_json: str) -> str:

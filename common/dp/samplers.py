@@ -41,6 +41,10 @@ def dlap_rate(epsilon: float, delta1: float) -> Fraction:
 #: Largest noise scale, in integer units, of :func:`dlap_noise` (Δ1/ε) and :func:`dgauss_noise`
 #: (σ): beyond it a draw could leave the int64 range (the exact samplers' own limits).
 MAX_SCALE = 2**50
+#: Largest rate λ = ε/Δ1 of :func:`dlap_noise_share`: the exact negative-binomial sampler's cost
+#: grows faster than λ (25 ms at 1,000, 5 s at 10,000 for five draws), and beyond it a share is
+#: 0 but for a probability below e^{−1024}, so a larger ε buys nothing.
+MAX_SHARE_RATE = 1024
 
 
 def dlap_noise(epsilon: float, delta1: float, shape: int | tuple[int, ...]) -> np.ndarray:
@@ -87,4 +91,14 @@ def dlap_noise_share(epsilon: float, delta1: float, h_min: int, dim: int) -> np.
         raise ValueError(f"need h_min >= 1 and delta1 > 0, got {h_min}, {delta1}")
     if math.isinf(check_epsilon(epsilon)):
         return np.zeros(dim, dtype=np.int64)
-    return exact.dlap_share(dlap_rate(epsilon, delta1), h_min, dim)
+    return exact.dlap_share(share_rate(epsilon, delta1), h_min, dim)
+
+
+def share_rate(epsilon: float, delta1: float) -> Fraction:
+    """:func:`dlap_rate` of a noise share; ValueError past MAX_SHARE_RATE (ε too large to be
+    worth sampling exactly: say so rather than spend minutes drawing zeros)."""
+    rate = dlap_rate(epsilon, delta1)
+    if rate > MAX_SHARE_RATE:
+        raise ValueError(f"ε/Δ1 = {float(rate):.4g} exceeds {MAX_SHARE_RATE}: a noise share "
+                         "would be 0 but for a negligible probability; ask for a smaller ε")
+    return rate

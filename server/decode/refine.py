@@ -85,8 +85,11 @@ def _weights(counts: np.ndarray) -> np.ndarray:
 
 
 def next_centroids(parent: StudySpec, rnd: RoundSpec,
-                   releases: list[tuple[float, np.ndarray, np.ndarray]]) -> RoundResult:
+                   releases: list[tuple[float, np.ndarray, np.ndarray]],
+                   secure_devices: int | None = None) -> RoundResult:
     """The round's new centres (module docstring) from its releases (n, N~ (K,), T~ (K, d)).
+    With local noise the sum carries one full noise draw per release; a secure round's one
+    unmasked sum, from ``secure_devices`` devices, carries secure_devices/h_min draws.
     ValueError without any release."""
     if not releases:
         raise ValueError("no contributions to the round")
@@ -96,7 +99,9 @@ def next_centroids(parent: StudySpec, rnd: RoundSpec,
     sums = np.sum([r[2] for r in releases], axis=0, dtype=np.float64)  # |Σ| < 2^63: float is ample
     eps_count, _ = round_split(parent.refine.epsilon[rnd.round - 1],
                                parent.sketch.privacy.neighbouring, box.d)
-    scale = laplace_scale(1.0, eps_count) * math.sqrt(len(releases))
+    devices = len(releases) if secure_devices is None else secure_devices
+    draws = devices if secure_devices is None else devices / parent.assumptions.min_honest
+    scale = laplace_scale(1.0, eps_count) * math.sqrt(draws)
     kept = excess_counts(counts, scale) <= 0
     old = np.array(rnd.centroids) - box.center
     new = np.where(kept[:, None], old, centroids_from_stats(counts, sums, h))
@@ -109,7 +114,7 @@ def next_centroids(parent: StudySpec, rnd: RoundSpec,
         groups, _ = nearest(np.array(rnd.centroids) - box.center, new)
         weights = _weights(np.bincount(groups, weights=np.maximum(counts, 0.0), minlength=k))
     return RoundResult(np.clip(new + box.center, box.lo, box.hi), weights, counts, kept,
-                       len(releases), math.fsum(r[0] for r in releases))
+                       devices, math.fsum(r[0] for r in releases))
 
 
 def refined_result(start: dict, rounds: list[dict]) -> dict:

@@ -22,9 +22,9 @@ as soon as its whole roster has sent, whatever its deadline.
 Every contribution is checked before it is stored, and a :class:`Refusal` changes nothing:
 unknown study (not_found), closed or still registering study or spec-hash mismatch
 (failed_precondition), unenrolled device or bad signature (unauthenticated), a device not in the
-roster (permission_denied), no payload, wrong length, NaN/inf or a value beyond
-what the mechanism can produce (invalid_argument), a second, different contribution from the same
-device (conflict). An identical re-send is acknowledged again.
+roster (permission_denied), no payload, wrong length, NaN/inf or a value beyond what the
+mechanism can produce (invalid_argument), a second, different contribution (conflict). An
+identical re-send is acknowledged again.
 """
 
 from __future__ import annotations
@@ -41,6 +41,7 @@ from concurrent.futures import ThreadPoolExecutor
 from fedsketch.common import signing, wire
 from fedsketch.common.refine import CellsError, RoundSpec, check_cells, is_round
 from fedsketch.common.secagg import wire as secagg_wire
+from fedsketch.common.secure_rounds import SecureRound
 from fedsketch.common.study import StudySpec, spec_sha256
 from fedsketch.server.decode.pipeline import StudyResult, decode_sketch, decode_study, integer_sketch
 from fedsketch.server.errors import Code, Refusal
@@ -81,7 +82,7 @@ class Coordinator:
         self._stop = threading.Event()
         self._watcher = threading.Thread(target=self._watch, name="deadlines", daemon=True)
         self.rounds: dict[str, SecAggRound] = {}
-        self.refinement = Rounds(store, self.spec, self._settle)
+        self.refinement = Rounds(store, self.spec, self._settle, self._secure_round_opened)
 
     def start(self) -> None:
         """Resume interrupted decodings, fail interrupted secure-aggregation rounds (their
@@ -92,6 +93,8 @@ class Coordinator:
             if self.spec(row.study_id).secure_aggregation is not None:
                 self._settle(row.study_id, ABANDON, "the coordinator restarted during "
                              "secure aggregation; the round cannot resume")
+                if row.parent is not None:  # a refinement round: its study goes on
+                    self._decoder.submit(self.refinement.advance, row.parent)
         self._watcher.start()
 
     def stop(self) -> None:
@@ -208,8 +211,7 @@ class Coordinator:
         return row
 
     def _abandon(self, row: StudyRow, detail: str) -> StudyRow:
-        """Fail a plain study that closed without its quorum; a failed refinement round then
-        lets its study go on (:mod:`.rounds`)."""
+        """Fail a study closed without quorum; a failed refinement round lets its study go on."""
         failed = self._move(row.study_id, ABANDON, detail)
         if row.parent is not None:
             self._decoder.submit(self.refinement.advance, row.parent)
@@ -267,8 +269,9 @@ class Coordinator:
     def _decode_secure(self, study_id: str, total, devices: int, records: float) -> None:
         def decode() -> StudyResult:
             spec = self.spec(study_id)
-            return decode_sketch(spec, integer_sketch(spec, total, records), devices, records,
-                                 draws=devices / spec.assumptions.min_honest)
+            m = spec.sketch.frequencies.m
+            return decode_sketch(spec, integer_sketch(spec, total.reshape(2, m), records), devices,
+                                 records, draws=devices / spec.assumptions.min_honest)
 
         self._publish(study_id, decode)
 
@@ -342,16 +345,31 @@ class Coordinator:
 
     # --- secure aggregation --------------------------------------------------------------------
 
-    def _new_round(self, study_id: str, spec: StudySpec) -> SecAggRound:
+    def _new_round(self, study_id: str, spec: StudySpec | SecureRound) -> SecAggRound:
+        """The secure-aggregation round of a study, or of a refinement round (whose sum becomes
+        its cells, and whose end, or abort, lets its study go on)."""
         def finish(total, devices: int, records: float) -> None:
-            if self._settle(study_id, DECODE, "secure aggregate unmasked"):
+            if not self._settle(study_id, DECODE, "secure aggregate unmasked"):
+                return
+            if isinstance(spec, SecureRound):
+                self._decoder.submit(self.refinement.decode_secure, study_id, spec.round, total,
+                                     devices, records)
+            else:
                 self._decoder.submit(self._decode_secure, study_id, total, devices, records)
 
         def fail(reason: str) -> None:
             log.warning("study %s: %s", study_id, reason)
             self._settle(study_id, ABANDON, reason)
+            if isinstance(spec, SecureRound):
+                self._decoder.submit(self.refinement.advance, spec.round.parent_id)
 
         return SecAggRound(study_id, spec, self.store.device_key, finish, fail)
+
+    def _secure_round_opened(self, round_id: str, rnd: RoundSpec) -> None:
+        """Start the secure-aggregation round of a refinement round just opened."""
+        round_ = self._new_round(round_id, SecureRound(self.spec(rnd.parent_id), rnd))
+        with self._lock:
+            self.rounds[round_id] = round_
 
     def _round(self, study_id: str) -> SecAggRound:
         """The running round of a study (not_found / failed_precondition). A round exists only

@@ -6,7 +6,9 @@ Lifecycle. The study stays ``decoding`` while its rounds run (its detail names t
 Its sketch decodes into the start C_0, which opens round 1 (a study whose ``parent`` is the
 study; its spec carries C_0 and, for the result, the sketch's public outcome). A round collects
 like any plain study, with a deadline ``round_seconds`` away, and closes as soon as its whole
-roster has sent. A round that ends ``done`` holds the next centres and opens the next round; after
+roster has sent; a secure study's round runs secure aggregation instead (by stage timeouts, over
+the round's cells: :mod:`fedsketch.common.secure_rounds`), and a coordinator restart during it
+fails that round only. A round that ends ``done`` holds the next centres and opens the next round; after
 the last one, or once a round fails (its roster never filled, a device missed its deadline, or
 its decoding failed), the study is published with the centres of the last round that ended with
 new ones (the start if none did): a failed round costs the study its refinement, not its result.
@@ -22,14 +24,16 @@ import json
 import logging
 import secrets
 import time
+from dataclasses import asdict
 
 import numpy as np
 
 from fedsketch.common.refine import RoundSpec, check_cells
+from fedsketch.common.secure_rounds import SecureRound
 from fedsketch.common.study import StudySpec, spec_sha256
 from fedsketch.server.decode.pipeline import StudyResult
 from fedsketch.server.decode.refine import first_centroids, next_centroids, refined_result
-from fedsketch.server.store.base import DECODING_FAILED, Store
+from fedsketch.server.store.base import DECODING_FAILED, Store, StudyRow
 
 log = logging.getLogger("fedsketch.coordinator")
 
@@ -39,12 +43,15 @@ ENDED = ("done", "failed")
 
 class Rounds:
     """Refinement rounds over a store. ``spec`` parses a study's spec (cached by the caller),
-    ``settle`` makes a lifecycle transition from the coordinator's own threads."""
+    ``settle`` makes a lifecycle transition from the coordinator's own threads, and
+    ``secure_opened(round_id, round)`` starts the secure-aggregation round of a secure study's
+    round once it is stored."""
 
-    def __init__(self, store: Store, spec, settle) -> None:
+    def __init__(self, store: Store, spec, settle, secure_opened) -> None:
         self.store = store
         self.spec = spec
         self.settle = settle
+        self.secure_opened = secure_opened
 
     def started(self, study_id: str) -> bool:
         """Whether the study's rounds have begun (its sketch was decoded and round 1 opened)."""
@@ -71,40 +78,79 @@ class Rounds:
             self.settle(round_id, DECODING_FAILED, f"decoding failed: {exc}")
         self.advance(rnd.parent_id)
 
+    def decode_secure(self, round_id: str, rnd: RoundSpec, total: np.ndarray, devices: int,
+                      records: float) -> None:
+        """A secure round's unmasked sum of ``devices`` devices' cells (``records`` declared in
+        all) into the next centres, then :meth:`advance` its study."""
+        parent = self.spec(rnd.parent_id)
+        try:
+            counts, sums = SecureRound(parent, rnd).cells(total)
+            out = next_centroids(parent, rnd, [(records, counts, sums)],
+                                 secure_devices=devices)
+            self.store.put_result(round_id, json.dumps(out.to_dict()))
+            log.info("study %s: secure round %d decoded, %d of %d centres kept", rnd.parent_id,
+                     rnd.round, int(out.kept.sum()), out.kept.size)
+        except ValueError as exc:
+            log.warning("study %s: round %d failed: %s", rnd.parent_id, rnd.round, exc)
+            self.settle(round_id, DECODING_FAILED, f"decoding failed: {exc}")
+        self.advance(rnd.parent_id)
+
     def advance(self, study_id: str) -> None:
         """After a round ended: open the next one, or publish the study (module docstring). Does
-        nothing while the last round still runs or once the study is published."""
+        nothing while the last round still runs or once the study is published; a step that
+        raises fails the study with why (it runs on the decoder thread, where nobody else would
+        see the error)."""
+        try:
+            self._advance(study_id)
+        except Exception as exc:  # noqa: BLE001 (the study must not stay decoding silently)
+            log.exception("study %s: refinement failed", study_id)
+            self.settle(study_id, DECODING_FAILED, f"refinement failed: {exc}")
+
+    def _rounds(self, study_id: str) -> list[tuple[RoundSpec, StudyRow]]:
+        """The study's rounds in round order (not creation order: clocks can step back)."""
+        return sorted(((self.spec(row.study_id), row) for row in self.store.rounds(study_id)),
+                      key=lambda pair: pair[0].round)
+
+    def _advance(self, study_id: str) -> None:
         if self.store.get_study(study_id).state != "decoding":
             return
-        rows = self.store.rounds(study_id)
-        if not rows or rows[-1].state not in ENDED:
+        rounds = self._rounds(study_id)
+        if not rounds or rounds[-1][1].state not in ENDED:
             return
         spec: StudySpec = self.spec(study_id)
-        last: RoundSpec = self.spec(rows[-1].study_id)
-        if rows[-1].state == "done" and last.round < spec.refine.rounds:
-            result = json.loads(self.store.get_result(rows[-1].study_id))
+        last, row = rounds[-1]
+        if row.state == "done" and last.round < spec.refine.rounds:
+            result = json.loads(self.store.get_result(row.study_id))
             self._open(study_id, last.round + 1, np.array(result["centroids"]), None)
             return
-        rounds = []
-        for row in rows:
+        summary = []
+        for rnd, row in rounds:
             text = self.store.get_result(row.study_id)
-            rounds.append({"round": self.spec(row.study_id).round, "study_id": row.study_id,
-                           "state": row.state, "detail": row.detail,
-                           "result": None if text is None else json.loads(text)})
-        start = self.spec(rows[0].study_id).start
-        self.store.put_result(study_id, json.dumps(refined_result(start, rounds)))
-        log.info("study %s published after %d refinement rounds", study_id, len(rows))
+            summary.append({"round": rnd.round, "study_id": row.study_id, "state": row.state,
+                            "detail": row.detail,
+                            "result": None if text is None else json.loads(text)})
+        start = rounds[0][0].start
+        self.store.put_result(study_id, json.dumps(refined_result(start, summary)))
+        log.info("study %s published after %d refinement rounds", study_id, len(rounds))
 
     def _open(self, study_id: str, number: int, centroids: np.ndarray, start: dict | None) -> None:
-        """Create round ``number`` of the study with ``centroids`` (K, d) in data units."""
+        """Create round ``number`` of the study with ``centroids`` (K, d) in data units, unless
+        it exists already (one round ``number`` per study, whatever happens to the clock)."""
+        if any(rnd.round == number for rnd, _ in self._rounds(study_id)):
+            raise ValueError(f"round {number} of study {study_id} exists already")
         spec: StudySpec = self.spec(study_id)
         row = self.store.get_study(study_id)
+        secure = spec.secure_aggregation
         rnd = RoundSpec(study_id, row.spec_sha256, number, tuple(map(tuple, centroids.tolist())),
-                        spec.min_devices, time.time() + spec.refine.round_seconds, start)
+                        spec.min_devices,
+                        None if secure else time.time() + spec.refine.round_seconds, start,
+                        None if secure is None else asdict(secure))
         text = rnd.to_json()
         round_id = "st-" + secrets.token_hex(8)
         self.store.create_study(round_id, text, spec_sha256(text), rnd.deadline, rnd.min_devices,
                                 parent=study_id)
+        if secure is not None:
+            self.secure_opened(round_id, rnd)
         self.store.set_state(study_id, "decoding", f"refinement round {number} of "
                              f"{spec.refine.rounds}: collecting in study {round_id}",
                              expect=("decoding",))

@@ -41,15 +41,18 @@ import numpy as np
 from fedsketch.common.pb import fedsketch_pb2 as pb
 from fedsketch.common.secagg import Aggregator, SecAggAbort, SecAggParams
 from fedsketch.common.secagg import wire as sw
+from fedsketch.common.secure_rounds import SecureRound
 from fedsketch.common.study import StudySpec
 from fedsketch.server.errors import Code, Refusal
 
 
 class SecAggRound:
-    """One study's round. ``finish(total, devices, records)`` gets the unmasked integer sum
-    ((2, m) int64) when UNMASK closes; ``fail(reason)`` is called when the round aborts."""
+    """One study's round: a sketch study's (``spec`` a StudySpec) or a refinement round's (a
+    :class:`~fedsketch.common.secure_rounds.SecureRound`). ``finish(total, devices, records)``
+    gets the unmasked integer sum (the payload's words, int64) when UNMASK closes;
+    ``fail(reason)`` is called when the round aborts."""
 
-    def __init__(self, study_id: str, spec: StudySpec, keys: Callable[[str], bytes | None],
+    def __init__(self, study_id: str, spec: StudySpec | SecureRound, keys: Callable[[str], bytes | None],
                  finish: Callable[[np.ndarray, int, float], None],
                  fail: Callable[[str], None]) -> None:
         self.study_id = study_id
@@ -214,8 +217,7 @@ class SecAggRound:
                 self._end()
                 self.stage_seconds[pb.Stage.Name(closing)] = time.perf_counter() - started
                 records = sum(self._records[u] for u in self._survivors)
-                m = self.spec.sketch.frequencies.m
-                self._finish(total.reshape(2, m), len(self._survivors), records)
+                self._finish(total, len(self._survivors), records)
                 return
         except (SecAggAbort, ValueError) as exc:
             rejected = "" if self._aggregator is None else "; ".join(

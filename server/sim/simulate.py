@@ -238,7 +238,13 @@ def _in_process(agents: list[Agent], cfg: SimConfig, watch: Callable[[], pb.Stud
     rng = np.random.default_rng(cfg.seed)
     silent = set(rng.choice(len(agents), round(cfg.dropout * len(agents)), replace=False))
     from_rank = DROPOUT_STAGES.index(cfg.dropout_stage) + 1  # REGISTER is rank 0
-    while (s := watch()).state not in (pb.DONE, pb.FAILED, pb.DECODING):
+    while (s := watch()).state not in (pb.DONE, pb.FAILED) and (cfg.rounds or s.state != pb.DECODING):
+        if s.state == pb.DECODING:  # refinement rounds: the devices that did not drop out
+            for i, agent in enumerate(agents):
+                if i not in silent:
+                    agent.step()
+            time.sleep(0.02)
+            continue
         rank = sw.STAGES.index(s.stage) if s.stage in sw.STAGES else len(sw.STAGES)
         for i, agent in enumerate(agents):
             if i not in silent or rank < from_rank:

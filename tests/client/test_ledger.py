@@ -431,3 +431,73 @@ def test_a_stored_out_of_box_policy_is_dropped_once_and_logged(path, caplog):
     assert [h.action for h in led.history()] == ["init", "policy", "policy"]
     assert "out-of-box = refuse dropped" in led.history()[-1].detail
     led.close()
+
+
+def round_spend(ledger: Ledger, study_id: str, parent: str, round: int, epsilon: float = 0.2):
+    return ledger.record_spend(study_id=study_id, study_name=f"{parent} · round {round}",
+                               source=DEFAULT_SOURCE, epsilon=epsilon, delta=0.0, n=10.0,
+                               kind="int64_cells", payload=b"cells", spec_sha256="d" * 64,
+                               parent=parent, round=round)
+
+
+def test_refinement_rounds_are_spent_once_each_and_capped_per_study(path):
+    """A study's rounds count toward it: the owner's largest ε per study caps the sketch and its
+    rounds together, a round is released once whatever study id announces it, and until the
+    study ends the rounds still to come stay set aside from other studies."""
+    led = Ledger.create(path, 1.5)
+    try:
+        led.record_spend(study_id="P", study_name="p", source=DEFAULT_SOURCE, epsilon=0.3,
+                         delta=0.0, n=10.0, kind="complex", payload=b"s", spec_sha256="c" * 64,
+                         study_epsilon=0.7)
+        assert "0.8 of 1.5 remains" in led.refusal(DEFAULT_SOURCE, 0.9, 0.0)  # 0.4 kept for P
+        assert led.refusal(DEFAULT_SOURCE, 0.8, 0.0) is None
+        assert led.refusal(DEFAULT_SOURCE, 1.2, 0.0, study="P") is None  # P's round pays from it
+        led.set_policy(Policy(max_epsilon=0.7))
+        round_spend(led, "R1", "P", 1)
+        with pytest.raises(LedgerError, match="already released round 1"):
+            round_spend(led, "R1-again", "P", 1)
+        assert led.round_refusal("P", 1) is not None and led.round_refusal("P", 2) is None
+        with pytest.raises(BudgetExceeded, match="at most 0.7 per study"):
+            round_spend(led, "R2", "P", 2, epsilon=0.25)  # 0.3 + 0.2 + 0.25 > 0.7
+        round_spend(led, "R2", "P", 2, epsilon=0.2)
+        assert led.refusal(DEFAULT_SOURCE, 0.7, 0.0) is None  # 0.8 left, none kept
+        assert [(s.round, s.parent) for s in led.spends()] == [(0, None), (1, "P"), (2, "P")]
+    finally:
+        led.close()
+
+
+#: Schema 2's spends table (before refinement rounds).
+V2_SPENDS = """CREATE TABLE spends (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT, study_id TEXT NOT NULL UNIQUE, study_name TEXT NOT NULL,
+    source TEXT NOT NULL REFERENCES sources (name), epsilon REAL NOT NULL CHECK (epsilon > 0),
+    delta REAL NOT NULL CHECK (delta >= 0), n REAL NOT NULL, kind TEXT NOT NULL,
+    payload BLOB NOT NULL, payload_sha256 TEXT NOT NULL, spec_sha256 TEXT NOT NULL,
+    spent_at REAL NOT NULL, acked_at REAL, receipt TEXT, final_state TEXT)"""
+
+
+def test_a_schema_2_ledger_is_migrated_keeping_every_spend(path):
+    """Schema 2 had no rounds: its spends become sketches (round 0, no study above them), the
+    budget and the log stay, and round spends are then recorded."""
+    led = Ledger.create(path, 1.0)
+    spend(led, "old", 0.4)
+    led.close()
+    with sqlite3.connect(path) as db:
+        rows = db.execute("SELECT study_id, study_name, source, epsilon, delta, n, kind, payload, "
+                          "payload_sha256, spec_sha256, spent_at FROM spends").fetchall()
+        db.execute("DROP TABLE spends")
+        db.execute(V2_SPENDS)
+        db.executemany("INSERT INTO spends (study_id, study_name, source, epsilon, delta, n, kind, "
+                       "payload, payload_sha256, spec_sha256, spent_at) VALUES "
+                       "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", rows)
+        db.execute("UPDATE settings SET value = '2' WHERE key = 'schema_version'")
+    db.close()
+    led = Ledger(path)
+    try:
+        (old,) = led.spends()
+        assert (old.study_id, old.epsilon, old.round, old.parent) == ("old", 0.4, 0, None)
+        assert led.remaining(DEFAULT_SOURCE).epsilon == pytest.approx(0.6)
+        assert "schema 2 → 3" in led.history()[-1].detail
+        round_spend(led, "r", "old", 1)
+        assert led.spent(DEFAULT_SOURCE)[0] == pytest.approx(0.6)
+    finally:
+        led.close()

@@ -13,7 +13,14 @@ from conftest import study_spec
 from fedsketch.common.box import Box
 from fedsketch.common.dp.grid import STEPS
 from fedsketch.common.lloyd import exact_cell_stats
-from fedsketch.common.refine import RefineSpec, RoundSpec, decode_cells, release_cells
+from fedsketch.common.refine import (
+    CellsError,
+    RefineSpec,
+    RoundSpec,
+    check_cells,
+    decode_cells,
+    release_cells,
+)
 from fedsketch.common.study import StudySpec
 
 #: Su's ρ and the relation factors, restated from MECHANISMS §6.2 and §0.3 (not imported: a
@@ -96,3 +103,28 @@ def test_round_specs_parse_strictly_and_round_trip():
     for eps in ((), (0.0,), (math.inf,), (0.1,) * 21):
         with pytest.raises(ValueError):
             RefineSpec(eps)
+
+
+def test_check_cells_refuses_what_the_mechanism_cannot_release():
+    """Counts whose int64 sum wraps to n, a count below the noise's reach, and a cell whose sum
+    needs more records than its count allows are refused; an honest release passes."""
+    spec = study_spec(refine=RefineSpec((1.0,)))
+    rnd = round_of(spec, np.zeros((5, 3)))
+    x = np.random.default_rng(1).uniform(-9, 9, size=(40, 3)).astype(np.float32)
+    n, payload = release_cells(spec, rnd, [x])
+    counts, sums = check_cells(spec, rnd, "int64_cells", payload, n)
+    assert counts.sum() == n
+
+    def cells(c, t):
+        return np.concatenate([np.array(c, "<i8"), np.array(t, "<i8").ravel()]).tobytes()
+
+    wrap = [2**62] * 4 + [10]
+    with pytest.raises(CellsError, match="not the sum"):
+        check_cells(spec, rnd, "int64_cells", cells(wrap, np.zeros((5, 3))), 10.0)
+    with pytest.raises(CellsError, match="is below"):
+        check_cells(spec, rnd, "int64_cells", cells([10**6, -10**6, 0, 0, 10],
+                                                     np.zeros((5, 3))), 10.0)
+    heavy = np.zeros((5, 3))
+    heavy[4, 0] = STEPS * 10_000  # 10,000 records' worth in a cell that claims 10
+    with pytest.raises(CellsError, match="cell 4's sum"):
+        check_cells(spec, rnd, "int64_cells", cells([0, 0, 0, 0, 10], heavy), 10.0)

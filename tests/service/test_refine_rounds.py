@@ -185,3 +185,17 @@ def test_a_round_opened_twice_is_released_once(coordinator_round, data):
     assert "already released round 1" in a.step().refused[second]
     assert [s.study_id for s in a.ledger.spends() if s.round == 1] == [first]
     assert r.store.get_study(second).registered == 0
+
+
+def test_a_device_keeps_the_rounds_budget_until_its_study_ends(coordinator_round, data):
+    """Budget 3.5, a study of ε 3 (sketch 1, two rounds of 1): once the sketch is paid, another
+    study asking 1 is refused (2 of the 2.5 left are the rounds'), and both rounds get paid."""
+    r = coordinator_round
+    refined = r.create(study_spec(epsilon=1.0, min_devices=1, refine=RefineSpec((1.0, 1.0))))
+    a = r.agent("keeper", data[:3000], budget=3.5)
+    assert refined.study_id in a.step().submitted  # the sketch
+    other = r.create(study_spec(epsilon=1.0, min_devices=1, name="other"))
+    assert "insufficient budget" in str(a.step().refused[other.study_id])
+    assert drive(r, [a], refined.study_id).state == pb.DONE
+    assert sorted(s.round for s in a.ledger.spends()) == [0, 1, 2]
+    assert all(s.study_id != other.study_id for s in a.ledger.spends())

@@ -114,7 +114,7 @@ def test_unmasked_sum_is_the_plain_integer_sum(coordinator_round, parts, feature
     s = drive(coordinator_round, study.study_id, agents)
     assert s.state == pb.DONE, s.detail
     expected = sum(integer_sum(parts[i], spec) for i in range(6))
-    assert np.array_equal(seen["total"], expected)
+    assert np.array_equal(seen["total"], expected.ravel())  # Re then Im, as the payload's words
     assert seen["devices"] == 6 and seen["records"] == sum(p.shape[0] for p in parts[:6])
     for agent in agents:
         (spend,) = agent.ledger.spends()
@@ -141,7 +141,7 @@ def test_an_off_centre_box_sums_the_features_of_the_records_themselves(coordinat
     t = x @ np.asarray(freqs.omega, np.float64) + np.asarray(freqs.xi, np.float64)
     expected = np.stack([np.sign(np.cos(t)).sum(axis=0), np.sign(np.sin(t)).sum(axis=0)])
     near = np.abs(t / (np.pi / 2) - np.rint(t / (np.pi / 2))) < 1e-4 / (np.pi / 2)
-    assert np.all(np.abs(seen["total"] - expected) <= 2 * near.sum(axis=0))
+    assert np.all(np.abs(seen["total"].reshape(2, 40) - expected) <= 2 * near.sum(axis=0))
 
 
 def test_dropouts_at_masked_input_complete_and_spend_only_for_submitters(coordinator_round,
@@ -178,7 +178,7 @@ def test_dropouts_at_masked_input_complete_and_spend_only_for_submitters(coordin
     assert [args for args, _ in calls] == [(spec.sketch.privacy.epsilon, delta1, 5, 80)] * 6
     clean = sum(integer_sum(parts[i], spec) for i in range(8) if i not in {1, 5})
     noise = sum(share for _, share in calls).reshape(2, 40)
-    assert noise.any() and np.array_equal(seen["total"], clean + noise)
+    assert noise.any() and np.array_equal(seen["total"].reshape(2, 40), clean + noise)
 
 
 def test_a_device_whose_data_changed_after_register_drops_out_unspent(coordinator_round, parts,
