@@ -2,7 +2,8 @@
 
 Paper 004's GMM (k = d = 10, separation 2.5), m = 10kd, r = 1, replace-one, σ = 2,
 ``--replicates`` (3) CL-OMPR replicates, relative SSE against scikit-learn KMeans (n_init = 3)
-on the pooled data; medians over ``--seeds`` (5) seeds:
+on the pooled data, the sketch alone (``--rounds 0``; refinement rounds are measured by
+``bench_realdata_federated.py``); medians over ``--seeds`` (5) seeds:
 
     A  20 in-process devices, N = 10^6, ε = 1 per device
     B  5 daemon processes (``--processes``), N = 10^6, ε = 1 per device
@@ -36,7 +37,7 @@ def label(devices: int, records: int, eps: float, processes: bool) -> str:
 def run_case(exe: str, name: str, devices: int, records: int, eps: float, processes: bool,
              seeds: int, replicates: int) -> tuple[list[float], list[float], list[int]]:
     """Relative SSE, wall seconds without the k-means reference, and bytes sent, per seed."""
-    flags = ["--devices", str(devices), "--records", str(records), "--epsilon", repr(eps),
+    flags = ["--devices", str(devices), "--records", str(records), "--epsilon", repr(eps), "--rounds", "0",
              "--replicates", str(replicates), *(["--processes"] if processes else [])]
     rel, wall, sent = [], [], []
     for seed in range(seeds):

@@ -13,8 +13,8 @@ diffprivlib's KMeans is calibrated for (a count sensitivity of 1), with the same
 * ``diffprivlib``: diffprivlib 0.6.6's KMeans (Su et al.'s split and iteration rule), run in a venv
   of its own (``benchmarks/diffprivlib_kmeans.py`` says why), made on first use.
 
-Federated rows (CKM + refinement rounds over ``fedsketch simulate``) join this table once studies
-have refinement rounds.
+Federated rows (CKM + refinement rounds over real devices) are ``bench_realdata_federated.py``'s,
+under replace-one (secure aggregation needs a public n).
 
 Usage: python benchmarks/bench_realdata.py [--sets flights,diamonds,digits] [--eps 0.1,0.5,1,2]
            [--seeds 3] [--rows N] [--no-diffprivlib] [--plots DIR] [--cache DIR]

@@ -51,7 +51,10 @@ MAX_ROUNDS = 20
 MAX_CENTRES = 4096
 #: Default collection window of one round (seconds): it closes earlier once its roster has sent.
 ROUND_SECONDS = 900.0
-#: Default share of a study's ε that its refinement rounds take together (the sketch has the rest).
+#: Defaults of a new study, chosen by measurement (benchmarks/RESULTS.md §8): three rounds
+#: (two over-seeded and a last step; with two, the over-seeded round is reduced at once and
+#: loses) taking 0.8 of the study's ε together, the sketch the rest.
+ROUNDS = 3
 ROUND_SHARE = 0.8
 #: The largest record count one device may claim (as the sketch's ``wire.MAX_RECORDS``).
 MAX_RECORDS = 2**40
@@ -115,6 +118,8 @@ def split_study_epsilon(epsilon: float, rounds: int, share: float = ROUND_SHARE,
     parts and the sketch the rest. ValueError for rounds < 0 or a share outside (0, 1)."""
     if type(rounds) is not int or rounds < 0:
         raise ValueError(f"rounds must be an integer >= 0, got {rounds!r}")
+    if rounds and not (math.isfinite(epsilon) and epsilon > 0):
+        raise ValueError(f"a study with refinement rounds needs a finite epsilon > 0, got {epsilon!r}")
     if rounds == 0:
         return epsilon, None
     if not 0 < share < 1:

@@ -31,7 +31,7 @@ from fedsketch.common.frequencies import LAWS, FrequencySpec
 from fedsketch.common.pb import fedsketch_pb2 as pb
 from fedsketch.common.pb import fedsketch_pb2_grpc as pb_grpc
 from fedsketch.common.privacy import NEIGHBOURING, PrivacySpec
-from fedsketch.common.refine import ROUND_SECONDS, ROUND_SHARE, split_study_epsilon
+from fedsketch.common.refine import ROUND_SECONDS, ROUND_SHARE, ROUNDS, split_study_epsilon
 from fedsketch.common.secagg.trust import Assumptions
 from fedsketch.common.spec import SketchSpec
 from fedsketch.common.study import SecAggSpec, StudySpec
@@ -172,7 +172,7 @@ def create_study(
     stage_timeout: Annotated[float, typer.Option(help="Seconds per stage.")] = 30.0,
     rounds: Annotated[int, typer.Option(
         help="Refinement rounds after the sketch: private Lloyd steps across the devices, each "
-        "a study of its own with its own roster (plain studies only).")] = 0,
+        "a study of its own with its own roster; 0: the sketch alone.")] = ROUNDS,
     round_share: Annotated[float, typer.Option(
         help="Share of --epsilon the refinement rounds take together, in equal parts.")]
     = ROUND_SHARE,

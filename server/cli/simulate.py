@@ -13,7 +13,7 @@ from rich.table import Table
 
 from fedsketch.common.features import FEATURES
 from fedsketch.common.privacy import NEIGHBOURING
-from fedsketch.common.refine import ROUND_SHARE
+from fedsketch.common.refine import ROUND_SHARE, ROUNDS
 from fedsketch.server.cli.bounds import parse_bounds
 from fedsketch.server.cli.errors import clean_errors, report_identifiability
 from fedsketch.server.sim.simulate import DROPOUT_STAGES, SimConfig, file_data, run_simulation
@@ -37,7 +37,8 @@ def simulate_command(
     epsilon: Annotated[float, typer.Option(help="ε per device in all, sketch and refinement "
                                            "rounds (each device's budget).")] = 1.0,
     rounds: Annotated[int, typer.Option(help="Refinement rounds after the sketch (private Lloyd "
-                                        "steps across the devices); 0: the sketch alone.")] = 0,
+                                        "steps across the devices); 0: the sketch alone.")]
+    = ROUNDS,
     round_share: Annotated[float, typer.Option(help="Share of --epsilon the rounds take "
                                                "together.")] = ROUND_SHARE,
     delta: Annotated[float, typer.Option(help="δ per device.")] = 0.0,

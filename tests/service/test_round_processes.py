@@ -98,7 +98,7 @@ def device_files(tmp_path_factory):
 
 
 def create_study(c: CoordinatorProcess, min_devices: int) -> str:
-    return c.op("create-study", "--name", "t", "--d", "3", "--k", "3", "--bounds", "-12:12",
+    return c.op("create-study", "--name", "t", "--d", "3", "--k", "3", "--bounds", "-12:12", "--rounds", "0",
                 "--scale", "1.5", "--epsilon", "5", "--m", "60", "--r", "60",
                 "--min-devices", str(min_devices), "--replicates", "2").stdout.strip()
 
@@ -213,7 +213,7 @@ def test_operator_cli_refusals(coordinator, tmp_path):
 def test_create_study_states_the_secure_aggregation_assumptions(coordinator):
     """The operator states the dropouts and colluders of a secure study; the CLI refuses a study
     without them, with no safe threshold, or with an unsafe one, and prints what it derived."""
-    base = ("create-study", "--name", "s", "--d", "3", "--k", "3", "--bounds", "-12:12",
+    base = ("create-study", "--name", "s", "--d", "3", "--k", "3", "--bounds", "-12:12", "--rounds", "0",
             "--scale", "1.5", "--epsilon", "5", "--m", "60", "--min-devices", "10",
             "--secure-aggregation", "--max-records", "100000")
     for extra, message in (
