@@ -14,13 +14,17 @@ Rows, each at every ε, L and seed:
 * ``federated ckm + T rounds``: with secure aggregation (``secure``: one noise draw in the sum,
   devices/h_min, assuming 10 % dropouts) and with local noise (``local``: L draws);
 * ``central ckm-lloyd``: ``fedsketch compare``'s method on the pooled records, replace-one, the
-  peer measured in the same run.
+  peer measured in the same run;
+* ``diffprivlib``: diffprivlib 0.6.6's KMeans on the pooled records at ε/2 (it is calibrated for
+  add/remove, a count sensitivity of 1; replace-one at ε is add/remove at ε/2), same box, in the
+  venv of ``bench_realdata.py`` (``--no-diffprivlib`` skips it).
 
 Relative SSE = SSE(C)/SSE(scikit-learn KMeans, n_init = 10) on the standardized records.
 
 Usage: python benchmarks/bench_realdata_federated.py [--sets flights,diamonds] [--eps 0.1,0.5,1,2]
            [--devices 20,100] [--modes secure,local] [--seeds 3] [--rounds 3] [--share 0.8]
-           [--rows N] [--out DIR] [--cache DIR]
+           [--rows N] [--no-diffprivlib] [--out DIR] [--cache DIR]
+(--devices 0: the central rows only.)
 (--rows: a random subset of N rows of each set, for a quick run.) Prints one table per set and
 writes the rows as JSON to DIR/federated_<set>.json (default benchmarks/plots); --cache: where the
 raw sets are kept between runs (default benchmarks/out/realdata).
@@ -35,6 +39,7 @@ from pathlib import Path
 
 import numpy as np
 import realdata
+from bench_realdata import diffprivlib_runs
 
 from fedsketch.common.lloyd import nearest
 from fedsketch.server.bench.compare import methods
@@ -46,7 +51,8 @@ HERE = Path(__file__).resolve().parent
 
 
 def run_set(name: str, epsilons: list[float], devices: list[int], modes: list[str], seeds: int,
-            rounds: int, share: float, rows: int | None, cache: Path) -> list[dict]:
+            rounds: int, share: float, rows: int | None, cache: Path,
+            use_diffprivlib: bool) -> list[dict]:
     """Every row (module docstring) on one set; one dict per (row, mode, L, ε)."""
     data = realdata.load(name, cache)
     x = data.x
@@ -78,11 +84,16 @@ def run_set(name: str, epsilons: list[float], devices: list[int], modes: list[st
                                rng=np.random.default_rng(seed)))
             cells.setdefault(("central ckm-lloyd", "central", 1, eps), []).append(
                 (sse_per_n(split(x), out.output) / ref, time.perf_counter() - start))
-            for n_devices in devices:
+            for n_devices in (v for v in devices if v > 0):
                 for mode in modes:
                     federated(f"federated ckm + {rounds} rounds", mode, n_devices, eps, seed, rounds)
                 if "secure" in modes:
                     federated("federated ckm", "secure", n_devices, eps, seed, 0)
+    if use_diffprivlib:
+        for (half, _), (c, seconds) in diffprivlib_runs(x, data.k, [e / 2 for e in epsilons],
+                                                        seeds).items():
+            cells.setdefault(("diffprivlib (ε/2 add/remove)", "central", 1, 2 * half), []).append(
+                (sse_per_n(split(x), c) / ref, seconds))
     out = []
     for (label, mode, n_devices, eps), runs in cells.items():
         v = np.array([r[0] for r in runs])
@@ -97,7 +108,7 @@ def run_set(name: str, epsilons: list[float], devices: list[int], modes: list[st
 def print_table(rows: list[dict]) -> None:
     """Markdown table per set, with each row's ratio to the central ckm-lloyd at the same ε."""
     r0 = rows[0]
-    central = {r["epsilon"]: r["median"] for r in rows if r["mode"] == "central"}
+    central = {r["epsilon"]: r["median"] for r in rows if r["row"] == "central ckm-lloyd"}
     print(f"\n{r0['set']}: n = {r0['n']}, replace-one, box ±{realdata.BOX:g} sd\n")
     print("| row | noise | L | ε | relative SSE, median | [min, max] | ÷ central | seconds | runs |\n"
           "|---|---|---|---|---|---|---|---|---|")
@@ -117,14 +128,17 @@ def main() -> None:
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--share", type=float, default=0.8)
     p.add_argument("--rows", type=int, default=None)
+    p.add_argument("--no-diffprivlib", action="store_true")
     p.add_argument("--out", type=Path, default=HERE / "plots")
     p.add_argument("--cache", type=Path, default=HERE / "out" / "realdata")
     args = p.parse_args()
+    args.out.mkdir(parents=True, exist_ok=True)
     for name in args.sets.split(","):
         t = time.perf_counter()
         rows = run_set(name, [float(e) for e in args.eps.split(",")],
                        [int(v) for v in args.devices.split(",")], args.modes.split(","),
-                       args.seeds, args.rounds, args.share, args.rows, args.cache)
+                       args.seeds, args.rounds, args.share, args.rows, args.cache,
+                       not args.no_diffprivlib)
         print_table(rows)
         print(f"\n({time.perf_counter() - t:.0f} s)")
         (args.out / f"federated_{name}.json").write_text(json.dumps(rows, indent=1),

@@ -63,7 +63,8 @@ def test_su_robust_counts_the_runs_above_1_2_for_every_method_and_eps(capsys):
     ("bench_realdata.py", ["--sets", "diamonds", "--rows", "3000", "--seeds", "1", "--eps", "1",
                            "--no-diffprivlib", "--plots", ".", "--cache", "."], "| ckm-lloyd | 1 |"),
     ("bench_realdata_federated.py", ["--sets", "diamonds", "--rows", "3000", "--seeds", "1",
-                                     "--eps", "1", "--devices", "4", "--out", ".", "--cache", "."],
+                                     "--eps", "1", "--devices", "4", "--out", ".", "--cache", ".",
+                                     "--no-diffprivlib"],
      "| federated ckm + 3 rounds | secure | 4 | 1 |"),
 ])
 def test_benchmark_runs_at_a_tiny_size(tmp_path, script, args, row):
