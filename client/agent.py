@@ -55,7 +55,7 @@ from fedsketch.common.study import StudySpec, spec_sha256
 from .ledger import DEFAULT_SOURCE, BudgetExceeded, Identity, Ledger, LedgerError, Spend
 from .localdata import DATA_ERRORS, DataFeed, Retry, data_refusal, log_clipped
 from .secure_steps import SECURE_KIND, SecureSteps, Session
-from .study_pass import RPC_TIMEOUT, Admitted, Outcome, fault_point, study_epsilon
+from .study_pass import RPC_TIMEOUT, Admitted, Outcome, fault_point, spend_labels
 
 log = logging.getLogger("fedsketch.device")
 
@@ -201,8 +201,7 @@ class Agent(SecureSteps):
                 return str(exc)
         if (reason := self.ledger.round_refusal(rnd.parent_id, rnd.round)) is not None:
             return reason
-        admitted = self._admit(study.study_id, spec, (spec.refine.epsilon[rnd.round - 1], 0.0),
-                               rnd.parent_id)
+        admitted = self._admit(study.study_id, spec, (rnd.epsilon(spec), 0.0), rnd.parent_id)
         return admitted if isinstance(admitted, str) else replace(admitted, round=rnd)
 
     def _admit(self, study_id: str, spec: StudySpec, cost: tuple[float, float],
@@ -325,13 +324,9 @@ class Agent(SecureSteps):
         epsilon, delta = admitted.cost
         try:
             spend = self.ledger.record_spend(
-                study_id=study.study_id,
-                study_name=spec.name if rnd is None else f"{spec.name} · round {rnd.round}",
-                source=self.source, epsilon=epsilon, delta=delta, n=n, kind=kind,
-                payload=payload, spec_sha256=study.spec_sha256,
-                recheck=lambda: self._input_open(identity, study),
-                parent=None if rnd is None else rnd.parent_id, round=0 if rnd is None else rnd.round,
-                study_epsilon=study_epsilon(spec, rnd))
+                study_id=study.study_id, source=self.source, epsilon=epsilon, delta=delta, n=n,
+                kind=kind, payload=payload, spec_sha256=study.spec_sha256,
+                recheck=lambda: self._input_open(identity, study), **spend_labels(spec, rnd))
         except (BudgetExceeded, LedgerError) as exc:  # e.g. another daemon on this ledger spent
             return str(exc)
         fault_point()

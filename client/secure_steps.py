@@ -32,10 +32,9 @@ from fedsketch.common.box import Box, Tally
 from fedsketch.common.dp.plan import integer_sum_term
 from fedsketch.common.dp.samplers import dlap_noise_share
 from fedsketch.common.frequencies import draw_frequencies
-from fedsketch.common.lloyd import exact_cell_stats
 from fedsketch.common.pb import fedsketch_pb2 as pb
 from fedsketch.common.pb import fedsketch_pb2_grpc as pb_grpc
-from fedsketch.common.refine import RoundSpec
+from fedsketch.common.refine import RoundSpec, round_cells
 from fedsketch.common.secagg import Client, SecAggAbort
 from fedsketch.common.secagg import wire as sw
 from fedsketch.common.secure_rounds import SecureRound
@@ -44,7 +43,7 @@ from fedsketch.common.study import StudySpec
 
 from .ledger import BudgetExceeded, Identity, Ledger, LedgerError
 from .localdata import DATA_ERRORS, LocalData, data_refusal, log_clipped
-from .study_pass import RPC_TIMEOUT, Outcome, fault_point, study_epsilon
+from .study_pass import RPC_TIMEOUT, Outcome, fault_point, spend_labels
 
 #: The ledger kind of a masked input.
 SECURE_KIND = "secagg_masked"
@@ -69,7 +68,7 @@ class Session:
         """ε of this device's release here."""
         if self.round is None:
             return self.spec.sketch.privacy.epsilon
-        return self.spec.refine.epsilon[self.round.round - 1]
+        return self.round.epsilon(self.spec)
 
     @property
     def protocol(self) -> StudySpec | SecureRound:
@@ -167,15 +166,11 @@ class SecureSteps:
                     f"{n} read now); nothing was spent")
         log_clipped(study.study_id, tally)
         y = session.client.masked_input(x, inbox, noise)
-        rnd = session.round
         try:
             spend = self.ledger.record_spend(
-                study_id=study.study_id,
-                study_name=spec.name if rnd is None else f"{spec.name} · round {rnd.round}",
-                source=self.source, epsilon=session.epsilon, delta=0.0, n=float(n),
-                kind=SECURE_KIND, payload=sw.masked_to_bytes(y), spec_sha256=study.spec_sha256,
-                parent=None if rnd is None else rnd.parent_id, round=0 if rnd is None else rnd.round,
-                study_epsilon=study_epsilon(spec, rnd))
+                study_id=study.study_id, source=self.source, epsilon=session.epsilon, delta=0.0,
+                n=float(n), kind=SECURE_KIND, payload=sw.masked_to_bytes(y),
+                spec_sha256=study.spec_sha256, **spend_labels(spec, session.round))
         except (BudgetExceeded, LedgerError) as exc:
             session.left = True
             return str(exc)
@@ -189,15 +184,13 @@ class SecureSteps:
         """(the exact integer input, records read, this device's noise shares): the sketch's
         integer sum (2m) or a round's cells (K(d + 1))."""
         spec, box = session.spec, session.box
-        chunks = box.centred(session.data.chunks(), tally)
         if session.round is not None:
-            secure = SecureRound(spec, session.round)
-            centres = np.array(session.round.centroids) - box.center
-            counts, sums, n = exact_cell_stats(chunks, centres, box.hi / 2.0 - box.lo / 2.0)
-            return np.concatenate([counts, sums.ravel()]), n, secure.noise_shares()
+            counts, sums, n = round_cells(box, session.round, session.data.chunks(), tally)
+            noise = SecureRound(spec, session.round).noise_shares()
+            return np.concatenate([counts, sums.ravel()]), n, noise
         m, r = spec.sketch.frequencies.m, spec.sketch.r
-        fs = feature_sum(chunks, box.reduce(draw_frequencies(spec.sketch.frequencies)),
-                         spec.sketch.feature, r)
+        fs = feature_sum(box.centred(session.data.chunks(), tally),
+                         box.reduce(draw_frequencies(spec.sketch.frequencies)), spec.sketch.feature, r)
         term = integer_sum_term(spec.sketch.feature, spec.sketch.privacy.epsilon, r, "replace_one")
         noise = dlap_noise_share(term.epsilon, term.sensitivity, spec.assumptions.min_honest, 2 * m)
         return np.concatenate([fs.re, fs.im]), fs.n, noise

@@ -35,7 +35,7 @@ class Admitted:
         """(ε, δ) of this release: the sketch's, or the round's ε (pure)."""
         if self.round is None:
             return self.spec.sketch.privacy.epsilon, self.spec.sketch.privacy.delta
-        return self.spec.refine.epsilon[self.round.round - 1], 0.0
+        return self.round.epsilon(self.spec), 0.0
 
 
 @dataclass
@@ -48,10 +48,16 @@ class Outcome:
     refused: dict[str, str] = field(default_factory=dict)
 
 
-def study_epsilon(spec: StudySpec, rnd: RoundSpec | None) -> float | None:
-    """What the ledger keeps with a sketch's spend: the whole ε of a study with refinement rounds
-    (the device sets the rounds' share aside until the study ends), else None."""
-    return spec.total_epsilon if rnd is None and spec.refine is not None else None
+def spend_labels(spec: StudySpec, rnd: RoundSpec | None) -> dict:
+    """What the ledger records of a release besides its cost and bytes
+    (:meth:`~.ledger.Ledger.record_spend`'s study_name, parent, round and study_epsilon): a
+    round's name, its study and number; for the sketch of a study with refinement rounds, the
+    whole study's ε (the device sets the rounds' share aside until the study ends)."""
+    if rnd is not None:
+        return {"study_name": f"{spec.name} · round {rnd.round}", "parent": rnd.parent_id,
+                "round": rnd.round, "study_epsilon": None}
+    return {"study_name": spec.name, "parent": None, "round": 0,
+            "study_epsilon": None if spec.refine is None else spec.total_epsilon}
 
 
 def fault_point() -> None:

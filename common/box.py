@@ -86,10 +86,16 @@ class Box:
         """The dimension."""
         return self.lo.shape[0]
 
+    @property
+    def half(self) -> np.ndarray:
+        """h = hi/2 − lo/2 (d,), data units: a centred record's coordinate l lies in [−h_l, h_l]
+        (halved first, so a box of extreme finite bounds does not overflow)."""
+        return self.hi / 2.0 - self.lo / 2.0
+
     def phase_bound(self, omega: np.ndarray) -> float:
         """B = max_k Σ_j |Ω_jk|·(hi_j − lo_j)/2 (radians): the largest |Ωᵀ(x − c)| in the box; inf
         if a half-width exceeds the float32 range (the kernel could not hold x − c)."""
-        half = self.hi / 2.0 - self.lo / 2.0
+        half = self.half
         if np.any(half > np.finfo(np.float32).max):
             return math.inf
         return float(np.max(np.abs(np.asarray(omega, dtype=np.float64)).T @ half))

@@ -41,6 +41,7 @@ from .dp.grid import STEPS
 from .lloyd import add_cell_noise, exact_cell_stats, relation_factor, su_split
 from .secagg import MAX_BITS, modulus_bits
 from .spec import canonical_json
+from .wire import MAX_RECORDS
 
 #: Written and read: the spec of one refinement round.
 ROUND_FORMAT = "fedsketch.round/1"
@@ -56,8 +57,6 @@ ROUND_SECONDS = 900.0
 #: loses) taking 0.8 of the study's ε together, the sketch the rest.
 ROUNDS = 3
 ROUND_SHARE = 0.8
-#: The largest record count one device may claim (as the sketch's ``wire.MAX_RECORDS``).
-MAX_RECORDS = 2**40
 
 
 class CellsError(ValueError):
@@ -172,6 +171,17 @@ class RoundSpec:
         """(K, d)."""
         return len(self.centroids), len(self.centroids[0])
 
+    def epsilon(self, parent) -> float:
+        """ε_t: what this round of ``parent`` (its :class:`~fedsketch.common.study.StudySpec`)
+        costs a device."""
+        return parent.refine.epsilon[self.round - 1]
+
+    def split(self, parent) -> tuple[float, float]:
+        """(ε_count, ε_dim) of this round's release: :func:`round_split` of ε_t under the study's
+        neighbouring relation."""
+        return round_split(self.epsilon(parent), parent.sketch.privacy.neighbouring,
+                           self.shape[1])
+
     def check_parent(self, parent) -> None:
         """ValueError unless this round fits ``parent`` (a
         :class:`~fedsketch.common.study.StudySpec`): the study declares this round, the centres
@@ -243,17 +253,23 @@ def is_round(spec_json: str) -> bool:
     return f'"format":"{ROUND_FORMAT}"' in spec_json
 
 
+def round_cells(box: Box, rnd: RoundSpec, chunks: Iterable[np.ndarray],
+                tally: Tally | None = None) -> tuple[np.ndarray, np.ndarray, int]:
+    """The exact statistics of the round's cells for records streamed in ``chunks``, clipped
+    into the study's ``box`` and centred: (N (K,) records, T (K, d) grid steps, records read),
+    :func:`~fedsketch.common.lloyd.exact_cell_stats` for the round's centres."""
+    return exact_cell_stats(box.centred(chunks, tally), np.array(rnd.centroids) - box.center,
+                            box.half)
+
+
 def release_cells(parent, rnd: RoundSpec, chunks: Iterable[np.ndarray],
                   tally: Tally | None = None) -> tuple[int, bytes]:
     """One device's round release (module docstring) for records streamed in ``chunks``:
     (n = Σ_j N~_j, payload bytes). Exact noise from OS random bits."""
-    box = Box(parent.lo, parent.hi)
-    h = box.hi / 2.0 - box.lo / 2.0
-    centres = np.array(rnd.centroids) - box.center
-    counts, sums, _ = exact_cell_stats(box.centred(chunks, tally), centres, h)
-    eps_count, eps_dim = round_split(parent.refine.epsilon[rnd.round - 1],
-                                     parent.sketch.privacy.neighbouring, box.d)
-    noisy_counts, noisy_sums = add_cell_noise(counts, sums, eps_count, np.full(box.d, eps_dim))
+    counts, sums, _ = round_cells(Box(parent.lo, parent.hi), rnd, chunks, tally)
+    eps_count, eps_dim = rnd.split(parent)
+    noisy_counts, noisy_sums = add_cell_noise(counts, sums, eps_count,
+                                              np.full(rnd.shape[1], eps_dim))
     return int(noisy_counts.sum()), encode_cells(noisy_counts, noisy_sums)
 
 
@@ -275,8 +291,7 @@ def noise_radii(parent, rnd: RoundSpec) -> tuple[int, int]:
     """(count radius, sum radius): the DLap noise of a round's counts and of its sums stays within
     them but for a probability below 2^−40 (:func:`~fedsketch.common.dp.calibration.noise_radius`)."""
     k, d = rnd.shape
-    eps_count, eps_dim = round_split(parent.refine.epsilon[rnd.round - 1],
-                                     parent.sketch.privacy.neighbouring, d)
+    eps_count, eps_dim = rnd.split(parent)
     return (noise_radius(dlap_param(eps_count, 1.0), k),
             noise_radius(dlap_param(eps_dim, float(STEPS)), k * d))
 

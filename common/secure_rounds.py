@@ -19,7 +19,7 @@ import numpy as np
 
 from .dp.grid import STEPS
 from .dp.samplers import dlap_noise_share
-from .refine import RoundSpec, cells_bits, round_split
+from .refine import RoundSpec, cells_bits
 from .secagg import SecAggParams
 from .secagg.trust import Assumptions
 from .study import SecAggSpec, StudySpec, check_params
@@ -52,8 +52,7 @@ class SecureRound:
     @property
     def split(self) -> tuple[float, float]:
         """(ε_count, ε_dim) of the round (replace-one: secure aggregation needs n public)."""
-        return round_split(self.parent.refine.epsilon[self.round.round - 1], "replace_one",
-                           self.round.shape[1])
+        return self.round.split(self.parent)
 
     @property
     def dim(self) -> int:

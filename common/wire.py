@@ -19,13 +19,17 @@ count is bounded by the count plus the radius of its DLap term.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 
 from .dp.calibration import noise_radius
 from .dp.plan import noise_plan
 from .features import GRID
 from .privacy import PrivateSketch
-from .study import StudySpec
+
+if TYPE_CHECKING:  # annotations only: the study module imports this one's MAX_RECORDS (via refine)
+    from .study import StudySpec
 
 KINDS: dict[str, str] = {"complex": "int64_pairs", "quantized": "int32_pairs"}
 _DTYPES: dict[str, str] = {"int64_pairs": "<i8", "int32_pairs": "<i4"}

@@ -34,7 +34,7 @@ import numpy as np
 from fedsketch.common.box import Box
 from fedsketch.common.dp.calibration import laplace_scale
 from fedsketch.common.lloyd import centroids_from_stats, excess_counts, nearest
-from fedsketch.common.refine import RoundSpec, round_split
+from fedsketch.common.refine import RoundSpec
 from fedsketch.common.study import StudySpec
 from fedsketch.server.decode.overseed import (
     OVERSEED,
@@ -75,7 +75,7 @@ def first_centroids(parent: StudySpec, start: np.ndarray) -> np.ndarray:
         return start
     box = Box(parent.lo, parent.hi)
     packed, _ = sphere_packing_init((OVERSEED - 1) * parent.k, box.d, _rng(parent, 0))
-    return np.vstack([start, packed * (box.hi / 2.0 - box.lo / 2.0) + box.center])
+    return np.vstack([start, packed * box.half + box.center])
 
 
 def _weights(counts: np.ndarray) -> np.ndarray:
@@ -94,11 +94,10 @@ def next_centroids(parent: StudySpec, rnd: RoundSpec,
     if not releases:
         raise ValueError("no contributions to the round")
     box = Box(parent.lo, parent.hi)
-    h = box.hi / 2.0 - box.lo / 2.0
+    h = box.half
     counts = np.sum([r[1] for r in releases], axis=0, dtype=np.float64)
     sums = np.sum([r[2] for r in releases], axis=0, dtype=np.float64)  # |Σ| < 2^63: float is ample
-    eps_count, _ = round_split(parent.refine.epsilon[rnd.round - 1],
-                               parent.sketch.privacy.neighbouring, box.d)
+    eps_count, _ = rnd.split(parent)
     devices = len(releases) if secure_devices is None else secure_devices
     draws = devices if secure_devices is None else devices / parent.assumptions.min_honest
     scale = laplace_scale(1.0, eps_count) * math.sqrt(draws)

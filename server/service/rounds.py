@@ -24,6 +24,7 @@ import json
 import logging
 import secrets
 import time
+from collections.abc import Callable
 from dataclasses import asdict
 
 import numpy as np
@@ -32,7 +33,7 @@ from fedsketch.common.refine import RoundSpec, check_cells
 from fedsketch.common.secure_rounds import SecureRound
 from fedsketch.common.study import StudySpec, spec_sha256
 from fedsketch.server.decode.pipeline import StudyResult
-from fedsketch.server.decode.refine import first_centroids, next_centroids, refined_result
+from fedsketch.server.decode.refine import RoundResult, first_centroids, next_centroids, refined_result
 from fedsketch.server.store.base import DECODING_FAILED, Store, StudyRow
 
 log = logging.getLogger("fedsketch.coordinator")
@@ -65,32 +66,33 @@ class Rounds:
     def decode(self, round_id: str, rnd: RoundSpec) -> None:
         """Sum a closed round's releases into the next centres and publish them (or fail the
         round with why), then :meth:`advance` its study."""
-        parent = self.spec(rnd.parent_id)
-        try:
+        def compute(parent: StudySpec) -> RoundResult:
             releases = [(row.n, *check_cells(parent, rnd, row.kind, row.payload, row.n))
                         for row in self.store.contributions(round_id)]
-            out = next_centroids(parent, rnd, releases)
-            self.store.put_result(round_id, json.dumps(out.to_dict()))
-            log.info("study %s: round %d decoded from %d devices, %d of %d centres kept",
-                     rnd.parent_id, rnd.round, out.devices, int(out.kept.sum()), out.kept.size)
-        except ValueError as exc:  # CellsError included
-            log.warning("study %s: round %d failed: %s", rnd.parent_id, rnd.round, exc)
-            self.settle(round_id, DECODING_FAILED, f"decoding failed: {exc}")
-        self.advance(rnd.parent_id)
+            return next_centroids(parent, rnd, releases)
+
+        self._publish(round_id, rnd, compute)
 
     def decode_secure(self, round_id: str, rnd: RoundSpec, total: np.ndarray, devices: int,
                       records: float) -> None:
         """A secure round's unmasked sum of ``devices`` devices' cells (``records`` declared in
-        all) into the next centres, then :meth:`advance` its study."""
-        parent = self.spec(rnd.parent_id)
-        try:
+        all) into the next centres, as :meth:`decode`."""
+        def compute(parent: StudySpec) -> RoundResult:
             counts, sums = SecureRound(parent, rnd).cells(total)
-            out = next_centroids(parent, rnd, [(records, counts, sums)],
-                                 secure_devices=devices)
+            return next_centroids(parent, rnd, [(records, counts, sums)], secure_devices=devices)
+
+        self._publish(round_id, rnd, compute)
+
+    def _publish(self, round_id: str, rnd: RoundSpec,
+                 compute: Callable[[StudySpec], RoundResult]) -> None:
+        """Store ``compute(study spec)`` as the round's result, or fail the round with why (a
+        ValueError: a release the round cannot have produced, no release), then advance."""
+        try:
+            out = compute(self.spec(rnd.parent_id))
             self.store.put_result(round_id, json.dumps(out.to_dict()))
-            log.info("study %s: secure round %d decoded, %d of %d centres kept", rnd.parent_id,
-                     rnd.round, int(out.kept.sum()), out.kept.size)
-        except ValueError as exc:
+            log.info("study %s: round %d decoded from %d devices, %d of %d centres kept",
+                     rnd.parent_id, rnd.round, out.devices, int(out.kept.sum()), out.kept.size)
+        except ValueError as exc:  # CellsError included
             log.warning("study %s: round %d failed: %s", rnd.parent_id, rnd.round, exc)
             self.settle(round_id, DECODING_FAILED, f"decoding failed: {exc}")
         self.advance(rnd.parent_id)
