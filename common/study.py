@@ -3,7 +3,8 @@
 A :class:`StudySpec` fixes everything a device needs to compute its release (the sketch spec:
 frequencies, feature map, r, privacy budget) and everything the coordinator needs to decode
 (k, the public box [lo, hi]^d in data units, replicates, the decoder's seed), plus the round's
-rules (minimum devices, minimum records per device, deadline in Unix seconds). Its canonical
+rules (minimum devices, the roster's size, minimum records per device, deadline in Unix seconds,
+how long collection lasts once the quorum has registered). Its canonical
 JSON (sorted keys, compact) is what travels; ``sha256`` of those UTF-8 bytes is the spec hash a
 device checks before it spends any budget, and ``omega_sha256`` is the SHA-256 of Ω‖ξ that it
 recomputes from the frequency spec.
@@ -37,6 +38,12 @@ REFINED_FORMAT = "fedsketch.study/3"
 #: Also read: studies stored before rosters (their contributors joined the rosters when the
 #: store was migrated).
 READ_FORMATS = ("fedsketch.study/1", FORMAT, REFINED_FORMAT)
+#: Most devices one roster takes.
+MAX_ROSTER = 1_000_000
+#: Default collection window (seconds after the quorum registered) of a plain study created from
+#: the CLI: long enough for devices that poll every few minutes to sketch and send, short
+#: enough that a roster device that never sends holds nobody's result for long.
+COLLECT_SECONDS = 3600.0
 
 
 @dataclass(frozen=True)
@@ -120,6 +127,8 @@ class StudySpec:
     decode_seed: int = 0
     secure_aggregation: SecAggSpec | None = None
     refine: RefineSpec | None = None
+    roster: int | None = None
+    collect_seconds: float | None = None
 
     def __post_init__(self) -> None:
         d, m = self.sketch.frequencies.d, self.sketch.frequencies.m
@@ -144,8 +153,31 @@ class StudySpec:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.deadline is not None and not math.isfinite(self.deadline):
             raise ValueError("the deadline must be a finite Unix time")
+        self._check_roster()
         if len(self.omega_sha256) != 64:
             raise ValueError("omega_sha256 must be a hex SHA-256")
+
+    def _check_roster(self) -> None:
+        """ValueError unless ``roster`` is an integer in min_devices..MAX_ROSTER and
+        ``collect_seconds`` finite and > 0 (each or both None), and neither is set under secure
+        aggregation, whose roster is its ``min_devices`` (its slack is the D dropouts it
+        assumes) and whose stages run by their timeouts."""
+        if self.roster is not None:
+            if type(self.roster) is not int or not self.min_devices <= self.roster <= MAX_ROSTER:
+                raise ValueError(f"the roster takes min_devices = {self.min_devices} to "
+                                 f"{MAX_ROSTER} devices, got {self.roster!r}")
+        if self.collect_seconds is not None and not (math.isfinite(self.collect_seconds)
+                                                     and self.collect_seconds > 0):
+            raise ValueError(f"collect_seconds must be finite and > 0, got {self.collect_seconds!r}")
+        if self.secure_aggregation is not None and (self.roster, self.collect_seconds) != (None, None):
+            raise ValueError("secure aggregation's roster is its min_devices (the dropouts it "
+                             "assumes are its slack) and its stages end by their timeouts: "
+                             "no roster or collection window")
+
+    @property
+    def capacity(self) -> int:
+        """How many devices the roster takes: ``roster``, or the quorum ``min_devices``."""
+        return self.min_devices if self.roster is None else self.roster
 
     @property
     def total_epsilon(self) -> float:
@@ -247,8 +279,9 @@ class StudySpec:
                    tuple(hi), **rules)
 
     def to_dict(self) -> dict:
-        """JSON-ready dict (with a ``format`` tag; ``refine`` only when the study has rounds, so
-        the spec of a study without them reads as before)."""
+        """JSON-ready dict (with a ``format`` tag; ``refine``, ``roster`` and
+        ``collect_seconds`` only when set, so the spec of a study without them reads, and
+        hashes, as before)."""
         data = {
             "format": FORMAT if self.refine is None else REFINED_FORMAT,
             "name": self.name,
@@ -267,6 +300,9 @@ class StudySpec:
         }
         if self.refine is not None:
             data["refine"] = self.refine.to_dict()
+        for name in ("roster", "collect_seconds"):
+            if getattr(self, name) is not None:
+                data[name] = getattr(self, name)
         return data
 
     def to_json(self) -> str:
@@ -304,6 +340,9 @@ class StudySpec:
                                                               int(data["min_devices"]))),
                 refine=(None if data.get("refine") is None
                         else RefineSpec.from_dict(data["refine"])),
+                roster=data.get("roster"),  # an integer, or refused by _check_roster
+                collect_seconds=(None if data.get("collect_seconds") is None
+                                 else float(data["collect_seconds"])),
             )
         except (KeyError, TypeError, OverflowError) as exc:
             raise ValueError(f"incomplete or malformed study spec: {exc!r}") from None

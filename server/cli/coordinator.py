@@ -34,7 +34,7 @@ from fedsketch.common.privacy import NEIGHBOURING, PrivacySpec
 from fedsketch.common.refine import ROUND_SECONDS, ROUND_SHARE, ROUNDS, split_study_epsilon
 from fedsketch.common.secagg.trust import Assumptions
 from fedsketch.common.spec import SketchSpec
-from fedsketch.common.study import SecAggSpec, StudySpec
+from fedsketch.common.study import COLLECT_SECONDS, SecAggSpec, StudySpec
 from fedsketch.common.tls import init_certs, secure_channel, server_credentials
 from fedsketch.server.cli.bounds import parse_bounds
 from fedsketch.server.cli.errors import NOT_IDENTIFIABLE_EXIT, clean_errors, report_identifiability
@@ -148,12 +148,21 @@ def create_study(
     delta: Annotated[float, typer.Option(help="δ (> 0: Gaussian).")] = 0.0,
     neighbouring: Annotated[str, typer.Option(help=f"{' or '.join(NEIGHBOURING)}.")] = (
         "replace_one"),
-    min_devices: Annotated[int, typer.Option(help="Quorum.")] = 1,
+    min_devices: Annotated[int, typer.Option(help="Quorum: the fewest devices whose releases "
+                                             "the study decodes.")] = 1,
+    roster: Annotated[int | None, typer.Option(
+        help="Most devices the roster takes (at least --min-devices, the default). Devices "
+        "start once the quorum has registered; later ones may still join, so a roster device "
+        "that never sends does not fail the study.")] = None,
+    collect_seconds: Annotated[float | None, typer.Option(
+        help="Seconds the study collects once its quorum has registered; then it decodes if "
+        f"--min-devices have sent, else fails. Default {COLLECT_SECONDS:g} for a plain study; "
+        "not with --secure-aggregation, whose stages end by --stage-timeout.")] = None,
     min_records: Annotated[int, typer.Option(
         help="Records a device needs (replace-one only: under add/remove n is private).")] = 1,
-    deadline: Annotated[float | None, typer.Option(help="Seconds from now to collect; "
-                                                   "without it the study closes at quorum.")]
-    = None,
+    deadline: Annotated[float | None, typer.Option(
+        help="Seconds from now after which the study stops collecting, whatever else; it "
+        "closes sooner once its whole roster has sent.")] = None,
     replicates: Annotated[int, typer.Option(help="CL-OMPR replicates.")] = 3,
     secure_aggregation: Annotated[bool, typer.Option(
         "--secure-aggregation", help="Secure aggregation with distributed DLap noise "
@@ -227,7 +236,10 @@ def create_study(
                 degree, stage_timeout, threshold)
         elif given:
             raise ValueError(f"{', '.join(given)} apply to --secure-aggregation only")
-        spec = StudySpec.create(name, sketch, k, lo.tolist(), hi.tolist(),
+        if collect_seconds is None and secure is None:
+            collect_seconds = COLLECT_SECONDS
+        spec = StudySpec.create(name, sketch, k, lo.tolist(), hi.tolist(), roster=roster,
+                                collect_seconds=collect_seconds,
                                 min_devices=min_devices, min_records=min_records,
                                 deadline=None if deadline is None else time.time() + deadline,
                                 replicates=replicates, secure_aggregation=secure, refine=refine)
@@ -269,7 +281,7 @@ def list_studies(
     ca: CaOpt = None,
     insecure: InsecureOpt = False,
 ) -> None:
-    """Every study with its state, its roster (registered/min-devices) and contributions."""
+    """Every study with its state, its roster (registered/most it takes) and contributions."""
     with clean_errors():
         stub, meta = operator_stub(coordinator, ca, insecure, token_file)
         studies = stub.ListStudies(pb.ListStudiesRequest(include_closed=True), metadata=meta,
@@ -280,7 +292,8 @@ def list_studies(
     for s in studies:
         spec = json.loads(s.spec_json)
         table.add_row(s.study_id, spec["name"], STATE_NAMES[s.state],
-                      "-" if spec.get("secure_aggregation") else f"{s.registered}/{spec['min_devices']}",
+                      "-" if spec.get("secure_aggregation")
+                      else f"{s.registered}/{spec.get('roster') or spec['min_devices']}",
                       str(s.contributions), f"{s.records:,.0f}", s.detail)
     Console().print(table)
 

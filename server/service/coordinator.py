@@ -6,9 +6,12 @@ Lifecycle (the transitions are defined once, in :mod:`fedsketch.server.store.bas
 collecting (first stored contribution) → decoding → done | failed. A plain study first fills
 its roster: devices register (signed, spending nothing) until ``min_devices`` have, and only
 then may roster devices submit, so no device spends on a study that cannot reach its quorum.
-A study without a deadline closes once every roster device has contributed; with a deadline
-it closes then, and decodes if all ``min_devices`` have contributed, otherwise it fails (a
-study whose roster never filled fails without anyone having spent). An operator may close a
+The roster takes devices up to the spec's ``roster`` (≥ ``min_devices``). A study closes once
+its whole roster has contributed, at its deadline, or ``collect_seconds`` after its quorum
+registered, whichever comes first; it then decodes if ``min_devices`` have contributed,
+otherwise it fails (a study whose quorum never registered fails without anyone having spent),
+so a roster device that never sends delays the study by the collection window at most and,
+with a roster larger than the quorum, costs it nothing. An operator may close a
 study early (same rule). A device spends only after the coordinator has told it, in the
 transaction that records its spend, that it may send: that answer is an input ticket of
 :data:`TICKET_SECONDS`, and a close requested (deadline or operator) while tickets are
@@ -16,8 +19,7 @@ outstanding waits until their contributions arrive or the tickets expire, giving
 Decoding runs on a worker thread so that a submission is answered at once; a coordinator that
 restarts re-decodes any study it left in ``decoding`` and closes studies whose deadline passed.
 A study with refinement rounds stays ``decoding`` after its sketch while its rounds, studies of
-their own, run (:mod:`.rounds`); a round study that ends lets its study go on. A round closes
-as soon as its whole roster has sent, whatever its deadline.
+their own, run (:mod:`.rounds`); a round study that ends lets its study go on.
 
 Every contribution is checked before it is stored, and a :class:`Refusal` changes nothing:
 unknown study (not_found), closed or still registering study or spec-hash mismatch
@@ -181,7 +183,7 @@ class Coordinator:
         text = spec.to_json()
         study_id = "st-" + secrets.token_hex(8)
         row = self.store.create_study(study_id, text, spec_sha256(text), spec.deadline,
-                                      spec.min_devices)
+                                      spec.min_devices, roster=spec.roster)
         with self._lock:
             self._specs[study_id] = spec
             if spec.secure_aggregation is not None:
@@ -237,10 +239,8 @@ class Coordinator:
             for r in rounds:
                 r.tick(now)
             for row in self.store.list_studies(ACCEPTING):
-                reason = row.closing
-                if reason is None and row.deadline is not None and row.deadline <= now:
-                    reason = "deadline reached"
-                if reason is not None:
+                collect = getattr(self.spec(row.study_id), "collect_seconds", None)
+                if (reason := row.close_due(now, collect)) is not None:
                     try:
                         self.close(row.study_id, reason)
                     except Refusal:
@@ -335,8 +335,7 @@ class Coordinator:
             c.study_id, c.device_id, c.n, c.kind, c.payload, receipt, c.signature, time.time()))
         if stored:
             row = self.store.get_study(c.study_id)
-            waits = row.deadline is not None and row.parent is None  # a round ends when all sent
-            if not waits and row.contributions >= row.min_devices:
+            if row.contributions >= row.capacity:  # nothing more can come
                 try:
                     self.close(c.study_id, "every roster device contributed")
                 except Refusal:

@@ -5,10 +5,11 @@ refined result.
 Lifecycle. The study stays ``decoding`` while its rounds run (its detail names the open round).
 Its sketch decodes into the start C_0, which opens round 1 (a study whose ``parent`` is the
 study; its spec carries C_0 and, for the result, the sketch's public outcome). A round collects
-like any plain study, with a deadline ``round_seconds`` away, and closes as soon as its whole
-roster has sent; a secure study's round runs secure aggregation instead (by stage timeouts, over
-the round's cells: :mod:`fedsketch.common.secure_rounds`), and a coordinator restart during it
-fails that round only. A round that ends ``done`` holds the next centres and opens the next round; after
+like any plain study, with the study's quorum and roster size and a deadline ``round_seconds``
+away, and closes as soon as its whole roster has sent; a secure study's round runs secure
+aggregation instead (by stage timeouts, over the round's cells:
+:mod:`fedsketch.common.secure_rounds`), and a coordinator restart during it fails that round
+only. A round that ends ``done`` holds the next centres and opens the next round; after
 the last one, or once a round fails (its roster never filled, a device missed its deadline, or
 its decoding failed), the study is published with the centres of the last round that ended with
 new ones (the start if none did): a failed round costs the study its refinement, not its result.
@@ -150,7 +151,7 @@ class Rounds:
         text = rnd.to_json()
         round_id = "st-" + secrets.token_hex(8)
         self.store.create_study(round_id, text, spec_sha256(text), rnd.deadline, rnd.min_devices,
-                                parent=study_id)
+                                parent=study_id, roster=spec.roster)
         if secure is not None:
             self.secure_opened(round_id, rnd)
         self.store.set_state(study_id, "decoding", f"refinement round {number} of "

@@ -15,10 +15,12 @@ Study lifecycle (each row is one :class:`Transition` below; nothing else moves a
     PUBLISH          decoding          -> done        its result is stored
     DECODING_FAILED  decoding          -> failed      the decoder raised
 
-A plain study also has a roster: devices join it with :meth:`Store.register` (spending nothing)
-until ``min_devices`` have joined; only then, and only from roster devices, does the store take
-contributions. The stage a device sees (REGISTER, then PLAIN_INPUT) follows from the roster's
-size, so it needs no state of its own.
+A plain study also has a roster: devices join it with :meth:`Store.register` (spending nothing);
+once ``min_devices`` have joined (the quorum: the study can finish) the roster is *filled*
+(``filled_at``, for good) and the store takes contributions, only from roster devices. The
+roster keeps taking devices up to its ``capacity`` (the spec's ``roster``, at least the quorum),
+so devices that never send do not stop the study. The stage a device sees (REGISTER, then
+PLAIN_INPUT) follows from ``filled_at``, so it needs no state of its own.
 
 The store makes COLLECT and PUBLISH itself, inside the write that causes them; the coordinator
 makes the others with ``Store.set_state(..., expect=t.sources)``, a compare-and-set, so a study
@@ -66,7 +68,9 @@ class StudyRow:
     """One study; ``contributions`` (count), ``records`` (sum of n) and ``registered`` (roster
     size) are computed, not stored. ``closing`` is the reason of a close waiting for the
     devices holding an input ticket (None if no close was requested); ``parent`` the study whose
-    refinement round this is (None for a study an operator created)."""
+    refinement round this is (None for a study an operator created); ``roster`` the most devices
+    the roster takes (None: ``min_devices``); ``filled_at`` when (Unix seconds) the quorum had
+    registered (None before)."""
 
     study_id: str
     spec_json: str
@@ -81,11 +85,30 @@ class StudyRow:
     registered: int
     closing: str | None = None
     parent: str | None = None
+    roster: int | None = None
+    filled_at: float | None = None
+
+    @property
+    def capacity(self) -> int:
+        """How many devices the roster takes."""
+        return self.min_devices if self.roster is None else self.roster
 
     @property
     def roster_full(self) -> bool:
-        """Whether ``min_devices`` devices have registered (a plain study then takes input)."""
-        return self.registered >= self.min_devices
+        """Whether the quorum has registered (a plain study then takes input, for good)."""
+        return self.filled_at is not None
+
+    def close_due(self, now: float, collect_seconds: float | None) -> str | None:
+        """Why an accepting study should close at ``now`` (Unix seconds), or None: a close was
+        requested, its deadline passed, or ``collect_seconds`` (the spec's collection window)
+        have passed since its quorum registered."""
+        if self.closing is not None:
+            return self.closing
+        if self.deadline is not None and self.deadline <= now:
+            return "deadline reached"
+        if None not in (collect_seconds, self.filled_at) and self.filled_at + collect_seconds <= now:
+            return f"collection window of {collect_seconds:g} s ended"
+        return None
 
 
 @dataclass(frozen=True)
@@ -142,10 +165,11 @@ class Store(ABC):
     @abstractmethod
     def create_study(
         self, study_id: str, spec_json: str, spec_sha256: str, deadline: float | None, min_devices: int,
-        parent: str | None = None,
+        parent: str | None = None, roster: int | None = None,
     ) -> StudyRow:
-        """Create a study in state "open" and return it, a refinement round of ``parent`` if given;
-        StoreError 'conflict' if ``study_id`` exists, 'not_found' for an unknown parent. Audited."""
+        """Create a study in state "open" and return it, a refinement round of ``parent`` if given,
+        whose roster takes ``roster`` devices (None: ``min_devices``); StoreError 'conflict' if
+        ``study_id`` exists, 'not_found' for an unknown parent. Audited."""
 
     @abstractmethod
     def rounds(self, parent: str) -> list[StudyRow]:
@@ -178,9 +202,10 @@ class Store(ABC):
         """Add ``device_id`` to the study's roster in one transaction; (added, the study after).
 
         Idempotent: (False, row) for a device already in the roster, whatever the study's state.
+        The registration that brings the roster to ``min_devices`` sets ``filled_at``.
         StoreError: 'not_found' for an unknown study or device; 'failed_precondition' unless the
-        study is in ``ACCEPTING`` or if its roster already holds ``min_devices`` devices (it is
-        never larger). Audited.
+        study is in ``ACCEPTING`` and not closing, or if its roster already holds ``capacity``
+        devices (it is never larger). Audited.
         """
 
     @abstractmethod

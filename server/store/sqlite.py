@@ -7,7 +7,8 @@ is what makes a returned write survive a SIGKILL. All SQL lives in this module.
 A file is marked as a fedsketch store by ``PRAGMA application_id`` and versioned by ``PRAGMA
 user_version`` (``SCHEMA_VERSION``); any other file is refused before it is modified. Schema 1
 (before rosters) is migrated when opened: every device that had contributed to a study joins
-its roster, so open studies go on where they were.
+its roster, so open studies go on where they were; schemas 2 and 3 are migrated too
+(:mod:`.sqlite_schema`).
 """
 
 from __future__ import annotations
@@ -40,8 +41,7 @@ from fedsketch.server.store.sqlite_schema import (
     SCHEMA,
     SCHEMA_VERSION,
     STUDY_SQL,
-    migrate_v1,
-    migrate_v2,
+    migrate,
 )
 
 _COORDINATOR = "coordinator"  # audit actor for writes not made on behalf of a device
@@ -53,7 +53,7 @@ def _sha256_hex(text: str) -> str:
 
 def _study_row(row: tuple) -> StudyRow:
     return StudyRow(*row[:9], records=float(row[9]), registered=row[10], closing=row[11],
-                    parent=row[12])
+                    parent=row[12], roster=row[13], filled_at=row[14])
 
 
 class SQLiteStore(Store):
@@ -64,8 +64,8 @@ class SQLiteStore(Store):
         """Open or create the store at ``path`` (WAL, foreign keys, synchronous=FULL).
 
         Raises StoreError 'failed_precondition' if the file is not a SQLite database, is a SQLite
-        database that is not a fedsketch store, or has a schema version other than 1 (migrated,
-        module docstring) or SCHEMA_VERSION; such a file is left unmodified.
+        database that is not a fedsketch store, or has a schema version outside 1 to SCHEMA_VERSION
+        (the older ones are migrated: module docstring); such a file is left unmodified.
         """
         self.path = os.fspath(path)
         self._lock = threading.Lock()
@@ -96,19 +96,14 @@ class SQLiteStore(Store):
                 for statement in SCHEMA:
                     c.execute(statement)
                 c.execute(f"PRAGMA application_id={APPLICATION_ID}")
-            if version == 1:
-                migrate_v1(c)
-                self._log(c, _COORDINATOR, "migrate", "store schema 1 -> 2: contributors joined "
-                          "their studies' rosters")
-            if version in (1, 2):
-                migrate_v2(c)
-                self._log(c, _COORDINATOR, "migrate", f"store schema {version} -> 3: studies may "
-                          "have refinement rounds")
+            for change in migrate(c, version):
+                self._log(c, _COORDINATOR, "migrate", change)
             c.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
 
     def _check_identity(self) -> int:
         """The store's schema version, 0 for an empty database (to be created); raises unless it
-        is a fedsketch store of a version this code reads (1, migrated, or SCHEMA_VERSION)."""
+        is a fedsketch store of a version this code reads (1 to SCHEMA_VERSION; older ones are
+        migrated)."""
         c = self._conn
         app_id = c.execute("PRAGMA application_id").fetchone()[0]
         version = c.execute("PRAGMA user_version").fetchone()[0]
@@ -116,7 +111,7 @@ class SQLiteStore(Store):
             return 0
         if app_id != APPLICATION_ID:
             raise StoreError(Code.FAILED_PRECONDITION, f"{self.path} is SQLite but not a fedsketch store")
-        if version not in (1, 2, SCHEMA_VERSION):
+        if not 1 <= version <= SCHEMA_VERSION:
             raise StoreError(
                 Code.FAILED_PRECONDITION,
                 f"{self.path} has store schema version {version}; this fedsketch reads 1 to "
@@ -206,7 +201,7 @@ class SQLiteStore(Store):
 
     def create_study(
         self, study_id: str, spec_json: str, spec_sha256: str, deadline: float | None, min_devices: int,
-        parent: str | None = None,
+        parent: str | None = None, roster: int | None = None,
     ) -> StudyRow:
         with self._tx() as c:
             if c.execute("SELECT 1 FROM studies WHERE study_id = ?", (study_id,)).fetchone():
@@ -215,8 +210,9 @@ class SQLiteStore(Store):
                 self._study(c, parent)  # not_found for an unknown parent
             c.execute(
                 "INSERT INTO studies (study_id, spec_json, spec_sha256, state, detail, created_at, deadline,"
-                " min_devices, parent) VALUES (?, ?, ?, ?, '', ?, ?, ?, ?)",
-                (study_id, spec_json, spec_sha256, STATES[0], time.time(), deadline, min_devices, parent),
+                " min_devices, parent, roster) VALUES (?, ?, ?, ?, '', ?, ?, ?, ?, ?)",
+                (study_id, spec_json, spec_sha256, STATES[0], time.time(), deadline, min_devices, parent,
+                 roster),
             )
             self._log(c, _COORDINATOR, "create_study", f"study {study_id!r} spec_sha256 {spec_sha256}")
             return self._study(c, study_id)
@@ -264,14 +260,18 @@ class SQLiteStore(Store):
                 raise StoreError(Code.NOT_FOUND, f"no enrolled device {device_id!r}")
             if self._in_roster(c, study_id, device_id):
                 return False, study
-            if study.state not in ACCEPTING:
+            if study.state not in ACCEPTING or study.closing is not None:
+                state = "closing" if study.state in ACCEPTING else repr(study.state)
                 raise StoreError(Code.FAILED_PRECONDITION,
-                                 f"study {study_id!r} is {study.state!r} and takes no registrations")
-            if study.roster_full:
+                                 f"study {study_id!r} is {state} and takes no registrations")
+            if study.registered >= study.capacity:
                 raise StoreError(Code.FAILED_PRECONDITION, f"the roster of study {study_id!r} is "
                                  f"full ({study.registered} devices)")
+            now = time.time()
             c.execute("INSERT INTO registrations (study_id, device_id, registered_at) VALUES (?, ?, ?)",
-                      (study_id, device_id, time.time()))
+                      (study_id, device_id, now))
+            if study.filled_at is None and study.registered + 1 >= study.min_devices:
+                c.execute("UPDATE studies SET filled_at = ? WHERE study_id = ?", (now, study_id))
             self._log(c, device_id, "register", f"study {study_id!r}")
             return True, self._study(c, study_id)
 

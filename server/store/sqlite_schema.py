@@ -11,6 +11,11 @@ where they were.
 Schema 3 adds ``studies.parent``, the study whose refinement round a study is (NULL for a study
 an operator created), and lets ``contributions.kind`` be ``int64_cells`` (a round's release).
 :func:`migrate_v2` rebuilds ``contributions`` with the wider CHECK and adds the column.
+
+Schema 4 adds ``studies.roster``, the most devices a roster takes (NULL: ``min_devices``), and
+``studies.filled_at``, when the quorum had registered. :func:`migrate_v3` adds both and sets
+``filled_at`` of every study whose quorum had registered to its last registration (its rosters
+were never larger than the quorum).
 """
 
 from __future__ import annotations
@@ -19,7 +24,7 @@ import sqlite3
 
 from fedsketch.server.store.base import KINDS, STATES
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 APPLICATION_ID = 0x46534B53  # "FSKS" in the SQLite header
 
@@ -68,7 +73,9 @@ SCHEMA = (
         deadline REAL,
         min_devices INTEGER NOT NULL,
         close_requested TEXT,
-        parent TEXT REFERENCES studies(study_id))""",
+        parent TEXT REFERENCES studies(study_id),
+        roster INTEGER,
+        filled_at REAL)""",
     "CREATE INDEX studies_by_parent ON studies(parent)",
     CONTRIBUTIONS,
     "CREATE INDEX contributions_by_time ON contributions(study_id, received_at)",
@@ -89,7 +96,7 @@ STUDY_SQL = """
 SELECT s.study_id, s.spec_json, s.spec_sha256, s.state, s.detail, s.created_at, s.deadline,
        s.min_devices, COUNT(c.device_id), COALESCE(SUM(c.n), 0.0),
        (SELECT COUNT(*) FROM registrations AS r WHERE r.study_id = s.study_id),
-       s.close_requested, s.parent
+       s.close_requested, s.parent, s.roster, s.filled_at
 FROM studies AS s LEFT JOIN contributions AS c ON c.study_id = s.study_id
 {where}
 GROUP BY s.study_id
@@ -117,6 +124,29 @@ def migrate_v2(c: sqlite3.Connection) -> None:
               "FROM contributions_v2")
     c.execute("DROP TABLE contributions_v2")
     c.execute("CREATE INDEX contributions_by_time ON contributions(study_id, received_at)")
+
+
+def migrate_v3(c: sqlite3.Connection) -> None:
+    """Schema 3 → 4 inside the caller's write transaction (module docstring)."""
+    c.execute("ALTER TABLE studies ADD COLUMN roster INTEGER")
+    c.execute("ALTER TABLE studies ADD COLUMN filled_at REAL")
+    c.execute("UPDATE studies SET filled_at = (SELECT MAX(r.registered_at) FROM registrations AS r "
+              "WHERE r.study_id = studies.study_id) WHERE min_devices <= (SELECT COUNT(*) FROM "
+              "registrations AS r WHERE r.study_id = studies.study_id)")
+
+
+def migrate(c: sqlite3.Connection, version: int) -> list[str]:
+    """Bring a schema-``version`` store (0: just created) to :data:`SCHEMA_VERSION` inside the
+    caller's write transaction; what each step changed, for the audit log."""
+    steps = ((migrate_v1, "contributors joined their studies' rosters"),
+             (migrate_v2, "studies may have refinement rounds"),
+             (migrate_v3, "rosters may be larger than the quorum"))
+    done = []
+    for old, (step, what) in enumerate(steps, start=1):
+        if 1 <= version <= old:
+            step(c)
+            done.append(f"store schema {old} -> {old + 1}: {what}")
+    return done
 
 
 #: Roster devices told they may send (a live ticket) that have not contributed yet.

@@ -315,7 +315,7 @@ def test_deadline_without_quorum_fails_and_operator_close_decodes(coordinator_ro
     import time
 
     failing = coordinator_round.create(study_spec(min_devices=3, deadline=time.time() + 0.5))
-    closing = coordinator_round.create(study_spec(min_devices=1, deadline=time.time() + 3600))
+    closing = coordinator_round.create(study_spec(min_devices=1, roster=2, deadline=time.time() + 3600))
     agent = coordinator_round.agent("one", data[:20_000])
     agent.step()
     s = coordinator_round.wait(failing.study_id, timeout=10)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import sqlite3
 import subprocess
 import sys
 import time
@@ -235,3 +236,26 @@ def test_create_study_states_the_secure_aggregation_assumptions(coordinator):
     study = made.stdout.strip()
     assert study.startswith("st-") and study in coordinator.op("list").stdout
     assert "h_min" in cli("coordinator", "create-study", "--help").stdout
+
+
+def test_create_study_sets_the_roster_and_a_collection_window(coordinator):
+    """A plain study from the CLI collects for an hour once its quorum registered unless told
+    otherwise, takes --roster devices, and says so in `list`; a roster below the quorum, or a
+    window beside secure aggregation, is refused in one line."""
+    base = ("create-study", "--name", "w", "--d", "3", "--k", "3", "--bounds", "-12:12",
+            "--rounds", "0", "--scale", "1.5", "--epsilon", "5", "--m", "60", "--min-devices", "3")
+    study = coordinator.op(*base, "--roster", "5").stdout.strip()
+    db = sqlite3.connect(f"file:{coordinator.db}?mode=ro", uri=True)
+    spec = json.loads(db.execute("SELECT spec_json FROM studies WHERE study_id = ?",
+                                 (study,)).fetchone()[0])
+    db.close()
+    assert (spec["roster"], spec["min_devices"], spec["collect_seconds"]) == (5, 3, 3600.0)
+    assert any(study in line and "0/5" in line for line in coordinator.op("list").stdout.splitlines())
+    for extra, message in ((("--roster", "2"), "the roster takes min_devices = 3"),
+                           (("--collect-seconds", "0"), "collect_seconds must be finite and > 0"),
+                           (("--secure-aggregation", "--max-records", "1000", "--max-dropout",
+                             "0.2", "--max-colluders", "0", "--collect-seconds", "60"),
+                            "no roster or collection window")):
+        refused = coordinator.op(*base, *extra, check=False)
+        assert refused.returncode == 1 and message in refused.stderr, (extra, refused.stderr)
+        assert refused.stderr.count("\n") == 1

@@ -93,9 +93,49 @@ V2_CONTRIBUTIONS = """CREATE TABLE contributions (
     received_at REAL NOT NULL, PRIMARY KEY (study_id, device_id))"""
 
 
+def back_to_schema_3(raw: sqlite3.Connection) -> None:
+    """Rewrite a current store file as schema 3 wrote it: no ``studies.roster`` or
+    ``studies.filled_at``."""
+    raw.execute("ALTER TABLE studies DROP COLUMN roster")
+    raw.execute("ALTER TABLE studies DROP COLUMN filled_at")
+    raw.execute("PRAGMA user_version = 3")
+
+
+def test_a_schema_3_store_is_migrated_with_filled_rosters_marked(tmp_path):
+    """Schema 3 had rosters no larger than the quorum and no fill time: a study whose quorum had
+    registered is filled at its last registration (it goes on taking input), one still
+    registering is not, and fills when its quorum registers."""
+    path = tmp_path / "store.db"
+    s = open_store(path)
+    a, b = enroll(s, 1), enroll(s, 2)
+    s.create_study("full", "{}", "0" * 64, None, 2)
+    s.create_study("half", "{}", "1" * 64, None, 2)
+    s.register("full", a)
+    s.register("full", b)
+    s.register("half", a)
+    s.close()
+    raw = sqlite3.connect(path)
+    last = raw.execute("SELECT MAX(registered_at) FROM registrations WHERE study_id = 'full'").fetchone()[0]
+    back_to_schema_3(raw)
+    raw.commit()
+    raw.close()
+    s = open_store(path)
+    try:
+        full, half = s.get_study("full"), s.get_study("half")
+        assert (full.filled_at, full.capacity, full.roster_full) == (last, 2, True)
+        assert (half.filled_at, half.roster_full) == (None, False)
+        assert s.register("half", b)[1].roster_full
+        assert s.add_contribution(contribution("full", a, payload(1)))
+        assert "store schema 3 -> 4: rosters may be larger than the quorum" in [
+            e[3] for e in s.audit_log()]
+    finally:
+        s.close()
+
+
 def back_to_schema_2(raw: sqlite3.Connection) -> None:
     """Rewrite a current store file as schema 2 wrote it: no ``studies.parent``, and the
     contributions table's CHECK of two payload kinds."""
+    back_to_schema_3(raw)
     raw.execute("DROP INDEX studies_by_parent")
     raw.execute("ALTER TABLE studies DROP COLUMN parent")
     raw.execute("ALTER TABLE contributions RENAME TO c3")
@@ -136,7 +176,7 @@ def test_a_schema_2_store_is_migrated_to_take_refinement_rounds(tmp_path):
     finally:
         s.close()
     raw = sqlite3.connect(path)
-    assert raw.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 3
+    assert raw.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 4
     raw.close()
 
 
@@ -170,7 +210,7 @@ def test_a_schema_1_store_is_migrated_with_contributors_in_the_rosters(tmp_path)
     finally:
         s.close()
     raw = sqlite3.connect(path)
-    assert raw.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 3
+    assert raw.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 4
     raw.close()
 
 

@@ -1,0 +1,111 @@
+"""A roster larger than the quorum, and a collection window (issue 10, roster finding B): a
+roster device that never sends, crashed or hostile (registering is free), neither holds a study
+open forever nor, with a roster larger than the quorum, fails it. Real coordinator (TLS on
+loopback, SQLite), real agents."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import numpy as np
+import pytest
+from conftest import META, study_spec
+
+from fedsketch.common.pb import fedsketch_pb2 as pb
+from fedsketch.common.refine import RefineSpec
+from fedsketch.common.synthetic import gmm
+
+
+@pytest.fixture(scope="module")
+def parts():
+    x, _, _ = gmm(6_000, 3, 3, 3.0, seed=7)
+    return np.array_split(x, 5)
+
+
+def test_a_silent_roster_device_costs_a_larger_roster_nothing(coordinator_round, parts):
+    """Quorum 2, roster 3, window 1.5 s. A device joins and falls silent; two more join (the
+    second fills the quorum and sends at once; the third still joins a filled roster and sends);
+    a fourth finds the roster full and spends nothing. The window ends and the study decodes
+    from the two that sent."""
+    study = coordinator_round.create(study_spec(min_devices=2, roster=3, collect_seconds=1.5))
+    silent, first, late, extra = (coordinator_round.agent(f"r{i}", parts[i]) for i in range(4))
+    assert silent.step().registered == [study.study_id]  # ... and never steps again
+    out = first.step()
+    assert (out.registered, out.submitted) == ([], [study.study_id])  # it filled the quorum
+    assert late.step().submitted == [study.study_id]
+    refused = extra.step().refused[study.study_id]
+    assert "roster" in refused and "full (3 devices)" in refused
+    assert extra.ledger.spends() == []
+    shown = coordinator_round.operator().ShowStudy(pb.StudyRef(study_id=study.study_id),
+                                                   metadata=META)
+    assert (shown.state, shown.registered, shown.contributions) == (pb.COLLECTING, 3, 2)
+    done = coordinator_round.wait(study.study_id, timeout=30)
+    assert done.state == pb.DONE
+    assert coordinator_round.store.get_study(study.study_id).contributions == 2
+    log = [entry[3] for entry in coordinator_round.store.audit_log(1000)]
+    assert any("collection window of 1.5 s ended" in line for line in log)
+
+
+def test_the_window_ends_a_study_whose_quorum_never_sends(coordinator_round, parts):
+    """At roster = quorum, a silent roster device still cannot hold a study without a deadline
+    open forever: the window ends it as failed (the device that sent is told how many did)."""
+    study = coordinator_round.create(study_spec(min_devices=2, collect_seconds=1.0))
+    silent, sender = (coordinator_round.agent(f"w{i}", parts[i]) for i in range(2))
+    silent.step()
+    assert sender.step().submitted == [study.study_id]
+    failed = coordinator_round.wait(study.study_id, timeout=30)
+    assert failed.state == pb.FAILED
+    assert "collection window of 1 s ended: 1 of 2 devices contributed" in failed.detail
+
+
+def test_a_study_closes_once_its_whole_roster_has_sent_whatever_its_deadline(coordinator_round,
+                                                                             parts):
+    """Nothing more can come once every roster place has sent, so a deadline an hour away does
+    not keep the result waiting."""
+    study = coordinator_round.create(study_spec(min_devices=2, roster=2,
+                                                deadline=time.time() + 3600))
+    first, second = (coordinator_round.agent(f"d{i}", parts[i]) for i in range(2))
+    assert first.step().registered == [study.study_id]
+    assert second.step().submitted == [study.study_id]
+    assert first.step().submitted == [study.study_id]
+    assert coordinator_round.wait(study.study_id, timeout=5).state == pb.DONE
+
+
+def test_a_spec_refuses_a_roster_below_its_quorum_or_beside_secure_aggregation():
+    with pytest.raises(ValueError, match="roster takes min_devices = 3"):
+        study_spec(min_devices=3, roster=2)
+    with pytest.raises(ValueError, match="roster takes"):
+        study_spec(min_devices=3, roster=3.0)
+    with pytest.raises(ValueError, match="collect_seconds must be finite and > 0"):
+        study_spec(collect_seconds=0.0)
+    spec = study_spec(min_devices=2, roster=5, collect_seconds=60.0)
+    assert spec.capacity == 5 and type(spec).from_json(spec.to_json()) == spec
+    plain = study_spec()
+    assert "roster" not in plain.to_json() and "collect_seconds" not in plain.to_json()
+
+
+def test_a_round_takes_its_study_s_roster_and_decodes_without_the_device_that_left(
+        coordinator_round, parts):
+    """Quorum 3, roster 4: all four send the sketch (the whole roster: it decodes at once), one
+    never comes back; each round fills at three, closes at its deadline and decodes, so the
+    study is refined twice instead of being published with its start."""
+    r = coordinator_round
+    study = r.create(study_spec(refine=RefineSpec((1.0, 1.0), 2.0), min_devices=3, roster=4,
+                                collect_seconds=600.0))
+    agents = [r.agent(f"f{i}", parts[i]) for i in range(4)]
+    stop = time.monotonic() + 60
+    while r.store.get_study(study.study_id).state != "decoding":
+        assert time.monotonic() < stop
+        for a in agents:
+            a.step()
+    while (s := r.store.get_study(study.study_id)).state not in ("done", "failed"):
+        assert time.monotonic() < stop + 60
+        for a in agents[:3]:
+            a.step()
+        time.sleep(0.05)
+    full = json.loads(r.store.get_result(study.study_id))
+    assert s.state == "done" and full["refined_rounds"] == 2
+    rounds = r.store.rounds(study.study_id)
+    assert [(row.capacity, row.min_devices, row.contributions) for row in rounds] == [(4, 3, 3)] * 2
+    assert all(len(a.ledger.spends()) == 3 for a in agents[:3])
