@@ -11,8 +11,10 @@ encoding. A registration for a plain study is signed over
 
     SHA-256("fedsketch/registration/v1" ‖ L(study_id) ‖ L(device_id) ‖ L(spec_sha256))
 
-(its own domain, so a registration never verifies as a contribution or the reverse). The
-coordinator verifies both against the public key registered at enrollment.
+(its own domain, so a registration never verifies as a contribution or the reverse), and a
+device's leave of a roster it joined (before it contributed) over the same fields in the domain
+"fedsketch/leave/v1", so nobody but the device can take its place away. The coordinator
+verifies all three against the public key registered at enrollment.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
 DOMAIN = b"fedsketch/contribution/v1"
 REGISTRATION_DOMAIN = b"fedsketch/registration/v1"
+LEAVE_DOMAIN = b"fedsketch/leave/v1"
 PUBLIC_KEY_BYTES = 32
 SIGNATURE_BYTES = 64
 
@@ -47,9 +50,11 @@ def contribution_digest(study_id: str, device_id: str, n: float, spec_sha256: st
     return h.digest()
 
 
-def registration_digest(study_id: str, device_id: str, spec_sha256: str) -> bytes:
-    """The 32-byte digest a registration's signature covers (module docstring)."""
-    h = hashlib.sha256(REGISTRATION_DOMAIN)
+def registration_digest(study_id: str, device_id: str, spec_sha256: str,
+                        domain: bytes = REGISTRATION_DOMAIN) -> bytes:
+    """The 32-byte digest a registration's signature covers, or with ``domain`` =
+    :data:`LEAVE_DOMAIN` a leave's (module docstring)."""
+    h = hashlib.sha256(domain)
     for part in (field(study_id), field(device_id), field(spec_sha256)):
         h.update(part)
     return h.digest()

@@ -111,6 +111,14 @@ class Registration(_message.Message):
     signature: bytes
     def __init__(self, study_id: _Optional[str] = ..., device_id: _Optional[str] = ..., spec_sha256: _Optional[str] = ..., signature: _Optional[bytes] = ...) -> None: ...
 
+class LeaveReply(_message.Message):
+    __slots__ = ("left", "registered")
+    LEFT_FIELD_NUMBER: _ClassVar[int]
+    REGISTERED_FIELD_NUMBER: _ClassVar[int]
+    left: bool
+    registered: int
+    def __init__(self, left: _Optional[bool] = ..., registered: _Optional[int] = ...) -> None: ...
+
 class RegisterReply(_message.Message):
     __slots__ = ("duplicate", "stage", "registered", "input_seconds")
     DUPLICATE_FIELD_NUMBER: _ClassVar[int]

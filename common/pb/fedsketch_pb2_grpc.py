@@ -54,6 +54,11 @@ class DeviceStub:
                 request_serializer=fedsketch_dot_common_dot_pb_dot_fedsketch__pb2.Registration.SerializeToString,
                 response_deserializer=fedsketch_dot_common_dot_pb_dot_fedsketch__pb2.RegisterReply.FromString,
                 _registered_method=True)
+        self.Leave = channel.unary_unary(
+                '/fedsketch.v1.Device/Leave',
+                request_serializer=fedsketch_dot_common_dot_pb_dot_fedsketch__pb2.Registration.SerializeToString,
+                response_deserializer=fedsketch_dot_common_dot_pb_dot_fedsketch__pb2.LeaveReply.FromString,
+                _registered_method=True)
         self.Submit = channel.unary_unary(
                 '/fedsketch.v1.Device/Submit',
                 request_serializer=fedsketch_dot_common_dot_pb_dot_fedsketch__pb2.Contribution.SerializeToString,
@@ -103,6 +108,15 @@ class DeviceServicer:
     def Register(self, request, context):
         """Plain study: join its roster (idempotent). FAILED_PRECONDITION once the roster is full or
         the study is closed; the reply says whether input is open.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Leave(self, request, context):
+        """Plain study: leave its roster before contributing (idempotent), signed in its own domain.
+        A device that joined and can no longer take part frees its place for another.
+        FAILED_PRECONDITION for a device that already contributed.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -160,6 +174,11 @@ def add_DeviceServicer_to_server(servicer, server):
                     servicer.Register,
                     request_deserializer=fedsketch_dot_common_dot_pb_dot_fedsketch__pb2.Registration.FromString,
                     response_serializer=fedsketch_dot_common_dot_pb_dot_fedsketch__pb2.RegisterReply.SerializeToString,
+            ),
+            'Leave': grpc.unary_unary_rpc_method_handler(
+                    servicer.Leave,
+                    request_deserializer=fedsketch_dot_common_dot_pb_dot_fedsketch__pb2.Registration.FromString,
+                    response_serializer=fedsketch_dot_common_dot_pb_dot_fedsketch__pb2.LeaveReply.SerializeToString,
             ),
             'Submit': grpc.unary_unary_rpc_method_handler(
                     servicer.Submit,
@@ -290,6 +309,33 @@ class Device:
             '/fedsketch.v1.Device/Register',
             fedsketch_dot_common_dot_pb_dot_fedsketch__pb2.Registration.SerializeToString,
             fedsketch_dot_common_dot_pb_dot_fedsketch__pb2.RegisterReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Leave(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/fedsketch.v1.Device/Leave',
+            fedsketch_dot_common_dot_pb_dot_fedsketch__pb2.Registration.SerializeToString,
+            fedsketch_dot_common_dot_pb_dot_fedsketch__pb2.LeaveReply.FromString,
             options,
             channel_credentials,
             insecure,

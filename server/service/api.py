@@ -110,6 +110,13 @@ class DeviceService(pb_grpc.DeviceServicer):
                                 registered=row.registered, input_seconds=seconds)
 
     @_guard
+    def Leave(self, request, context):  # noqa: N802
+        """Leave a plain study's roster before contributing."""
+        left, row = self.c.leave(RegistrationMessage(
+            request.study_id, request.device_id, request.spec_sha256, request.signature))
+        return pb.LeaveReply(left=left, registered=row.registered)
+
+    @_guard
     def Submit(self, request, context):  # noqa: N802
         """One signed contribution."""
         kind = request.WhichOneof("payload")

@@ -47,7 +47,8 @@ from fedsketch.common.secure_rounds import SecureRound
 from fedsketch.common.study import StudySpec, spec_sha256
 from fedsketch.server.decode.pipeline import StudyResult, decode_sketch, decode_study, integer_sketch
 from fedsketch.server.errors import Code, Refusal
-from fedsketch.server.service.messages import RegistrationMessage, StageMessage, Submission
+from fedsketch.server.service.messages import StageMessage, Submission
+from fedsketch.server.service.roster import Roster
 from fedsketch.server.service.rounds import Rounds
 from fedsketch.server.service.secure_round import SecAggRound
 from fedsketch.server.store.base import (
@@ -67,13 +68,9 @@ log = logging.getLogger("fedsketch.coordinator")
 WATCH_INTERVAL = 0.5
 #: Most enrollment tokens one operator call may issue.
 MAX_TOKENS = 100_000
-#: How long (seconds) a plain study promises to take the contribution of a roster device it
-#: told to send (its input ticket), even if a close is requested meanwhile: longer than a
-#: device needs between its re-check and its Submit.
-TICKET_SECONDS = 120.0
 
 
-class Coordinator:
+class Coordinator(Roster):
     """Study lifecycle and validation, shared by the device and operator services."""
 
     def __init__(self, store: Store) -> None:
@@ -290,28 +287,6 @@ class Coordinator:
             self._settle(study_id, DECODING_FAILED, f"decoding failed: {exc}")
 
     # --- contributions -------------------------------------------------------------------------
-
-    def _plain_study(self, study_id: str, spec_sha256: str, what: str) -> None:
-        """Refuse a plain-round message for an unknown study (not_found), a secure-aggregation
-        study or another spec (failed_precondition)."""
-        row = self.store.get_study(study_id)
-        if self.spec(study_id).secure_aggregation is not None:
-            raise Refusal(Code.FAILED_PRECONDITION,
-                          "this study uses secure aggregation: send stage messages instead")
-        if spec_sha256 != row.spec_sha256:
-            raise Refusal(Code.FAILED_PRECONDITION,
-                          f"spec hash mismatch: the {what} was made for another spec")
-
-    def register(self, r: RegistrationMessage) -> tuple[bool, StudyRow, float]:
-        """Add a device to a plain study's roster, and once the roster is full give it an input
-        ticket; (duplicate, the study after, the ticket's seconds or 0). Raises Refusal."""
-        self._plain_study(r.study_id, r.spec_sha256, "registration")
-        key = self._enrolled_key(r.device_id)
-        digest = signing.registration_digest(r.study_id, r.device_id, r.spec_sha256)
-        if not signing.verify(key, digest, r.signature):
-            raise Refusal(Code.UNAUTHENTICATED, "invalid signature for this device and study")
-        added, row = self.store.register(r.study_id, r.device_id)
-        return not added, row, self.store.ticket(r.study_id, r.device_id, TICKET_SECONDS)
 
     def submit(self, c: Submission) -> tuple[bool, str]:
         """Validate and store one contribution; (duplicate, receipt). Raises Refusal."""

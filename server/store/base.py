@@ -209,6 +209,13 @@ class Store(ABC):
         """
 
     @abstractmethod
+    def leave(self, study_id: str, device_id: str) -> tuple[bool, StudyRow]:
+        """Take ``device_id`` off the study's roster in one transaction, freeing its place (the
+        roster stays filled); (removed, the study after). Idempotent: (False, row) for a device
+        not in the roster. StoreError: 'not_found' for an unknown study; 'failed_precondition'
+        for a device that contributed to it. Audited."""
+
+    @abstractmethod
     def ticket(self, study_id: str, device_id: str, seconds: float) -> float:
         """Give a roster device an input ticket: the coordinator's promise to take its
         contribution for ``seconds`` from now, even if a close is requested meanwhile. Returns

@@ -42,6 +42,7 @@ from fedsketch.server.store.sqlite_schema import (
     SCHEMA_VERSION,
     STUDY_SQL,
     migrate,
+    study_row,
 )
 
 _COORDINATOR = "coordinator"  # audit actor for writes not made on behalf of a device
@@ -49,11 +50,6 @@ _COORDINATOR = "coordinator"  # audit actor for writes not made on behalf of a d
 
 def _sha256_hex(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
-
-
-def _study_row(row: tuple) -> StudyRow:
-    return StudyRow(*row[:9], records=float(row[9]), registered=row[10], closing=row[11],
-                    parent=row[12], roster=row[13], filled_at=row[14])
 
 
 class SQLiteStore(Store):
@@ -139,17 +135,15 @@ class SQLiteStore(Store):
 
     @staticmethod
     def _log(c: sqlite3.Connection, actor: str, action: str, detail: str) -> None:
-        c.execute(
-            "INSERT INTO audit (at, actor, action, detail) VALUES (?, ?, ?, ?)",
-            (time.time(), actor, action, detail),
-        )
+        c.execute("INSERT INTO audit (at, actor, action, detail) VALUES (?, ?, ?, ?)",
+                  (time.time(), actor, action, detail))
 
     @staticmethod
     def _study(c: sqlite3.Connection, study_id: str) -> StudyRow:
         row = c.execute(STUDY_SQL.format(where="WHERE s.study_id = ?"), (study_id,)).fetchone()
         if row is None:
             raise StoreError(Code.NOT_FOUND, f"no study {study_id!r}")
-        return _study_row(row)
+        return study_row(row)
 
     def close(self) -> None:
         with self._lock:
@@ -187,9 +181,8 @@ class SQLiteStore(Store):
                 "INSERT INTO devices (device_id, public_key, label, enrolled_at) VALUES (?, ?, ?, ?)",
                 (device_id, public_key, label, now),
             )
-            c.execute(
-                "UPDATE tokens SET used_by = ?, used_at = ? WHERE token_sha256 = ?", (device_id, now, digest)
-            )
+            c.execute("UPDATE tokens SET used_by = ?, used_at = ? WHERE token_sha256 = ?",
+                      (device_id, now, digest))
             self._log(c, device_id, "enroll", f"label={label!r}")
         return device_id
 
@@ -222,15 +215,11 @@ class SQLiteStore(Store):
             return self._study(self._conn, study_id)
 
     def list_studies(self, states: tuple[str, ...] | None = None) -> list[StudyRow]:
-        if states is None:
-            rows = self._query(STUDY_SQL.format(where=""))
-        else:
-            marks = ", ".join("?" * len(states))
-            rows = self._query(STUDY_SQL.format(where=f"WHERE s.state IN ({marks})"), tuple(states))
-        return [_study_row(r) for r in rows]
+        where = "" if states is None else f"WHERE s.state IN ({', '.join('?' * len(states))})"
+        return [study_row(r) for r in self._query(STUDY_SQL.format(where=where), tuple(states or ()))]
 
     def rounds(self, parent: str) -> list[StudyRow]:
-        return [_study_row(r) for r in self._query(STUDY_SQL.format(where="WHERE s.parent = ?"),
+        return [study_row(r) for r in self._query(STUDY_SQL.format(where="WHERE s.parent = ?"),
                                                    (parent,))]
 
     def set_state(
@@ -275,13 +264,25 @@ class SQLiteStore(Store):
             self._log(c, device_id, "register", f"study {study_id!r}")
             return True, self._study(c, study_id)
 
+    def leave(self, study_id: str, device_id: str) -> tuple[bool, StudyRow]:
+        with self._tx() as c:
+            study = self._study(c, study_id)
+            if self._contributed(c, study_id, device_id):
+                raise StoreError(Code.FAILED_PRECONDITION, f"device {device_id!r} contributed to "
+                                 f"study {study_id!r}: a release cannot be withdrawn")
+            if not self._in_roster(c, study_id, device_id):
+                return False, study
+            c.execute("DELETE FROM registrations WHERE study_id = ? AND device_id = ?",
+                      (study_id, device_id))
+            self._log(c, device_id, "leave", f"study {study_id!r}")
+            return True, self._study(c, study_id)
+
     def ticket(self, study_id: str, device_id: str, seconds: float) -> float:
         with self._tx() as c:
             study = self._study(c, study_id)
             if (study.state not in ACCEPTING or study.closing is not None or not study.roster_full
                     or not self._in_roster(c, study_id, device_id)
-                    or c.execute("SELECT 1 FROM contributions WHERE study_id = ? AND device_id = ?",
-                                 (study_id, device_id)).fetchone()):
+                    or self._contributed(c, study_id, device_id)):
                 return 0.0
             c.execute("UPDATE registrations SET ticket_until = ? WHERE study_id = ? AND device_id = ?",
                       (time.time() + seconds, study_id, device_id))
@@ -305,6 +306,11 @@ class SQLiteStore(Store):
     @staticmethod
     def _in_roster(c: sqlite3.Connection, study_id: str, device_id: str) -> bool:
         return c.execute("SELECT 1 FROM registrations WHERE study_id = ? AND device_id = ?",
+                         (study_id, device_id)).fetchone() is not None
+
+    @staticmethod
+    def _contributed(c: sqlite3.Connection, study_id: str, device_id: str) -> bool:
+        return c.execute("SELECT 1 FROM contributions WHERE study_id = ? AND device_id = ?",
                          (study_id, device_id)).fetchone() is not None
 
     # contributions

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import sqlite3
 
-from fedsketch.server.store.base import KINDS, STATES
+from fedsketch.server.store.base import KINDS, STATES, StudyRow
 
 SCHEMA_VERSION = 4
 
@@ -102,6 +102,12 @@ FROM studies AS s LEFT JOIN contributions AS c ON c.study_id = s.study_id
 GROUP BY s.study_id
 ORDER BY s.created_at, s.study_id
 """
+
+def study_row(row: tuple) -> StudyRow:
+    """A row of :data:`STUDY_SQL` as a :class:`StudyRow`."""
+    return StudyRow(*row[:9], records=float(row[9]), registered=row[10], closing=row[11],
+                    parent=row[12], roster=row[13], filled_at=row[14])
+
 
 CONTRIBUTION_COLUMNS = "study_id, device_id, n, kind, payload, payload_sha256, signature, received_at"
 

@@ -8,10 +8,12 @@ from __future__ import annotations
 import json
 import time
 
+import grpc
 import numpy as np
 import pytest
 from conftest import META, study_spec
 
+from fedsketch.common import signing
 from fedsketch.common.pb import fedsketch_pb2 as pb
 from fedsketch.common.refine import RefineSpec
 from fedsketch.common.synthetic import gmm
@@ -109,3 +111,51 @@ def test_a_round_takes_its_study_s_roster_and_decodes_without_the_device_that_le
     rounds = r.store.rounds(study.study_id)
     assert [(row.capacity, row.min_devices, row.contributions) for row in rounds] == [(4, 3, 3)] * 2
     assert all(len(a.ledger.spends()) == 3 for a in agents[:3])
+
+
+def roster_message(study: pb.Study, device_id: str, key: bytes,
+                   domain: bytes = signing.LEAVE_DOMAIN) -> pb.Registration:
+    """A registration (or, by default, a leave) of ``device_id`` signed with ``key``."""
+    digest = signing.registration_digest(study.study_id, device_id, study.spec_sha256, domain)
+    return pb.Registration(study_id=study.study_id, device_id=device_id,
+                           spec_sha256=study.spec_sha256, signature=signing.sign(key, digest))
+
+
+def test_a_device_leaves_a_roster_and_its_place_goes_to_another(coordinator_round, parts):
+    """Roster (and quorum) of two, filled by a and c; b finds it full. c leaves, signed: the
+    roster stays filled (input stays open) and b takes c's place at once. Nobody can leave in
+    another device's name, a registration's signature is not a leave, a second leave changes
+    nothing, and a device that contributed cannot withdraw."""
+    r = coordinator_round
+    study = r.create(study_spec(min_devices=2))
+    a, b, c = (r.agent(f"l{i}", parts[i]) for i in range(3))
+    ids = {x: x.ledger.identity() for x in (a, b, c)}
+    stub = r.device_stub()
+    for x in (a, c):
+        stub.Register(roster_message(study, ids[x].device_id, ids[x].private_key,
+                                     signing.REGISTRATION_DOMAIN))
+    with pytest.raises(grpc.RpcError) as err:
+        stub.Register(roster_message(study, ids[b].device_id, ids[b].private_key,
+                                     signing.REGISTRATION_DOMAIN))
+    assert err.value.code() == grpc.StatusCode.FAILED_PRECONDITION and "full" in err.value.details()
+    for forged in (roster_message(study, ids[c].device_id, ids[b].private_key),
+                   roster_message(study, ids[c].device_id, ids[c].private_key,
+                                  signing.REGISTRATION_DOMAIN)):
+        with pytest.raises(grpc.RpcError) as err:
+            stub.Leave(forged)
+        assert err.value.code() == grpc.StatusCode.UNAUTHENTICATED
+    leave = roster_message(study, ids[c].device_id, ids[c].private_key)
+    assert (stub.Leave(leave).left, stub.Leave(leave).left) == (True, False)
+    row = r.store.get_study(study.study_id)
+    assert (row.registered, row.roster_full) == (1, True)
+    joined = stub.Register(roster_message(study, ids[b].device_id, ids[b].private_key,
+                                          signing.REGISTRATION_DOMAIN))
+    assert joined.stage == pb.PLAIN_INPUT and joined.input_seconds > 0
+    assert a.step().submitted == [study.study_id]
+    with pytest.raises(grpc.RpcError) as err:
+        stub.Leave(roster_message(study, ids[a].device_id, ids[a].private_key))
+    assert err.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+    assert "cannot be withdrawn" in err.value.details()
+    assert b.step().submitted == [study.study_id]
+    assert r.wait(study.study_id, timeout=30).state == pb.DONE
+    assert any(e[2] == "leave" and e[1] == ids[c].device_id for e in r.store.audit_log(1000))

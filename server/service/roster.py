@@ -1,0 +1,60 @@
+"""A plain study's roster, as the coordinator keeps it: signed registrations and leaves.
+
+Devices join a plain study's roster (signed, spending nothing); once its quorum has joined,
+each roster device that asks gets an input ticket: the coordinator's promise to take its
+contribution for :data:`TICKET_SECONDS`, even if a close is requested meanwhile. A device that
+joined and can no longer take part leaves, signed in its own domain
+(:data:`~fedsketch.common.signing.LEAVE_DOMAIN`), and frees its place for another; nobody else
+can take a device's place away, and a device that contributed cannot leave.
+"""
+
+from __future__ import annotations
+
+from fedsketch.common import signing
+from fedsketch.server.errors import Code, Refusal
+from fedsketch.server.service.messages import RegistrationMessage
+from fedsketch.server.store.base import Store, StudyRow
+
+#: How long (seconds) a plain study promises to take the contribution of a roster device it
+#: told to send (its input ticket), even if a close is requested meanwhile: longer than a
+#: device needs between its re-check and its Submit.
+TICKET_SECONDS = 120.0
+
+
+class Roster:
+    """The roster calls of :class:`~fedsketch.server.service.coordinator.Coordinator`, which
+    provides ``store``, ``spec`` and ``_enrolled_key``."""
+
+    store: Store
+
+    def _plain_study(self, study_id: str, spec_sha256: str, what: str) -> None:
+        """Refuse a plain-round message for an unknown study (not_found), a secure-aggregation
+        study or another spec (failed_precondition)."""
+        row = self.store.get_study(study_id)
+        if self.spec(study_id).secure_aggregation is not None:
+            raise Refusal(Code.FAILED_PRECONDITION,
+                          "this study uses secure aggregation: send stage messages instead")
+        if spec_sha256 != row.spec_sha256:
+            raise Refusal(Code.FAILED_PRECONDITION,
+                          f"spec hash mismatch: the {what} was made for another spec")
+
+    def _check_roster_message(self, r: RegistrationMessage, domain: bytes, what: str) -> None:
+        """Refuse a registration or leave (``domain``) that is not for a plain study of this spec
+        or is not signed by an enrolled device."""
+        self._plain_study(r.study_id, r.spec_sha256, what)
+        digest = signing.registration_digest(r.study_id, r.device_id, r.spec_sha256, domain)
+        if not signing.verify(self._enrolled_key(r.device_id), digest, r.signature):
+            raise Refusal(Code.UNAUTHENTICATED, f"invalid {what} signature for this device and study")
+
+    def register(self, r: RegistrationMessage) -> tuple[bool, StudyRow, float]:
+        """Add a device to a plain study's roster, and once the roster is full give it an input
+        ticket; (duplicate, the study after, the ticket's seconds or 0). Raises Refusal."""
+        self._check_roster_message(r, signing.REGISTRATION_DOMAIN, "registration")
+        added, row = self.store.register(r.study_id, r.device_id)
+        return not added, row, self.store.ticket(r.study_id, r.device_id, TICKET_SECONDS)
+
+    def leave(self, r: RegistrationMessage) -> tuple[bool, StudyRow]:
+        """Take a device that has not contributed off a plain study's roster, at its signed
+        word; (whether it was on it, the study after). Raises Refusal."""
+        self._check_roster_message(r, signing.LEAVE_DOMAIN, "leave")
+        return self.store.leave(r.study_id, r.device_id)
