@@ -2,7 +2,13 @@
 
 The order is what makes a release safe (DESIGN §3, §6). A plain study first fills its roster:
 the device joins it (steps 1–2, and under replace-one a count of the records against
-``min_records``), spending nothing, and waits; only once the roster is full does it go on:
+``min_records``), spending nothing, sets the study's cost aside in its ledger (a reservation,
+:mod:`.ledger_reservations`: it joins no more studies than its budget can pay for, after a
+restart too) and waits; only once the roster is full does it go on. A reservation ends with
+the spend or once the study is no longer listed; past the study's deadline (or
+:data:`~.ledger_reservations.RESERVATION_SECONDS` for a study without one) it no longer counts,
+and if the roster fills later the budget is checked again (step 1). A study the device left is
+not handled again.
 
 1. public checks: the study's spec JSON hashes to the announced spec hash, its Ω‖ξ hash
    recomputes, a secure-aggregation threshold is safe under the study's stated assumptions
@@ -38,6 +44,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import time
 from dataclasses import replace
 
 import grpc
@@ -53,6 +60,7 @@ from fedsketch.common.spec import release_sketch
 from fedsketch.common.study import StudySpec, spec_sha256
 
 from .ledger import DEFAULT_SOURCE, BudgetExceeded, Identity, Ledger, LedgerError, Spend
+from .ledger_reservations import RESERVATION_SECONDS
 from .localdata import DATA_ERRORS, DataFeed, Retry, data_refusal, log_clipped
 from .secure_steps import SECURE_KIND, SecureSteps, Session
 from .study_pass import RPC_TIMEOUT, Admitted, Outcome, fault_point, spend_labels
@@ -91,13 +99,12 @@ class Agent(SecureSteps):
         self.bytes_sent = 0
         self._refused: set[str] = set()
         self._sessions: dict[str, Session] = {}
-        #: plain studies joined whose roster is not full yet, with the (ε, δ) they will take
-        self._waiting: dict[str, tuple[float, float]] = {}
 
     @property
     def waiting(self) -> bool:
-        """Whether the device has joined a roster that is not full yet (it should poll often)."""
-        return bool(self._waiting)
+        """Whether the device holds a live reservation of its source: it joined a roster that is
+        not full yet (it should poll often)."""
+        return any(r.source == self.source for r in self.ledger.reservations())
 
     def ensure_enrolled(self, coordinator: str, token: str | None, label: str) -> Identity:
         """The stored identity, or a new Ed25519 key enrolled with ``token``."""
@@ -128,10 +135,13 @@ class Agent(SecureSteps):
         self._settle()
         studies = self.stub.ListStudies(pb.ListStudiesRequest(), timeout=RPC_TIMEOUT).studies
         listed = {study.study_id for study in studies}
-        self._waiting = {sid: cost for sid, cost in self._waiting.items() if sid in listed}
         self._sessions = {sid: s for sid, s in self._sessions.items() if sid in listed}
+        mine = [r for r in self.ledger.joined() if r.source == self.source]  # not another daemon's
+        for closed in (r.study_id for r in mine if r.study_id not in listed):
+            self.ledger.end_reservation(closed)
+        left = {r.study_id for r in mine if r.left_at is not None}
         for study in studies:
-            if study.study_id in self._refused:
+            if study.study_id in self._refused or study.study_id in left:
                 continue
             if self.ledger.find(study.study_id) is not None and study.study_id not in self._sessions:
                 continue  # released once already (the stored bytes are re-sent above)
@@ -142,6 +152,7 @@ class Agent(SecureSteps):
             if reason is not None:
                 if not isinstance(reason, Retry):
                     self._refused.add(study.study_id)
+                    self.ledger.end_reservation(study.study_id)  # it will not contribute
                 out.refused[study.study_id] = reason
                 log.warning("refused study %s: %s", printable(study.study_id), reason)
         return out
@@ -207,13 +218,14 @@ class Agent(SecureSteps):
     def _admit(self, study_id: str, spec: StudySpec, cost: tuple[float, float],
                parent: str | None = None) -> Admitted | str:
         """The checks every release shares: the owner's policy allows the study (its name and
-        whole ε), the budget covers ``cost`` (ε, δ) besides what other joined studies reserve and
-        the rounds still to come of studies whose sketch it paid (but ``parent``'s, which a round
-        of it pays from), and the data opens with the study's d."""
+        whole ε), the budget covers ``cost`` (ε, δ) besides what the ledger's reservations and this
+        agent's secure sessions set aside for other joined studies and the rounds still to come
+        of studies whose sketch it paid (but ``parent``'s, which a round of it pays from), and
+        the data opens with the study's d."""
         if (reason := self.ledger.policy().refusal(spec.name, spec.total_epsilon)) is not None:
             return reason
-        if (reason := self.ledger.refusal(self.source, *cost, self._reserved(study_id),
-                                          study=parent)) is not None:
+        if (reason := self.ledger.refusal(self.source, *cost, self._in_sessions(study_id),
+                                          study_id=study_id, parent=parent)) is not None:
             return Retry(reason)  # the budget: a reservation may end or the owner raise it
         try:
             data = self.data()
@@ -223,13 +235,22 @@ class Agent(SecureSteps):
             return f"the study wants d = {spec.sketch.frequencies.d}, the data has {data.d}"
         return Admitted(spec, Box(spec.lo, spec.hi), data)
 
-    def _reserved(self, other_than: str) -> tuple[float, float]:
-        """(ε, δ) promised to studies this device joined and has not spent on yet (other than
-        ``other_than``): a device joins no more studies than its budget can pay for."""
-        costs = [cost for sid, cost in self._waiting.items() if sid != other_than]
-        costs += [(s.epsilon, 0.0) for sid, s in self._sessions.items()
-                  if sid != other_than and not s.left and pb.MASKED_INPUT not in s.done]
-        return math.fsum(c[0] for c in costs), math.fsum(c[1] for c in costs)
+    def _in_sessions(self, other_than: str) -> tuple[float, float]:
+        """(ε, δ) promised to secure-aggregation rounds this device joined and has not spent on
+        yet (other than ``other_than``). They live in memory, as the round's keys do (a restart
+        drops out of them); the plain studies joined are the ledger's reservations."""
+        eps = [s.epsilon for sid, s in self._sessions.items()
+               if sid != other_than and not s.left and pb.MASKED_INPUT not in s.done]
+        return math.fsum(eps), 0.0
+
+    def _reserve(self, study: pb.Study, admitted: Admitted) -> None:
+        """Set the cost of the plain study whose roster the device just joined aside in the
+        ledger (:attr:`Admitted.reserve`) until its deadline, else for
+        :data:`~.ledger_reservations.RESERVATION_SECONDS`."""
+        deadline = admitted.deadline
+        expires_at = time.time() + RESERVATION_SECONDS if deadline is None else deadline
+        self.ledger.reserve(study.study_id, spend_labels(admitted.spec, admitted.round)["study_name"],
+                            self.source, *admitted.reserve, expires_at)
 
     def _count(self, admitted: Admitted) -> int | str:
         """One pass counting the records of a replace-one study (n is public there): n, or why the
@@ -249,30 +270,34 @@ class Agent(SecureSteps):
 
     def _plain_step(self, identity: Identity, study: pb.Study, out: Outcome) -> str | None:
         """Join the study's roster (spending nothing; under replace-one only with enough records,
-        counted first), then, once the roster is full, contribute; the reason if refused."""
+        counted first) and reserve its cost, then, once the roster is full, contribute; the
+        reason if refused. A study with a reservation (even expired; maybe from before a
+        restart) was joined: it is waited for while its roster fills."""
         sid = study.study_id
-        if study.stage == pb.REGISTER and sid in self._waiting:
+        joined = self.ledger.reservation(sid) is not None
+        if study.stage == pb.REGISTER and joined:
             return None  # joined; the roster is not full yet
         admitted = self._check(study)
         if isinstance(admitted, str):
             return admitted
-        if sid not in self._waiting and admitted.spec.sketch.privacy.neighbouring == "replace_one":
+        if not joined and admitted.spec.sketch.privacy.neighbouring == "replace_one":
             if isinstance(counted := self._count(admitted), str):
                 return counted
         reply = self._register(identity, study)
         if isinstance(reply, str):
             return reply
         if reply.stage == pb.REGISTER:
-            if sid not in self._waiting:
-                self._waiting[sid] = admitted.cost
+            if not joined:
+                self._reserve(study, admitted)
                 out.registered.append(sid)
             return None
-        self._waiting.pop(sid, None)
         if reply.stage != pb.PLAIN_INPUT:
+            self.ledger.end_reservation(sid)
             return None  # closing: no input is taken from devices not told to send already
         reason = self._contribute(identity, study, admitted)
         if reason is None:
             out.submitted.append(sid)
+            self.ledger.end_reservation(sid)  # the spend counts instead
         return reason
 
     def _register(self, identity: Identity, study: pb.Study,

@@ -217,18 +217,26 @@ def device_budget(
     ledger: LedgerOpt,
     as_json: Annotated[bool, typer.Option("--json", help="JSON on stdout.")] = False,
 ) -> None:
-    """The device's budgets (what each source may spend, has spent, has left), its policy, every
-    spend with its time, study and outcome, and the owner's log of budget changes."""
+    """The device's budgets (what each source may spend, has spent, has left, and how much of
+    that is reserved), its policy, the studies whose roster it joined and that reserve part of
+    the budget, every spend with its time, study and outcome, and the owner's log of budget
+    changes."""
     with clean_errors():
         with _existing(ledger) as book:
             budgets = book.sources()
             spent = {s: book.spent(s) for s in budgets}
+            reserved = {s: book.reserved(s) for s in budgets}
             policy, spends, history = book.policy(), book.spends(), book.history()
+            joined = book.reservations()
     sources = {name: {"epsilon": b.epsilon, "delta": b.delta, "spent_epsilon": spent[name][0],
                       "spent_delta": spent[name][1],
                       "remaining_epsilon": max(0.0, b.epsilon - spent[name][0]),
-                      "remaining_delta": max(0.0, b.delta - spent[name][1])}
+                      "remaining_delta": max(0.0, b.delta - spent[name][1]),
+                      "reserved_epsilon": reserved[name][0], "reserved_delta": reserved[name][1]}
                for name, b in budgets.items()}
+    held = [{"study_id": r.study_id, "study": r.study_name, "source": r.source,
+             "epsilon": r.epsilon, "delta": r.delta, "joined_at": r.joined_at,
+             "expires_at": r.expires_at} for r in joined]
     rows = [{"study_id": s.study_id, "study": s.study_name, "source": s.source,
              "epsilon": s.epsilon, "delta": s.delta, "n": s.n, "spent_at": s.spent_at,
              "state": _state(s), "parent": s.parent, "round": s.round} for s in spends]
@@ -241,20 +249,33 @@ def device_budget(
                 for h in history]
     if as_json:
         typer.echo(json.dumps({"sources": sources, "policy": json.loads(policy.to_json()),
-                               "spends": rows, "studies": studies, "history": log_rows}))
+                               "reserved": held, "spends": rows, "studies": studies,
+                               "history": log_rows}))
         return
     console = Console()
     table = Table(title=escape(f"budget of {ledger}"))
     for col in ("source", "ε budget", "ε spent", "ε left", "δ budget", "δ spent"):
         table.add_column(col, justify="left" if col == "source" else "right")
     for name, b in sources.items():
-        table.add_row(_shown(name), f"{b['epsilon']:g}", f"{b['spent_epsilon']:g}",
-                      f"{b['remaining_epsilon']:g}", f"{b['delta']:g}", f"{b['spent_delta']:g}")
+        left = f"{b['remaining_epsilon']:g}"
+        if b["reserved_epsilon"] > 0:
+            left += f" ({b['reserved_epsilon']:g} of it reserved)"
+        table.add_row(_shown(name), f"{b['epsilon']:g}", f"{b['spent_epsilon']:g}", left,
+                      f"{b['delta']:g}", f"{b['spent_delta']:g}")
     console.print(table)
     console.print(f"policy: studies {', '.join(policy.studies)}; coordinators "
                   f"{', '.join(policy.coordinators)}; largest ε per study "
                   f"{'none' if policy.max_epsilon is None else f'{policy.max_epsilon:g}'}",
                   markup=False)
+    held_table = Table(title="reserved (rosters joined, not full yet: nothing spent, the budget "
+                             "set aside until the expiry)")
+    for col in ("joined", "study", "source", "ε", "δ", "expires"):
+        held_table.add_column(col)
+    for r in held:
+        held_table.add_row(_when(r["joined_at"]), _shown(f"{r['study']} ({r['study_id']})"),
+                           _shown(r["source"]), f"{r['epsilon']:g}", f"{r['delta']:g}",
+                           _when(r["expires_at"]))
+    console.print(held_table)
     spent_table = Table(title="spends (round 0 is a study's sketch, 1.. its refinement rounds)")
     for col in ("when", "study", "round", "source", "ε", "ε of the study", "δ", "records", "outcome"):
         spent_table.add_column(col)

@@ -18,10 +18,15 @@ Contract:
       :meth:`Ledger.pending`) and never draws fresh noise.
       Checks and insert run under ``BEGIN IMMEDIATE``, so two processes sharing the file cannot
       both pass the check.
+    * While the device waits in the roster of a plain study it joined, it sets the study's cost
+      aside (:meth:`Ledger.reserve`, :mod:`.ledger_reservations`) until it spends on it, leaves
+      it, or the reservation expires (the study's deadline, else a day after joining). The
+      reservations are rows of the file, so a restarted daemon still counts them:
+      :meth:`Ledger.refusal` sets them aside; :meth:`Ledger.record_spend` does not.
     * The file also keeps the device identity (Ed25519 private key bytes, device id, coordinator
       address), so it is created owner-only (mode 0600).
 
-Opening a schema-1 or schema-2 file migrates it once
+Opening a schema-1, 2 or 3 file migrates it once
 (:mod:`.ledger_schema`); the records the ledger returns are in :mod:`.ledger_records`.
 
 A connection is used from the thread that opened the ledger (sqlite3's default).
@@ -46,8 +51,9 @@ from .ledger_records import (
     Spend,
     check_budget,
     check_source,
-    fits,
+    over_budget,
 )
+from .ledger_reservations import Reservation, Reservations
 from .ledger_schema import (
     DEFAULT_SOURCE,
     FORMAT,
@@ -64,14 +70,15 @@ from .ledger_schema import (
 from .policy import Policy
 
 __all__ = ["DEFAULT_SOURCE", "SCHEMA_VERSION", "Budget", "BudgetChange", "BudgetExceeded",
-           "Identity", "Ledger", "LedgerError", "Spend"]
+           "Identity", "Ledger", "LedgerError", "Reservation", "Spend"]
 
 _BUSY_TIMEOUT_S = 30.0
 
 
-class Ledger:
+class Ledger(Reservations):
     """An open ledger file (created empty, owner-only, if missing). Raises :class:`LedgerError` for a
-    file that is not a readable ledger of a schema version this code reads."""
+    file that is not a readable ledger of a schema version this code reads. Its reservation
+    methods come from :class:`~.ledger_reservations.Reservations`."""
 
     def __init__(self, path: str | os.PathLike) -> None:
         self.path = os.fspath(path)
@@ -262,16 +269,18 @@ class Ledger:
         return None if (row := row.fetchone()) is None else Spend(*row)
 
     def refusal(self, source: str, epsilon: float, delta: float,
-                reserved: tuple[float, float] = (0.0, 0.0), study: str | None = None) -> str | None:
-        """Why a study asking (ε, δ) cannot be charged to ``source`` now (the owner's largest ε
-        per study, or the budget left once ``reserved`` (ε, δ), promised to studies the device
-        joined but has not spent on yet, and the rounds still to come of studies whose sketch
-        it paid (:func:`~.ledger_schema.promised`; those of ``study``, whose round asks, are
-        what it pays from) are set aside), or None. :meth:`record_spend` decides the same way,
-        without reservations."""
-        kept = promised(self._conn, source, study)
-        return self._refusal(self._conn, source, epsilon, delta,
-                             (reserved[0] + kept, reserved[1]))
+                extra: tuple[float, float] = (0.0, 0.0), *, study_id: str | None = None,
+                parent: str | None = None) -> str | None:
+        """Why a study asking (ε, δ) cannot be charged to ``source`` now, or None: the owner's
+        largest ε per study, or a budget that cannot cover it besides what is set aside: the live
+        reservations of studies the device joined (:meth:`reserved`; not that of ``study_id``,
+        the study asking), ``extra`` (ε, δ) promised outside the ledger (the agent's secure
+        sessions, held in its memory), and the rounds to come of studies whose sketch it paid
+        (:func:`~.ledger_schema.promised`; not those of ``parent``, whose round asks and is paid
+        from them). :meth:`record_spend` decides the same way, without reservations."""
+        joined, kept = self.reserved(source, other_than=study_id), promised(self._conn, source, parent)
+        set_aside = (math.fsum((extra[0], joined[0], kept)), math.fsum((extra[1], joined[1])))
+        return self._refusal(self._conn, source, epsilon, delta, set_aside)
 
     def _refusal(self, db: sqlite3.Connection, source: str, epsilon: float, delta: float,
                  reserved: tuple[float, float] = (0.0, 0.0), parent: str | None = None) -> str | None:
@@ -280,17 +289,7 @@ class Ledger:
         study = epsilon if parent is None else math.fsum((study_spent(db, parent), epsilon))
         if max_eps is not None and study > max_eps:
             return f"it asks ε = {study:g}; the device's policy allows at most {max_eps:g} per study"
-        eps_sum, delta_sum = self._sums(db, source)
-        eps_sum, delta_sum = eps_sum + reserved[0], delta_sum + reserved[1]
-        if not fits(eps_sum, epsilon, budget.epsilon):
-            return (f"insufficient budget: it asks ε = {epsilon:g}, "
-                    f"{max(0.0, budget.epsilon - eps_sum):g} of {budget.epsilon:g} remains for "
-                    f"source {source!r}")
-        if not fits(delta_sum, delta, budget.delta):
-            return (f"insufficient budget: it asks δ = {delta:g}, "
-                    f"{max(0.0, budget.delta - delta_sum):g} of {budget.delta:g} remains for "
-                    f"source {source!r}" + (" (a pure-ε budget)" if budget.delta == 0 else ""))
-        return None
+        return over_budget(source, budget, self._sums(db, source), reserved, epsilon, delta)
 
     def round_refusal(self, parent: str, round: int) -> str | None:
         """Why the device may not release for round ``round`` of study ``parent`` (it already
@@ -306,7 +305,7 @@ class Ledger:
 
         Raises ValueError for ε not finite and > 0, δ not finite and ≥ 0, or n not finite;
         LedgerError if this study already has a spend or ``source`` has no budget; BudgetExceeded
-        if the owner's policy declines ε or the budget cannot cover it (:func:`fits`, for ε and
+        if the owner's policy declines ε or the budget cannot cover it (:func:`.fits`, for ε and
         for δ; for a refinement ``round`` of the study ``parent``, the owner's largest ε per study
         caps what that study has taken in all, and LedgerError if that round was released
         already, under any study id). The checks run inside the write transaction,

@@ -1,5 +1,5 @@
 """What a device's ledger holds and returns: budgets, log lines, spends, the identity, and the
-ledger's two refusals."""
+ledger's refusals (an exceeded budget, a conflicting record) with the budget check's wording."""
 
 from __future__ import annotations
 
@@ -92,6 +92,22 @@ def fits(spent: float, asked: float, budget: float) -> bool:
     spent + asked ≤ budget·(1 + 10⁻¹²), the sum taken exactly (math.fsum). The slack is relative,
     so a budget of 0 (a pure-ε device's δ) admits nothing above 0."""
     return asked <= 0 or math.fsum((spent, asked)) <= budget * (1.0 + BUDGET_SLACK)
+
+
+def over_budget(source: str, budget: Budget, spent: tuple[float, float],
+                set_aside: tuple[float, float], epsilon: float, delta: float) -> str | None:
+    """Why a spend of (ε, δ) does not fit ``source``'s ``budget`` (:func:`fits`) on top of what it
+    ``spent`` (ε, δ) and what is ``set_aside`` (ε, δ) for studies the device joined or whose
+    rounds are still to come, or None."""
+    for name, asked, total, used, held in (("ε", epsilon, budget.epsilon, spent[0], set_aside[0]),
+                                           ("δ", delta, budget.delta, spent[1], set_aside[1])):
+        taken = math.fsum((used, held))
+        if not fits(taken, asked, total):
+            return (f"insufficient budget: it asks {name} = {asked:g}, "
+                    f"{max(0.0, total - taken):g} of {total:g} remains for source {source!r}"
+                    + (f", with {held:g} set aside for studies it joined" if held > 0 else "")
+                    + (" (a pure-ε budget)" if name == "δ" and total == 0 else ""))
+    return None
 
 
 def check_source(name: str) -> str:

@@ -1,4 +1,10 @@
-"""The ledger's SQLite layout: schema version 3, and the one-time migrations from schemas 1 and 2.
+"""The ledger's SQLite layout: schema version 4, and the one-time migrations from schemas 1 to 3.
+
+Schema 4 adds the ``reservations`` table: the studies whose roster the device joined, with the
+(ε, δ) it sets aside for each until it spends on it, leaves it, or the reservation expires
+(:mod:`.ledger_reservations`). Schema 3 kept them in the daemon's memory, so a restart forgot
+them and the device could join more studies than its budget could pay for.
+:func:`migrate_v3` adds the table, empty (what a schema-3 daemon had joined was in its memory).
 
 Schema 3 adds three columns to ``spends``: ``parent``, the study a refinement round's spend
 belongs to (NULL for a study's own sketch), ``round`` (0 for the sketch, t for refinement round
@@ -25,7 +31,7 @@ from .policy import Policy
 
 log = logging.getLogger("fedsketch.device")
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 FORMAT = "fedsketch.ledger"
 #: The source of a device that declares no other.
 DEFAULT_SOURCE = "default"
@@ -70,6 +76,16 @@ CREATE TABLE spends (
     study_epsilon  REAL
 );
 CREATE INDEX spends_by_source ON spends (source);
+CREATE TABLE reservations (
+    study_id   TEXT PRIMARY KEY,
+    study_name TEXT NOT NULL,
+    source     TEXT NOT NULL REFERENCES sources (name),
+    epsilon    REAL NOT NULL,
+    delta      REAL NOT NULL,
+    joined_at  REAL NOT NULL,
+    expires_at REAL NOT NULL,
+    left_at    REAL
+);
 CREATE TABLE identity (
     id          INTEGER PRIMARY KEY CHECK (id = 1),
     device_id   TEXT NOT NULL,
@@ -83,10 +99,14 @@ V2_COLUMNS = ("study_id, study_name, source, epsilon, delta, n, kind, payload, p
 SPEND_COLUMNS = V2_COLUMNS + ", parent, round, study_epsilon"
 
 
-def create_schema(db: sqlite3.Connection, *, skip: tuple[str, ...] = ()) -> None:
-    """Create every table and index of :data:`SCHEMA` except the tables named in ``skip``."""
+def create_schema(db: sqlite3.Connection, *, skip: tuple[str, ...] = (),
+                  only: tuple[str, ...] | None = None) -> None:
+    """Create every table and index of :data:`SCHEMA` except the tables named in ``skip`` (or,
+    with ``only``, just the tables named there)."""
     for statement in SCHEMA.split(";"):
-        if statement.strip() and not any(f"TABLE {name} " in statement for name in skip):
+        if not statement.strip() or any(f"TABLE {name} " in statement for name in skip):
+            continue
+        if only is None or any(f"TABLE {name} " in statement for name in only):
             db.execute(statement)
 
 
@@ -166,9 +186,18 @@ def migrate_v2(db: sqlite3.Connection) -> None:
     db.execute("ALTER TABLE spends ADD COLUMN parent TEXT")
     db.execute("ALTER TABLE spends ADD COLUMN round INTEGER NOT NULL DEFAULT 0")
     db.execute("ALTER TABLE spends ADD COLUMN study_epsilon REAL")
-    set_settings(db, schema_version=str(SCHEMA_VERSION))
+    set_settings(db, schema_version="3")
     log_change(db, "migrate", None, None, None, "schema 2 → 3: spends record the study a "
                "refinement round belongs to, the round, and a study's whole ε")
+
+
+def migrate_v3(db: sqlite3.Connection) -> None:
+    """Schema 3 → 4 (module docstring), inside the caller's write transaction: the empty
+    ``reservations`` table."""
+    create_schema(db, only=("reservations",))
+    set_settings(db, schema_version="4")
+    log_change(db, "migrate", None, None, None, "schema 3 → 4: the studies whose roster the "
+               "device joined, and the budget set aside for them, are kept in the ledger")
 
 
 def drop_out_of_box(db: sqlite3.Connection, settings: dict[str, str]) -> str | None:
@@ -200,11 +229,13 @@ def upgrade(db: sqlite3.Connection, path: str) -> None:
         log.warning("%s: migrated from schema 1; its budget is what it had spent, so "
                     "nothing remains until `fedsketch device raise-budget`", path)
         return
-    if version not in ("2", str(SCHEMA_VERSION)):
+    if version not in ("2", "3", str(SCHEMA_VERSION)):
         raise LedgerError(f"{path} has ledger schema version {version!r}; this code reads "
                           f"versions 1 to {SCHEMA_VERSION} (written by a newer fedsketch?)")
     if version == "2":
         migrate_v2(db)
+    if version in ("2", "3"):
+        migrate_v3(db)
     if drop_out_of_box(db, settings) == "refuse":
         log.warning("%s: the owner's policy out-of-box = refuse is no longer offered "
                     "(the refusal would reveal the records); records are clipped", path)

@@ -451,7 +451,7 @@ def test_refinement_rounds_are_spent_once_each_and_capped_per_study(path):
                          study_epsilon=0.7)
         assert "0.8 of 1.5 remains" in led.refusal(DEFAULT_SOURCE, 0.9, 0.0)  # 0.4 kept for P
         assert led.refusal(DEFAULT_SOURCE, 0.8, 0.0) is None
-        assert led.refusal(DEFAULT_SOURCE, 1.2, 0.0, study="P") is None  # P's round pays from it
+        assert led.refusal(DEFAULT_SOURCE, 1.2, 0.0, parent="P") is None  # P's round pays from it
         led.set_policy(Policy(max_epsilon=0.7))
         round_spend(led, "R1", "P", 1)
         with pytest.raises(LedgerError, match="already released round 1"):
@@ -485,6 +485,7 @@ def test_a_schema_2_ledger_is_migrated_keeping_every_spend(path):
         rows = db.execute("SELECT study_id, study_name, source, epsilon, delta, n, kind, payload, "
                           "payload_sha256, spec_sha256, spent_at FROM spends").fetchall()
         db.execute("DROP TABLE spends")
+        db.execute("DROP TABLE reservations")  # schema 4's
         db.execute(V2_SPENDS)
         db.executemany("INSERT INTO spends (study_id, study_name, source, epsilon, delta, n, kind, "
                        "payload, payload_sha256, spec_sha256, spent_at) VALUES "
@@ -496,8 +497,66 @@ def test_a_schema_2_ledger_is_migrated_keeping_every_spend(path):
         (old,) = led.spends()
         assert (old.study_id, old.epsilon, old.round, old.parent) == ("old", 0.4, 0, None)
         assert led.remaining(DEFAULT_SOURCE).epsilon == pytest.approx(0.6)
-        assert "schema 2 → 3" in led.history()[-1].detail
+        assert "schema 2 → 3" in led.history()[-2].detail  # then 3 → 4
+        assert "schema 3 → 4" in led.history()[-1].detail
         round_spend(led, "r", "old", 1)
         assert led.spent(DEFAULT_SOURCE)[0] == pytest.approx(0.6)
+    finally:
+        led.close()
+
+
+def _older_ledger(path: Path, version: int) -> None:
+    """A ledger as schema ``version`` (1 to 3) wrote it: schema 1 by :func:`_v1_ledger`;
+    schemas 2 and 3 with one spend of 0.4 (``old``), without the reservations table."""
+    if version == 1:
+        _v1_ledger(path)
+        return
+    led = Ledger.create(path, 1.0)
+    spend(led, "old", 0.4)
+    led.close()
+    with sqlite3.connect(path) as db:
+        db.execute("DROP TABLE reservations")
+        if version == 2:
+            rows = db.execute("SELECT study_id, study_name, source, epsilon, delta, n, kind, "
+                              "payload, payload_sha256, spec_sha256, spent_at FROM spends").fetchall()
+            db.execute("DROP TABLE spends")
+            db.execute(V2_SPENDS)
+            db.executemany("INSERT INTO spends (study_id, study_name, source, epsilon, delta, n, "
+                           "kind, payload, payload_sha256, spec_sha256, spent_at) VALUES "
+                           "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", rows)
+        db.execute("UPDATE settings SET value = ? WHERE key = 'schema_version'", (str(version),))
+    db.close()
+
+
+@pytest.mark.parametrize("version", [1, 2, 3])
+def test_older_ledgers_are_migrated_to_schema_4_with_no_reservation(path, version):
+    """Schemas 1 to 3 kept what the device joined in the daemon's memory: the migration keeps
+    every spend and adds the reservations table, empty; reservations then work, and a second
+    open migrates nothing."""
+    assert SCHEMA_VERSION == 4
+    _older_ledger(path, version)
+    led = Ledger(path)
+    try:
+        spent = {1: [("s1", 0.6), ("s2", 0.7)], 2: [("old", 0.4)], 3: [("old", 0.4)]}[version]
+        assert [(s.study_id, s.epsilon) for s in led.spends()] == spent
+        assert led.joined() == [] and led.reservations() == []
+        history = [h.detail for h in led.history()]
+        assert any("schema 3 → 4" in h for h in history) == (version != 1)  # 1 goes straight to 4
+        led.raise_budget(DEFAULT_SOURCE, 3.0, None, "test")
+        led.reserve("new", "new", DEFAULT_SOURCE, 0.5, 0.0, 2e9)
+        assert led.reserved(DEFAULT_SOURCE) == (0.5, 0.0)
+    finally:
+        led.close()
+    with sqlite3.connect(path) as db:
+        assert dict(db.execute("SELECT key, value FROM settings"))["schema_version"] == "4"
+        columns = [r[1] for r in db.execute("PRAGMA table_info(reservations)")]
+    db.close()
+    assert columns == ["study_id", "study_name", "source", "epsilon", "delta", "joined_at",
+                       "expires_at", "left_at"]
+    led = Ledger(path)
+    try:
+        assert [h.detail for h in led.history()][:len(history)] == history
+        assert len(led.history()) == len(history) + 1  # the raise; no second migration
+        assert [r.study_id for r in led.joined()] == ["new"]
     finally:
         led.close()
