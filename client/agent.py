@@ -7,8 +7,8 @@ the device joins it (steps 1–2, and under replace-one a count of the records a
 restart too) and waits; only once the roster is full does it go on. A reservation ends with
 the spend or once the study is no longer listed; past the study's deadline (or
 :data:`~.ledger_reservations.RESERVATION_SECONDS` for a study without one) it no longer counts,
-and if the roster fills later the budget is checked again (step 1). A study the device left is
-not handled again.
+and if the roster fills later the budget is checked again (step 1). The roster steps are in
+:mod:`.roster_steps`.
 
 1. public checks: the study's spec JSON hashes to the announced spec hash, its Ω‖ξ hash
    recomputes, a secure-aggregation threshold is safe under the study's stated assumptions
@@ -29,8 +29,11 @@ not handled again.
 
 A refusal at any step spends nothing. A refusal because of the data (:class:`Retry`: the file
 is unreadable, changed during the pass or holds a NaN) is tried again on the next pass; any
-other lasts as long as the daemon. The ledger refuses a second spend for the same study, so a
-study is never noised twice, and a study the ledger already holds is never handled again.
+other lasts as long as the daemon, and after a restart too for a study whose roster the device
+had joined. A device that refuses a study whose roster it is on, unspent, leaves it (signed),
+so its place goes to another device; a study the device left for good is not handled again.
+The ledger refuses a second spend for the same study, so a study is never noised twice, and a
+study the ledger already holds is never handled again.
 
 A secure-aggregation study (``Study.stage`` REGISTER … UNMASK, replace-one) runs steps 1–2 and
 counts the records at REGISTER; at MASKED_INPUT it sketches that same file version (it drops
@@ -44,7 +47,6 @@ from __future__ import annotations
 import json
 import logging
 import math
-import time
 from dataclasses import replace
 
 import grpc
@@ -60,23 +62,12 @@ from fedsketch.common.spec import release_sketch
 from fedsketch.common.study import StudySpec, spec_sha256
 
 from .ledger import DEFAULT_SOURCE, BudgetExceeded, Identity, Ledger, LedgerError, Spend
-from .ledger_reservations import RESERVATION_SECONDS
 from .localdata import DATA_ERRORS, DataFeed, Retry, data_refusal, log_clipped
+from .roster_steps import FINAL_REFUSALS, RosterSteps
 from .secure_steps import SECURE_KIND, SecureSteps, Session
 from .study_pass import RPC_TIMEOUT, Admitted, Outcome, fault_point, spend_labels
 
 log = logging.getLogger("fedsketch.device")
-
-#: Deadline (seconds) of the re-check made inside the spend transaction.
-RECHECK_TIMEOUT = 10.0
-#: Fewest seconds an input ticket must have left for the device to spend: far more than one
-#: ledger commit and one Submit take.
-TICKET_MARGIN = 30.0
-#: Refusals after which re-sending the same bytes can never succeed.
-FINAL_REFUSALS = (grpc.StatusCode.NOT_FOUND, grpc.StatusCode.FAILED_PRECONDITION,
-                  grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.ALREADY_EXISTS,
-                  grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED)
-
 
 def _is_secure(study: pb.Study) -> bool:
     """Whether the study's spec asks for secure aggregation (an unreadable spec counts as plain:
@@ -87,7 +78,7 @@ def _is_secure(study: pb.Study) -> bool:
         return False
 
 
-class Agent(SecureSteps):
+class Agent(SecureSteps, RosterSteps):
     """A device's protocol logic over one gRPC channel and one ledger."""
 
     def __init__(self, channel: grpc.Channel, ledger: Ledger, data: DataFeed,
@@ -152,7 +143,7 @@ class Agent(SecureSteps):
             if reason is not None:
                 if not isinstance(reason, Retry):
                     self._refused.add(study.study_id)
-                    self.ledger.end_reservation(study.study_id)  # it will not contribute
+                self._leave(identity, study, final=not isinstance(reason, Retry))
                 out.refused[study.study_id] = reason
                 log.warning("refused study %s: %s", printable(study.study_id), reason)
         return out
@@ -243,15 +234,6 @@ class Agent(SecureSteps):
                if sid != other_than and not s.left and pb.MASKED_INPUT not in s.done]
         return math.fsum(eps), 0.0
 
-    def _reserve(self, study: pb.Study, admitted: Admitted) -> None:
-        """Set the cost of the plain study whose roster the device just joined aside in the
-        ledger (:attr:`Admitted.reserve`) until its deadline, else for
-        :data:`~.ledger_reservations.RESERVATION_SECONDS`."""
-        deadline = admitted.deadline
-        expires_at = time.time() + RESERVATION_SECONDS if deadline is None else deadline
-        self.ledger.reserve(study.study_id, spend_labels(admitted.spec, admitted.round)["study_name"],
-                            self.source, *admitted.reserve, expires_at)
-
     def _count(self, admitted: Admitted) -> int | str:
         """One pass counting the records of a replace-one study (n is public there): n, or why the
         device cannot take part (too few records for ``min_records``, unreadable data)."""
@@ -286,9 +268,10 @@ class Agent(SecureSteps):
         reply = self._register(identity, study)
         if isinstance(reply, str):
             return reply
+        if not joined:
+            self._reserve(study, admitted)  # on the roster: from now on a refusal leaves it
         if reply.stage == pb.REGISTER:
             if not joined:
-                self._reserve(study, admitted)
                 out.registered.append(sid)
             return None
         if reply.stage != pb.PLAIN_INPUT:
@@ -299,33 +282,6 @@ class Agent(SecureSteps):
             out.submitted.append(sid)
             self.ledger.end_reservation(sid)  # the spend counts instead
         return reason
-
-    def _register(self, identity: Identity, study: pb.Study,
-                  timeout: float = RPC_TIMEOUT) -> pb.RegisterReply | str:
-        """Join (or confirm a place in) the study's roster: the coordinator's reply (the open
-        stage and, once input is open, an input ticket), or why not."""
-        digest = signing.registration_digest(study.study_id, identity.device_id, study.spec_sha256)
-        msg = pb.Registration(study_id=study.study_id, device_id=identity.device_id,
-                              spec_sha256=study.spec_sha256,
-                              signature=signing.sign(identity.private_key, digest))
-        self.bytes_sent += msg.ByteSize()
-        try:
-            return self.stub.Register(msg, timeout=timeout)
-        except grpc.RpcError as exc:
-            if exc.code() not in FINAL_REFUSALS:
-                raise
-            return f"the coordinator takes no registration: {exc.details() or exc.code().name}"
-
-    def _input_open(self, identity: Identity, study: pb.Study) -> str | None:
-        """Run inside the spend transaction: None if the coordinator promises to take this
-        device's input (an input ticket of at least :data:`TICKET_MARGIN` seconds), else why
-        not. A short deadline: the ledger's write lock is held meanwhile."""
-        reply = self._register(identity, study, timeout=RECHECK_TIMEOUT)
-        if isinstance(reply, str):
-            return reply
-        if reply.stage != pb.PLAIN_INPUT or reply.input_seconds < TICKET_MARGIN:
-            return "the study takes no input now (no input ticket from the coordinator)"
-        return None
 
     def _contribute(self, identity: Identity, study: pb.Study, admitted: Admitted) -> str | None:
         """Steps 3–6: sketch, count, commit the spend (the study re-checked in that transaction),

@@ -182,7 +182,8 @@ def test_a_restarted_device_keeps_its_reservation_until_it_expires(coordinator_r
     reserves its whole ε (sketch and rounds: 0.6 of 1). A new Agent on the same ledger (a
     restart) keeps waiting in that roster, does not count it as joined anew, and refuses a
     second study of 0.6. Once the reservation expired it joins the second study; when both
-    rosters then fill it contributes to the one its budget still covers, and only once."""
+    rosters then fill it contributes to the one its budget still covers, and only once, and
+    leaves the other's roster."""
     first = coordinator_round.create(study_spec(epsilon=0.2, min_devices=2, name="first",
                                                 refine=RefineSpec((0.2, 0.2))))
     file = tmp_path / "device.ledger"
@@ -223,7 +224,8 @@ def test_a_restarted_device_keeps_its_reservation_until_it_expires(coordinator_r
     assert "insufficient budget" in out.refused[first.study_id]  # checked again: 0.6 is the second's
     assert [(s.study_id, s.epsilon) for s in book.spends()] == [(second.study_id, 0.6)]
     assert book.reservation(second.study_id) is None and not agent.waiting
-    assert [r.study_id for r in book.joined()] == [first.study_id]  # expired, still listed
+    assert book.joined() == []  # it left the first study's roster (unspent): its place is free
+    assert coordinator_round.store.get_study(first.study_id).registered == 1
     book.close()
 
 
@@ -269,7 +271,8 @@ def test_a_study_the_device_left_is_not_handled_again(coordinator_round, records
 
 def test_a_study_refused_for_good_frees_its_reservation(coordinator_round, records, tmp_path):
     """The owner's policy changes while the device waits: once the roster fills, the device
-    refuses the study for good, and its reservation no longer holds the budget."""
+    refuses the study for good, leaves its roster (signed: the place goes to another device), and
+    its reservation, kept as left, no longer holds the budget."""
     study = coordinator_round.create(study_spec(epsilon=0.5, min_devices=2))
     book = Ledger.create(tmp_path / "device.ledger", 1.0)
     agent = device(coordinator_round, book, records, coordinator_round.tokens(1)[0])
@@ -280,5 +283,8 @@ def test_a_study_refused_for_good_frees_its_reservation(coordinator_round, recor
     assert coordinator_round.agent("other", records).step().submitted == [study.study_id]
     out = agent.step()
     assert "at most 0.1 per study" in out.refused[study.study_id]
-    assert book.reservation(study.study_id) is None and book.spends() == []
+    assert book.reservation(study.study_id).left_at is not None and book.spends() == []
+    assert book.reserved(DEFAULT_SOURCE) == (0.0, 0.0)
+    assert coordinator_round.store.get_study(study.study_id).registered == 1  # it left, signed
+    assert agent.step().refused == {}  # not handled again
     book.close()

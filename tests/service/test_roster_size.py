@@ -13,10 +13,14 @@ import numpy as np
 import pytest
 from conftest import META, study_spec
 
+from fedsketch.client.agent import Agent
+from fedsketch.client.ledger import Ledger
+from fedsketch.client.localdata import LocalData
 from fedsketch.common import signing
 from fedsketch.common.pb import fedsketch_pb2 as pb
 from fedsketch.common.refine import RefineSpec
 from fedsketch.common.synthetic import gmm
+from fedsketch.server.bench.metrics import split
 
 
 @pytest.fixture(scope="module")
@@ -159,3 +163,34 @@ def test_a_device_leaves_a_roster_and_its_place_goes_to_another(coordinator_roun
     assert b.step().submitted == [study.study_id]
     assert r.wait(study.study_id, timeout=30).state == pb.DONE
     assert any(e[2] == "leave" and e[1] == ids[c].device_id for e in r.store.audit_log(1000))
+
+
+def test_a_device_that_cannot_send_leaves_and_may_join_again(coordinator_round, parts, tmp_path):
+    """A joins a roster of two and waits; its file becomes unreadable before the roster fills.
+    When input opens, A refuses (a data refusal: it may pass), leaves the roster signed, and
+    spends nothing; its place is free again. Once the file is readable, A joins again and
+    sends; the study decodes from A and B, and A spent once."""
+    r = coordinator_round
+    study = r.create(study_spec(min_devices=2, collect_seconds=600.0))
+    broken = {"now": False}
+
+    def feed() -> LocalData:
+        if broken["now"]:
+            raise OSError("the data file is gone")
+        return LocalData(lambda: split(parts[0]), 3)
+
+    a = Agent(r.channel(), Ledger.create(tmp_path / "a.ledger", 1000.0), feed)
+    a.ensure_enrolled(r.target, r.tokens(1)[0], "a")
+    first = a.step()
+    assert first.registered == [study.study_id], first
+    broken["now"] = True
+    b = r.agent("b", parts[1])
+    assert b.step().submitted == [study.study_id]  # it filled the quorum
+    out = a.step()
+    assert "the data file is gone" in out.refused[study.study_id]
+    assert a.ledger.spends() == [] and a.ledger.joined() == []
+    assert r.store.get_study(study.study_id).registered == 1
+    broken["now"] = False
+    assert a.step().submitted == [study.study_id]
+    assert r.wait(study.study_id, timeout=30).state == pb.DONE
+    assert [s.study_id for s in a.ledger.spends()] == [study.study_id]

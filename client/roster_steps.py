@@ -1,0 +1,115 @@
+"""The device's side of a plain study's roster: join it, set its cost aside, ask for an input
+ticket inside the spend transaction, and leave it.
+
+A device is on a study's roster, as far as it knows, while its ledger holds a reservation of
+the study (:mod:`.ledger_reservations`): it writes one as soon as the coordinator has taken its
+registration, and ends it once the spend is recorded or the study is no longer listed. A device
+that refuses a study whose roster it is on, before it spent anything on it (its budget, policy
+or data changed since it joined), tells the coordinator with a signed Leave, so its place goes
+to another device instead of staying empty until the collection window ends. After a refusal
+for good it keeps the left reservation as a record and does not join the study again; after
+one that may pass (:class:`~.localdata.Retry`) it drops the reservation and may join again once
+the study takes it.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+import grpc
+
+from fedsketch.common import signing
+from fedsketch.common.cli import printable
+from fedsketch.common.pb import fedsketch_pb2 as pb
+from fedsketch.common.pb import fedsketch_pb2_grpc as pb_grpc
+
+from .ledger import Identity, Ledger
+from .ledger_reservations import RESERVATION_SECONDS
+from .study_pass import RPC_TIMEOUT, Admitted, spend_labels
+
+log = logging.getLogger("fedsketch.device")
+
+#: Deadline (seconds) of the re-check made inside the spend transaction.
+RECHECK_TIMEOUT = 10.0
+#: Fewest seconds an input ticket must have left for the device to spend: far more than one
+#: ledger commit and one Submit take.
+TICKET_MARGIN = 30.0
+#: Refusals after which re-sending the same bytes can never succeed.
+FINAL_REFUSALS = (grpc.StatusCode.NOT_FOUND, grpc.StatusCode.FAILED_PRECONDITION,
+                  grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.ALREADY_EXISTS,
+                  grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED)
+
+
+class RosterSteps:
+    """The roster steps of :class:`fedsketch.client.agent.Agent` (a mixin: the agent provides
+    the stub, the ledger, its source and ``bytes_sent``)."""
+
+    stub: pb_grpc.DeviceStub
+    ledger: Ledger
+    source: str
+    bytes_sent: int
+
+    def _roster_message(self, identity: Identity, study: pb.Study,
+                        domain: bytes = signing.REGISTRATION_DOMAIN) -> pb.Registration:
+        """This device's signed registration for ``study`` (or, with :data:`~fedsketch.common.
+        signing.LEAVE_DOMAIN`, its leave)."""
+        digest = signing.registration_digest(study.study_id, identity.device_id,
+                                             study.spec_sha256, domain)
+        msg = pb.Registration(study_id=study.study_id, device_id=identity.device_id,
+                              spec_sha256=study.spec_sha256,
+                              signature=signing.sign(identity.private_key, digest))
+        self.bytes_sent += msg.ByteSize()
+        return msg
+
+    def _register(self, identity: Identity, study: pb.Study,
+                  timeout: float = RPC_TIMEOUT) -> pb.RegisterReply | str:
+        """Join (or confirm a place in) the study's roster: the coordinator's reply (the open
+        stage and, once input is open, an input ticket), or why not."""
+        try:
+            return self.stub.Register(self._roster_message(identity, study), timeout=timeout)
+        except grpc.RpcError as exc:
+            if exc.code() not in FINAL_REFUSALS:
+                raise
+            return f"the coordinator takes no registration: {exc.details() or exc.code().name}"
+
+    def _input_open(self, identity: Identity, study: pb.Study) -> str | None:
+        """Run inside the spend transaction: None if the coordinator promises to take this
+        device's input (an input ticket of at least :data:`TICKET_MARGIN` seconds), else why
+        not. A short deadline: the ledger's write lock is held meanwhile."""
+        reply = self._register(identity, study, timeout=RECHECK_TIMEOUT)
+        if isinstance(reply, str):
+            return reply
+        if reply.stage != pb.PLAIN_INPUT or reply.input_seconds < TICKET_MARGIN:
+            return "the study takes no input now (no input ticket from the coordinator)"
+        return None
+
+    def _reserve(self, study: pb.Study, admitted: Admitted) -> None:
+        """Set the cost of the plain study whose roster the device just joined aside in the
+        ledger (:attr:`Admitted.reserve`) until its deadline, else for
+        :data:`~.ledger_reservations.RESERVATION_SECONDS`."""
+        deadline = admitted.deadline
+        expires_at = time.time() + RESERVATION_SECONDS if deadline is None else deadline
+        self.ledger.reserve(study.study_id, spend_labels(admitted.spec, admitted.round)["study_name"],
+                            self.source, *admitted.reserve, expires_at)
+
+    def _leave(self, identity: Identity, study: pb.Study, final: bool) -> None:
+        """After a refusal of ``study``: if the device is on its roster and spent nothing on it,
+        send a signed Leave, then keep the reservation as left (``final``) or drop it. A Leave
+        the coordinator refuses for good (the study ended) changes nothing; a transient error
+        propagates, and the next pass leaves again."""
+        sid = study.study_id
+        joined = self.ledger.reservation(sid)
+        if joined is None or joined.left_at is not None or self.ledger.find(sid) is not None:
+            return
+        try:
+            self.stub.Leave(self._roster_message(identity, study, signing.LEAVE_DOMAIN),
+                            timeout=RPC_TIMEOUT)
+            log.info("left the roster of study %s", printable(sid))
+        except grpc.RpcError as exc:
+            if exc.code() not in FINAL_REFUSALS:
+                raise
+        if final:
+            self.ledger.leave(sid)
+        else:
+            self.ledger.end_reservation(sid)
