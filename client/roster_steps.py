@@ -51,23 +51,25 @@ class RosterSteps:
     bytes_sent: int
 
     def _roster_message(self, identity: Identity, study: pb.Study,
-                        domain: bytes = signing.REGISTRATION_DOMAIN) -> pb.Registration:
-        """This device's signed registration for ``study`` (or, with :data:`~fedsketch.common.
-        signing.LEAVE_DOMAIN`, its leave)."""
+                        domain: bytes = signing.REGISTRATION_DOMAIN,
+                        ticket: bool = False) -> pb.Registration:
+        """This device's signed registration for ``study``, asking for an input ticket if
+        ``ticket`` (or, with :data:`~fedsketch.common.signing.LEAVE_DOMAIN`, its leave)."""
         digest = signing.registration_digest(study.study_id, identity.device_id,
                                              study.spec_sha256, domain)
         msg = pb.Registration(study_id=study.study_id, device_id=identity.device_id,
-                              spec_sha256=study.spec_sha256,
+                              spec_sha256=study.spec_sha256, ticket=ticket,
                               signature=signing.sign(identity.private_key, digest))
         self.bytes_sent += msg.ByteSize()
         return msg
 
-    def _register(self, identity: Identity, study: pb.Study,
-                  timeout: float = RPC_TIMEOUT) -> pb.RegisterReply | str:
+    def _register(self, identity: Identity, study: pb.Study, timeout: float = RPC_TIMEOUT,
+                  ticket: bool = False) -> pb.RegisterReply | str:
         """Join (or confirm a place in) the study's roster: the coordinator's reply (the open
-        stage and, once input is open, an input ticket), or why not."""
+        stage and, if ``ticket`` and input is open, an input ticket), or why not."""
         try:
-            return self.stub.Register(self._roster_message(identity, study), timeout=timeout)
+            message = self._roster_message(identity, study, ticket=ticket)
+            return self.stub.Register(message, timeout=timeout)
         except grpc.RpcError as exc:
             if exc.code() not in FINAL_REFUSALS:
                 raise
@@ -77,7 +79,7 @@ class RosterSteps:
         """Run inside the spend transaction: None if the coordinator promises to take this
         device's input (an input ticket of at least :data:`TICKET_MARGIN` seconds), else why
         not. A short deadline: the ledger's write lock is held meanwhile."""
-        reply = self._register(identity, study, timeout=RECHECK_TIMEOUT)
+        reply = self._register(identity, study, timeout=RECHECK_TIMEOUT, ticket=True)
         if isinstance(reply, str):
             return reply
         if reply.stage != pb.PLAIN_INPUT or reply.input_seconds < TICKET_MARGIN:
@@ -96,8 +98,9 @@ class RosterSteps:
     def _leave(self, identity: Identity, study: pb.Study, final: bool) -> None:
         """After a refusal of ``study``: if the device is on its roster and spent nothing on it,
         send a signed Leave, then keep the reservation as left (``final``) or drop it. A Leave
-        the coordinator refuses for good (the study ended) changes nothing; a transient error
-        propagates, and the next pass leaves again."""
+        the coordinator refuses for good (the study ended, or the device holds a ticket from a
+        spend transaction that then failed: it lapses in minutes) changes nothing; a transient
+        error propagates, and the next pass leaves again."""
         sid = study.study_id
         joined = self.ledger.reservation(sid)
         if joined is None or joined.left_at is not None or self.ledger.find(sid) is not None:

@@ -166,9 +166,11 @@ class StudySpec:
             if type(self.roster) is not int or not self.min_devices <= self.roster <= MAX_ROSTER:
                 raise ValueError(f"the roster takes min_devices = {self.min_devices} to "
                                  f"{MAX_ROSTER} devices, got {self.roster!r}")
-        if self.collect_seconds is not None and not (math.isfinite(self.collect_seconds)
-                                                     and self.collect_seconds > 0):
-            raise ValueError(f"collect_seconds must be finite and > 0, got {self.collect_seconds!r}")
+        window = self.collect_seconds
+        if window is not None:
+            if type(window) not in (int, float) or not (math.isfinite(window) and window > 0):
+                raise ValueError(f"collect_seconds must be finite and > 0, got {window!r}")
+            object.__setattr__(self, "collect_seconds", float(window))
         if self.secure_aggregation is not None and (self.roster, self.collect_seconds) != (None, None):
             raise ValueError("secure aggregation's roster is its min_devices (the dropouts it "
                              "assumes are its slack) and its stages end by their timeouts: "
@@ -191,9 +193,15 @@ class StudySpec:
         its name holds a control character (devices show it to their owners), or if it asks
         for ``min_records`` > 1 under add/remove, where n is private: whether a device takes
         part would then be a deterministic function of its n (datasets of min_records − 1 and
-        min_records records would be told apart), so devices ignore the rule there."""
+        min_records records would be told apart), so devices ignore the rule there; or if its
+        roster is larger than its quorum with neither a collection window nor a deadline (once
+        the quorum has sent, it would wait for ever for the other places)."""
         if not self.name.isprintable():
             raise ValueError("a study's name must not hold control characters")
+        if self.capacity > self.min_devices and self.deadline is None and self.collect_seconds is None:
+            raise ValueError("a roster larger than the quorum needs a collection window or a "
+                             "deadline: the study would otherwise wait for ever for its last "
+                             "places once the quorum has sent")
         if self.sketch.privacy.neighbouring == "add_remove" and self.min_records > 1:
             raise ValueError("min_records applies under replace-one only: under add/remove a "
                              "device's record count is private, and refusing by it would reveal it")
@@ -341,8 +349,7 @@ class StudySpec:
                 refine=(None if data.get("refine") is None
                         else RefineSpec.from_dict(data["refine"])),
                 roster=data.get("roster"),  # an integer, or refused by _check_roster
-                collect_seconds=(None if data.get("collect_seconds") is None
-                                 else float(data["collect_seconds"])),
+                collect_seconds=data.get("collect_seconds"),  # a number, or refused
             )
         except (KeyError, TypeError, OverflowError) as exc:
             raise ValueError(f"incomplete or malformed study spec: {exc!r}") from None

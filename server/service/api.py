@@ -105,7 +105,8 @@ class DeviceService(pb_grpc.DeviceServicer):
     def Register(self, request, context):  # noqa: N802
         """Join a plain study's roster."""
         duplicate, row, seconds = self.c.register(RegistrationMessage(
-            request.study_id, request.device_id, request.spec_sha256, request.signature))
+            request.study_id, request.device_id, request.spec_sha256, request.signature,
+            request.ticket))
         return pb.RegisterReply(duplicate=duplicate, stage=plain_stage(row),
                                 registered=row.registered, input_seconds=seconds)
 

@@ -189,20 +189,25 @@ class Coordinator(Roster):
         return row
 
     def close(self, study_id: str, reason: str) -> StudyRow:
-        """Stop collecting: decode if the quorum holds, otherwise fail the study; while roster
-        devices hold live input tickets, only record the request (the watcher finishes it)."""
+        """Stop collecting: decode if the quorum holds, otherwise fail the study. The request is
+        recorded first (from then on the study takes no registration, gives no ticket and takes
+        input only from devices holding a live ticket), so the decision below cannot race a
+        device told to send; while such devices remain, it waits (the watcher finishes it)."""
         row = self.store.get_study(study_id)
         if row.state not in ACCEPTING:
             raise Refusal(Code.FAILED_PRECONDITION, f"study {study_id} is already {row.state}")
         if self.spec(study_id).secure_aggregation is not None:
             raise Refusal(Code.FAILED_PRECONDITION,
                           "a secure-aggregation study closes its stages by their timeouts")
+        if row.closing is None:
+            row = self.store.request_close(study_id, reason)
+        if self.store.outstanding(study_id, time.time()):
+            return row
+        row = self.store.get_study(study_id)
         if not row.roster_full:
             return self._abandon(row, f"{reason}: {row.registered} of {row.min_devices} devices "
                                  "registered; none of them spent anything")
         if row.contributions < row.min_devices:
-            if self.store.outstanding(study_id, time.time()):
-                return self.store.request_close(study_id, reason)
             return self._abandon(row, f"{reason}: {row.contributions} of {row.min_devices} "
                                  "devices contributed")
         row = self._move(study_id, DECODE, reason)

@@ -21,12 +21,14 @@ class Submission:
 
 @dataclass(frozen=True)
 class RegistrationMessage:
-    """One signed registration for a plain study's roster."""
+    """One signed registration for a plain study's roster (or a leave of it); ``ticket``: the
+    registration asks for an input ticket."""
 
     study_id: str
     device_id: str
     spec_sha256: str
     signature: bytes
+    ticket: bool = False
 
 
 @dataclass(frozen=True)

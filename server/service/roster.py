@@ -1,11 +1,13 @@
 """A plain study's roster, as the coordinator keeps it: signed registrations and leaves.
 
 Devices join a plain study's roster (signed, spending nothing); once its quorum has joined,
-each roster device that asks gets an input ticket: the coordinator's promise to take its
-contribution for :data:`TICKET_SECONDS`, even if a close is requested meanwhile. A device that
-joined and can no longer take part leaves, signed in its own domain
-(:data:`~fedsketch.common.signing.LEAVE_DOMAIN`), and frees its place for another; nobody else
-can take a device's place away, and a device that contributed cannot leave.
+each roster device that asks (inside its spend transaction, just before it spends) gets an
+input ticket: the coordinator's promise to take its contribution for :data:`TICKET_SECONDS`,
+even if a close is requested meanwhile. A device that joined and can no longer take part
+leaves, signed in its own domain (:data:`~fedsketch.common.signing.LEAVE_DOMAIN`), and frees
+its place for another; nobody else can take a device's place away, and a device that
+contributed, or holds a live ticket (it may have spent), cannot leave, so a leave replayed
+after the device joined again cannot cost it a contribution it paid for.
 """
 
 from __future__ import annotations
@@ -47,14 +49,17 @@ class Roster:
             raise Refusal(Code.UNAUTHENTICATED, f"invalid {what} signature for this device and study")
 
     def register(self, r: RegistrationMessage) -> tuple[bool, StudyRow, float]:
-        """Add a device to a plain study's roster, and once the roster is full give it an input
-        ticket; (duplicate, the study after, the ticket's seconds or 0). Raises Refusal."""
+        """Add a device to a plain study's roster, and if it asks for one once the roster is
+        full, give it an input ticket; (duplicate, the study after, the ticket's seconds or 0).
+        Raises Refusal."""
         self._check_roster_message(r, signing.REGISTRATION_DOMAIN, "registration")
         added, row = self.store.register(r.study_id, r.device_id)
-        return not added, row, self.store.ticket(r.study_id, r.device_id, TICKET_SECONDS)
+        seconds = self.store.ticket(r.study_id, r.device_id, TICKET_SECONDS) if r.ticket else 0.0
+        return not added, row, seconds
 
     def leave(self, r: RegistrationMessage) -> tuple[bool, StudyRow]:
-        """Take a device that has not contributed off a plain study's roster, at its signed
-        word; (whether it was on it, the study after). Raises Refusal."""
+        """Take a device that has not contributed and holds no live input ticket (it may have
+        spent) off an accepting plain study's roster, at its signed word; (whether it was on
+        it, the study after). Raises Refusal."""
         self._check_roster_message(r, signing.LEAVE_DOMAIN, "leave")
         return self.store.leave(r.study_id, r.device_id)

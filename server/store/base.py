@@ -213,7 +213,8 @@ class Store(ABC):
         """Take ``device_id`` off the study's roster in one transaction, freeing its place (the
         roster stays filled); (removed, the study after). Idempotent: (False, row) for a device
         not in the roster. StoreError: 'not_found' for an unknown study; 'failed_precondition'
-        for a device that contributed to it. Audited."""
+        for a study not in ``ACCEPTING``, a device that contributed to it or one holding a live
+        ticket (it may have spent). Audited."""
 
     @abstractmethod
     def ticket(self, study_id: str, device_id: str, seconds: float) -> float:
@@ -243,8 +244,9 @@ class Store(ABC):
         one; nothing is written), even once the study has closed, so a device whose
         acknowledgement was lost learns that its bytes are stored. StoreError: 'not_found' for an
         unknown study or device; 'conflict' if the device already contributed different bytes;
-        'failed_precondition' unless the study is in ``ACCEPTING`` and its roster is full;
-        'permission_denied' for a device not in the roster. ValueError for a kind not in
+        'failed_precondition' unless the study is in ``ACCEPTING`` and its roster is full, or
+        if it is closing and the device holds no live ticket; 'permission_denied' for a device
+        not in the roster. ValueError for a kind not in
         ``KINDS``. Audited.
         """
 

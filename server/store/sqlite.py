@@ -42,6 +42,7 @@ from fedsketch.server.store.sqlite_schema import (
     SCHEMA_VERSION,
     STUDY_SQL,
     migrate,
+    schema_version,
     study_row,
 )
 
@@ -79,7 +80,7 @@ class SQLiteStore(Store):
             raise StoreError(Code.FAILED_PRECONDITION, message) from exc
 
     def _open(self) -> None:
-        self._check_identity()  # before anything below can modify a foreign file
+        schema_version(self._conn, self.path)  # before anything below can modify a foreign file
         mode = self._conn.execute("PRAGMA journal_mode=WAL").fetchone()[0]
         if mode != "wal":
             message = f"{self.path}: cannot enable WAL (journal mode {mode})"
@@ -87,7 +88,7 @@ class SQLiteStore(Store):
         self._conn.execute("PRAGMA synchronous=FULL")
         self._conn.execute("PRAGMA foreign_keys=ON")
         with self._tx() as c:
-            version = self._check_identity()  # again under the write lock: another process may have won
+            version = schema_version(c, self.path)  # again under the write lock: another process won?
             if version == 0:
                 for statement in SCHEMA:
                     c.execute(statement)
@@ -95,26 +96,6 @@ class SQLiteStore(Store):
             for change in migrate(c, version):
                 self._log(c, _COORDINATOR, "migrate", change)
             c.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
-
-    def _check_identity(self) -> int:
-        """The store's schema version, 0 for an empty database (to be created); raises unless it
-        is a fedsketch store of a version this code reads (1 to SCHEMA_VERSION; older ones are
-        migrated)."""
-        c = self._conn
-        app_id = c.execute("PRAGMA application_id").fetchone()[0]
-        version = c.execute("PRAGMA user_version").fetchone()[0]
-        if app_id == 0 and c.execute("SELECT COUNT(*) FROM sqlite_master").fetchone()[0] == 0:
-            return 0
-        if app_id != APPLICATION_ID:
-            raise StoreError(Code.FAILED_PRECONDITION, f"{self.path} is SQLite but not a fedsketch store")
-        if not 1 <= version <= SCHEMA_VERSION:
-            raise StoreError(
-                Code.FAILED_PRECONDITION,
-                f"{self.path} has store schema version {version}; this fedsketch reads 1 to "
-                f"{SCHEMA_VERSION}"
-                + (" (the file was written by a newer fedsketch)" if version > SCHEMA_VERSION else ""),
-            )
-        return version
 
     @contextmanager
     def _tx(self) -> Iterator[sqlite3.Connection]:
@@ -267,9 +248,14 @@ class SQLiteStore(Store):
     def leave(self, study_id: str, device_id: str) -> tuple[bool, StudyRow]:
         with self._tx() as c:
             study = self._study(c, study_id)
+            if study.state not in ACCEPTING:
+                raise StoreError(Code.FAILED_PRECONDITION, f"study {study_id!r} is {study.state!r}")
             if self._contributed(c, study_id, device_id):
                 raise StoreError(Code.FAILED_PRECONDITION, f"device {device_id!r} contributed to "
                                  f"study {study_id!r}: a release cannot be withdrawn")
+            if self._holds_ticket(c, study_id, device_id):
+                raise StoreError(Code.FAILED_PRECONDITION, f"device {device_id!r} holds an input "
+                                 "ticket (it may have spent): it cannot leave until the ticket ends")
             if not self._in_roster(c, study_id, device_id):
                 return False, study
             c.execute("DELETE FROM registrations WHERE study_id = ? AND device_id = ?",
@@ -313,6 +299,11 @@ class SQLiteStore(Store):
         return c.execute("SELECT 1 FROM contributions WHERE study_id = ? AND device_id = ?",
                          (study_id, device_id)).fetchone() is not None
 
+    @staticmethod
+    def _holds_ticket(c: sqlite3.Connection, study_id: str, device_id: str) -> bool:
+        return c.execute("SELECT 1 FROM registrations WHERE study_id = ? AND device_id = ? AND "
+                         "ticket_until > ?", (study_id, device_id, time.time())).fetchone() is not None
+
     # contributions
 
     def add_contribution(self, row: ContributionRow) -> bool:
@@ -343,6 +334,9 @@ class SQLiteStore(Store):
             if not study.roster_full:
                 raise StoreError(Code.FAILED_PRECONDITION, f"study {row.study_id!r} is still "
                                  f"registering ({study.registered} of {study.min_devices} devices)")
+            if study.closing is not None and not self._holds_ticket(c, row.study_id, row.device_id):
+                raise StoreError(Code.FAILED_PRECONDITION, f"study {row.study_id!r} is closing and "
+                                 f"takes input only from devices holding a live input ticket")
             c.execute(
                 f"INSERT INTO contributions ({CONTRIBUTION_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
                 (row.study_id, row.device_id, row.n, row.kind, bytes(row.payload), row.payload_sha256,

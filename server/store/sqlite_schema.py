@@ -22,7 +22,8 @@ from __future__ import annotations
 
 import sqlite3
 
-from fedsketch.server.store.base import KINDS, STATES, StudyRow
+from fedsketch.server.errors import Code
+from fedsketch.server.store.base import KINDS, STATES, StoreError, StudyRow
 
 SCHEMA_VERSION = 4
 
@@ -102,6 +103,23 @@ FROM studies AS s LEFT JOIN contributions AS c ON c.study_id = s.study_id
 GROUP BY s.study_id
 ORDER BY s.created_at, s.study_id
 """
+
+def schema_version(c: sqlite3.Connection, path: str) -> int:
+    """The store's schema version, 0 for an empty database (to be created); StoreError
+    'failed_precondition' unless it is a fedsketch store of a version this code reads (1 to
+    SCHEMA_VERSION; older ones are migrated by :func:`migrate`)."""
+    app_id = c.execute("PRAGMA application_id").fetchone()[0]
+    version = c.execute("PRAGMA user_version").fetchone()[0]
+    if app_id == 0 and c.execute("SELECT COUNT(*) FROM sqlite_master").fetchone()[0] == 0:
+        return 0
+    if app_id != APPLICATION_ID:
+        raise StoreError(Code.FAILED_PRECONDITION, f"{path} is SQLite but not a fedsketch store")
+    if not 1 <= version <= SCHEMA_VERSION:
+        newer = " (the file was written by a newer fedsketch)" if version > SCHEMA_VERSION else ""
+        raise StoreError(Code.FAILED_PRECONDITION, f"{path} has store schema version {version}; "
+                         f"this fedsketch reads 1 to {SCHEMA_VERSION}{newer}")
+    return version
+
 
 def study_row(row: tuple) -> StudyRow:
     """A row of :data:`STUDY_SQL` as a :class:`StudyRow`."""

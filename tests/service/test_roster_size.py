@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 from conftest import META, study_spec
 
+from fedsketch.client import agent as agent_module
 from fedsketch.client.agent import Agent
 from fedsketch.client.ledger import Ledger
 from fedsketch.client.localdata import LocalData
@@ -78,13 +79,19 @@ def test_a_study_closes_once_its_whole_roster_has_sent_whatever_its_deadline(coo
     assert coordinator_round.wait(study.study_id, timeout=5).state == pb.DONE
 
 
-def test_a_spec_refuses_a_roster_below_its_quorum_or_beside_secure_aggregation():
+def test_a_spec_refuses_a_bad_roster_or_window():
+    """A roster below the quorum, a window that is not a positive number, and a roster above
+    the quorum with nothing to end its collection are refused; specs without them read and hash
+    as before."""
     with pytest.raises(ValueError, match="roster takes min_devices = 3"):
         study_spec(min_devices=3, roster=2)
     with pytest.raises(ValueError, match="roster takes"):
         study_spec(min_devices=3, roster=3.0)
-    with pytest.raises(ValueError, match="collect_seconds must be finite and > 0"):
-        study_spec(collect_seconds=0.0)
+    for bad in (0.0, True, "60", float("nan")):
+        with pytest.raises(ValueError, match="collect_seconds must be finite and > 0"):
+            study_spec(collect_seconds=bad)
+    with pytest.raises(ValueError, match="needs a collection window or a deadline"):
+        study_spec(min_devices=2, roster=3).check_new()
     spec = study_spec(min_devices=2, roster=5, collect_seconds=60.0)
     assert spec.capacity == 5 and type(spec).from_json(spec.to_json()) == spec
     plain = study_spec()
@@ -118,10 +125,11 @@ def test_a_round_takes_its_study_s_roster_and_decodes_without_the_device_that_le
 
 
 def roster_message(study: pb.Study, device_id: str, key: bytes,
-                   domain: bytes = signing.LEAVE_DOMAIN) -> pb.Registration:
-    """A registration (or, by default, a leave) of ``device_id`` signed with ``key``."""
+                   domain: bytes = signing.LEAVE_DOMAIN, ticket: bool = False) -> pb.Registration:
+    """A registration (asking for a ticket if ``ticket``) or, by default, a leave of
+    ``device_id`` signed with ``key``."""
     digest = signing.registration_digest(study.study_id, device_id, study.spec_sha256, domain)
-    return pb.Registration(study_id=study.study_id, device_id=device_id,
+    return pb.Registration(study_id=study.study_id, device_id=device_id, ticket=ticket,
                            spec_sha256=study.spec_sha256, signature=signing.sign(key, digest))
 
 
@@ -129,7 +137,8 @@ def test_a_device_leaves_a_roster_and_its_place_goes_to_another(coordinator_roun
     """Roster (and quorum) of two, filled by a and c; b finds it full. c leaves, signed: the
     roster stays filled (input stays open) and b takes c's place at once. Nobody can leave in
     another device's name, a registration's signature is not a leave, a second leave changes
-    nothing, and a device that contributed cannot withdraw."""
+    nothing; a device holding an input ticket (it may have spent) or that contributed cannot
+    leave, nor can anyone leave a study that ended."""
     r = coordinator_round
     study = r.create(study_spec(min_devices=2))
     a, b, c = (r.agent(f"l{i}", parts[i]) for i in range(3))
@@ -154,7 +163,14 @@ def test_a_device_leaves_a_roster_and_its_place_goes_to_another(coordinator_roun
     assert (row.registered, row.roster_full) == (1, True)
     joined = stub.Register(roster_message(study, ids[b].device_id, ids[b].private_key,
                                           signing.REGISTRATION_DOMAIN))
-    assert joined.stage == pb.PLAIN_INPUT and joined.input_seconds > 0
+    assert (joined.stage, joined.input_seconds) == (pb.PLAIN_INPUT, 0.0)  # no ticket asked for
+    ticket = stub.Register(roster_message(study, ids[b].device_id, ids[b].private_key,
+                                          signing.REGISTRATION_DOMAIN, ticket=True))
+    assert ticket.duplicate and ticket.input_seconds > 0
+    with pytest.raises(grpc.RpcError) as err:
+        stub.Leave(roster_message(study, ids[b].device_id, ids[b].private_key))
+    assert err.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+    assert "holds an input ticket" in err.value.details()
     assert a.step().submitted == [study.study_id]
     with pytest.raises(grpc.RpcError) as err:
         stub.Leave(roster_message(study, ids[a].device_id, ids[a].private_key))
@@ -163,6 +179,26 @@ def test_a_device_leaves_a_roster_and_its_place_goes_to_another(coordinator_roun
     assert b.step().submitted == [study.study_id]
     assert r.wait(study.study_id, timeout=30).state == pb.DONE
     assert any(e[2] == "leave" and e[1] == ids[c].device_id for e in r.store.audit_log(1000))
+    with pytest.raises(grpc.RpcError) as err:
+        stub.Leave(roster_message(study, ids[c].device_id, ids[c].private_key))
+    assert err.value.code() == grpc.StatusCode.FAILED_PRECONDITION and "'done'" in err.value.details()
+
+
+def test_a_close_waits_for_the_device_told_to_send_after_the_quorum_sent(coordinator_round,
+                                                                         parts, monkeypatch):
+    """Quorum 2, roster 3, window 2 s: a and b send; c joins the free place, gets its ticket in
+    its spend transaction and is slow to send (3 s after its commit). The window ends meanwhile:
+    the close waits for c's ticket, takes no new device, and decodes all three."""
+    r = coordinator_round
+    study = r.create(study_spec(min_devices=2, roster=3, collect_seconds=2.0))
+    a, b, c = (r.agent(f"t{i}", parts[i]) for i in range(3))
+    assert a.step().registered == [study.study_id]
+    assert b.step().submitted == [study.study_id]
+    assert a.step().submitted == [study.study_id]
+    monkeypatch.setattr(agent_module, "fault_point", lambda: time.sleep(3.0))
+    assert c.step().submitted == [study.study_id]
+    assert r.wait(study.study_id, timeout=30).state == pb.DONE
+    assert r.store.get_study(study.study_id).contributions == 3
 
 
 def test_a_device_that_cannot_send_leaves_and_may_join_again(coordinator_round, parts, tmp_path):
@@ -194,3 +230,31 @@ def test_a_device_that_cannot_send_leaves_and_may_join_again(coordinator_round, 
     assert a.step().submitted == [study.study_id]
     assert r.wait(study.study_id, timeout=30).state == pb.DONE
     assert [s.study_id for s in a.ledger.spends()] == [study.study_id]
+
+
+def test_a_close_gives_no_ticket_to_a_device_that_registers_while_it_decides(coordinator_round,
+                                                                            parts, monkeypatch):
+    """The close records itself before it counts the tickets, so a registration that slips in
+    while it decides (forced here from inside the count) is refused and promised nothing: no
+    device is told to send on a study that then fails."""
+    r = coordinator_round
+    study = r.create(study_spec(min_devices=2, roster=3, collect_seconds=600.0))
+    a, b, c = (r.agent(f"x{i}", parts[i]) for i in range(3))
+    assert a.step().registered == [study.study_id]
+    assert c.step().submitted == [study.study_id]  # the quorum (a, c) filled; one of two sent
+    ident = b.ledger.identity()
+    stub = r.device_stub()
+    count, slipped = r.store.outstanding, []
+
+    def outstanding(study_id, now):
+        with pytest.raises(grpc.RpcError) as err:  # another RPC thread, at the worst moment
+            stub.Register(roster_message(study, ident.device_id, ident.private_key,
+                                         signing.REGISTRATION_DOMAIN, ticket=True))
+        slipped.append(err.value.code())
+        return count(study_id, now)
+
+    monkeypatch.setattr(r.store, "outstanding", outstanding)
+    r.coordinator.close(study.study_id, "deadline reached")
+    assert slipped == [grpc.StatusCode.FAILED_PRECONDITION]
+    row = r.store.get_study(study.study_id)
+    assert (row.state, row.registered) == ("failed", 2)
