@@ -5,8 +5,8 @@ the device joins it (steps 1–2, and under replace-one a count of the records a
 ``min_records``), spending nothing, sets the study's cost aside in its ledger (a reservation,
 :mod:`.ledger_reservations`: it joins no more studies than its budget can pay for, after a
 restart too) and waits; only once the roster is full does it go on. A reservation ends with
-the spend or once the study is no longer listed; past the study's deadline (or
-:data:`~.ledger_reservations.RESERVATION_SECONDS` for a study without one) it no longer counts,
+the spend or once the study is no longer listed; past the study's deadline or
+:data:`~.ledger_reservations.RESERVATION_SECONDS`, whichever is first, it no longer counts,
 and if the roster fills later the budget is checked again (step 1). The roster steps are in
 :mod:`.roster_steps`.
 
@@ -141,9 +141,9 @@ class Agent(SecureSteps, RosterSteps):
             else:
                 reason = self._plain_step(identity, study, out)
             if reason is not None:
-                if not isinstance(reason, Retry):
-                    self._refused.add(study.study_id)
-                self._leave(identity, study, final=not isinstance(reason, Retry))
+                final = not isinstance(reason, Retry)
+                if self._leave(identity, study, final) and final:
+                    self._refused.add(study.study_id)  # a leave not done yet is tried next pass
                 out.refused[study.study_id] = reason
                 log.warning("refused study %s: %s", printable(study.study_id), reason)
         return out
@@ -230,7 +230,7 @@ class Agent(SecureSteps, RosterSteps):
         """(ε, δ) promised to secure-aggregation rounds this device joined and has not spent on
         yet (other than ``other_than``). They live in memory, as the round's keys do (a restart
         drops out of them); the plain studies joined are the ledger's reservations."""
-        eps = [s.epsilon for sid, s in self._sessions.items()
+        eps = [s.reserve for sid, s in self._sessions.items()
                if sid != other_than and not s.left and pb.MASKED_INPUT not in s.done]
         return math.fsum(eps), 0.0
 
@@ -256,20 +256,23 @@ class Agent(SecureSteps, RosterSteps):
         reason if refused. A study with a reservation (even expired; maybe from before a
         restart) was joined: it is waited for while its roster fills."""
         sid = study.study_id
-        joined = self.ledger.reservation(sid) is not None
-        if study.stage == pb.REGISTER and joined:
-            return None  # joined; the roster is not full yet
+        joined = self._joined(sid) is not None
+        if study.stage == pb.REGISTER and joined:  # waiting: confirm the place (a crash may
+            reply = self._register(identity, study)  # have come between reserving and joining)
+            return reply if isinstance(reply, str) else None
         admitted = self._check(study)
         if isinstance(admitted, str):
             return admitted
         if not joined and admitted.spec.sketch.privacy.neighbouring == "replace_one":
             if isinstance(counted := self._count(admitted), str):
                 return counted
+        if not joined:  # before the registration: a crash after it still leaves on a refusal
+            self._reserve(study, admitted)
         reply = self._register(identity, study)
         if isinstance(reply, str):
+            if not joined:
+                self.ledger.end_reservation(sid)
             return reply
-        if not joined:
-            self._reserve(study, admitted)  # on the roster: from now on a refusal leaves it
         if reply.stage == pb.REGISTER:
             if not joined:
                 out.registered.append(sid)

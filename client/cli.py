@@ -209,7 +209,11 @@ def _shown(text: str | None) -> str:
 
 
 def _when(t: float) -> str:
-    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(t))
+    """Local time of Unix seconds ``t``, or the number itself beyond the platform's range."""
+    try:
+        return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(t))
+    except (OverflowError, OSError, ValueError):
+        return f"{t:g} (Unix s)"
 
 
 @device_app.command("budget")

@@ -7,9 +7,9 @@ counts it. A reservation is *live* (it counts against its source's budget) while
 
 * the device has not left the study (``left_at`` unset; a left study stays as a row so that
   the device does not join it again);
-* ``expires_at`` (Unix seconds) is still ahead: the study's deadline, or for a study without
-  one :data:`RESERVATION_SECONDS` after joining, so a roster that never fills holds the budget
-  no longer. The device stays on the coordinator's roster; if input opens later it checks its
+* ``expires_at`` (Unix seconds) is still ahead: :data:`RESERVATION_SECONDS` after joining, or
+  the study's deadline if that comes first, so a roster that never fills holds the budget no
+  longer. The device stays on the coordinator's roster; if input opens later it checks its
   budget again, as for any study, and contributes only if the budget still covers it;
 * no spend is recorded for the study (the spend counts instead).
 
@@ -29,8 +29,8 @@ from dataclasses import dataclass
 
 from .ledger_records import Budget, LedgerError
 
-#: How long (seconds) a device sets aside the cost of a study without a deadline whose roster
-#: it joined: one day. Afterwards the reservation no longer counts against the budget.
+#: Longest time (seconds) a device sets aside the cost of a study whose roster it joined: one
+#: day (less if the study's deadline comes first). Afterwards the reservation no longer counts.
 RESERVATION_SECONDS = 86400.0
 
 COLUMNS = "study_id, study_name, source, epsilon, delta, joined_at, expires_at, left_at"

@@ -25,7 +25,7 @@ from fedsketch.common.pb import fedsketch_pb2 as pb
 from fedsketch.common.pb import fedsketch_pb2_grpc as pb_grpc
 
 from .ledger import Identity, Ledger
-from .ledger_reservations import RESERVATION_SECONDS
+from .ledger_reservations import RESERVATION_SECONDS, Reservation
 from .study_pass import RPC_TIMEOUT, Admitted, spend_labels
 
 log = logging.getLogger("fedsketch.device")
@@ -58,7 +58,7 @@ class RosterSteps:
         digest = signing.registration_digest(study.study_id, identity.device_id,
                                              study.spec_sha256, domain)
         msg = pb.Registration(study_id=study.study_id, device_id=identity.device_id,
-                              spec_sha256=study.spec_sha256, ticket=ticket,
+                              spec_sha256=study.spec_sha256, join_only=not ticket,
                               signature=signing.sign(identity.private_key, digest))
         self.bytes_sent += msg.ByteSize()
         return msg
@@ -86,33 +86,48 @@ class RosterSteps:
             return "the study takes no input now (no input ticket from the coordinator)"
         return None
 
-    def _reserve(self, study: pb.Study, admitted: Admitted) -> None:
-        """Set the cost of the plain study whose roster the device just joined aside in the
-        ledger (:attr:`Admitted.reserve`) until its deadline, else for
-        :data:`~.ledger_reservations.RESERVATION_SECONDS`."""
-        deadline = admitted.deadline
-        expires_at = time.time() + RESERVATION_SECONDS if deadline is None else deadline
-        self.ledger.reserve(study.study_id, spend_labels(admitted.spec, admitted.round)["study_name"],
-                            self.source, *admitted.reserve, expires_at)
+    def _joined(self, study_id: str) -> Reservation | None:
+        """This source's reservation of the study (the device is on its roster as far as this
+        daemon knows), or None; another source's daemon on the same ledger keeps its own."""
+        held = self.ledger.reservation(study_id)
+        return held if held is not None and held.source == self.source else None
 
-    def _leave(self, identity: Identity, study: pb.Study, final: bool) -> None:
-        """After a refusal of ``study``: if the device is on its roster and spent nothing on it,
-        send a signed Leave, then keep the reservation as left (``final``) or drop it. A Leave
-        the coordinator refuses for good (the study ended, or the device holds a ticket from a
-        spend transaction that then failed: it lapses in minutes) changes nothing; a transient
-        error propagates, and the next pass leaves again."""
+    def _reserve(self, study: pb.Study, admitted: Admitted) -> None:
+        """Set the cost of the plain study whose roster the device joins aside in the ledger
+        (:attr:`Admitted.reserve`; nothing for a round of a study whose sketch it paid, whose
+        rounds that spend already keeps) until its deadline, at most
+        :data:`~.ledger_reservations.RESERVATION_SECONDS`."""
+        epsilon, delta = admitted.reserve
+        if admitted.round is not None and self.ledger.find(admitted.round.parent_id) is not None:
+            epsilon = 0.0
+        expires_at = time.time() + RESERVATION_SECONDS
+        if admitted.deadline is not None:
+            expires_at = min(expires_at, admitted.deadline)
+        self.ledger.reserve(study.study_id, spend_labels(admitted.spec, admitted.round)["study_name"],
+                            self.source, epsilon, delta, expires_at)
+
+    def _leave(self, identity: Identity, study: pb.Study, final: bool) -> bool:
+        """After a refusal of ``study``: if this daemon put the device on its roster and it
+        spent nothing on it, send a signed Leave, then keep the reservation as left (``final``)
+        or drop it. True once done (or nothing to do), including when the coordinator refuses
+        for good (the study ended, an old coordinator without Leave); False, leaving the
+        reservation as it is for the next pass, on a transient error or while the device holds
+        an input ticket from a spend transaction that then failed (ABORTED: it lapses)."""
         sid = study.study_id
-        joined = self.ledger.reservation(sid)
+        joined = self._joined(sid)
         if joined is None or joined.left_at is not None or self.ledger.find(sid) is not None:
-            return
+            return True
         try:
             self.stub.Leave(self._roster_message(identity, study, signing.LEAVE_DOMAIN),
                             timeout=RPC_TIMEOUT)
             log.info("left the roster of study %s", printable(sid))
         except grpc.RpcError as exc:
-            if exc.code() not in FINAL_REFUSALS:
-                raise
+            if exc.code() not in (*FINAL_REFUSALS, grpc.StatusCode.UNIMPLEMENTED):
+                log.warning("could not leave study %s yet: %s", printable(sid),
+                            exc.details() or exc.code().name)
+                return False
         if final:
             self.ledger.leave(sid)
         else:
             self.ledger.end_reservation(sid)
+        return True

@@ -20,6 +20,7 @@ class Code(str, Enum):
     INVALID_ARGUMENT = "invalid_argument"
     UNAUTHENTICATED = "unauthenticated"
     PERMISSION_DENIED = "permission_denied"
+    ABORTED = "aborted"  # valid request that conflicts with a promise in force: retry later
 
 
 class Refusal(Exception):

@@ -24,17 +24,17 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n#fedsketch/common/pb/fedsketch.proto\x12\x0c\x66\x65\x64sketch.v1\"A\n\rEnrollRequest\x12\r\n\x05token\x18\x01 \x01(\t\x12\x12\n\npublic_key\x18\x02 \x01(\x0c\x12\r\n\x05label\x18\x03 \x01(\t\"#\n\x0e\x45nrollResponse\x12\x11\n\tdevice_id\x18\x01 \x01(\t\",\n\x12ListStudiesRequest\x12\x16\n\x0einclude_closed\x18\x01 \x01(\x08\";\n\x13ListStudiesResponse\x12$\n\x07studies\x18\x01 \x03(\x0b\x32\x13.fedsketch.v1.Study\"\x1c\n\x08StudyRef\x12\x10\n\x08study_id\x18\x01 \x01(\t\"\xe0\x01\n\x05Study\x12\x10\n\x08study_id\x18\x01 \x01(\t\x12\x11\n\tspec_json\x18\x02 \x01(\t\x12\x13\n\x0bspec_sha256\x18\x03 \x01(\t\x12\'\n\x05state\x18\x04 \x01(\x0e\x32\x18.fedsketch.v1.StudyState\x12\"\n\x05stage\x18\x05 \x01(\x0e\x32\x13.fedsketch.v1.Stage\x12\x15\n\rcontributions\x18\x06 \x01(\x05\x12\x0f\n\x07records\x18\x07 \x01(\x01\x12\x0e\n\x06\x64\x65tail\x18\x08 \x01(\t\x12\x12\n\nregistered\x18\t \x01(\x05J\x04\x08\x14\x10\x1e\"k\n\x0cRegistration\x12\x10\n\x08study_id\x18\x01 \x01(\t\x12\x11\n\tdevice_id\x18\x02 \x01(\t\x12\x13\n\x0bspec_sha256\x18\x03 \x01(\t\x12\x11\n\tsignature\x18\x04 \x01(\x0c\x12\x0e\n\x06ticket\x18\x05 \x01(\x08\".\n\nLeaveReply\x12\x0c\n\x04left\x18\x01 \x01(\x08\x12\x12\n\nregistered\x18\x02 \x01(\x05\"q\n\rRegisterReply\x12\x11\n\tduplicate\x18\x01 \x01(\x08\x12\"\n\x05stage\x18\x02 \x01(\x0e\x32\x13.fedsketch.v1.Stage\x12\x12\n\nregistered\x18\x03 \x01(\x05\x12\x15\n\rinput_seconds\x18\x04 \x01(\x01\"\xd1\x01\n\x0c\x43ontribution\x12\x10\n\x08study_id\x18\x01 \x01(\t\x12\x11\n\tdevice_id\x18\x02 \x01(\t\x12\x13\n\x0bspec_sha256\x18\x03 \x01(\t\x12\t\n\x01n\x18\x04 \x01(\x01\x12\x15\n\x0bint32_pairs\x18\x06 \x01(\x0cH\x00\x12\x15\n\x0bint64_pairs\x18\x08 \x01(\x0cH\x00\x12\x15\n\x0bint64_cells\x18\t \x01(\x0cH\x00\x12\x11\n\tsignature\x18\x07 \x01(\x0c\x42\t\n\x07payloadJ\x04\x08\x05\x10\x06J\x04\x08\x14\x10\x1eR\rfloat32_pairs\"1\n\x0bSubmitReply\x12\x11\n\tduplicate\x18\x01 \x01(\x08\x12\x0f\n\x07receipt\x18\x02 \x01(\t\"\xdd\x01\n\x06Result\x12\x10\n\x08study_id\x18\x01 \x01(\t\x12\t\n\x01k\x18\x02 \x01(\x05\x12\t\n\x01\x64\x18\x03 \x01(\x05\x12\x11\n\tcentroids\x18\x04 \x03(\x01\x12\x0f\n\x07weights\x18\x05 \x03(\x01\x12\x10\n\x08residual\x18\x06 \x01(\x01\x12\x0f\n\x07\x64\x65vices\x18\x07 \x01(\x05\x12\x0f\n\x07records\x18\x08 \x01(\x01\x12\x0e\n\x06status\x18\t \x01(\t\x12\x15\n\rstatus_reason\x18\n \x01(\t\x12\t\n\x01z\x18\x0b \x03(\x01\x12\x11\n\tthreshold\x18\x0c \x01(\x01\x12\x0e\n\x06rounds\x18\r \x01(\x05\"\'\n\x12\x43reateStudyRequest\x12\x11\n\tspec_json\x18\x01 \x01(\t\"#\n\x12IssueTokensRequest\x12\r\n\x05\x63ount\x18\x01 \x01(\x05\"\"\n\x10IssueTokensReply\x12\x0e\n\x06tokens\x18\x01 \x03(\t\"y\n\rSecAggMessage\x12\x10\n\x08study_id\x18\x01 \x01(\t\x12\x11\n\tdevice_id\x18\x02 \x01(\t\x12\"\n\x05stage\x18\x03 \x01(\x0e\x32\x13.fedsketch.v1.Stage\x12\x0c\n\x04\x62ody\x18\x04 \x01(\x0c\x12\x11\n\tsignature\x18\x05 \x01(\x0c\"\x1e\n\tSecAggAck\x12\x11\n\tduplicate\x18\x01 \x01(\x08\"@\n\x0cSecAggBundle\x12\"\n\x05stage\x18\x01 \x01(\x0e\x32\x13.fedsketch.v1.Stage\x12\x0c\n\x04\x62ody\x18\x02 \x01(\x0c*g\n\nStudyState\x12\x1b\n\x17STUDY_STATE_UNSPECIFIED\x10\x00\x12\x08\n\x04OPEN\x10\x01\x12\x0e\n\nCOLLECTING\x10\x02\x12\x0c\n\x08\x44\x45\x43ODING\x10\x03\x12\x08\n\x04\x44ONE\x10\x04\x12\n\n\x06\x46\x41ILED\x10\x05*\x9e\x01\n\x05Stage\x12\x15\n\x11STAGE_UNSPECIFIED\x10\x00\x12\x0f\n\x0bPLAIN_INPUT\x10\x01\x12\x12\n\x0e\x41\x44VERTISE_KEYS\x10\x02\x12\x0e\n\nSHARE_KEYS\x10\x03\x12\x10\n\x0cMASKED_INPUT\x10\x04\x12\n\n\x06UNMASK\x10\x05\x12\x0c\n\x08REGISTER\x10\x06\x12\x0c\n\x08\x46INISHED\x10\x07\x12\x0f\n\x0b\x43ONSISTENCY\x10\x08\x32\xe6\x04\n\x06\x44\x65vice\x12\x43\n\x06\x45nroll\x12\x1b.fedsketch.v1.EnrollRequest\x1a\x1c.fedsketch.v1.EnrollResponse\x12R\n\x0bListStudies\x12 .fedsketch.v1.ListStudiesRequest\x1a!.fedsketch.v1.ListStudiesResponse\x12\x37\n\x08GetStudy\x12\x16.fedsketch.v1.StudyRef\x1a\x13.fedsketch.v1.Study\x12\x43\n\x08Register\x12\x1a.fedsketch.v1.Registration\x1a\x1b.fedsketch.v1.RegisterReply\x12=\n\x05Leave\x12\x1a.fedsketch.v1.Registration\x1a\x18.fedsketch.v1.LeaveReply\x12?\n\x06Submit\x12\x1a.fedsketch.v1.Contribution\x1a\x19.fedsketch.v1.SubmitReply\x12\x39\n\tGetResult\x12\x16.fedsketch.v1.StudyRef\x1a\x14.fedsketch.v1.Result\x12\x42\n\nSecAggSend\x12\x1b.fedsketch.v1.SecAggMessage\x1a\x17.fedsketch.v1.SecAggAck\x12\x46\n\x0bSecAggFetch\x12\x1b.fedsketch.v1.SecAggMessage\x1a\x1a.fedsketch.v1.SecAggBundle2\xea\x02\n\x08Operator\x12\x44\n\x0b\x43reateStudy\x12 .fedsketch.v1.CreateStudyRequest\x1a\x13.fedsketch.v1.Study\x12R\n\x0bListStudies\x12 .fedsketch.v1.ListStudiesRequest\x1a!.fedsketch.v1.ListStudiesResponse\x12\x38\n\tShowStudy\x12\x16.fedsketch.v1.StudyRef\x1a\x13.fedsketch.v1.Study\x12\x39\n\nCloseStudy\x12\x16.fedsketch.v1.StudyRef\x1a\x13.fedsketch.v1.Study\x12O\n\x0bIssueTokens\x12 .fedsketch.v1.IssueTokensRequest\x1a\x1e.fedsketch.v1.IssueTokensReplyb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n#fedsketch/common/pb/fedsketch.proto\x12\x0c\x66\x65\x64sketch.v1\"A\n\rEnrollRequest\x12\r\n\x05token\x18\x01 \x01(\t\x12\x12\n\npublic_key\x18\x02 \x01(\x0c\x12\r\n\x05label\x18\x03 \x01(\t\"#\n\x0e\x45nrollResponse\x12\x11\n\tdevice_id\x18\x01 \x01(\t\",\n\x12ListStudiesRequest\x12\x16\n\x0einclude_closed\x18\x01 \x01(\x08\";\n\x13ListStudiesResponse\x12$\n\x07studies\x18\x01 \x03(\x0b\x32\x13.fedsketch.v1.Study\"\x1c\n\x08StudyRef\x12\x10\n\x08study_id\x18\x01 \x01(\t\"\xe0\x01\n\x05Study\x12\x10\n\x08study_id\x18\x01 \x01(\t\x12\x11\n\tspec_json\x18\x02 \x01(\t\x12\x13\n\x0bspec_sha256\x18\x03 \x01(\t\x12\'\n\x05state\x18\x04 \x01(\x0e\x32\x18.fedsketch.v1.StudyState\x12\"\n\x05stage\x18\x05 \x01(\x0e\x32\x13.fedsketch.v1.Stage\x12\x15\n\rcontributions\x18\x06 \x01(\x05\x12\x0f\n\x07records\x18\x07 \x01(\x01\x12\x0e\n\x06\x64\x65tail\x18\x08 \x01(\t\x12\x12\n\nregistered\x18\t \x01(\x05J\x04\x08\x14\x10\x1e\"n\n\x0cRegistration\x12\x10\n\x08study_id\x18\x01 \x01(\t\x12\x11\n\tdevice_id\x18\x02 \x01(\t\x12\x13\n\x0bspec_sha256\x18\x03 \x01(\t\x12\x11\n\tsignature\x18\x04 \x01(\x0c\x12\x11\n\tjoin_only\x18\x05 \x01(\x08\".\n\nLeaveReply\x12\x0c\n\x04left\x18\x01 \x01(\x08\x12\x12\n\nregistered\x18\x02 \x01(\x05\"q\n\rRegisterReply\x12\x11\n\tduplicate\x18\x01 \x01(\x08\x12\"\n\x05stage\x18\x02 \x01(\x0e\x32\x13.fedsketch.v1.Stage\x12\x12\n\nregistered\x18\x03 \x01(\x05\x12\x15\n\rinput_seconds\x18\x04 \x01(\x01\"\xd1\x01\n\x0c\x43ontribution\x12\x10\n\x08study_id\x18\x01 \x01(\t\x12\x11\n\tdevice_id\x18\x02 \x01(\t\x12\x13\n\x0bspec_sha256\x18\x03 \x01(\t\x12\t\n\x01n\x18\x04 \x01(\x01\x12\x15\n\x0bint32_pairs\x18\x06 \x01(\x0cH\x00\x12\x15\n\x0bint64_pairs\x18\x08 \x01(\x0cH\x00\x12\x15\n\x0bint64_cells\x18\t \x01(\x0cH\x00\x12\x11\n\tsignature\x18\x07 \x01(\x0c\x42\t\n\x07payloadJ\x04\x08\x05\x10\x06J\x04\x08\x14\x10\x1eR\rfloat32_pairs\"1\n\x0bSubmitReply\x12\x11\n\tduplicate\x18\x01 \x01(\x08\x12\x0f\n\x07receipt\x18\x02 \x01(\t\"\xdd\x01\n\x06Result\x12\x10\n\x08study_id\x18\x01 \x01(\t\x12\t\n\x01k\x18\x02 \x01(\x05\x12\t\n\x01\x64\x18\x03 \x01(\x05\x12\x11\n\tcentroids\x18\x04 \x03(\x01\x12\x0f\n\x07weights\x18\x05 \x03(\x01\x12\x10\n\x08residual\x18\x06 \x01(\x01\x12\x0f\n\x07\x64\x65vices\x18\x07 \x01(\x05\x12\x0f\n\x07records\x18\x08 \x01(\x01\x12\x0e\n\x06status\x18\t \x01(\t\x12\x15\n\rstatus_reason\x18\n \x01(\t\x12\t\n\x01z\x18\x0b \x03(\x01\x12\x11\n\tthreshold\x18\x0c \x01(\x01\x12\x0e\n\x06rounds\x18\r \x01(\x05\"\'\n\x12\x43reateStudyRequest\x12\x11\n\tspec_json\x18\x01 \x01(\t\"#\n\x12IssueTokensRequest\x12\r\n\x05\x63ount\x18\x01 \x01(\x05\"\"\n\x10IssueTokensReply\x12\x0e\n\x06tokens\x18\x01 \x03(\t\"y\n\rSecAggMessage\x12\x10\n\x08study_id\x18\x01 \x01(\t\x12\x11\n\tdevice_id\x18\x02 \x01(\t\x12\"\n\x05stage\x18\x03 \x01(\x0e\x32\x13.fedsketch.v1.Stage\x12\x0c\n\x04\x62ody\x18\x04 \x01(\x0c\x12\x11\n\tsignature\x18\x05 \x01(\x0c\"\x1e\n\tSecAggAck\x12\x11\n\tduplicate\x18\x01 \x01(\x08\"@\n\x0cSecAggBundle\x12\"\n\x05stage\x18\x01 \x01(\x0e\x32\x13.fedsketch.v1.Stage\x12\x0c\n\x04\x62ody\x18\x02 \x01(\x0c*g\n\nStudyState\x12\x1b\n\x17STUDY_STATE_UNSPECIFIED\x10\x00\x12\x08\n\x04OPEN\x10\x01\x12\x0e\n\nCOLLECTING\x10\x02\x12\x0c\n\x08\x44\x45\x43ODING\x10\x03\x12\x08\n\x04\x44ONE\x10\x04\x12\n\n\x06\x46\x41ILED\x10\x05*\x9e\x01\n\x05Stage\x12\x15\n\x11STAGE_UNSPECIFIED\x10\x00\x12\x0f\n\x0bPLAIN_INPUT\x10\x01\x12\x12\n\x0e\x41\x44VERTISE_KEYS\x10\x02\x12\x0e\n\nSHARE_KEYS\x10\x03\x12\x10\n\x0cMASKED_INPUT\x10\x04\x12\n\n\x06UNMASK\x10\x05\x12\x0c\n\x08REGISTER\x10\x06\x12\x0c\n\x08\x46INISHED\x10\x07\x12\x0f\n\x0b\x43ONSISTENCY\x10\x08\x32\xe6\x04\n\x06\x44\x65vice\x12\x43\n\x06\x45nroll\x12\x1b.fedsketch.v1.EnrollRequest\x1a\x1c.fedsketch.v1.EnrollResponse\x12R\n\x0bListStudies\x12 .fedsketch.v1.ListStudiesRequest\x1a!.fedsketch.v1.ListStudiesResponse\x12\x37\n\x08GetStudy\x12\x16.fedsketch.v1.StudyRef\x1a\x13.fedsketch.v1.Study\x12\x43\n\x08Register\x12\x1a.fedsketch.v1.Registration\x1a\x1b.fedsketch.v1.RegisterReply\x12=\n\x05Leave\x12\x1a.fedsketch.v1.Registration\x1a\x18.fedsketch.v1.LeaveReply\x12?\n\x06Submit\x12\x1a.fedsketch.v1.Contribution\x1a\x19.fedsketch.v1.SubmitReply\x12\x39\n\tGetResult\x12\x16.fedsketch.v1.StudyRef\x1a\x14.fedsketch.v1.Result\x12\x42\n\nSecAggSend\x12\x1b.fedsketch.v1.SecAggMessage\x1a\x17.fedsketch.v1.SecAggAck\x12\x46\n\x0bSecAggFetch\x12\x1b.fedsketch.v1.SecAggMessage\x1a\x1a.fedsketch.v1.SecAggBundle2\xea\x02\n\x08Operator\x12\x44\n\x0b\x43reateStudy\x12 .fedsketch.v1.CreateStudyRequest\x1a\x13.fedsketch.v1.Study\x12R\n\x0bListStudies\x12 .fedsketch.v1.ListStudiesRequest\x1a!.fedsketch.v1.ListStudiesResponse\x12\x38\n\tShowStudy\x12\x16.fedsketch.v1.StudyRef\x1a\x13.fedsketch.v1.Study\x12\x39\n\nCloseStudy\x12\x16.fedsketch.v1.StudyRef\x1a\x13.fedsketch.v1.Study\x12O\n\x0bIssueTokens\x12 .fedsketch.v1.IssueTokensRequest\x1a\x1e.fedsketch.v1.IssueTokensReplyb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'fedsketch.common.pb.fedsketch_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_STUDYSTATE']._serialized_start=1615
-  _globals['_STUDYSTATE']._serialized_end=1718
-  _globals['_STAGE']._serialized_start=1721
-  _globals['_STAGE']._serialized_end=1879
+  _globals['_STUDYSTATE']._serialized_start=1618
+  _globals['_STUDYSTATE']._serialized_end=1721
+  _globals['_STAGE']._serialized_start=1724
+  _globals['_STAGE']._serialized_end=1882
   _globals['_ENROLLREQUEST']._serialized_start=53
   _globals['_ENROLLREQUEST']._serialized_end=118
   _globals['_ENROLLRESPONSE']._serialized_start=120
@@ -48,31 +48,31 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_STUDY']._serialized_start=295
   _globals['_STUDY']._serialized_end=519
   _globals['_REGISTRATION']._serialized_start=521
-  _globals['_REGISTRATION']._serialized_end=628
-  _globals['_LEAVEREPLY']._serialized_start=630
-  _globals['_LEAVEREPLY']._serialized_end=676
-  _globals['_REGISTERREPLY']._serialized_start=678
-  _globals['_REGISTERREPLY']._serialized_end=791
-  _globals['_CONTRIBUTION']._serialized_start=794
-  _globals['_CONTRIBUTION']._serialized_end=1003
-  _globals['_SUBMITREPLY']._serialized_start=1005
-  _globals['_SUBMITREPLY']._serialized_end=1054
-  _globals['_RESULT']._serialized_start=1057
-  _globals['_RESULT']._serialized_end=1278
-  _globals['_CREATESTUDYREQUEST']._serialized_start=1280
-  _globals['_CREATESTUDYREQUEST']._serialized_end=1319
-  _globals['_ISSUETOKENSREQUEST']._serialized_start=1321
-  _globals['_ISSUETOKENSREQUEST']._serialized_end=1356
-  _globals['_ISSUETOKENSREPLY']._serialized_start=1358
-  _globals['_ISSUETOKENSREPLY']._serialized_end=1392
-  _globals['_SECAGGMESSAGE']._serialized_start=1394
-  _globals['_SECAGGMESSAGE']._serialized_end=1515
-  _globals['_SECAGGACK']._serialized_start=1517
-  _globals['_SECAGGACK']._serialized_end=1547
-  _globals['_SECAGGBUNDLE']._serialized_start=1549
-  _globals['_SECAGGBUNDLE']._serialized_end=1613
-  _globals['_DEVICE']._serialized_start=1882
-  _globals['_DEVICE']._serialized_end=2496
-  _globals['_OPERATOR']._serialized_start=2499
-  _globals['_OPERATOR']._serialized_end=2861
+  _globals['_REGISTRATION']._serialized_end=631
+  _globals['_LEAVEREPLY']._serialized_start=633
+  _globals['_LEAVEREPLY']._serialized_end=679
+  _globals['_REGISTERREPLY']._serialized_start=681
+  _globals['_REGISTERREPLY']._serialized_end=794
+  _globals['_CONTRIBUTION']._serialized_start=797
+  _globals['_CONTRIBUTION']._serialized_end=1006
+  _globals['_SUBMITREPLY']._serialized_start=1008
+  _globals['_SUBMITREPLY']._serialized_end=1057
+  _globals['_RESULT']._serialized_start=1060
+  _globals['_RESULT']._serialized_end=1281
+  _globals['_CREATESTUDYREQUEST']._serialized_start=1283
+  _globals['_CREATESTUDYREQUEST']._serialized_end=1322
+  _globals['_ISSUETOKENSREQUEST']._serialized_start=1324
+  _globals['_ISSUETOKENSREQUEST']._serialized_end=1359
+  _globals['_ISSUETOKENSREPLY']._serialized_start=1361
+  _globals['_ISSUETOKENSREPLY']._serialized_end=1395
+  _globals['_SECAGGMESSAGE']._serialized_start=1397
+  _globals['_SECAGGMESSAGE']._serialized_end=1518
+  _globals['_SECAGGACK']._serialized_start=1520
+  _globals['_SECAGGACK']._serialized_end=1550
+  _globals['_SECAGGBUNDLE']._serialized_start=1552
+  _globals['_SECAGGBUNDLE']._serialized_end=1616
+  _globals['_DEVICE']._serialized_start=1885
+  _globals['_DEVICE']._serialized_end=2499
+  _globals['_OPERATOR']._serialized_start=2502
+  _globals['_OPERATOR']._serialized_end=2864
 # @@protoc_insertion_point(module_scope)

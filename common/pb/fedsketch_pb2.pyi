@@ -100,18 +100,18 @@ class Study(_message.Message):
     def __init__(self, study_id: _Optional[str] = ..., spec_json: _Optional[str] = ..., spec_sha256: _Optional[str] = ..., state: _Optional[_Union[StudyState, str]] = ..., stage: _Optional[_Union[Stage, str]] = ..., contributions: _Optional[int] = ..., records: _Optional[float] = ..., detail: _Optional[str] = ..., registered: _Optional[int] = ...) -> None: ...
 
 class Registration(_message.Message):
-    __slots__ = ("study_id", "device_id", "spec_sha256", "signature", "ticket")
+    __slots__ = ("study_id", "device_id", "spec_sha256", "signature", "join_only")
     STUDY_ID_FIELD_NUMBER: _ClassVar[int]
     DEVICE_ID_FIELD_NUMBER: _ClassVar[int]
     SPEC_SHA256_FIELD_NUMBER: _ClassVar[int]
     SIGNATURE_FIELD_NUMBER: _ClassVar[int]
-    TICKET_FIELD_NUMBER: _ClassVar[int]
+    JOIN_ONLY_FIELD_NUMBER: _ClassVar[int]
     study_id: str
     device_id: str
     spec_sha256: str
     signature: bytes
-    ticket: bool
-    def __init__(self, study_id: _Optional[str] = ..., device_id: _Optional[str] = ..., spec_sha256: _Optional[str] = ..., signature: _Optional[bytes] = ..., ticket: _Optional[bool] = ...) -> None: ...
+    join_only: bool
+    def __init__(self, study_id: _Optional[str] = ..., device_id: _Optional[str] = ..., spec_sha256: _Optional[str] = ..., signature: _Optional[bytes] = ..., join_only: _Optional[bool] = ...) -> None: ...
 
 class LeaveReply(_message.Message):
     __slots__ = ("left", "registered")

@@ -116,7 +116,8 @@ class DeviceServicer:
     def Leave(self, request, context):
         """Plain study: leave its roster before contributing (idempotent), signed in its own domain.
         A device that joined and can no longer take part frees its place for another.
-        FAILED_PRECONDITION for a device that already contributed.
+        FAILED_PRECONDITION for a device that already contributed or a study that ended; ABORTED
+        while the device holds a live input ticket (it may have spent): try again once it ends.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

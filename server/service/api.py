@@ -35,6 +35,7 @@ STATUS = {
     Code.INVALID_ARGUMENT: grpc.StatusCode.INVALID_ARGUMENT,
     Code.UNAUTHENTICATED: grpc.StatusCode.UNAUTHENTICATED,
     Code.PERMISSION_DENIED: grpc.StatusCode.PERMISSION_DENIED,
+    Code.ABORTED: grpc.StatusCode.ABORTED,
 }
 #: ``StudyState`` of each store state: the proto spells each state's name in capitals.
 STUDY_STATES = {state: pb.StudyState.Value(state.upper()) for state in STATES}
@@ -106,7 +107,7 @@ class DeviceService(pb_grpc.DeviceServicer):
         """Join a plain study's roster."""
         duplicate, row, seconds = self.c.register(RegistrationMessage(
             request.study_id, request.device_id, request.spec_sha256, request.signature,
-            request.ticket))
+            not request.join_only))
         return pb.RegisterReply(duplicate=duplicate, stage=plain_stage(row),
                                 registered=row.registered, input_seconds=seconds)
 

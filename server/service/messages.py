@@ -22,7 +22,7 @@ class Submission:
 @dataclass(frozen=True)
 class RegistrationMessage:
     """One signed registration for a plain study's roster (or a leave of it); ``ticket``: the
-    registration asks for an input ticket."""
+    registration asks for an input ticket (the wire's ``not join_only``)."""
 
     study_id: str
     device_id: str

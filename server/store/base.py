@@ -213,8 +213,8 @@ class Store(ABC):
         """Take ``device_id`` off the study's roster in one transaction, freeing its place (the
         roster stays filled); (removed, the study after). Idempotent: (False, row) for a device
         not in the roster. StoreError: 'not_found' for an unknown study; 'failed_precondition'
-        for a study not in ``ACCEPTING``, a device that contributed to it or one holding a live
-        ticket (it may have spent). Audited."""
+        for a study not in ``ACCEPTING`` or a device that contributed to it; 'aborted' for one
+        holding a live ticket (it may have spent: it may leave once the ticket ends). Audited."""
 
     @abstractmethod
     def ticket(self, study_id: str, device_id: str, seconds: float) -> float:

@@ -254,7 +254,7 @@ class SQLiteStore(Store):
                 raise StoreError(Code.FAILED_PRECONDITION, f"device {device_id!r} contributed to "
                                  f"study {study_id!r}: a release cannot be withdrawn")
             if self._holds_ticket(c, study_id, device_id):
-                raise StoreError(Code.FAILED_PRECONDITION, f"device {device_id!r} holds an input "
+                raise StoreError(Code.ABORTED, f"device {device_id!r} holds an input "
                                  "ticket (it may have spent): it cannot leave until the ticket ends")
             if not self._in_roster(c, study_id, device_id):
                 return False, study

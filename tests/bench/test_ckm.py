@@ -167,9 +167,11 @@ def test_non_private_pipeline_is_kind_none_and_near_the_reference():
 @pytest.mark.slow
 def test_refinement_beats_ckm_alone_on_real_data():
     """ggplot2's diamonds (53,940 rows, d = 7, k = 5, standardized, box ±6 sd), add/remove,
-    ε = 2, medians of 3 seeds. Measured (benchmarks/RESULTS.md §6, and 10 triples of seeds):
-    CKM alone 1.36–1.61 per run (medians of 3 from 1.30), ckm-lloyd 1.01–1.07 per run (medians
-    of 3 at most 1.038), non-private ckm-lloyd 1.005. A refinement that did nothing
+    ε = 2. Measured (benchmarks/RESULTS.md §6, and 10 triples of seeds): CKM alone 1.36–1.61 per
+    run (medians of 3 from 1.30), non-private ckm-lloyd 1.005. ckm-lloyd's noise comes from OS
+    bits, so the bound covers its tail: 900 runs (OpenBLAS SkylakeX) gave median 1.024, p90
+    1.046, p99 1.077, max 1.285; a median of 3 exceeded 1.06 once in a CI run. A median of 5
+    exceeds 1.08 only if 3 runs do (about 10·0.008³ ≈ 5·10⁻⁶). A refinement that did nothing
     (or a final step that wrecked the centres) fails the first bound."""
     spec = importlib.util.spec_from_file_location("realdata", BENCHMARKS / "realdata.py")
     realdata = importlib.util.module_from_spec(spec)
@@ -179,14 +181,14 @@ def test_refinement_beats_ckm_alone_on_real_data():
     lo, hi = data.box
     ref = sse_per_n(split(data.x), sklearn_kmeans_centroids(data.x, data.k, 0, n_init=10))
 
-    def median(method, eps):
+    def median(method, eps, runs=3):
         return float(np.median([
             sse_per_n(split(data.x), method(Task(data.x, data.k, eps, lo=lo, hi=hi, neighbouring="add_remove",
                                                  rng=np.random.default_rng(s))).output) / ref
-            for s in range(3)]))
+            for s in range(runs)]))
 
-    refined, alone = median(ckm_lloyd, 2.0), median(ckm("complex"), 2.0)
-    assert refined < 1.06
+    refined, alone = median(ckm_lloyd, 2.0, runs=5), median(ckm("complex"), 2.0)
+    assert refined < 1.08
     assert alone > 1.15
     assert median(ckm_lloyd, math.inf) < 1.02
 

@@ -129,7 +129,7 @@ def roster_message(study: pb.Study, device_id: str, key: bytes,
     """A registration (asking for a ticket if ``ticket``) or, by default, a leave of
     ``device_id`` signed with ``key``."""
     digest = signing.registration_digest(study.study_id, device_id, study.spec_sha256, domain)
-    return pb.Registration(study_id=study.study_id, device_id=device_id, ticket=ticket,
+    return pb.Registration(study_id=study.study_id, device_id=device_id, join_only=not ticket,
                            spec_sha256=study.spec_sha256, signature=signing.sign(key, digest))
 
 
@@ -169,7 +169,7 @@ def test_a_device_leaves_a_roster_and_its_place_goes_to_another(coordinator_roun
     assert ticket.duplicate and ticket.input_seconds > 0
     with pytest.raises(grpc.RpcError) as err:
         stub.Leave(roster_message(study, ids[b].device_id, ids[b].private_key))
-    assert err.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+    assert err.value.code() == grpc.StatusCode.ABORTED
     assert "holds an input ticket" in err.value.details()
     assert a.step().submitted == [study.study_id]
     with pytest.raises(grpc.RpcError) as err:
