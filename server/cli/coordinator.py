@@ -106,13 +106,13 @@ def serve(
         if not insecure and (cert is None or key is None):
             raise ValueError("TLS needs both --cert and --key")
         creds = None if insecure else server_credentials(cert, key)
+        store = open_store(db)  # first: a database another coordinator holds is refused here
         if not token_file.exists():
             fd = os.open(token_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
             with os.fdopen(fd, "w") as fh:
                 fh.write(secrets.token_urlsafe(32) + "\n")
             typer.echo(f"wrote a new operator token to {token_file}", err=True)
         token_sha256 = hashlib.sha256(read_token(token_file).encode()).hexdigest()
-        store = open_store(db)
         server, coordinator, port = build_server(store, token_sha256, listen, creds)
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):

@@ -201,16 +201,21 @@ def build_server(store: Store, token_sha256: str, listen: str,
     bound port). ``credentials`` None means plaintext (the explicit ``--insecure`` opt-out)."""
     coordinator = Coordinator(store)
     options = [("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
-               ("grpc.max_send_message_length", MAX_MESSAGE_BYTES)]
+               ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+               ("grpc.so_reuseport", 0)]  # a second server on a busy address fails to bind
     server = grpc.server(ThreadPoolExecutor(max_workers=workers), options=options)
     pb_grpc.add_DeviceServicer_to_server(DeviceService(coordinator), server)
     pb_grpc.add_OperatorServicer_to_server(OperatorService(coordinator, token_sha256), server)
-    if credentials is None:
-        port = server.add_insecure_port(listen)
-    else:
-        port = server.add_secure_port(listen, credentials)
+    try:
+        if credentials is None:
+            port = server.add_insecure_port(listen)
+        else:
+            port = server.add_secure_port(listen, credentials)
+    except RuntimeError:  # grpcio's "Failed to bind"
+        port = 0
     if port == 0:
-        raise OSError(f"cannot listen on {listen}")
+        raise OSError(f"cannot listen on {listen}: the address is in use (another coordinator?) "
+                      "or not available here")
     coordinator.start()
     server.start()
     return server, coordinator, port

@@ -34,6 +34,7 @@ from fedsketch.server.store.base import (
     StoreError,
     StudyRow,
 )
+from fedsketch.server.store.filelock import hold_exclusive
 from fedsketch.server.store.sqlite_schema import (
     APPLICATION_ID,
     CONTRIBUTION_COLUMNS,
@@ -62,11 +63,15 @@ class SQLiteStore(Store):
 
         Raises StoreError 'failed_precondition' if the file is not a SQLite database, is a SQLite
         database that is not a fedsketch store, or has a schema version outside 1 to SCHEMA_VERSION
-        (the older ones are migrated: module docstring); such a file is left unmodified.
+        (the older ones are migrated: module docstring); such a file is left unmodified; and
+        if another store holds the file (:mod:`.filelock`). A new file is created owner-only
+        (0600; SQLite gives its WAL files the same mode).
         """
         self.path = os.fspath(path)
         self._lock = threading.Lock()
+        self._held = hold_exclusive(self.path)
         try:
+            os.close(os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600))
             self._conn = sqlite3.connect(
                 self.path, timeout=10.0, isolation_level=None, check_same_thread=False
             )
@@ -75,9 +80,12 @@ class SQLiteStore(Store):
             except BaseException:
                 self._conn.close()
                 raise
-        except sqlite3.DatabaseError as exc:
-            message = f"cannot open {self.path} as a fedsketch store: {exc}"
-            raise StoreError(Code.FAILED_PRECONDITION, message) from exc
+        except BaseException as exc:
+            os.close(self._held)
+            if isinstance(exc, sqlite3.DatabaseError):
+                raise StoreError(Code.FAILED_PRECONDITION,
+                                 f"cannot open {self.path} as a fedsketch store: {exc}") from exc
+            raise
 
     def _open(self) -> None:
         schema_version(self._conn, self.path)  # before anything below can modify a foreign file
@@ -129,6 +137,7 @@ class SQLiteStore(Store):
     def close(self) -> None:
         with self._lock:
             self._conn.close()
+            os.close(self._held)
 
     # enrollment
 

@@ -259,3 +259,23 @@ def test_create_study_sets_the_roster_and_a_collection_window(coordinator):
         refused = coordinator.op(*base, *extra, check=False)
         assert refused.returncode == 1 and message in refused.stderr, (extra, refused.stderr)
         assert refused.stderr.count("\n") == 1
+
+
+def test_a_second_coordinator_on_a_busy_database_or_address_exits(coordinator, tmp_path):
+    """One coordinator per SQLite file and per address: a second `serve` on the running one's
+    database, or on its port, exits 1 with the reason at once and changes nothing (it never
+    starts, so it cannot fail the first one's studies); the first one keeps serving."""
+    study = create_study(coordinator, 2)
+    token = tmp_path / "second.token"
+    for db, listen, message in (
+            (coordinator.db, "127.0.0.1:0", "in use by another coordinator"),
+            (tmp_path / "other.db", f"127.0.0.1:{coordinator.port}", "cannot listen on")):
+        res = subprocess.run([FEDSKETCH, "coordinator", "serve", "--db", str(db), "--listen",
+                              listen, "--insecure", "--token-file", str(token)],
+                             capture_output=True, text=True, timeout=60)
+        assert res.returncode == 1 and message in res.stderr, res.stderr
+        assert res.stderr.splitlines()[-1].startswith("error: ")
+        if db == coordinator.db:
+            assert not token.exists()  # refused before it wrote anything
+    assert coordinator.proc.poll() is None
+    assert study in coordinator.op("list").stdout

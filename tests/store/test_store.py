@@ -6,8 +6,10 @@ foreign and newer files, durability across a real SIGKILL) stay SQLite-only."""
 from __future__ import annotations
 
 import hashlib
+import os
 import signal
 import sqlite3
+import stat
 import subprocess
 import sys
 import threading
@@ -506,3 +508,21 @@ def test_concurrent_contributions_all_land(store):
     assert (row.contributions, row.records, row.state) == (8, 36.0, "collecting")
     stored = {c.device_id: c.payload for c in store.contributions("s")}
     assert stored == {d: payload(i) for i, d in enumerate(devices)}
+
+
+def test_one_store_holds_a_file_and_creates_it_owner_only(tmp_path):
+    """A second store on a file another store holds is refused before it touches it (another
+    coordinator would fail the first one's running secure study); once the first closes, it
+    opens. The file and its WAL are created 0600."""
+    path = tmp_path / "store.db"
+    first = open_store(path)
+    first.create_study("s", "{}", "0" * 64, None, 1)
+    err = refusal(open_store, path)
+    assert err.code == "failed_precondition" and "in use by another coordinator" in str(err)
+    assert first.get_study("s").state == "open"  # the refused open changed nothing
+    assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
+    assert stat.S_IMODE(os.stat(f"{path}-wal").st_mode) == 0o600
+    first.close()
+    second = open_store(path)
+    assert second.get_study("s").state == "open"
+    second.close()
