@@ -104,7 +104,7 @@ class Agent(SecureSteps, RosterSteps):
             return identity
         if not token:
             raise LedgerError("this device is not enrolled yet: pass an enrollment token")
-        key = signing.new_private_key()
+        key = self.ledger.enrollment_key()  # committed first: a lost reply is asked again
         reply = self.stub.Enroll(pb.EnrollRequest(token=token, public_key=signing.public_key(key),
                                                   label=label), timeout=RPC_TIMEOUT)
         identity = Identity(reply.device_id, key, coordinator)

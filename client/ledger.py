@@ -42,6 +42,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
+from .ledger_identity import IdentityStore
 from .ledger_records import (
     Budget,
     BudgetChange,
@@ -75,10 +76,11 @@ __all__ = ["DEFAULT_SOURCE", "SCHEMA_VERSION", "Budget", "BudgetChange", "Budget
 _BUSY_TIMEOUT_S = 30.0
 
 
-class Ledger(Reservations):
+class Ledger(Reservations, IdentityStore):
     """An open ledger file (created empty, owner-only, if missing). Raises :class:`LedgerError` for a
     file that is not a readable ledger of a schema version this code reads. Its reservation
-    methods come from :class:`~.ledger_reservations.Reservations`."""
+    methods come from :class:`~.ledger_reservations.Reservations`, its identity methods from
+    :class:`~.ledger_identity.IdentityStore`."""
 
     def __init__(self, path: str | os.PathLike) -> None:
         self.path = os.fspath(path)
@@ -378,22 +380,3 @@ class Ledger(Reservations):
         return [Spend(*r) for r in self._conn.execute(f"SELECT {SPEND_COLUMNS} FROM spends ORDER BY seq")]
 
     # -- identity -----------------------------------------------------------------------------
-
-    def identity(self) -> Identity | None:
-        """The stored device identity, or None before the first :meth:`set_identity`."""
-        row = self._conn.execute("SELECT device_id, private_key, coordinator FROM identity").fetchone()
-        return None if row is None else Identity(*row)
-
-    def set_identity(self, identity: Identity) -> None:
-        """Store the device identity. Storing the same identity again is a no-op; LedgerError if a
-        different one is already stored (a device keeps its key)."""
-        identity = Identity(identity.device_id, bytes(identity.private_key), identity.coordinator)
-        with self._write() as db:
-            row = db.execute("SELECT device_id, private_key, coordinator FROM identity").fetchone()
-            if row is not None:
-                if Identity(*row) != identity:
-                    raise LedgerError(f"{self.path} already holds identity of device {row[0]!r}; "
-                                      "refusing to overwrite it")
-                return
-            db.execute("INSERT INTO identity (id, device_id, private_key, coordinator) VALUES (1, ?, ?, ?)",
-                       (identity.device_id, identity.private_key, identity.coordinator))

@@ -150,10 +150,13 @@ class Store(ABC):
     @abstractmethod
     def enroll(self, token: str, public_key: bytes, label: str) -> str:
         """Atomically trade an unused token for a new device id bound to ``public_key``; return
-        the id (``dev-`` and 16 hex digits). Audited.
+        the id (``dev-`` and 16 hex digits). Idempotent: a token already traded for this very key
+        returns the same id (the device's reply was lost; it stored its key before it asked).
+        Audited.
 
-        ValueError unless public_key is 32 bytes. StoreError 'permission_denied' for an unknown or
-        used token; 'conflict' if the key is already enrolled (the token then stays unused).
+        ValueError unless public_key is 32 bytes. StoreError 'permission_denied' for an unknown
+        token or one traded for another key; 'conflict' if the key is already enrolled with
+        another token (the token then stays unused).
         """
 
     @abstractmethod

@@ -160,17 +160,17 @@ class SQLiteStore(Store):
         device_id = "dev-" + secrets.token_hex(8)
         now = time.time()
         with self._tx() as c:
-            unused = c.execute(
-                "SELECT 1 FROM tokens WHERE token_sha256 = ? AND used_by IS NULL", (digest,)
-            ).fetchone()
-            if unused is None:
+            used = c.execute("SELECT used_by FROM tokens WHERE token_sha256 = ?", (digest,)).fetchone()
+            if used is not None and used[0] is not None and c.execute(  # a reply lost: the same
+                    "SELECT 1 FROM devices WHERE device_id = ? AND public_key = ?",  # key asks again
+                    (used[0], public_key)).fetchone():
+                return used[0]
+            if used is None or used[0] is not None:
                 raise StoreError(Code.PERMISSION_DENIED, "unknown or already used enrollment token")
             if c.execute("SELECT 1 FROM devices WHERE public_key = ?", (public_key,)).fetchone():
                 raise StoreError(Code.CONFLICT, "this public key is already enrolled")
-            c.execute(
-                "INSERT INTO devices (device_id, public_key, label, enrolled_at) VALUES (?, ?, ?, ?)",
-                (device_id, public_key, label, now),
-            )
+            c.execute("INSERT INTO devices (device_id, public_key, label, enrolled_at) VALUES (?, ?, ?, ?)",
+                      (device_id, public_key, label, now))
             c.execute("UPDATE tokens SET used_by = ?, used_at = ? WHERE token_sha256 = ?",
                       (device_id, now, digest))
             self._log(c, device_id, "enroll", f"label={label!r}")
@@ -376,13 +376,10 @@ class SQLiteStore(Store):
                 raise StoreError(Code.CONFLICT, f"study {study_id!r} already has a result")
             if current not in PUBLISH.sources:
                 raise StoreError(Code.FAILED_PRECONDITION, f"study {study_id!r} is {current!r}, not decoding")
-            c.execute(
-                "INSERT INTO results (study_id, result_json, created_at) VALUES (?, ?, ?)",
-                (study_id, result_json, time.time()),
-            )
-            c.execute(
-                "UPDATE studies SET state = ?, detail = '' WHERE study_id = ?", (PUBLISH.target, study_id)
-            )
+            c.execute("INSERT INTO results (study_id, result_json, created_at) VALUES (?, ?, ?)",
+                      (study_id, result_json, time.time()))
+            c.execute("UPDATE studies SET state = ?, detail = '' WHERE study_id = ?",
+                      (PUBLISH.target, study_id))
             self._log(c, _COORDINATOR, "put_result", f"study {study_id!r}: {current} -> {PUBLISH.target}")
 
     def get_result(self, study_id: str) -> str | None:

@@ -11,6 +11,8 @@ import pytest
 from conftest import META, contribute_all, study_spec
 
 from fedsketch.client import agent as agent_module
+from fedsketch.client.agent import Agent
+from fedsketch.client.ledger import Ledger, LedgerError
 from fedsketch.common import signing, wire
 from fedsketch.common.pb import fedsketch_pb2 as pb
 from fedsketch.common.pb import fedsketch_pb2_grpc as pb_grpc
@@ -325,3 +327,40 @@ def test_deadline_without_quorum_fails_and_operator_close_decodes(coordinator_ro
     assert err.value.code() == grpc.StatusCode.FAILED_PRECONDITION
     coordinator_round.operator().CloseStudy(pb.StudyRef(study_id=closing.study_id), metadata=META)
     assert coordinator_round.wait(closing.study_id).state == pb.DONE
+
+
+def test_a_lost_enroll_reply_does_not_lock_the_device_out(coordinator_round, tmp_path):
+    """Issue 12, finding 7: the coordinator commits the enrollment and the reply is lost. The
+    device drew and stored its key before asking, so its retry (after a restart, too) sends the
+    same key with the same token and gets the same device id; another key still cannot use the
+    token."""
+    token = coordinator_round.tokens(1)[0]
+    path = tmp_path / "device.ledger"
+    agent = Agent(coordinator_round.channel(), Ledger.create(path, 1.0), lambda: None)
+    real = agent.stub.Enroll
+
+    def lost(request, **kw):
+        real(request, **kw)  # committed by the coordinator ...
+        raise Lost()  # ... and the reply never arrives
+
+    class Lost(grpc.RpcError):
+        def code(self):
+            return grpc.StatusCode.UNAVAILABLE
+
+    agent.stub.Enroll = lost
+    with pytest.raises(grpc.RpcError):
+        agent.ensure_enrolled(coordinator_round.target, token, "phone")
+    assert agent.ledger.identity() is None
+    agent.ledger.close()
+    again = Agent(coordinator_round.channel(), Ledger(path), lambda: None)  # restarted
+    identity = again.ensure_enrolled(coordinator_round.target, token, "phone")
+    devices = [e for e in coordinator_round.store.audit_log(1000) if e[2] == "enroll"]
+    assert [e[1] for e in devices] == [identity.device_id]
+    assert coordinator_round.store.device_key(identity.device_id) == signing.public_key(
+        identity.private_key)
+    with pytest.raises(grpc.RpcError) as err:
+        coordinator_round.device_stub().Enroll(pb.EnrollRequest(
+            token=token, public_key=signing.public_key(signing.new_private_key())))
+    assert err.value.code() == grpc.StatusCode.PERMISSION_DENIED
+    with pytest.raises(LedgerError):
+        again.ledger.enrollment_key()  # enrolled: the device keeps its key

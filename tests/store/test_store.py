@@ -277,6 +277,9 @@ def test_enroll_token_once(store):
 
     assert refusal(store.enroll, "alpha", key(2), "again").code == "permission_denied"
     assert refusal(store.enroll, "gamma", key(2), "unknown").code == "permission_denied"
+    enrolled = len(store.audit_log(1000))
+    assert store.enroll("alpha", key(1), "reply lost") == dev  # the same key asks again
+    assert len(store.audit_log(1000)) == enrolled  # nothing new was written
     store.add_tokens(["alpha"])  # re-adding a used token does not revive it
     assert refusal(store.enroll, "alpha", key(2), "revived").code == "permission_denied"
 
