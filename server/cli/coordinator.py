@@ -39,6 +39,7 @@ from fedsketch.common.tls import init_certs, secure_channel, server_credentials
 from fedsketch.server.cli.bounds import parse_bounds
 from fedsketch.server.cli.errors import NOT_IDENTIFIABLE_EXIT, clean_errors, report_identifiability
 from fedsketch.server.store import open_store
+from fedsketch.server.store.filelock import hold_exclusive
 
 certs_app = typer.Typer(no_args_is_help=True, help="TLS certificates for a coordinator.")
 coordinator_app = typer.Typer(no_args_is_help=True, help="Run and operate a coordinator.")
@@ -106,7 +107,8 @@ def serve(
         if not insecure and (cert is None or key is None):
             raise ValueError("TLS needs both --cert and --key")
         creds = None if insecure else server_credentials(cert, key)
-        store = open_store(db)  # first: a database another coordinator holds is refused here
+        hold_exclusive(os.fspath(db))  # first: a database another coordinator serves is refused
+        store = open_store(db)
         if not token_file.exists():
             fd = os.open(token_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
             with os.fdopen(fd, "w") as fh:

@@ -34,7 +34,6 @@ from fedsketch.server.store.base import (
     StoreError,
     StudyRow,
 )
-from fedsketch.server.store.filelock import hold_exclusive
 from fedsketch.server.store.sqlite_schema import (
     APPLICATION_ID,
     CONTRIBUTION_COLUMNS,
@@ -63,13 +62,12 @@ class SQLiteStore(Store):
 
         Raises StoreError 'failed_precondition' if the file is not a SQLite database, is a SQLite
         database that is not a fedsketch store, or has a schema version outside 1 to SCHEMA_VERSION
-        (the older ones are migrated: module docstring); such a file is left unmodified; and
-        if another store holds the file (:mod:`.filelock`). A new file is created owner-only
-        (0600; SQLite gives its WAL files the same mode).
+        (the older ones are migrated: module docstring); such a file is left unmodified. A new
+        file is created owner-only (0600; SQLite gives its WAL files the same mode). A
+        coordinator holds the file for itself with :func:`.filelock.hold_exclusive` first.
         """
         self.path = os.fspath(path)
         self._lock = threading.Lock()
-        self._held = hold_exclusive(self.path)
         try:
             os.close(os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600))
             self._conn = sqlite3.connect(
@@ -80,12 +78,9 @@ class SQLiteStore(Store):
             except BaseException:
                 self._conn.close()
                 raise
-        except BaseException as exc:
-            os.close(self._held)
-            if isinstance(exc, sqlite3.DatabaseError):
-                raise StoreError(Code.FAILED_PRECONDITION,
-                                 f"cannot open {self.path} as a fedsketch store: {exc}") from exc
-            raise
+        except sqlite3.DatabaseError as exc:
+            message = f"cannot open {self.path} as a fedsketch store: {exc}"
+            raise StoreError(Code.FAILED_PRECONDITION, message) from exc
 
     def _open(self) -> None:
         schema_version(self._conn, self.path)  # before anything below can modify a foreign file
@@ -137,7 +132,6 @@ class SQLiteStore(Store):
     def close(self) -> None:
         with self._lock:
             self._conn.close()
-            os.close(self._held)
 
     # enrollment
 

@@ -19,6 +19,7 @@ import pytest
 
 from fedsketch.server.errors import Code
 from fedsketch.server.store import ContributionRow, SQLiteStore, Store, StoreError, open_store
+from fedsketch.server.store.filelock import hold_exclusive
 from fedsketch.server.store.sqlite import SCHEMA_VERSION
 
 #: Where a fresh store of each backend lives, by name: a second backend adds an entry here.
@@ -513,19 +514,18 @@ def test_concurrent_contributions_all_land(store):
     assert stored == {d: payload(i) for i, d in enumerate(devices)}
 
 
-def test_one_store_holds_a_file_and_creates_it_owner_only(tmp_path):
-    """A second store on a file another store holds is refused before it touches it (another
-    coordinator would fail the first one's running secure study); once the first closes, it
-    opens. The file and its WAL are created 0600."""
+def test_a_coordinator_holds_its_file_alone_and_creates_it_owner_only(tmp_path):
+    """One holder of a store file at a time (another coordinator would fail the first one's
+    running secure study), released when its descriptor closes, as when its process dies. The
+    file and its WAL are created 0600."""
     path = tmp_path / "store.db"
-    first = open_store(path)
-    first.create_study("s", "{}", "0" * 64, None, 1)
-    err = refusal(open_store, path)
+    held = hold_exclusive(str(path))
+    err = refusal(hold_exclusive, str(path))
     assert err.code == "failed_precondition" and "in use by another coordinator" in str(err)
-    assert first.get_study("s").state == "open"  # the refused open changed nothing
+    os.close(held)
+    os.close(hold_exclusive(str(path)))
+    store = open_store(path)
+    store.create_study("s", "{}", "0" * 64, None, 1)
     assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
     assert stat.S_IMODE(os.stat(f"{path}-wal").st_mode) == 0o600
-    first.close()
-    second = open_store(path)
-    assert second.get_study("s").state == "open"
-    second.close()
+    store.close()
