@@ -23,6 +23,8 @@ from fedsketch.common import signing
 from fedsketch.common.cli import printable
 from fedsketch.common.pb import fedsketch_pb2 as pb
 from fedsketch.common.pb import fedsketch_pb2_grpc as pb_grpc
+from fedsketch.common.refine import RoundSpec
+from fedsketch.common.study import StudySpec
 
 from .ledger import Identity, Ledger
 from .ledger_reservations import RESERVATION_SECONDS, Reservation
@@ -92,14 +94,20 @@ class RosterSteps:
         held = self.ledger.reservation(study_id)
         return held if held is not None and held.source == self.source else None
 
+    def _set_aside(self, spec: StudySpec, rnd: RoundSpec | None) -> float:
+        """ε a study (or round ``rnd`` of it) the device joined and has not paid sets aside: a
+        study's whole ε (its sketch and every round, as the agent budgets it); a round's, or
+        nothing once the device paid its study's sketch (that spend keeps the rounds' ε,
+        :func:`~.ledger_schema.promised`). One rule for plain rosters and secure sessions."""
+        if rnd is None:
+            return spec.total_epsilon
+        return 0.0 if self.ledger.find(rnd.parent_id) is not None else rnd.epsilon(spec)
+
     def _reserve(self, study: pb.Study, admitted: Admitted) -> None:
         """Set the cost of the plain study whose roster the device joins aside in the ledger
-        (:attr:`Admitted.reserve`; nothing for a round of a study whose sketch it paid, whose
-        rounds that spend already keeps) until its deadline, at most
+        (ε: :meth:`_set_aside`; δ: the release's) until its deadline, at most
         :data:`~.ledger_reservations.RESERVATION_SECONDS`."""
-        epsilon, delta = admitted.reserve
-        if admitted.round is not None and self.ledger.find(admitted.round.parent_id) is not None:
-            epsilon = 0.0
+        epsilon, delta = self._set_aside(admitted.spec, admitted.round), admitted.cost[1]
         expires_at = time.time() + RESERVATION_SECONDS
         if admitted.deadline is not None:
             expires_at = min(expires_at, admitted.deadline)

@@ -71,13 +71,6 @@ class Session:
         return self.round.epsilon(self.spec)
 
     @property
-    def reserve(self) -> float:
-        """ε set aside while the session has not released: its whole study's (sketch and
-        rounds) for a sketch session; nothing for a round, whose ε its study's sketch spend
-        already keeps (:func:`~.ledger_schema.promised`)."""
-        return self.spec.total_epsilon if self.round is None else 0.0
-
-    @property
     def protocol(self) -> StudySpec | SecureRound:
         """What the round's public parameters derive from."""
         return self.spec if self.round is None else SecureRound(self.spec, self.round)

@@ -38,14 +38,6 @@ class Admitted:
         return self.round.epsilon(self.spec), 0.0
 
     @property
-    def reserve(self) -> tuple[float, float]:
-        """(ε, δ) the device sets aside while it waits in the roster: a study's whole cost (its
-        sketch and every refinement round, as the agent budgets a study) or a round's."""
-        if self.round is None:
-            return self.spec.total_epsilon, self.spec.sketch.privacy.delta
-        return self.cost
-
-    @property
     def deadline(self) -> float | None:
         """The study's, or the round's, deadline (Unix seconds), or None."""
         return self.spec.deadline if self.round is None else self.round.deadline

@@ -154,12 +154,13 @@ class SQLiteStore(Store):
         device_id = "dev-" + secrets.token_hex(8)
         now = time.time()
         with self._tx() as c:
-            used = c.execute("SELECT used_by FROM tokens WHERE token_sha256 = ?", (digest,)).fetchone()
-            if used is not None and used[0] is not None and c.execute(  # a reply lost: the same
-                    "SELECT 1 FROM devices WHERE device_id = ? AND public_key = ?",  # key asks again
-                    (used[0], public_key)).fetchone():
-                return used[0]
-            if used is None or used[0] is not None:
+            token = c.execute("SELECT used_by FROM tokens WHERE token_sha256 = ?", (digest,)).fetchone()
+            if token is None:
+                raise StoreError(Code.PERMISSION_DENIED, "unknown or already used enrollment token")
+            if (enrolled := token[0]) is not None:  # a lost reply: the same key may ask again
+                if c.execute("SELECT 1 FROM devices WHERE device_id = ? AND public_key = ?",
+                             (enrolled, public_key)).fetchone():
+                    return enrolled
                 raise StoreError(Code.PERMISSION_DENIED, "unknown or already used enrollment token")
             if c.execute("SELECT 1 FROM devices WHERE public_key = ?", (public_key,)).fetchone():
                 raise StoreError(Code.CONFLICT, "this public key is already enrolled")
