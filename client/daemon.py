@@ -6,8 +6,11 @@ full yet (its reservation of the study is live: :attr:`Agent.waiting`) it polls 
 seconds (with jitter), so it sends soon after input opens.
 After a pass that did nothing, or a pass that failed (coordinator unreachable, an RPC
 refused), the next poll waits ``min(max_poll, poll·2^failures)`` seconds times a uniform jitter
-in [0.5, 1.5), so many devices do not poll in lock-step. Setting ``stop`` (the CLI does so on
-SIGTERM and SIGINT) ends the loop between passes; a pass in progress finishes, so the ledger and
+in [0.5, 1.5), so many devices do not poll in lock-step. Enrolling is retried the same way
+while the coordinator cannot be reached (a wrong token is final). Setting ``stop`` (the CLI does
+so on SIGTERM and SIGINT) ends the loop at once: between passes, or while the device reads its
+records for a sketch (:class:`~fedsketch.client.localdata.Stopped`, raised between chunks, before
+anything is spent); a spend already recorded is sent before the daemon exits, so the ledger and
 the coordinator stay consistent.
 """
 
@@ -27,7 +30,7 @@ from fedsketch.common.tls import secure_channel
 from .agent import Agent
 from .ledger import DEFAULT_SOURCE, Budget, Ledger, LedgerError
 from .ledger_records import check_budget
-from .localdata import LocalData
+from .localdata import LocalData, Stopped, stoppable
 
 log = logging.getLogger("fedsketch.device")
 _jitter = random.SystemRandom()
@@ -52,14 +55,22 @@ class DaemonConfig:
     max_poll: float = 60.0
 
 
-def local_data(path: Path) -> LocalData:
+#: Enroll errors worth another try later: the coordinator is down, overloaded or restarting.
+TRANSIENT = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED,
+             grpc.StatusCode.RESOURCE_EXHAUSTED)
+
+
+def local_data(path: Path, stop: threading.Event | None = None) -> LocalData:
     """The data file as it is now, as the agent sees it: streamed chunks of this version of the
     file (DataError once it is replaced or rewritten) and its dimension d. The agent calls this
     for every study, so a new file is read with its own layout. A file without records is
     accepted: under add/remove the device takes part with n = 0 (declining would reveal it);
-    under replace-one the study is refused (n is public there)."""
+    under replace-one the study is refused (n is public there). With ``stop``, every read ends
+    with :class:`~fedsketch.client.localdata.Stopped` once it is set."""
     source = DataSource(path, allow_empty=True)
-    return LocalData(source.chunks, source.d)
+    if stop is None:
+        return LocalData(source.chunks, source.d)
+    return LocalData(lambda: stoppable(source.chunks(), stop), source.d)
 
 
 def command_line_budget(ledger: Ledger, source: str, epsilon: float | None,
@@ -116,12 +127,15 @@ def run(cfg: DaemonConfig, stop: threading.Event) -> int:
         raise
     channel = secure_channel(cfg.coordinator, cfg.ca, insecure=cfg.insecure)
     try:
-        agent = Agent(channel, ledger, lambda: local_data(cfg.data), cfg.source)
-        agent.ensure_enrolled(cfg.coordinator, cfg.token, cfg.label)
+        agent = Agent(channel, ledger, lambda: local_data(cfg.data, stop), cfg.source)
+        if not _enroll(agent, cfg, stop):
+            return 1 if cfg.once else 0
         failures = 0
         while not stop.is_set():
             try:
                 out = agent.step()
+            except Stopped:
+                break
             except grpc.RpcError as exc:
                 log.warning("coordinator: %s: %s", exc.code().name, exc.details())
                 if cfg.once:
@@ -140,3 +154,26 @@ def run(cfg: DaemonConfig, stop: threading.Event) -> int:
     finally:
         channel.close()
         ledger.close()
+
+
+def _enroll(agent: Agent, cfg: DaemonConfig, stop: threading.Event) -> bool:
+    """Enroll (or find the stored identity), trying again with backoff while the coordinator
+    cannot be reached; False if stopped first, or at the first failure with ``once``. The key
+    is the same on every try (:meth:`Agent.ensure_enrolled`), so a retry after a lost reply is
+    answered with the same device id. Other errors (a refused token) propagate."""
+    failures = 0
+    while not stop.is_set():
+        try:
+            agent.ensure_enrolled(cfg.coordinator, cfg.token, cfg.label)
+            return True
+        except grpc.RpcError as exc:
+            if exc.code() not in TRANSIENT:
+                raise
+            log.warning("cannot enroll yet: coordinator %s: %s: %s", cfg.coordinator,
+                        exc.code().name, exc.details())
+            if cfg.once:
+                return False
+            failures += 1
+            stop.wait(backoff(failures, cfg.poll, cfg.max_poll))
+    log.info("stopped")
+    return False

@@ -9,7 +9,8 @@ version of the data, or fails with a :class:`~fedsketch.common.dataio.DataError`
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable
+import threading
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -35,6 +36,23 @@ class LocalData:
 
 #: How the agent reaches the device's records: called once per study.
 DataFeed = Callable[[], LocalData]
+
+
+class Stopped(Exception):
+    """The daemon was asked to stop (SIGTERM, SIGINT) while it read its records. Raised between
+    chunks, so always before the release is computed and its spend recorded: the pass ends with
+    nothing spent, and whatever the device had joined it finds again on its next start."""
+
+
+def stoppable(chunks: Iterable[np.ndarray], stop: threading.Event) -> Iterator[np.ndarray]:
+    """``chunks``, raising :class:`Stopped` before each chunk and after the last one once ``stop``
+    is set (so a stop during the last chunk still prevents the spend that follows the read)."""
+    for chunk in chunks:
+        if stop.is_set():
+            raise Stopped
+        yield chunk
+    if stop.is_set():
+        raise Stopped
 
 
 class Retry(str):
