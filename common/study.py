@@ -44,6 +44,10 @@ MAX_ROSTER = 1_000_000
 #: the CLI: long enough for devices that poll every few minutes to sketch and send, short
 #: enough that a roster device that never sends holds nobody's result for long.
 COLLECT_SECONDS = 3600.0
+#: Default deadline (seconds after creation) of a plain study created from the CLI: a study whose
+#: quorum never registers (too few devices enrolled, or too many refused) ends FAILED after a
+#: week instead of staying open for ever and holding the reservations of the devices that joined.
+DEADLINE_SECONDS = 7 * 86400.0
 
 
 @dataclass(frozen=True)

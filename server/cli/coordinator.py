@@ -34,7 +34,7 @@ from fedsketch.common.privacy import NEIGHBOURING, PrivacySpec
 from fedsketch.common.refine import ROUND_SECONDS, ROUND_SHARE, ROUNDS, split_study_epsilon
 from fedsketch.common.secagg.trust import Assumptions
 from fedsketch.common.spec import SketchSpec
-from fedsketch.common.study import COLLECT_SECONDS, SecAggSpec, StudySpec
+from fedsketch.common.study import COLLECT_SECONDS, DEADLINE_SECONDS, SecAggSpec, StudySpec
 from fedsketch.common.tls import init_certs, secure_channel, server_credentials
 from fedsketch.server.cli.bounds import parse_bounds
 from fedsketch.server.cli.errors import NOT_IDENTIFIABLE_EXIT, clean_errors, report_identifiability
@@ -163,8 +163,10 @@ def create_study(
     min_records: Annotated[int, typer.Option(
         help="Records a device needs (replace-one only: under add/remove n is private).")] = 1,
     deadline: Annotated[float | None, typer.Option(
-        help="Seconds from now after which the study stops collecting, whatever else; it "
-        "closes sooner once its whole roster has sent.")] = None,
+        help="Seconds from now after which the study stops collecting, whatever else (then it "
+        "decodes if --min-devices have sent, else fails); it closes sooner once its whole roster "
+        f"has sent. Default {DEADLINE_SECONDS:g} (a week) for a plain study, so one whose quorum "
+        "never registers ends; not with --secure-aggregation.")] = None,
     replicates: Annotated[int, typer.Option(help="CL-OMPR replicates.")] = 3,
     secure_aggregation: Annotated[bool, typer.Option(
         "--secure-aggregation", help="Secure aggregation with distributed DLap noise "
@@ -238,8 +240,9 @@ def create_study(
                 degree, stage_timeout, threshold)
         elif given:
             raise ValueError(f"{', '.join(given)} apply to --secure-aggregation only")
-        if collect_seconds is None and secure is None:
-            collect_seconds = COLLECT_SECONDS
+        if secure is None:
+            collect_seconds = COLLECT_SECONDS if collect_seconds is None else collect_seconds
+            deadline = DEADLINE_SECONDS if deadline is None else deadline
         spec = StudySpec.create(name, sketch, k, lo.tolist(), hi.tolist(), roster=roster,
                                 collect_seconds=collect_seconds,
                                 min_devices=min_devices, min_records=min_records,
