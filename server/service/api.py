@@ -54,12 +54,13 @@ def study_message(row: StudyRow, secure_round: SecAggRound | None = None) -> pb.
 
 
 def _stage_message(request: pb.SecAggMessage) -> StageMessage:
-    """The stage message of a request; INVALID_ARGUMENT for a stage number that is not one of a
-    secure-aggregation study's (the signature covers it as an unsigned 32-bit number)."""
-    if request.stage not in secagg_wire.STAGES:
+    """The stage message of a request; INVALID_ARGUMENT for a number that is no ``Stage`` of the
+    proto (proto3 lets any int32 through; the signature covers the stage as an unsigned 32-bit
+    number). A known stage that is not open is the round's to refuse (FAILED_PRECONDITION)."""
+    if request.stage not in pb.Stage.values():
         names = ", ".join(pb.Stage.Name(s) for s in secagg_wire.STAGES)
-        raise Refusal(Code.INVALID_ARGUMENT, f"stage {request.stage} is not a secure-aggregation "
-                      f"stage ({names})")
+        raise Refusal(Code.INVALID_ARGUMENT, f"stage {request.stage} is not a stage of the protocol "
+                      f"(a secure-aggregation study runs {names})")
     return StageMessage(request.study_id, request.device_id, request.stage, bytes(request.body),
                         request.signature)
 
