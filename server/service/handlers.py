@@ -57,9 +57,11 @@ ENVELOPE_BYTES = 4 * 1024
 #: each); 1 MiB holds the spec of a study with d up to 20,000.
 SPEC_BYTES = 1024 * 1024
 #: The most each method accepts, before parsing. Submit and SecAggSend carry a sketch: 2m words
-#: of 8 bytes (int64 pairs of a complex sketch, a MASKED_INPUT's uint64 words), so they take all
-#: the transport allows, which is the largest m a device can send (about 262,000); SHARE_KEYS
-#: and UNMASK bodies (one ciphertext or share per neighbour) are smaller than that.
+#: of 8 bytes (int64 pairs of a complex sketch, a MASKED_INPUT's uint64 words; int32 pairs of a
+#: plain quantized one), so they take all the transport allows, and a study whose sketch would
+#: not fit is refused at creation (:data:`.coordinator.MAX_SKETCH_BYTES`: m up to 261,888 at 8
+#: bytes a word). SHARE_KEYS and UNMASK bodies (one ciphertext or share per neighbour) are
+#: smaller than a sketch.
 MAX_REQUEST_BYTES: dict[str, int] = {
     "Device/Enroll": ENVELOPE_BYTES,
     "Device/ListStudies": ENVELOPE_BYTES,
