@@ -44,7 +44,7 @@ from fedsketch.server.store import open_store
 UNJUDGED = (grpc.StatusCode.UNKNOWN, grpc.StatusCode.INTERNAL)
 #: Every method of both services, as "Service/Method".
 METHODS = [f"{s.name}/{m.name}" for s in pb.DESCRIPTOR.services_by_name.values() for m in s.methods]
-FUZZ = settings(max_examples=300, derandomize=True, deadline=None, database=None,
+FUZZ = settings(max_examples=600, derandomize=True, deadline=None, database=None,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 
 
