@@ -13,6 +13,7 @@ import hashlib
 import json
 import logging
 import math
+import random
 import re
 import sqlite3
 import struct
@@ -37,8 +38,9 @@ from fedsketch.common.spec import SketchSpec
 from fedsketch.common.study import SecAggSpec, StudySpec
 from fedsketch.common.tls import secure_channel, server_credentials
 from fedsketch.server.service.api import build_server
+from fedsketch.server.service.coordinator import Coordinator
 from fedsketch.server.service.handlers import ENVELOPE_BYTES, MAX_REQUEST_BYTES, message_type
-from fedsketch.server.store import open_store
+from fedsketch.server.store import Store, open_store
 
 #: Statuses that mean the coordinator met an exception it did not judge.
 UNJUDGED = (grpc.StatusCode.UNKNOWN, grpc.StatusCode.INTERNAL)
@@ -55,8 +57,8 @@ class Edge:
 
     channel: grpc.Channel
     db: Path
-    store: object
-    coordinator: object
+    store: Store
+    coordinator: Coordinator
     key: bytes
     device_id: str
     plain: pb.Study
@@ -404,7 +406,7 @@ BAD_BODIES = [b"", b"\xff\xfe", b"[", b"null", b"[]", b'"x"', b"1e400", b"[" * 1
 def _garbage(valid: bytes, seed: int) -> list[bytes]:
     """BAD_BODIES, truncations of a stage's valid body (never JSON, nor the masked input's
     length), and random bytes that are not JSON."""
-    rng = __import__("random").Random(seed)
+    rng = random.Random(seed)
     cuts = sorted({len(valid) * i // 7 for i in range(7)} | {len(valid) - 1})
     noise = [rng.randbytes(rng.randrange(1, 300)) for _ in range(20)]
     return BAD_BODIES + [valid[:i] for i in cuts] + [b for b in noise if _refused(b)]
