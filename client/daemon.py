@@ -24,6 +24,7 @@ from pathlib import Path
 
 import grpc
 
+from fedsketch.common.cli import printable
 from fedsketch.common.dataio import DataSource
 from fedsketch.common.tls import secure_channel
 
@@ -137,7 +138,7 @@ def run(cfg: DaemonConfig, stop: threading.Event) -> int:
             except Stopped:
                 break
             except grpc.RpcError as exc:
-                log.warning("coordinator: %s: %s", exc.code().name, exc.details())
+                log.warning("coordinator: %s: %s", exc.code().name, printable(exc.details()))
                 if cfg.once:
                     return 1
                 failures += 1

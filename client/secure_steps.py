@@ -29,6 +29,7 @@ import numpy as np
 
 from fedsketch.common import signing
 from fedsketch.common.box import Box, Tally
+from fedsketch.common.cli import printable
 from fedsketch.common.dp.plan import integer_sum_term
 from fedsketch.common.dp.samplers import dlap_noise_share
 from fedsketch.common.frequencies import draw_frequencies
@@ -43,6 +44,7 @@ from fedsketch.common.study import StudySpec
 
 from .ledger import BudgetExceeded, Identity, Ledger, LedgerError
 from .localdata import DATA_ERRORS, LocalData, data_refusal, log_clipped
+from .roster_steps import FINAL_REFUSALS
 from .study_pass import RPC_TIMEOUT, Outcome, fault_point, spend_labels
 
 #: The ledger kind of a masked input.
@@ -99,7 +101,8 @@ class SecureSteps:
                 return admitted
             if isinstance(n := self._count(admitted), str):
                 return n
-            self._stage_send(identity, sid, pb.REGISTER, sw.dump({"n": n}))
+            if (refused := self._stage_refused(identity, sid, pb.REGISTER, sw.dump({"n": n}))) is not None:
+                return refused
             self._sessions[sid] = Session(admitted.spec, admitted.box, admitted.data, n,
                                           round=admitted.round)
             return None
@@ -141,8 +144,24 @@ class SecureSteps:
         except (SecAggAbort, ValueError) as exc:
             session.left = True
             return f"secure aggregation: {exc}"
-        self._stage_send(identity, sid, stage, reply)
+        if (refused := self._stage_refused(identity, sid, stage, reply)) is not None:
+            session.left = True
+            return refused
         session.done.add(stage)
+        return None
+
+    def _stage_refused(self, identity: Identity, study_id: str, stage: int, body: bytes) -> str | None:
+        """Send a stage message: None once taken, or the coordinator's reason if it refuses the
+        message for good (:data:`~.roster_steps.FINAL_REFUSALS`: a malformed message, a count
+        beyond the study's bounds, a stage that moved on); a transient error propagates, and the
+        next pass tries again."""
+        try:
+            self._stage_send(identity, study_id, stage, body)
+        except grpc.RpcError as exc:
+            if exc.code() not in FINAL_REFUSALS:
+                raise
+            return (f"the coordinator refused the {pb.Stage.Name(stage)} message: "
+                    f"{exc.code().name}: {printable(exc.details())}")
         return None
 
     def _masked_input(self, identity: Identity, study: pb.Study, session: Session,

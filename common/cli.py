@@ -40,7 +40,7 @@ def clean_errors(*extra: type[BaseException]) -> Iterator[None]:
     try:
         yield
     except grpc.RpcError as exc:
-        typer.echo(f"error: {exc.code().name}: {exc.details()}", err=True)
+        typer.echo(f"error: {exc.code().name}: {printable(exc.details())}", err=True)
         raise typer.Exit(1) from None
     except (*EXPECTED, *extra) as exc:
         message = str(exc).splitlines()[0] if str(exc) else type(exc).__name__

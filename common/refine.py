@@ -228,7 +228,8 @@ class RoundSpec:
                        tuple(tuple(r) for r in data["centroids"]), data["min_devices"],
                        None if data["deadline"] is None else float(data["deadline"]), start,
                        secure)
-        except (KeyError, TypeError, OverflowError, json.JSONDecodeError) as exc:
+        except (KeyError, TypeError, OverflowError, json.JSONDecodeError, RecursionError) as exc:
+            # RecursionError: JSON nested deeper than the interpreter's stack
             raise ValueError(f"incomplete or malformed round spec: {exc!r}") from None
 
 

@@ -162,10 +162,12 @@ class StudySpec:
             raise ValueError("omega_sha256 must be a hex SHA-256")
 
     def _check_roster(self) -> None:
-        """ValueError unless ``roster`` is an integer in min_devices..MAX_ROSTER and
-        ``collect_seconds`` finite and > 0 (each or both None), and neither is set under secure
-        aggregation, whose roster is its ``min_devices`` (its slack is the D dropouts it
-        assumes) and whose stages run by their timeouts."""
+        """ValueError unless ``min_devices`` is at most MAX_ROSTER, ``roster`` is an integer in
+        min_devices..MAX_ROSTER and ``collect_seconds`` finite and > 0 (each or both None), and
+        neither is set under secure aggregation, whose roster is its ``min_devices`` (its slack
+        is the D dropouts it assumes) and whose stages run by their timeouts."""
+        if self.min_devices > MAX_ROSTER:
+            raise ValueError(f"min_devices must be at most {MAX_ROSTER}, got {self.min_devices}")
         if self.roster is not None:
             if type(self.roster) is not int or not self.min_devices <= self.roster <= MAX_ROSTER:
                 raise ValueError(f"the roster takes min_devices = {self.min_devices} to "
@@ -332,6 +334,8 @@ class StudySpec:
             data = json.loads(text)
         except json.JSONDecodeError as exc:
             raise ValueError(f"study spec is not JSON: {exc}") from None
+        except RecursionError:  # nested deeper than the interpreter's stack
+            raise ValueError("study spec is not JSON a study can have: nested too deeply") from None
         if not isinstance(data, dict) or data.get("format") not in READ_FORMATS:
             raise ValueError(f"study spec must be a {FORMAT} object")
         try:

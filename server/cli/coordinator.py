@@ -97,7 +97,11 @@ def serve(
     port_file: Annotated[Path | None, typer.Option(help="Write the bound port here once "
                                                    "serving (for port 0).")] = None,
 ) -> None:
-    """Serve the Device and Operator gRPC services until SIGTERM or SIGINT."""
+    """Serve the Device and Operator gRPC services until SIGTERM or SIGINT.
+
+    Every request is parsed from raw bytes under its method's size limit; malformed input is
+    refused with INVALID_ARGUMENT. An internal error answers INTERNAL with a short error id,
+    logged here with its traceback."""
     from fedsketch.server.service.api import build_server
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")

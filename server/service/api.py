@@ -1,17 +1,18 @@
 """The coordinator's gRPC edge: the Device and Operator services over a :class:`Coordinator`.
 
-This module is the only one that speaks gRPC: it turns requests into the coordinator's calls,
-rows into messages, and every :class:`~fedsketch.server.errors.Refusal` (the service's and
-the store's) into a status with its message unchanged, through :data:`STATUS`. Anything else
-raised is a bug and reaches the client as UNKNOWN. Messages larger than the server's limit are
-refused by gRPC itself (RESOURCE_EXHAUSTED). Operator calls need ``authorization: Bearer <token>``
-metadata matching the operator token (UNAUTHENTICATED without one, PERMISSION_DENIED for a wrong
-one).
+This module and :mod:`.handlers` are the only ones that speak gRPC. This one turns parsed
+requests into the coordinator's calls and rows into messages; :mod:`.handlers` receives each
+request as raw bytes, refuses one over its method's size limit or not a well-formed message
+(INVALID_ARGUMENT), turns every :class:`~fedsketch.server.errors.Refusal` (the service's and
+the store's) into a status with its message (:data:`.handlers.STATUS`), and anything else (a bug)
+into INTERNAL with an error id that the coordinator logs with the traceback. Messages larger
+than the transport's limit are refused by gRPC itself (RESOURCE_EXHAUSTED). Operator calls need
+``authorization: Bearer <token>`` metadata matching the operator token (UNAUTHENTICATED without
+one, PERMISSION_DENIED for a wrong one).
 """
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import hmac
 from concurrent.futures import ThreadPoolExecutor
@@ -19,39 +20,17 @@ from concurrent.futures import ThreadPoolExecutor
 import grpc
 
 from fedsketch.common.pb import fedsketch_pb2 as pb
-from fedsketch.common.pb import fedsketch_pb2_grpc as pb_grpc
+from fedsketch.common.secagg import wire as secagg_wire
 from fedsketch.common.tls import MAX_MESSAGE_BYTES
 from fedsketch.server.errors import Code, Refusal
 from fedsketch.server.service.coordinator import Coordinator
+from fedsketch.server.service.handlers import add_service
 from fedsketch.server.service.messages import RegistrationMessage, StageMessage, Submission
 from fedsketch.server.service.secure_round import SecAggRound
 from fedsketch.server.store.base import ACCEPTING, STATES, Store, StudyRow
 
-#: The gRPC status each refusal code is sent as.
-STATUS = {
-    Code.NOT_FOUND: grpc.StatusCode.NOT_FOUND,
-    Code.CONFLICT: grpc.StatusCode.ALREADY_EXISTS,
-    Code.FAILED_PRECONDITION: grpc.StatusCode.FAILED_PRECONDITION,
-    Code.INVALID_ARGUMENT: grpc.StatusCode.INVALID_ARGUMENT,
-    Code.UNAUTHENTICATED: grpc.StatusCode.UNAUTHENTICATED,
-    Code.PERMISSION_DENIED: grpc.StatusCode.PERMISSION_DENIED,
-    Code.ABORTED: grpc.StatusCode.ABORTED,
-}
 #: ``StudyState`` of each store state: the proto spells each state's name in capitals.
 STUDY_STATES = {state: pb.StudyState.Value(state.upper()) for state in STATES}
-
-
-def _guard(method):
-    """Turn a Refusal into its gRPC status; nothing else is caught."""
-
-    @functools.wraps(method)
-    def wrapper(self, request, context):
-        try:
-            return method(self, request, context)
-        except Refusal as exc:
-            context.abort(STATUS[exc.code], str(exc))
-
-    return wrapper
 
 
 def plain_stage(row: StudyRow) -> int:
@@ -75,34 +54,37 @@ def study_message(row: StudyRow, secure_round: SecAggRound | None = None) -> pb.
 
 
 def _stage_message(request: pb.SecAggMessage) -> StageMessage:
+    """The stage message of a request; INVALID_ARGUMENT for a number that is no ``Stage`` of the
+    proto (proto3 lets any int32 through; the signature covers the stage as an unsigned 32-bit
+    number). A known stage that is not open is the round's to refuse (FAILED_PRECONDITION)."""
+    if request.stage not in pb.Stage.values():
+        names = ", ".join(pb.Stage.Name(s) for s in secagg_wire.STAGES)
+        raise Refusal(Code.INVALID_ARGUMENT, f"stage {request.stage} is not a stage of the protocol "
+                      f"(a secure-aggregation study runs {names})")
     return StageMessage(request.study_id, request.device_id, request.stage, bytes(request.body),
                         request.signature)
 
 
-class DeviceService(pb_grpc.DeviceServicer):
+class DeviceService:
     """What devices call."""
 
     def __init__(self, coordinator: Coordinator) -> None:
         self.c = coordinator
 
-    @_guard
     def Enroll(self, request, context):  # noqa: N802 (gRPC method names)
         """Trade a one-time token for a device id bound to the public key."""
         return pb.EnrollResponse(device_id=self.c.enroll(request.token, bytes(request.public_key),
                                                          request.label))
 
-    @_guard
     def ListStudies(self, request, context):  # noqa: N802
         """Studies that accept contributions."""
         rows = self.c.studies()
         return pb.ListStudiesResponse(studies=[study_message(r, self.c.round_of(r.study_id)) for r in rows])
 
-    @_guard
     def GetStudy(self, request, context):  # noqa: N802
         """One study."""
         return study_message(self.c.study(request.study_id), self.c.round_of(request.study_id))
 
-    @_guard
     def Register(self, request, context):  # noqa: N802
         """Join a plain study's roster."""
         duplicate, row, seconds = self.c.register(RegistrationMessage(
@@ -111,14 +93,12 @@ class DeviceService(pb_grpc.DeviceServicer):
         return pb.RegisterReply(duplicate=duplicate, stage=plain_stage(row),
                                 registered=row.registered, input_seconds=seconds)
 
-    @_guard
     def Leave(self, request, context):  # noqa: N802
         """Leave a plain study's roster before contributing."""
         left, row = self.c.leave(RegistrationMessage(
             request.study_id, request.device_id, request.spec_sha256, request.signature))
         return pb.LeaveReply(left=left, registered=row.registered)
 
-    @_guard
     def Submit(self, request, context):  # noqa: N802
         """One signed contribution."""
         kind = request.WhichOneof("payload")
@@ -127,17 +107,14 @@ class DeviceService(pb_grpc.DeviceServicer):
             b"" if kind is None else getattr(request, kind), request.signature))
         return pb.SubmitReply(duplicate=duplicate, receipt=receipt)
 
-    @_guard
     def SecAggSend(self, request, context):  # noqa: N802
         """One signed secure-aggregation stage message."""
         return pb.SecAggAck(duplicate=self.c.send_stage(_stage_message(request)))
 
-    @_guard
     def SecAggFetch(self, request, context):  # noqa: N802
         """What the coordinator routes to this device for the open stage."""
         return pb.SecAggBundle(stage=request.stage, body=self.c.fetch_stage(_stage_message(request)))
 
-    @_guard
     def GetResult(self, request, context):  # noqa: N802
         """The published result of a done study."""
         spec, res = self.c.result(request.study_id)
@@ -152,7 +129,7 @@ class DeviceService(pb_grpc.DeviceServicer):
                          rounds=res.get("refined_rounds", 0))
 
 
-class OperatorService(pb_grpc.OperatorServicer):
+class OperatorService:
     """Admin calls; each checks the bearer token first."""
 
     def __init__(self, coordinator: Coordinator, token_sha256: str) -> None:
@@ -167,28 +144,23 @@ class OperatorService(pb_grpc.OperatorServicer):
         if not hmac.compare_digest(digest, self._token_sha256):
             raise Refusal(Code.PERMISSION_DENIED, "bad operator credential")
 
-    @_guard
     def CreateStudy(self, request, context):  # noqa: N802
         self._authorize(context)
         return study_message(self.c.create(request.spec_json))
 
-    @_guard
     def ListStudies(self, request, context):  # noqa: N802
         self._authorize(context)
         rows = self.c.studies(include_closed=request.include_closed)
         return pb.ListStudiesResponse(studies=[study_message(r, self.c.round_of(r.study_id)) for r in rows])
 
-    @_guard
     def ShowStudy(self, request, context):  # noqa: N802
         self._authorize(context)
         return study_message(self.c.study(request.study_id), self.c.round_of(request.study_id))
 
-    @_guard
     def CloseStudy(self, request, context):  # noqa: N802
         self._authorize(context)
         return study_message(self.c.close(request.study_id, "closed by the operator"))
 
-    @_guard
     def IssueTokens(self, request, context):  # noqa: N802
         self._authorize(context)
         return pb.IssueTokensReply(tokens=self.c.issue_tokens(request.count))
@@ -204,8 +176,8 @@ def build_server(store: Store, token_sha256: str, listen: str,
                ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
                ("grpc.so_reuseport", 0)]  # a second server on a busy address fails to bind
     server = grpc.server(ThreadPoolExecutor(max_workers=workers), options=options)
-    pb_grpc.add_DeviceServicer_to_server(DeviceService(coordinator), server)
-    pb_grpc.add_OperatorServicer_to_server(OperatorService(coordinator, token_sha256), server)
+    add_service(server, "Device", DeviceService(coordinator))
+    add_service(server, "Operator", OperatorService(coordinator, token_sha256))
     try:
         if credentials is None:
             port = server.add_insecure_port(listen)

@@ -45,6 +45,7 @@ from fedsketch.common.refine import CellsError, RoundSpec, check_cells, is_round
 from fedsketch.common.secagg import wire as secagg_wire
 from fedsketch.common.secure_rounds import SecureRound
 from fedsketch.common.study import StudySpec, spec_sha256
+from fedsketch.common.tls import MAX_MESSAGE_BYTES
 from fedsketch.server.decode.pipeline import StudyResult, decode_sketch, decode_study, integer_sketch
 from fedsketch.server.errors import Code, Refusal
 from fedsketch.server.service.messages import StageMessage, Submission
@@ -68,6 +69,9 @@ log = logging.getLogger("fedsketch.coordinator")
 WATCH_INTERVAL = 0.5
 #: Most enrollment tokens one operator call may issue.
 MAX_TOKENS = 100_000
+#: Most bytes of a device's sketch (2m words of 8 bytes, 4 for a plain quantized study's
+#: int32 pairs): one message's worth, less 4 KiB for its ids, count and signature.
+MAX_SKETCH_BYTES = MAX_MESSAGE_BYTES - 4096
 
 
 class Coordinator(Roster):
@@ -172,9 +176,17 @@ class Coordinator(Roster):
         try:
             spec = StudySpec.from_json(spec_json)
             spec.check_new()
+            m = spec.sketch.frequencies.m
+            width = 4 if spec.sketch.feature == "quantized" and spec.secure_aggregation is None else 8
+            if 2 * m * width > MAX_SKETCH_BYTES:
+                raise ValueError(f"m = {m} is too large: a device's sketch (2m·{width} bytes) "
+                                 f"would not fit one {MAX_MESSAGE_BYTES}-byte message")
             expected = StudySpec.create(spec.name, spec.sketch, spec.k, spec.lo, spec.hi)
         except ValueError as exc:
             raise Refusal(Code.INVALID_ARGUMENT, f"bad study spec: {exc}") from None
+        except MemoryError:  # the m × d frequencies, drawn to check omega_sha256
+            raise Refusal(Code.INVALID_ARGUMENT, "bad study spec: its m × d frequencies do not fit "
+                          "in the coordinator's memory") from None
         if expected.omega_sha256 != spec.omega_sha256:
             raise Refusal(Code.INVALID_ARGUMENT, "omega_sha256 does not match the frequency spec")
         text = spec.to_json()

@@ -137,16 +137,18 @@ class SecAggRound:
             return False
 
     def _records_of(self, body: bytes) -> float:
-        """The record count n a REGISTER message declares; Refusal unless an integer ≥
-        ``min_records``."""
+        """The record count n a REGISTER message declares; Refusal unless an integer in
+        ``min_records``..``max_records`` (a larger one could not join a round, and beyond
+        float range it could not be added up)."""
         try:
             obj = sw.load(body)
         except ValueError:
             obj = None
         n = obj.get("n") if isinstance(obj, dict) else None
-        if type(n) is not int or n < self.spec.min_records:  # not a bool either
+        low, high = self.spec.min_records, self.sa.max_records
+        if type(n) is not int or not low <= n <= high:  # not a bool either
             raise Refusal(Code.INVALID_ARGUMENT,
-                          f"REGISTER needs an integer record count >= {self.spec.min_records}")
+                          f"REGISTER needs an integer record count in {low}..{high}")
         return float(n)
 
     def _parse(self, stage: int, body: bytes) -> object:

@@ -22,7 +22,8 @@ from fedsketch.common.tls import MAX_MESSAGE_BYTES, init_certs, secure_channel
 from fedsketch.server.bench.metrics import sklearn_kmeans_centroids, split, sse_per_n
 from fedsketch.server.decode import pipeline
 from fedsketch.server.errors import Code
-from fedsketch.server.service.api import STATUS, STUDY_STATES
+from fedsketch.server.service.api import STUDY_STATES
+from fedsketch.server.service.handlers import STATUS
 
 
 @pytest.fixture(scope="module")
