@@ -99,7 +99,7 @@ class SecureSteps:
                 return admitted
             if isinstance(n := self._count(admitted), str):
                 return n
-            self._stage_send(identity, sid, pb.REGISTER, sw.dump({"n": n}))
+            self._stage_send(identity, sid, pb.REGISTER, sw.register_body(n))
             self._sessions[sid] = Session(admitted.spec, admitted.box, admitted.data, n,
                                           round=admitted.round)
             return None
