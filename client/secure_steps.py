@@ -99,7 +99,12 @@ class SecureSteps:
                 return admitted
             if isinstance(n := self._count(admitted), str):
                 return n
-            self._stage_send(identity, sid, pb.REGISTER, sw.register_body(n))
+            try:
+                self._stage_send(identity, sid, pb.REGISTER, sw.register_body(n))
+            except grpc.RpcError as exc:  # e.g. its n would bring the total above max_records
+                if exc.code() != grpc.StatusCode.INVALID_ARGUMENT:
+                    raise
+                return f"the coordinator refused the registration: {exc.details()}"
             self._sessions[sid] = Session(admitted.spec, admitted.box, admitted.data, n,
                                           round=admitted.round)
             return None

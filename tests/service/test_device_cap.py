@@ -146,6 +146,24 @@ def test_a_hostile_register_is_refused_alone_and_the_secure_round_completes(coor
         assert len(agent.ledger.spends()) == 1
 
 
+def test_a_device_whose_count_would_pass_the_secure_total_is_refused_alone(coordinator_round,
+                                                                           parts):
+    """L = 4 devices of 3,000 records, one dropout allowed, max_records 10,000: the fourth to
+    register is refused (INVALID_ARGUMENT) with the reason, spends nothing, and the round goes
+    on with the other three once REGISTER times out."""
+    r = coordinator_round
+    study = r.create(secure_spec(4, dropouts=1, max_records=10_000, timeout=1.5))
+    agents = [r.agent(f"t{i}", parts[i]) for i in range(4)]
+    outcomes = [agent.step() for agent in agents]
+    reason = outcomes[3].refused[study.study_id]
+    assert "above the study's max_records 10,000" in reason, reason
+    s = drive(r, study.study_id, agents[:3])
+    assert s.state == pb.DONE, s.detail
+    res = r.device_stub().GetResult(pb.StudyRef(study_id=study.study_id))
+    assert res.records == 9_000 and res.devices == 3
+    assert agents[3].ledger.spends() == [] and all(len(a.ledger.spends()) == 1 for a in agents[:3])
+
+
 @pytest.mark.parametrize("kind", ["replace_one", "add_remove", "secure"])
 def test_a_device_with_more_records_than_the_cap_refuses_and_spends_nothing(coordinator_round,
                                                                             parts, kind):
