@@ -1,14 +1,14 @@
 """One device's work on the round: enroll, check studies, sketch, spend, sign and submit.
 
 The order is what makes a release safe (DESIGN §3, §6). A plain study first fills its roster:
-the device joins it (steps 1–2, and under replace-one a count of the records against
-``min_records``), spending nothing, sets the study's cost aside in its ledger (a reservation,
-:mod:`.ledger_reservations`: it joins no more studies than its budget can pay for, after a
-restart too) and waits; only once the roster is full does it go on. A reservation ends with
-the spend or once the study is no longer listed; past the study's deadline or
-:data:`~.ledger_reservations.RESERVATION_SECONDS`, whichever is first, it no longer counts,
-and if the roster fills later the budget is checked again (step 1). The roster steps are in
-:mod:`.roster_steps`.
+the device joins it (steps 1–2, and a count of the records against the study's
+``max_device_records`` and, under replace-one, ``min_records``), spending nothing, sets the
+study's cost aside in its ledger (a reservation, :mod:`.ledger_reservations`: it joins no more
+studies than its budget can pay for, after a restart too) and waits; only once the roster is
+full does it go on. A reservation ends with the spend or once the study is no longer listed;
+past the study's deadline or :data:`~.ledger_reservations.RESERVATION_SECONDS`, whichever is
+first, it no longer counts, and if the roster fills later the budget is checked again (step 1).
+The roster steps are in :mod:`.roster_steps`.
 
 1. public checks: the study's spec JSON hashes to the announced spec hash, its Ω‖ξ hash
    recomputes, a secure-aggregation threshold is safe under the study's stated assumptions
@@ -20,8 +20,10 @@ and if the roster fills later the budget is checked again (step 1). The roster s
 3. one pass over that file computes the sketch of the records clipped into the study's box
    and noises it once (exact noise from OS bits); a NaN or an infinity stops it; how many
    records were clipped goes to the device's log only;
-4. under replace-one (n public) at least ``min_records`` records were read; under add/remove
-   no decision depends on n (a study there cannot ask for more than one record);
+4. at most the study's ``max_device_records`` records were read (the most one device may
+   hold: a device with more refuses the study, saying so; under add/remove that refusal is the
+   one decision that depends on the private n), and under replace-one (n public) at least
+   ``min_records`` (a study under add/remove cannot ask for more than one record);
 5. the spend and the exact payload bytes are committed to the ledger in one transaction, which
    re-checks the budget, the owner's largest ε per study, and, with the coordinator, that the
    study still takes this device's input;
@@ -235,26 +237,30 @@ class Agent(SecureSteps, RosterSteps):
         return math.fsum(eps), 0.0
 
     def _count(self, admitted: Admitted) -> int | str:
-        """One pass counting the records of a replace-one study (n is public there): n, or why the
-        device cannot take part (too few records for ``min_records``, unreadable data)."""
+        """One pass counting the records: n, or why the device cannot take part (more records
+        than the study's cap, too few for ``min_records``, unreadable data)."""
         try:
             n = sum(chunk.shape[0] for chunk in admitted.data.chunks())
         except DATA_ERRORS as exc:
             return data_refusal(exc)
-        return n if (reason := self._too_few(admitted.spec, n)) is None else reason
+        return n if (reason := self._out_of_range(admitted.spec, n)) is None else reason
 
     @staticmethod
-    def _too_few(spec: StudySpec, n: int) -> str | None:
-        """Step 4: why n records are too few (replace-one only: n is public there)."""
+    def _out_of_range(spec: StudySpec, n: int) -> str | None:
+        """Step 4: why the device cannot release n records: more than the study's per-device
+        cap, or (replace-one only: n is public there) fewer than ``min_records``."""
+        if n > spec.device_cap:
+            return (f"the study takes at most {spec.device_cap:,} records per device "
+                    f"(max_device_records), the device has {n:,}: it does not take part")
         if spec.sketch.privacy.neighbouring == "replace_one" and n < spec.min_records:
             return f"the study needs {spec.min_records} records, the device has {n}"
         return None
 
     def _plain_step(self, identity: Identity, study: pb.Study, out: Outcome) -> str | None:
-        """Join the study's roster (spending nothing; under replace-one only with enough records,
-        counted first) and reserve its cost, then, once the roster is full, contribute; the
-        reason if refused. A study with a reservation (even expired; maybe from before a
-        restart) was joined: it is waited for while its roster fills."""
+        """Join the study's roster (spending nothing; only with no more records than the study's
+        cap and, under replace-one, enough, counted first) and reserve its cost, then, once the
+        roster is full, contribute; the reason if refused. A study with a reservation (even
+        expired; maybe from before a restart) was joined: it is waited for while its roster fills."""
         sid = study.study_id
         joined = self._joined(sid) is not None
         if study.stage == pb.REGISTER and joined:  # waiting: confirm the place (a crash may
@@ -263,9 +269,8 @@ class Agent(SecureSteps, RosterSteps):
         admitted = self._check(study)
         if isinstance(admitted, str):
             return admitted
-        if not joined and admitted.spec.sketch.privacy.neighbouring == "replace_one":
-            if isinstance(counted := self._count(admitted), str):
-                return counted
+        if not joined and isinstance(counted := self._count(admitted), str):
+            return counted
         if not joined:  # before the registration: a crash after it still leaves on a refusal
             self._reserve(study, admitted)
         reply = self._register(identity, study)
@@ -302,7 +307,7 @@ class Agent(SecureSteps, RosterSteps):
                 kind = CELLS_KIND
         except DATA_ERRORS as exc:
             return data_refusal(exc)
-        if (reason := self._too_few(spec, tally.records)) is not None:
+        if (reason := self._out_of_range(spec, tally.records)) is not None:
             return reason
         log_clipped(study.study_id, tally)
         epsilon, delta = admitted.cost

@@ -101,7 +101,7 @@ class SecureSteps:
                 return admitted
             if isinstance(n := self._count(admitted), str):
                 return n
-            if (refused := self._stage_refused(identity, sid, pb.REGISTER, sw.dump({"n": n}))) is not None:
+            if (refused := self._stage_refused(identity, sid, pb.REGISTER, sw.register_body(n))) is not None:
                 return refused
             self._sessions[sid] = Session(admitted.spec, admitted.box, admitted.data, n,
                                           round=admitted.round)

@@ -41,7 +41,6 @@ from .dp.grid import STEPS
 from .lloyd import add_cell_noise, exact_cell_stats, relation_factor, su_split
 from .secagg import MAX_BITS, modulus_bits
 from .spec import canonical_json
-from .wire import MAX_RECORDS
 
 #: Written and read: the spec of one refinement round.
 ROUND_FORMAT = "fedsketch.round/1"
@@ -300,24 +299,30 @@ def noise_radii(parent, rnd: RoundSpec) -> tuple[int, int]:
 def check_cells(parent, rnd: RoundSpec, kind: str | None, data: bytes,
                 n: float) -> tuple[np.ndarray, np.ndarray]:
     """Decode and validate one device's round release; CellsError with the reason unless the
-    mechanism can have produced it, r_c and r_s the count's and sum's noise radii: n = Σ_j N~_j
-    (summed exactly), an integer of at most MAX_RECORDS; each N~_j ≥ −(r_c + 1); and each sum
-    |T~_jl| ≤ STEPS·max(N~_j + r_c + 1, 0) + r_s + 1, since cell j holds at most N~_j + r_c + 1
-    records of at most STEPS steps each."""
+    mechanism can have produced it from at most N = ``parent.device_cap`` records (a device
+    with more takes no part), r_c and r_s the count's and sum's noise radii: n = Σ_j N~_j
+    (summed exactly), an integer of at most N + K(r_c + 1); each N~_j in −(r_c + 1) ..
+    N + r_c + 1; and each sum |T~_jl| ≤ STEPS·min(max(N~_j + r_c + 1, 0), N) + r_s + 1, since
+    cell j holds at most N~_j + r_c + 1 (and at most N) records of at most STEPS steps each."""
     if kind != CELLS_KIND:
         raise CellsError(f"a refinement round's release travels as {CELLS_KIND}, got {kind}")
     k, d = rnd.shape
     counts, sums = decode_cells(data, k, d)
-    if not (math.isfinite(n) and n == int(n) and abs(n) <= MAX_RECORDS):
-        raise CellsError(f"the record count must be an integer of at most {MAX_RECORDS:,}, got {n}")
+    if not (math.isfinite(n) and n == int(n)):
+        raise CellsError(f"the record count must be an integer, got {n}")
     if sum(int(c) for c in counts) != int(n):  # Python integers: an int64 sum could wrap
         raise CellsError(f"the record count {n:g} is not the sum of the cell counts")
     r_count, r_sum = noise_radii(parent, rnd)
+    cap = parent.device_cap
     if int(counts.min()) < -(r_count + 1):
         raise CellsError(f"cell count {int(counts.min())} is below {-(r_count + 1)}, the lowest "
                          "the round's mechanism can release")
+    if int(counts.max()) > cap + r_count + 1 or n > cap + k * (r_count + 1):
+        raise CellsError(f"the cell counts (max {int(counts.max())}, total {n:g}) exceed what the "
+                         f"round's mechanism can release for at most {cap:,} records, the "
+                         "study's max_device_records")
     for j in range(k):
-        bound = STEPS * max(int(counts[j]) + r_count + 1, 0) + r_sum + 1
+        bound = STEPS * min(max(int(counts[j]) + r_count + 1, 0), cap) + r_sum + 1
         worst = max(int(sums[j].max()), -int(sums[j].min()))
         if worst > bound:
             raise CellsError(f"cell {j}'s sum {worst} exceeds {bound}, the largest the round's "

@@ -46,6 +46,10 @@ class SecureRound:
         return self.parent.min_records
 
     @property
+    def device_cap(self) -> int:
+        return self.parent.device_cap
+
+    @property
     def assumptions(self) -> Assumptions:
         return self.parent.assumptions
 

@@ -3,8 +3,8 @@
 A :class:`StudySpec` fixes everything a device needs to compute its release (the sketch spec:
 frequencies, feature map, r, privacy budget) and everything the coordinator needs to decode
 (k, the public box [lo, hi]^d in data units, replicates, the decoder's seed), plus the round's
-rules (minimum devices, the roster's size, minimum records per device, deadline in Unix seconds,
-how long collection lasts once the quorum has registered). Its canonical
+rules (minimum devices, the roster's size, minimum and maximum records per device, deadline in
+Unix seconds, how long collection lasts once the quorum has registered). Its canonical
 JSON (sorted keys, compact) is what travels; ``sha256`` of those UTF-8 bytes is the spec hash a
 device checks before it spends any budget, and ``omega_sha256`` is the SHA-256 of Ω‖ξ that it
 recomputes from the frequency spec.
@@ -26,6 +26,7 @@ from .refine import MAX_CENTRES, RefineSpec, cells_bits, round_split
 from .secagg import SecAggParams, check_capacity, graph_seed, modulus_bits
 from .secagg.trust import Assumptions
 from .spec import SketchSpec, canonical_json
+from .wire import MAX_RECORDS
 
 #: Written by this code for a study without refinement rounds. Version 2 means "plain studies
 #: fill a roster first": a device of the first release, which would spend as soon as it saw an
@@ -48,6 +49,10 @@ COLLECT_SECONDS = 3600.0
 #: quorum never registers (too few devices enrolled, or too many refused) ends FAILED after a
 #: week instead of staying open for ever and holding the reservations of the devices that joined.
 DEADLINE_SECONDS = 7 * 86400.0
+#: ``max_device_records`` of a study created without one (:meth:`StudySpec.create`; under secure
+#: aggregation at most its total ``max_records``): the most records one device may declare, so
+#: the most weight one device, hostile or not, carries in the average.
+DEFAULT_MAX_DEVICE_RECORDS = 1_000_000
 
 
 @dataclass(frozen=True)
@@ -133,9 +138,17 @@ class StudySpec:
     refine: RefineSpec | None = None
     roster: int | None = None
     collect_seconds: float | None = None
+    max_device_records: int | None = None
 
     def __post_init__(self) -> None:
         d, m = self.sketch.frequencies.d, self.sketch.frequencies.m
+        cap, most = self.max_device_records, MAX_RECORDS
+        if self.secure_aggregation is not None:
+            most = min(most, self.secure_aggregation.max_records)
+        if cap is not None and (type(cap) is not int or not self.min_records <= cap <= most):
+            raise ValueError(f"max_device_records must be an integer in min_records = "
+                             f"{self.min_records} to {most:,} (at most the total max_records "
+                             f"under secure aggregation), got {cap!r}")
         if self.secure_aggregation is not None:
             self._check_secure_aggregation()
         if not self.name or len(self.name) > 200:
@@ -188,6 +201,12 @@ class StudySpec:
         return self.min_devices if self.roster is None else self.roster
 
     @property
+    def device_cap(self) -> int:
+        """The most records one device may hold and declare: ``max_device_records``, or for a
+        study stored before the per-device cap, :data:`~fedsketch.common.wire.MAX_RECORDS`."""
+        return MAX_RECORDS if self.max_device_records is None else self.max_device_records
+
+    @property
     def total_epsilon(self) -> float:
         """ε of the whole study for a device that takes part in every round: the sketch's plus
         every refinement round's (sequential composition)."""
@@ -201,13 +220,17 @@ class StudySpec:
         part would then be a deterministic function of its n (datasets of min_records − 1 and
         min_records records would be told apart), so devices ignore the rule there; or if its
         roster is larger than its quorum with neither a collection window nor a deadline (once
-        the quorum has sent, it would wait for ever for the other places)."""
+        the quorum has sent, it would wait for ever for the other places); or if it declares no
+        ``max_device_records``."""
         if not self.name.isprintable():
             raise ValueError("a study's name must not hold control characters")
         if self.capacity > self.min_devices and self.deadline is None and self.collect_seconds is None:
             raise ValueError("a roster larger than the quorum needs a collection window or a "
                              "deadline: the study would otherwise wait for ever for its last "
                              "places once the quorum has sent")
+        if self.max_device_records is None:
+            raise ValueError("a new study declares max_device_records, the most records one "
+                             "device may hold")
         if self.sketch.privacy.neighbouring == "add_remove" and self.min_records > 1:
             raise ValueError("min_records applies under replace-one only: under add/remove a "
                              "device's record count is private, and refusing by it would reveal it")
@@ -288,14 +311,20 @@ class StudySpec:
 
     @classmethod
     def create(cls, name: str, sketch: SketchSpec, k: int, lo, hi, **rules) -> StudySpec:
-        """A spec whose ``omega_sha256`` is computed from ``sketch.frequencies``."""
+        """A spec whose ``omega_sha256`` is computed from ``sketch.frequencies``, with
+        :data:`DEFAULT_MAX_DEVICE_RECORDS` (at most a secure study's ``max_records``) unless
+        ``max_device_records`` is given."""
+        if rules.get("max_device_records") is None:
+            secure = rules.get("secure_aggregation")
+            rules["max_device_records"] = (DEFAULT_MAX_DEVICE_RECORDS if secure is None else
+                                           min(DEFAULT_MAX_DEVICE_RECORDS, secure.max_records))
         return cls(name, sketch, draw_frequencies(sketch.frequencies).sha256, k, tuple(lo),
                    tuple(hi), **rules)
 
     def to_dict(self) -> dict:
-        """JSON-ready dict (with a ``format`` tag; ``refine``, ``roster`` and
-        ``collect_seconds`` only when set, so the spec of a study without them reads, and
-        hashes, as before)."""
+        """JSON-ready dict (with a ``format`` tag; ``refine``, ``roster``, ``collect_seconds``
+        and ``max_device_records`` only when set, so the spec of a study without them reads,
+        and hashes, as before)."""
         data = {
             "format": FORMAT if self.refine is None else REFINED_FORMAT,
             "name": self.name,
@@ -314,7 +343,7 @@ class StudySpec:
         }
         if self.refine is not None:
             data["refine"] = self.refine.to_dict()
-        for name in ("roster", "collect_seconds"):
+        for name in ("roster", "collect_seconds", "max_device_records"):
             if getattr(self, name) is not None:
                 data[name] = getattr(self, name)
         return data
@@ -358,6 +387,7 @@ class StudySpec:
                         else RefineSpec.from_dict(data["refine"])),
                 roster=data.get("roster"),  # an integer, or refused by _check_roster
                 collect_seconds=data.get("collect_seconds"),  # a number, or refused
+                max_device_records=data.get("max_device_records"),  # an integer, or refused
             )
         except (KeyError, TypeError, OverflowError) as exc:
             raise ValueError(f"incomplete or malformed study spec: {exc!r}") from None

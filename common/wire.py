@@ -14,7 +14,9 @@ plan (:func:`fedsketch.common.dp.plan.noise_plan`): discrete Laplace uses t + 1,
 §1.5 (:func:`fedsketch.common.dp.calibration.noise_radius`: the smallest t with
 2m·2a^{t+1}/(1+a) ≤ 2^{−40}); the discrete Gaussian, σ²-subgaussian (CKS 2020), uses 12σ
 (2m·2e^{−72} is negligible). Under add/remove the released count is itself noisy, so the true
-count is bounded by the count plus the radius of its DLap term.
+count is bounded by the count plus the radius of its DLap term. Every study caps the records
+one device may hold (``StudySpec.max_device_records``): a device with more refuses the study,
+so no count, and no payload, may claim more (plus the count's noise under add/remove).
 """
 
 from __future__ import annotations
@@ -28,15 +30,16 @@ from .dp.plan import noise_plan
 from .features import GRID
 from .privacy import PrivateSketch
 
-if TYPE_CHECKING:  # annotations only: the study module imports this one's MAX_RECORDS (via refine)
+if TYPE_CHECKING:  # annotations only: the study module imports this one's MAX_RECORDS
     from .study import StudySpec
 
 KINDS: dict[str, str] = {"complex": "int64_pairs", "quantized": "int32_pairs"}
 _DTYPES: dict[str, str] = {"int64_pairs": "<i8", "int32_pairs": "<i4"}
 #: The discrete Gaussian's σ multiple of the magnitude check.
 GAUSS_TAIL = 12.0
-#: The largest record count one device may claim (2^40 ≈ 1.1·10^12): its payload entries then
-#: stay below 2^51 grid steps, so 4,096 such devices still sum exactly in int64.
+#: The largest record count one device may claim (2^40 ≈ 1.1·10^12), and the cap of a study
+#: stored before studies declared ``max_device_records``: its payload entries then stay below
+#: 2^51 grid steps, so 4,096 such devices still sum exactly in int64.
 MAX_RECORDS = 2**40
 
 
@@ -73,24 +76,22 @@ def decode(kind: str, data: bytes, m: int) -> np.ndarray:
 def check_count(spec: StudySpec, n: float) -> None:
     """Refuse a record count the study cannot accept (PayloadError with the reason).
 
-    A count is an integer of at most :data:`MAX_RECORDS`; under replace-one at least
-    ``min_records``, under add/remove (noisy) at least −(radius + 1) of the count's DLap term,
-    the lowest the mechanism can release.
+    A count is an integer. Under replace-one (n public) it lies in ``min_records`` ..
+    ``device_cap`` (the study's ``max_device_records``); under add/remove (noisy) in
+    −(radius + 1) .. ``device_cap`` + radius + 1, radius that of the count's DLap term: all
+    the mechanism can release for a device holding at most ``device_cap`` records.
     """
     if not (np.isfinite(n) and n == int(n)):
         raise PayloadError(f"record count must be an integer, got {n}")
-    if n > MAX_RECORDS:
-        raise PayloadError(f"record count {n:g} exceeds {MAX_RECORDS:,}, the most one device may "
-                           "hold")
+    cap = spec.device_cap
     if spec.sketch.privacy.neighbouring == "replace_one":
-        if n < spec.min_records:
-            raise PayloadError(f"record count must be >= {spec.min_records} (replace-one, n "
-                               f"public), got {n:g}")
-        return
-    floor = -(count_radius(spec) + 1)
-    if n < floor:
-        raise PayloadError(f"noisy record count {n:g} is below {floor}, the lowest the study's "
-                           "mechanism can release")
+        low, high, what = spec.min_records, cap, "(replace-one, n public)"
+    else:
+        radius = count_radius(spec) + 1
+        low, high, what = -radius, cap + radius, "(add/remove: the noisy count's possible range)"
+    if not low <= n <= high:
+        raise PayloadError(f"record count {n:g} is outside {low:,} .. {high:,} {what}; the study "
+                           f"takes at most {cap:,} records per device")
 
 
 def count_radius(spec: StudySpec) -> int:
@@ -102,13 +103,14 @@ def count_radius(spec: StudySpec) -> int:
 
 def max_abs_entry(spec: StudySpec, n: float) -> int:
     """The largest |Re| or |Im| of a payload entry (grid steps) that the study's mechanism can
-    produce, given the contribution's record count ``n`` as sent (module docstring)."""
+    produce, given the contribution's record count ``n`` as sent (module docstring) and at most
+    ``spec.device_cap`` true records."""
     privacy = spec.sketch.privacy
     feature, m = spec.sketch.feature, spec.sketch.frequencies.m
     terms = noise_plan(feature, m, spec.sketch.r, privacy)
-    count_hi = max(int(n), 0)
-    if privacy.neighbouring == "add_remove":
-        count_hi += count_radius(spec) + 1
+    count_hi = min(max(int(n), 0), spec.device_cap)
+    if privacy.neighbouring == "add_remove":  # the true count, within the noise's radius
+        count_hi = min(count_hi + count_radius(spec) + 1, spec.device_cap)
     term = terms[0]
     if term.law == "discrete_laplace":
         radius = noise_radius(term.scale, 2 * m) + 1

@@ -3,7 +3,8 @@
 Every stage message is signed by the device's enrolled Ed25519 key over
 ``message_digest(study, device, stage, body)``. Bodies, by stage (device → coordinator):
 
-* REGISTER: JSON ``{"n": records}`` (replace-one: n is public);
+* REGISTER: JSON ``{"n": records}`` (replace-one: n is public), exactly that key, an integer,
+  at most :data:`MAX_REGISTER_BYTES`;
 * ADVERTISE_KEYS: JSON ``{"c_pk", "s_pk", "signature"}`` (base64), the :class:`Advert`;
 * SHARE_KEYS: JSON ``{receiver: base64 ciphertext}``;
 * MASKED_INPUT: the masked vector as little-endian uint64 (2m values: Re then Im);
@@ -43,6 +44,8 @@ PB_STAGE: dict[Stage, int] = {stage: pb.Stage.Value(stage.name) for stage in Sta
 STAGES: tuple[int, ...] = (pb.REGISTER, *PB_STAGE.values())
 
 DOMAIN = b"fedsketch/secagg/v1"
+#: The largest REGISTER body taken; ``{"n":1099511627776}`` (2^40, the largest count) has 19.
+MAX_REGISTER_BYTES = 64
 
 
 def _b64(raw: bytes) -> str:
@@ -78,6 +81,29 @@ def load(body: bytes) -> object:
     except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as exc:
         # RecursionError: JSON nested deeper than the interpreter's stack
         raise ValueError(f"malformed secure-aggregation body: {exc!r}") from None
+
+
+def register_body(n: int) -> bytes:
+    """A device's REGISTER body declaring ``n`` records."""
+    return dump({"n": n})
+
+
+def register_from_body(body: bytes, least: int, most: int) -> int:
+    """The record count of a REGISTER body; ValueError with the reason unless the body has at
+    most :data:`MAX_REGISTER_BYTES` bytes and is exactly ``{"n": integer}`` with
+    ``least`` ≤ n ≤ ``most``."""
+    if len(body) > MAX_REGISTER_BYTES:
+        raise ValueError(f"a REGISTER body has at most {MAX_REGISTER_BYTES} bytes, got {len(body)}")
+    obj = load(body)
+    if not isinstance(obj, dict) or set(obj) != {"n"}:
+        keys = sorted(obj) if isinstance(obj, dict) else type(obj).__name__
+        raise ValueError(f'a REGISTER body is exactly {{"n": records}}, got {keys}')
+    n = obj["n"]
+    if type(n) is not int:  # not a bool, nor a float such as 1e300
+        raise ValueError(f"the record count must be an integer, got {n!r}")
+    if not least <= n <= most:
+        raise ValueError(f"the record count {n} is outside {least:,} .. {most:,}")
+    return n
 
 
 def advert_to_json(advert: Advert) -> dict:

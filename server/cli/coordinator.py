@@ -34,7 +34,13 @@ from fedsketch.common.privacy import NEIGHBOURING, PrivacySpec
 from fedsketch.common.refine import ROUND_SECONDS, ROUND_SHARE, ROUNDS, split_study_epsilon
 from fedsketch.common.secagg.trust import Assumptions
 from fedsketch.common.spec import SketchSpec
-from fedsketch.common.study import COLLECT_SECONDS, DEADLINE_SECONDS, SecAggSpec, StudySpec
+from fedsketch.common.study import (
+    COLLECT_SECONDS,
+    DEADLINE_SECONDS,
+    DEFAULT_MAX_DEVICE_RECORDS,
+    SecAggSpec,
+    StudySpec,
+)
 from fedsketch.common.tls import init_certs, secure_channel, server_credentials
 from fedsketch.server.cli.bounds import parse_bounds
 from fedsketch.server.cli.errors import NOT_IDENTIFIABLE_EXIT, clean_errors, report_identifiability
@@ -166,6 +172,11 @@ def create_study(
         "not with --secure-aggregation, whose stages end by --stage-timeout.")] = None,
     min_records: Annotated[int, typer.Option(
         help="Records a device needs (replace-one only: under add/remove n is private).")] = 1,
+    max_device_records: Annotated[int | None, typer.Option(
+        help="Public cap on the records one device may hold, so the most weight one device "
+        "(hostile or not) carries in the average; a device with more refuses the study, saying "
+        f"why, and spends nothing. Default {DEFAULT_MAX_DEVICE_RECORDS:,} (under "
+        "--secure-aggregation at most --max-records).")] = None,
     deadline: Annotated[float | None, typer.Option(
         help="Seconds from now after which the study stops collecting, whatever else (then it "
         "decodes if --min-devices have sent, else fails); it closes sooner once its whole roster "
@@ -250,6 +261,7 @@ def create_study(
         spec = StudySpec.create(name, sketch, k, lo.tolist(), hi.tolist(), roster=roster,
                                 collect_seconds=collect_seconds,
                                 min_devices=min_devices, min_records=min_records,
+                                max_device_records=max_device_records,
                                 deadline=None if deadline is None else time.time() + deadline,
                                 replicates=replicates, secure_aggregation=secure, refine=refine)
         spec.check_new()

@@ -4,9 +4,12 @@ Stages (``Study.stage``): REGISTER → ADVERTISE_KEYS → SHARE_KEYS → MASKED_
 → UNMASK. A stage closes as soon as every expected device has sent its message, or
 ``stage_timeout`` seconds after it opened (REGISTER: after the first device registered);
 devices that did not answer have dropped (Bonawitz et al. handle them). REGISTER admits up to
-``min_devices`` devices, each declaring its record count n (public under replace-one); the
-round needs at least L − D of them (the study's stated dropouts D:
-:mod:`fedsketch.common.secagg.trust`) and Σn ≤ ``max_records``. The round's parameters are
+``min_devices`` devices, each declaring its record count n (public under replace-one) in a
+body of a fixed schema (``{"n": integer}``, a few bytes); a REGISTER with other keys, a count
+outside ``min_records`` .. the study's ``max_device_records``, or one that would bring Σn above
+``max_records`` is refused alone (INVALID_ARGUMENT), so it cannot abort the round of the
+others. The round needs at least L − D registered devices (the study's stated dropouts D:
+:mod:`fedsketch.common.secagg.trust`). The round's parameters are
 :meth:`StudySpec.round_params`, which every device recomputes: the modulus has the bits of
 :func:`fedsketch.common.secagg.modulus_bits` for N ≤ max_records, DLap(a) with a = exp(−ε/Δ1)
 (:meth:`StudySpec.noise_param`), and noise shape roster/h_min. At CONSISTENCY the survivors
@@ -137,18 +140,22 @@ class SecAggRound:
             return False
 
     def _records_of(self, body: bytes) -> float:
-        """The record count n a REGISTER message declares; Refusal unless an integer in
-        ``min_records``..``max_records`` (a larger one could not join a round, and beyond
-        float range it could not be added up)."""
+        """The record count n a REGISTER message declares (lock held); Refusal
+        INVALID_ARGUMENT unless the body is :func:`~fedsketch.common.secagg.wire.register_from_body`'s
+        schema with ``min_records`` ≤ n ≤ the study's ``device_cap`` and the registered
+        devices' Σn, this one's included, stays within ``max_records``: a device that breaks the
+        study's limits is refused alone, and the round never exceeds its modulus's bound."""
+        most = min(self.spec.device_cap, self.sa.max_records)
         try:
-            obj = sw.load(body)
-        except ValueError:
-            obj = None
-        n = obj.get("n") if isinstance(obj, dict) else None
-        low, high = self.spec.min_records, self.sa.max_records
-        if type(n) is not int or not low <= n <= high:  # not a bool either
+            n = sw.register_from_body(body, self.spec.min_records, most)
+        except ValueError as exc:
+            raise Refusal(Code.INVALID_ARGUMENT, f"malformed REGISTER: {exc} (the study takes "
+                          f"{self.spec.min_records:,} to {most:,} records per device)") from None
+        held = sum(content for _, content in self._inbox[pb.REGISTER].values())
+        if held + n > self.sa.max_records:
             raise Refusal(Code.INVALID_ARGUMENT,
-                          f"REGISTER needs an integer record count in {low}..{high}")
+                          f"{n:,} records would bring the registered devices' total to "
+                          f"{held + n:,}, above the study's max_records {self.sa.max_records:,}")
         return float(n)
 
     def _parse(self, stage: int, body: bytes) -> object:
@@ -235,10 +242,7 @@ class SecAggRound:
     def _open_round(self, records_of: dict[str, float]) -> None:
         roster = sorted(records_of)
         self._records = records_of
-        records = sum(records_of.values())
-        if records > self.sa.max_records:
-            raise SecAggAbort(f"the registered devices hold {records:.0f} records, more than the "
-                              f"study's max_records {self.sa.max_records}")
+        records = sum(records_of.values())  # at most max_records: REGISTER refuses beyond it
         try:
             self._params = self.spec.round_params(self.study_id, tuple(roster))
         except ValueError as exc:

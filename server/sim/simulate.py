@@ -152,7 +152,8 @@ def _study_spec(cfg: SimConfig) -> StudySpec:
                          f"{', '.join(DROPOUT_STAGES)}")
     spec = StudySpec.create("simulation", sketch, cfg.k, *cfg.public_box, min_devices=cfg.devices,
                             replicates=cfg.replicates, decode_seed=cfg.seed,
-                            secure_aggregation=secure, refine=refine)
+                            secure_aggregation=secure, refine=refine,
+                            max_device_records=cfg.records)  # its devices are honest: any split
     spec.check_new()
     return spec
 

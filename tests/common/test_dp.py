@@ -134,22 +134,34 @@ def test_the_add_remove_split_adds_up_exactly():
 
 
 def test_the_payload_check_bounds_the_count_and_the_aggregate_cannot_wrap():
-    """A claimed count beyond 2^40 or a noisy count below the mechanism's floor is refused, and
+    """A claimed count beyond the study's per-device cap (2^40 at most) or outside what the
+    add/remove mechanism can release is refused, payload entries are bounded by the cap, and
     summing payloads that would leave int64 fails loudly instead of wrapping."""
     from fedsketch.common.wire import MAX_RECORDS, PayloadError, check_count, count_radius
     from fedsketch.server.decode.pipeline import average_sketch
 
     sketch = SketchSpec(FrequencySpec(d=2, m=M, scale=1.0, seed=1), "complex", 3, PrivacySpec(1.3))
-    study = StudySpec.create("dp", sketch, 2, [-1.0] * 2, [1.0] * 2)
+    study = StudySpec.create("dp", sketch, 2, [-1.0] * 2, [1.0] * 2, max_device_records=MAX_RECORDS)
     check_count(study, MAX_RECORDS)
-    with pytest.raises(PayloadError, match="the most one device may hold"):
+    with pytest.raises(PayloadError, match="at most 1,099,511,627,776 records per device"):
         check_count(study, MAX_RECORDS + 1)
+    capped = StudySpec.create("dp", sketch, 2, [-1.0] * 2, [1.0] * 2, max_device_records=500)
+    check_count(capped, 500)
+    for n in (501, 1e300, 1e308, -1e308, 0, 2.5, float("nan"), float("inf")):
+        with pytest.raises(PayloadError):
+            check_count(capped, n)
+    assert max_abs_entry(capped, 1e300) == max_abs_entry(capped, 500)
     noisy = StudySpec.create("dp", replace(sketch, privacy=PrivacySpec(1.3, 0.0, "add_remove")),
-                             2, [-1.0] * 2, [1.0] * 2)
-    floor = -(count_radius(noisy) + 1)
-    check_count(noisy, floor)
-    with pytest.raises(PayloadError, match="lowest the study's mechanism can release"):
-        check_count(noisy, floor - 1)
+                             2, [-1.0] * 2, [1.0] * 2, max_device_records=10**5)
+    radius = count_radius(noisy) + 1
+    for n in (-radius, 10**5 + radius):
+        check_count(noisy, n)
+    for n in (-radius - 1, 10**5 + radius + 1):
+        with pytest.raises(PayloadError, match="noisy count's possible range"):
+            check_count(noisy, n)
+    # the true count is at most the cap, whatever noisy count is declared
+    assert max_abs_entry(noisy, 10**5 + radius) == max_abs_entry(noisy, 10**5 - radius)
+    assert max_abs_entry(noisy, 0) < max_abs_entry(noisy, 10**5)
     big = np.full((2, M), 2**62, dtype=np.int64)
     with pytest.raises(ValueError, match="overflow int64"):
         average_sketch(study, [(1.0, big), (1.0, big)])

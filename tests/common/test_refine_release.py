@@ -5,6 +5,7 @@ parse strictly."""
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -19,6 +20,7 @@ from fedsketch.common.refine import (
     RoundSpec,
     check_cells,
     decode_cells,
+    noise_radii,
     release_cells,
 )
 from fedsketch.common.study import StudySpec
@@ -128,3 +130,18 @@ def test_check_cells_refuses_what_the_mechanism_cannot_release():
     heavy[4, 0] = STEPS * 10_000  # 10,000 records' worth in a cell that claims 10
     with pytest.raises(CellsError, match="cell 4's sum"):
         check_cells(spec, rnd, "int64_cells", cells([0, 0, 0, 0, 10], heavy), 10.0)
+    # a study capping devices at 50 records: no cell, and no total, may claim more (plus noise)
+    capped = replace(spec, max_device_records=50)
+    r_count = noise_radii(capped, rnd)[0] + 1
+    check_cells(capped, rnd, "int64_cells", cells([50 + r_count, 0, 0, 0, 0], np.zeros((5, 3))),
+                50.0 + r_count)
+    over_total = [50 + r_count] * 4 + [r_count - 149]  # each cell within, the total 1 above
+    for counts in ([51 + r_count, 0, 0, 0, 0], over_total, [10**12, 0, 0, 0, 0]):
+        with pytest.raises(CellsError, match="max_device_records"):
+            check_cells(capped, rnd, "int64_cells", cells(counts, np.zeros((5, 3))),
+                        float(sum(counts)))
+    heavy[4, 0] = STEPS * 51 + noise_radii(capped, rnd)[1] + 1  # 51 records' worth claimed by 60
+    with pytest.raises(CellsError, match="cell 4's sum"):
+        check_cells(capped, rnd, "int64_cells", cells([0, 0, 0, 0, 60], heavy), 60.0)
+    heavy[4, 0] -= STEPS
+    check_cells(capped, rnd, "int64_cells", cells([0, 0, 0, 0, 60], heavy), 60.0)

@@ -240,23 +240,28 @@ def test_create_study_states_the_secure_aggregation_assumptions(coordinator):
 
 def test_create_study_sets_the_roster_and_a_collection_window(coordinator):
     """A plain study from the CLI collects for an hour once its quorum registered and ends a week
-    after its creation unless told otherwise, takes --roster devices, and says so in `list`; a
-    roster below the quorum, or a window beside secure aggregation, is refused in one line."""
+    after its creation unless told otherwise, takes --roster devices, and says so in `list`, and
+    caps each device at 1,000,000 records unless --max-device-records says otherwise; a roster
+    below the quorum, a cap below one record, or a window beside secure aggregation, is refused
+    in one line."""
     base = ("create-study", "--name", "w", "--d", "3", "--k", "3", "--bounds", "-12:12",
             "--rounds", "0", "--scale", "1.5", "--epsilon", "5", "--m", "60", "--min-devices", "3")
     created = time.time()
     study = coordinator.op(*base, "--roster", "5").stdout.strip()
     timed = coordinator.op(*base, "--deadline", "60", "--collect-seconds", "30").stdout.strip()
+    capped = coordinator.op(*base, "--max-device-records", "2500").stdout.strip()
     db = sqlite3.connect(f"file:{coordinator.db}?mode=ro", uri=True)
-    spec, given = (json.loads(db.execute("SELECT spec_json FROM studies WHERE study_id = ?",
-                                         (sid,)).fetchone()[0]) for sid in (study, timed))
+    spec, given, capped = (json.loads(db.execute("SELECT spec_json FROM studies WHERE study_id = ?",
+                                                 (sid,)).fetchone()[0]) for sid in (study, timed, capped))
     db.close()
     assert (spec["roster"], spec["min_devices"], spec["collect_seconds"]) == (5, 3, 3600.0)
     assert spec["deadline"] == pytest.approx(created + 7 * 86400, abs=30)
     assert (given["deadline"] - created, given["collect_seconds"]) == (pytest.approx(60, abs=30), 30)
+    assert (spec["max_device_records"], capped["max_device_records"]) == (1_000_000, 2500)
     assert any(study in line and "0/5" in line for line in coordinator.op("list").stdout.splitlines())
     for extra, message in ((("--roster", "2"), "the roster takes min_devices = 3"),
                            (("--collect-seconds", "0"), "collect_seconds must be finite and > 0"),
+                           (("--max-device-records", "0"), "max_device_records must be an integer"),
                            (("--secure-aggregation", "--max-records", "1000", "--max-dropout",
                              "0.2", "--max-colluders", "0", "--collect-seconds", "60"),
                             "no roster or collection window")):
