@@ -21,8 +21,9 @@ from .dp.grid import STEPS
 from .dp.samplers import dlap_noise_share
 from .refine import RoundSpec, cells_bits
 from .secagg import SecAggParams
+from .secagg.spec import SecAggSpec
 from .secagg.trust import Assumptions
-from .study import SecAggSpec, StudySpec, check_params
+from .study import StudySpec, check_params
 
 
 @dataclass(frozen=True)

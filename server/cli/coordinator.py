@@ -32,13 +32,13 @@ from fedsketch.common.pb import fedsketch_pb2 as pb
 from fedsketch.common.pb import fedsketch_pb2_grpc as pb_grpc
 from fedsketch.common.privacy import NEIGHBOURING, PrivacySpec
 from fedsketch.common.refine import ROUND_SECONDS, ROUND_SHARE, ROUNDS, split_study_epsilon
+from fedsketch.common.secagg.spec import SecAggSpec
 from fedsketch.common.secagg.trust import Assumptions
 from fedsketch.common.spec import SketchSpec
 from fedsketch.common.study import (
     COLLECT_SECONDS,
     DEADLINE_SECONDS,
     DEFAULT_MAX_DEVICE_RECORDS,
-    SecAggSpec,
     StudySpec,
 )
 from fedsketch.common.tls import init_certs, secure_channel, server_credentials

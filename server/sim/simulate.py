@@ -46,9 +46,10 @@ from fedsketch.common.privacy import PrivacySpec
 from fedsketch.common.refine import ROUND_SHARE, split_study_epsilon
 from fedsketch.common.secagg import Stage
 from fedsketch.common.secagg import wire as sw
+from fedsketch.common.secagg.spec import SecAggSpec
 from fedsketch.common.secagg.trust import Assumptions
 from fedsketch.common.spec import SketchSpec
-from fedsketch.common.study import SecAggSpec, StudySpec
+from fedsketch.common.study import StudySpec
 from fedsketch.common.synthetic import gmm
 from fedsketch.common.tls import CertPaths, init_certs, secure_channel, server_credentials
 from fedsketch.server.bench.metrics import sklearn_kmeans_centroids, split, sse_per_n

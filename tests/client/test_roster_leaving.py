@@ -187,8 +187,8 @@ def test_a_crash_between_reserving_and_registering_still_joins_and_leaves(coordi
 # ---- F7: a secure study's session sets aside its sketch's ε only, not its rounds' --------------
 
 def test_a_secure_session_sets_its_whole_study_aside(coordinator_round, records, tmp_path):
+    from fedsketch.common.secagg.spec import SecAggSpec
     from fedsketch.common.secagg.trust import Assumptions
-    from fedsketch.common.study import SecAggSpec
     r = coordinator_round
     sa = SecAggSpec.assuming(Assumptions(4, 0, 0), 100_000, None, 5.0)
     secure = r.create(study_spec(epsilon=0.2, min_devices=4, secure_aggregation=sa,

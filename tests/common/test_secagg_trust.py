@@ -27,10 +27,11 @@ from fedsketch.common.secagg import (
 )
 from fedsketch.common.secagg import wire as sw
 from fedsketch.common.secagg.crypto import add_pair_mask, agree, mask_seed
+from fedsketch.common.secagg.spec import SecAggSpec
 from fedsketch.common.secagg.trust import Assumptions, fraction_of, neighbourhood_size
 from fedsketch.common.shamir import combine, decode_share
 from fedsketch.common.spec import SketchSpec
-from fedsketch.common.study import SecAggSpec, StudySpec
+from fedsketch.common.study import StudySpec
 
 DIM, BITS = 6, 30
 

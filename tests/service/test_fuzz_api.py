@@ -33,9 +33,10 @@ from fedsketch.common.pb import fedsketch_pb2 as pb
 from fedsketch.common.pb import fedsketch_pb2_grpc as pb_grpc
 from fedsketch.common.privacy import PrivacySpec
 from fedsketch.common.secagg import wire as sw
+from fedsketch.common.secagg.spec import SecAggSpec
 from fedsketch.common.secagg.trust import Assumptions
 from fedsketch.common.spec import SketchSpec
-from fedsketch.common.study import SecAggSpec, StudySpec
+from fedsketch.common.study import StudySpec
 from fedsketch.common.tls import secure_channel, server_credentials
 from fedsketch.server.service.api import build_server
 from fedsketch.server.service.coordinator import Coordinator

@@ -16,9 +16,10 @@ from fedsketch.common.frequencies import FrequencySpec
 from fedsketch.common.pb import fedsketch_pb2 as pb
 from fedsketch.common.pb import fedsketch_pb2_grpc as pb_grpc
 from fedsketch.common.privacy import PrivacySpec
+from fedsketch.common.secagg.spec import SecAggSpec
 from fedsketch.common.secagg.trust import Assumptions
 from fedsketch.common.spec import SketchSpec
-from fedsketch.common.study import SecAggSpec, StudySpec
+from fedsketch.common.study import StudySpec
 from fedsketch.common.synthetic import gmm
 
 

@@ -25,10 +25,11 @@ from fedsketch.common.frequencies import FrequencySpec, draw_frequencies
 from fedsketch.common.pb import fedsketch_pb2 as pb
 from fedsketch.common.privacy import PrivacySpec
 from fedsketch.common.secagg import wire as sw
+from fedsketch.common.secagg.spec import SecAggSpec
 from fedsketch.common.secagg.trust import Assumptions
 from fedsketch.common.sketching import feature_sum
 from fedsketch.common.spec import SketchSpec
-from fedsketch.common.study import SecAggSpec, StudySpec, spec_sha256
+from fedsketch.common.study import StudySpec, spec_sha256
 from fedsketch.common.synthetic import gmm
 from fedsketch.server.bench.metrics import split
 from fedsketch.server.decode import pipeline

@@ -17,9 +17,9 @@ from fedsketch.common.dp.grid import STEPS
 from fedsketch.common.lloyd import exact_cell_stats
 from fedsketch.common.pb import fedsketch_pb2 as pb
 from fedsketch.common.refine import RefineSpec, RoundSpec
+from fedsketch.common.secagg.spec import SecAggSpec
 from fedsketch.common.secagg.trust import Assumptions
 from fedsketch.common.secure_rounds import SecureRound
-from fedsketch.common.study import SecAggSpec
 from fedsketch.common.synthetic import gmm
 from fedsketch.server.bench.metrics import split
 from fedsketch.server.service.coordinator import Coordinator
