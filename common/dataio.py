@@ -145,8 +145,8 @@ class DataSource:
     def _open(self, mode: str) -> Iterator:
         """The file, open for one pass, checked to be the version this source opened, before the
         pass and after it (module docstring)."""
-        with self.path.open(mode, **({} if "b" in mode else {"encoding": "utf-8",
-                                                               "errors": "replace"})) as fh:
+        text = {"encoding": "utf-8-sig", "errors": "replace"}  # -sig: drops Excel's byte-order mark
+        with self.path.open(mode, **({} if "b" in mode else text)) as fh:
             self._check_stamp(fh)
             yield fh
             self._check_stamp(fh)

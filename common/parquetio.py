@@ -62,7 +62,8 @@ def parquet_layout(fh: BinaryIO, path: Path, options: ReadOptions) -> ParquetLay
     if options.header is not None:
         raise DataError(f"{path}: --header/--no-header are for CSV files; a Parquet file names its "
                         "columns itself")
-    schema = _open(fh, path).schema_arrow
+    pf = _open(fh, path)
+    schema = pf.schema_arrow
     names = schema.names
     notes: tuple[str, ...] = ()
     if options.columns is not None:
@@ -87,8 +88,8 @@ def parquet_layout(fh: BinaryIO, path: Path, options: ReadOptions) -> ParquetLay
         raise DataError(f"{path}: no columns to read")
     labels = tuple(column_label(names.index(name) + 1, name) for name in columns)
     single = all(schema.field(name).type == pa.float32() for name in columns)
-    n = _open(fh, path).metadata.num_rows
-    return ParquetLayout(columns, labels, n, schema, np.float32 if single else np.float64, notes)
+    return ParquetLayout(columns, labels, pf.metadata.num_rows, schema,
+                         np.float32 if single else np.float64, notes)
 
 
 def parquet_blocks(fh: BinaryIO, path: Path, layout: ParquetLayout, rows: int) -> Iterator[Block]:

@@ -8,6 +8,7 @@ import subprocess
 import sys
 import time
 import tracemalloc
+from decimal import Decimal
 
 import numpy as np
 import pyarrow as pa
@@ -141,6 +142,16 @@ def test_header_takes_any_first_line_as_names(tmp_path):
     assert (src.n, src.columns) == (2, ("1", "2"))
 
 
+def test_a_byte_order_mark_is_not_part_of_the_first_line(tmp_path):
+    """Excel's "CSV UTF-8" starts with U+FEFF: neither a first record nor a first name holds it."""
+    (tmp_path / "x.csv").write_bytes(b"\xef\xbb\xbf1,2\n3,4\n")
+    src, chunks = _read(tmp_path / "x.csv")
+    assert src.n == 2 and src.columns is None
+    (tmp_path / "y.csv").write_bytes(b"\xef\xbb\xbfa,b\n3,4\n")
+    src, chunks = _read(tmp_path / "y.csv", columns=("a",))
+    assert src.columns == ("a",) and chunks[0].tolist() == [[3.0]]
+
+
 def _write(path, text):
     path.write_text(text)
     return path
@@ -195,6 +206,9 @@ def test_parquet_streams_row_groups_in_chunks_of_the_named_columns(tmp_path):
     assert chunks[0].dtype == np.float64 and (src.n, src.d, src.columns) == (35, 3, ("c", "a", "b"))
     _, single = _read(tmp_path / "x.parquet", rows=4, columns=("c",))
     assert single[0].dtype == np.float32  # float32 columns stay float32
+    pq.write_table(pa.table({"p": pa.array([Decimal("1.25"), Decimal("-3.50")], pa.decimal128(5, 2)),
+                             "q": pa.array([2**40, -7], pa.int64())}), tmp_path / "y.parquet")
+    np.testing.assert_array_equal(load_all(tmp_path / "y.parquet"), [[1.25, 2.0**40], [-3.5, -7]])
     with pytest.raises(DataError, match=r"column 's' \(string\) does not hold numbers; choose numeric "
                                         r"columns with --columns"):
         DataSource(tmp_path / "x.parquet")
