@@ -72,6 +72,7 @@ def sketch(src: Path, out: Path, *extra: str, how=run) -> tuple[np.ndarray, int,
     return loaded.payload, loaded.n, res.stderr
 
 
+@pytest.mark.slow
 def test_sketch_reads_every_layout_as_the_same_records(files, tmp_path):
     """Without noise the sketch is a function of the records: every file below gives the bytes
     of the C-order .npy (Parquet with --columns in the file's other order, its text column left

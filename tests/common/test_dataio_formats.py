@@ -119,6 +119,13 @@ def test_a_column_named_index_that_is_not_0_to_n_minus_1_is_data(tmp_path):
     assert "does not hold 0, 1, …, n−1: read as data" in src.notes[0]
 
 
+def test_a_one_column_file_starting_with_0_has_a_header_unless_told(tmp_path):
+    path = _write(tmp_path / "x.csv", "0\n5\n7\n")
+    src, _ = _read(path)
+    assert (src.n, src.columns) == (2, ("0",)) and "line 1 (0) is taken as column names" in src.notes[0]
+    assert _read(path, header=False)[0].n == 3
+
+
 @pytest.mark.parametrize("first", ["1,2,3", "0,1,1", "0.0,1.0,2.0", "1,0,2", "0,1,2.5"])
 def test_a_numeric_first_line_other_than_0_to_d_minus_1_is_a_record(tmp_path, first):
     (tmp_path / "x.csv").write_text(f"{first}\n7,8,9\n")
