@@ -27,8 +27,17 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from fedsketch.common.cli import CaOpt, InsecureOpt, Target, check_tls, printable
+from fedsketch.common.cli import (
+    CaOpt,
+    InsecureOpt,
+    Target,
+    check_tls,
+    columns_option,
+    header_option,
+    printable,
+)
 from fedsketch.common.cli import clean_errors as _clean_errors
+from fedsketch.common.dataio import ReadOptions
 
 from . import daemon
 from .ledger import DEFAULT_SOURCE, Ledger, LedgerError, Spend
@@ -158,7 +167,7 @@ def device_policy(
 def device_run(
     coordinator: Target,
     data: Annotated[Path, typer.Option(envvar="FEDSKETCH_DATA",
-                                       help="Local records (.npy or .csv).")],
+                                       help="Local records (.npy, .csv or .parquet).")],
     ledger: LedgerOpt,
     budget: Annotated[float | None, typer.Option(
         envvar="FEDSKETCH_BUDGET",
@@ -177,6 +186,8 @@ def device_run(
     poll: Annotated[float, typer.Option(envvar="FEDSKETCH_POLL", help="Base poll interval (s).")] = 2.0,
     max_poll: Annotated[float, typer.Option(envvar="FEDSKETCH_MAX_POLL",
                                             help="Longest poll interval (s).")] = 60.0,
+    header: Annotated[bool | None, header_option("FEDSKETCH_HEADER")] = None,
+    columns: Annotated[str | None, columns_option("FEDSKETCH_COLUMNS")] = None,
 ) -> None:
     """Enroll once, then poll for studies; sketch, record the spend, sign and submit."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
@@ -186,7 +197,8 @@ def device_run(
     with clean_errors():
         check_tls(ca, insecure)
         cfg = daemon.DaemonConfig(coordinator, data, ledger, budget, budget_delta, source, ca,
-                                  insecure, token, label, once, poll, max_poll)
+                                  insecure, token, label, once, poll, max_poll,
+                                  ReadOptions.parse(header, columns))
         status = daemon.run(cfg, stop)
     raise typer.Exit(status)
 

@@ -25,7 +25,7 @@ from pathlib import Path
 import grpc
 
 from fedsketch.common.cli import printable
-from fedsketch.common.dataio import DataSource
+from fedsketch.common.dataio import AS_IS, DataSource, ReadOptions
 from fedsketch.common.tls import secure_channel
 
 from .agent import Agent
@@ -54,6 +54,7 @@ class DaemonConfig:
     once: bool = False
     poll: float = 2.0
     max_poll: float = 60.0
+    read: ReadOptions = AS_IS
 
 
 #: Enroll errors worth another try later: the coordinator is down, overloaded or restarting.
@@ -61,14 +62,16 @@ TRANSIENT = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED,
              grpc.StatusCode.RESOURCE_EXHAUSTED)
 
 
-def local_data(path: Path, stop: threading.Event | None = None) -> LocalData:
-    """The data file as it is now, as the agent sees it: streamed chunks of this version of the
-    file (DataError once it is replaced or rewritten) and its dimension d. The agent calls this
-    for every study, so a new file is read with its own layout. A file without records is
-    accepted: under add/remove the device takes part with n = 0 (declining would reveal it);
-    under replace-one the study is refused (n is public there). With ``stop``, every read ends
-    with :class:`~fedsketch.client.localdata.Stopped` once it is set."""
-    source = DataSource(path, allow_empty=True)
+def local_data(path: Path, options: ReadOptions = AS_IS,
+               stop: threading.Event | None = None) -> LocalData:
+    """The data file as it is now, read as ``options`` say (``--header/--no-header``,
+    ``--columns``), as the agent sees it: streamed chunks of this version of the file (DataError
+    once it is replaced or rewritten) and its dimension d. The agent calls this for every study,
+    so a new file is read with its own layout. A file without records is accepted: under
+    add/remove the device takes part with n = 0 (declining would reveal it); under replace-one
+    the study is refused (n is public there). With ``stop``, every read ends with
+    :class:`~fedsketch.client.localdata.Stopped` once it is set."""
+    source = DataSource(path, allow_empty=True, options=options)
     if stop is None:
         return LocalData(source.chunks, source.d)
     return LocalData(lambda: stoppable(source.chunks(), stop), source.d)
@@ -115,7 +118,10 @@ def backoff(failures: int, poll: float, max_poll: float) -> float:
 
 def run(cfg: DaemonConfig, stop: threading.Event) -> int:
     """Run until ``stop`` is set (or one pass with ``once``); the exit status (0 = clean)."""
-    local_data(cfg.data)  # a missing or unreadable file stops the daemon before it enrolls
+    # a missing or unreadable file stops the daemon before it enrolls; what the reader decided
+    # on its own (a header, pandas' index column left out) goes to the log once
+    for note in DataSource(cfg.data, allow_empty=True, options=cfg.read).notes:
+        log.info("%s: %s", cfg.data, note)
     ledger = Ledger(cfg.ledger)
     try:
         command_line_budget(ledger, cfg.source, cfg.budget, cfg.budget_delta)
@@ -128,7 +134,7 @@ def run(cfg: DaemonConfig, stop: threading.Event) -> int:
         raise
     channel = secure_channel(cfg.coordinator, cfg.ca, insecure=cfg.insecure)
     try:
-        agent = Agent(channel, ledger, lambda: local_data(cfg.data, stop), cfg.source)
+        agent = Agent(channel, ledger, lambda: local_data(cfg.data, cfg.read, stop), cfg.source)
         if not _enroll(agent, cfg, stop):
             return 1 if cfg.once else 0
         failures = 0

@@ -15,6 +15,7 @@ from rich.markup import escape
 from rich.progress import Progress
 from rich.table import Table
 
+from fedsketch.common.cli import ColumnsOpt, HeaderOpt, open_data
 from fedsketch.common.dataio import load_all
 from fedsketch.server.cli.bounds import parse_bounds
 from fedsketch.server.cli.errors import clean_errors
@@ -33,7 +34,7 @@ def _parse_epsilons(text: str) -> list[float]:
 
 def compare_command(
     family: Annotated[str, typer.Argument(help="kmeans, pca or subspace.")],
-    data: Annotated[Path | None, typer.Option(help="Records (.npy or .csv).")] = None,
+    data: Annotated[Path | None, typer.Option(help="Records (.npy, .csv or .parquet).")] = None,
     synthetic_set: Annotated[str | None, typer.Option(
         "--synthetic", help="gmm (kmeans), spectrum (pca) or subspaces (subspace).")] = None,
     n: Annotated[int, typer.Option(help="Synthetic records.")] = 100_000,
@@ -60,6 +61,8 @@ def compare_command(
     = False,
     plot_path: Annotated[Path | None, typer.Option("--plot", help="Write a PNG plot here.")]
     = None,
+    header: HeaderOpt = None,
+    columns: ColumnsOpt = None,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar.")] = False,
 ) -> None:
     """Every method at every ε on one dataset: median [IQR] of the family's utility metric."""
@@ -87,7 +90,7 @@ def compare_command(
         if trials < 1:
             raise ValueError(f"--trials must be >= 1, got {trials}")
         if data is not None:
-            dataset = Dataset(load_all(data).astype(np.float64))
+            dataset = Dataset(load_all(open_data(data, header, columns)).astype(np.float64))
         else:
             dataset = synthetic(family, n, d, k, q, noise, seed)
         dim = dataset.x.shape[1]

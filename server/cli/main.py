@@ -23,7 +23,8 @@ from rich.table import Table
 
 from fedsketch.client.cli import device_app
 from fedsketch.common.box import Box, Tally
-from fedsketch.common.dataio import DataSource, load_all, write_npy_stream
+from fedsketch.common.cli import ColumnsOpt, HeaderOpt, open_data
+from fedsketch.common.dataio import load_all, write_npy_stream
 from fedsketch.common.features import FEATURES, check_feature
 from fedsketch.common.frequencies import LAWS, FrequencySpec, draw_frequencies
 from fedsketch.common.privacy import NEIGHBOURING, PrivacySpec
@@ -138,7 +139,8 @@ def parse_range(text: str, name: str) -> tuple[float, float]:
 
 @app.command()
 def sketch(
-    data: Annotated[Path, typer.Argument(help="Records: .npy (2-D) or .csv, one record a row.")],
+    data: Annotated[Path, typer.Argument(
+        help="Records, one a row: .npy (2-D, any order), .csv or .parquet.")],
     out: Annotated[Path, typer.Option(help="Output sketch file (.npz).")],
     m: Annotated[int, typer.Option(help="Number of frequencies (complex sketch entries).")] = 1000,
     feature: Annotated[str, typer.Option(help=f"Feature map: {', '.join(FEATURES)}.")] = "complex",
@@ -161,6 +163,8 @@ def sketch(
     scale_range: Annotated[str, typer.Option(help="σ search range LO:HI for --scale auto.")] = (
         f"{DEFAULT_RANGE[0]:g}:{DEFAULT_RANGE[1]:g}"
     ),
+    header: HeaderOpt = None,
+    columns: ColumnsOpt = None,
     quiet: Quiet = False,
 ) -> None:
     """Sketch DATA into OUT: the feature sum Σ f(Ωᵀx+ξ) encoded as integers, plus exact integer
@@ -183,7 +187,7 @@ def sketch(
         if m < 1:
             raise ValueError(f"m must be ≥ 1, got {m}")
         r_eff = check_r(m if r is None else r, m)
-        source = DataSource(data)  # every argument is checked before any budget is spent
+        source = open_data(data, header, columns)  # every argument is checked before any spend
         box = (Box.widest(source.d) if bounds is None
                else Box(*parse_bounds(bounds, source.d)))
         tally = Tally()
@@ -310,20 +314,22 @@ def read_centroids(path: Path) -> np.ndarray:
 
 @app.command()
 def evaluate(
-    data: Annotated[Path, typer.Option(help="Records (.npy or .csv).")],
+    data: Annotated[Path, typer.Option(help="Records (.npy, .csv or .parquet).")],
     centroids: Annotated[Path, typer.Option(help="Centroids JSON (e.g. decode --json output).")],
     seed: Annotated[int, typer.Option(help="Seed of the k-means reference.")] = 0,
+    header: HeaderOpt = None,
+    columns: ColumnsOpt = None,
     as_json: Annotated[bool, typer.Option("--json", help="One JSON object on stdout.")] = False,
 ) -> None:
     """SSE/n of CENTROIDS on DATA, and relative SSE against k-means (k-means++, n_init = 3)."""
     with clean_errors():
         c = read_centroids(centroids)
-        source = DataSource(data)
+        source = open_data(data, header, columns)
         if source.d != c.shape[1]:
             raise ValueError(f"centroids have dimension {c.shape[1]}, {data} has {source.d}")
         sse = sse_per_n(source.chunks(), c)
         try:
-            x = load_all(data)
+            x = load_all(source)
             ref = sse_per_n([x], sklearn_kmeans_centroids(x, c.shape[0], seed))
         except ImportError:
             ref = None

@@ -11,6 +11,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from fedsketch.common.cli import ColumnsOpt, HeaderOpt, open_data
 from fedsketch.common.features import FEATURES
 from fedsketch.common.privacy import NEIGHBOURING
 from fedsketch.common.refine import ROUND_SHARE, ROUNDS
@@ -28,8 +29,10 @@ def simulate_command(
     d: Annotated[int | None, typer.Option(
         help="Synthetic dimension [default: 10; with --data, the file's].")] = None,
     data: Annotated[Path | None, typer.Option(
-        help="Records (.npy or CSV) to split over the devices instead of paper 004's mixture; "
-             "needs --bounds.")] = None,
+        help="Records (.npy, CSV or Parquet) to split over the devices instead of paper 004's "
+             "mixture; needs --bounds.")] = None,
+    header: HeaderOpt = None,
+    columns: ColumnsOpt = None,
     bounds: Annotated[str | None, typer.Option(
         help="The study's public box with --data: LO:HI (every axis) or a bounds.json.")] = None,
     m: Annotated[int, typer.Option(help="Frequencies.")] = 1000,
@@ -87,7 +90,7 @@ def simulate_command(
                 raise ValueError("--data needs the study's public box: --bounds LO:HI")
             if records is not None or d is not None:
                 raise ValueError("--records and --d come from the --data file; drop them")
-            pooled = file_data(data, k, seed)
+            pooled = file_data(open_data(data, header, columns), k, seed)
             records, d = pooled.x.shape
             lo, hi = parse_bounds(bounds, d)
             box = (tuple(map(float, lo)), tuple(map(float, hi)))

@@ -36,7 +36,7 @@ import numpy as np
 from fedsketch.client.agent import Agent
 from fedsketch.client.ledger import Ledger
 from fedsketch.client.localdata import LocalData
-from fedsketch.common.dataio import load_all
+from fedsketch.common.dataio import DataSource, load_all
 from fedsketch.common.features import FEATURES
 from fedsketch.common.frequencies import FrequencySpec
 from fedsketch.common.lloyd import nearest
@@ -297,11 +297,13 @@ def pooled_data(cfg: SimConfig) -> Pooled:
     return Pooled(x, labels, sse_per_n(split(x), sklearn_kmeans_centroids(x, cfg.k, cfg.seed)))
 
 
-def file_data(path: str | Path, k: int, seed: int) -> Pooled:
-    """The records of a data file (.npy or CSV, :mod:`fedsketch.common.dataio`), their clusters
-    under KMeans (k-means++, n_init = 3, ``seed``) for ``dirichlet`` partitions, and its SSE/n."""
-    x = load_all(path).astype(np.float64)
+def file_data(data: str | Path | DataSource, k: int, seed: int) -> Pooled:
+    """The records of a data file (a path, or an open source: :mod:`fedsketch.common.dataio`),
+    their clusters under KMeans (k-means++, n_init = 3, ``seed``) for ``dirichlet`` partitions,
+    and its SSE/n."""
+    x = load_all(data).astype(np.float64)
     if x.shape[0] <= k:
+        path = data.path if isinstance(data, DataSource) else data
         raise ValueError(f"{path}: {x.shape[0]} records cannot make {k} clusters")
     centroids = sklearn_kmeans_centroids(x, k, seed)
     labels, _ = nearest(x, centroids)

@@ -105,8 +105,8 @@ def _bad(tmp_path: Path, name: str, body) -> Path:
 
 
 BAD_SKETCH = [
-    ("nan", lambda p: np.save(p, np.array([[0.0, np.nan, 1.0]])), [], "record 0 holds a NaN or an infinity"),
-    ("inf", lambda p: np.save(p, np.array([[0.0, 1.0, np.inf]])), [], "record 0 holds a NaN or an infinity"),
+    ("nan", lambda p: np.save(p, np.array([[0.0, np.nan, 1.0]])), [], "record 1, column 2 holds a NaN"),
+    ("inf", lambda p: np.save(p, np.array([[0.0, 1.0, np.inf]])), [], "record 1, column 3 holds an infinity"),
     ("empty", lambda p: p.write_bytes(b""), [], "empty file"),
     ("ok", None, ["--law", "cauchy"], "unknown law"),
     ("ok", None, ["--feature", "cosine"], "unknown feature map"),

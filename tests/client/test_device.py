@@ -141,7 +141,7 @@ def test_non_finite_records_are_refused_and_spend_nothing(coordinator_round, rec
     study = coordinator_round.create(study_spec(epsilon=0.5))
     caplog.set_level(logging.WARNING, logger="fedsketch.device")
     run_once(coordinator_round, npy, ledger)
-    assert "record 11 holds a NaN or an infinity" in caplog.text
+    assert "record 12, column 1 holds a" in caplog.text  # counted from 1
     assert ledger_state(ledger)[1] == [] and remaining(ledger) == 1.0
     assert coordinator_round.store.contributions(study.study_id) == []
 
@@ -240,7 +240,7 @@ def test_a_data_refusal_is_retried_once_the_file_is_fixed(coordinator_round, rec
     agent.ensure_enrolled(coordinator_round.target, coordinator_round.tokens(1)[0], "retry")
     study = coordinator_round.create(study_spec(epsilon=0.5))
     caplog.set_level(logging.WARNING, logger="fedsketch.device")
-    assert "record 3 holds a NaN" in agent.step().refused[study.study_id]
+    assert "record 4, column 3 holds a NaN" in agent.step().refused[study.study_id]
     npy.unlink()
     assert "no such file" in agent.step().refused[study.study_id]
     assert book.spends() == []

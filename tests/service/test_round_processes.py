@@ -288,3 +288,24 @@ def test_a_second_coordinator_on_a_busy_database_or_address_exits(coordinator, t
             assert not token.exists()  # refused before it wrote anything
     assert coordinator.proc.poll() is None
     assert study in coordinator.op("list").stdout
+
+
+def test_a_daemon_reads_named_columns_of_a_pandas_csv_from_its_environment(coordinator, tmp_path):
+    """``FEDSKETCH_COLUMNS`` (the unit's EnvironmentFile) picks three numeric columns of a CSV that
+    pandas wrote with its index and a text column, and the daemon contributes every record; a
+    column the file lacks stops it before it enrolls."""
+    x, _, _ = gmm(6000, 3, 3, 3.0, seed=5)
+    path = tmp_path / "x.csv"
+    with path.open("w") as fh:
+        fh.write(",a,label,b,c\n")
+        fh.writelines(f"{i},{r[0]!r},row {i},{r[1]!r},{r[2]!r}\n" for i, r in enumerate(x.tolist()))
+    study = create_study(coordinator, 1)
+    token = coordinator.op("tokens", "--count", "1").stdout.split()[0]
+    bad = device(coordinator, path, tmp_path / "ledger", token, env={"FEDSKETCH_COLUMNS": "a,zz"},
+                 check=False)
+    assert bad.returncode == 1 and f"error: {path} has no column 'zz'" in bad.stderr
+    assert not (tmp_path / "ledger").exists()
+    run = device(coordinator, path, tmp_path / "ledger", token, env={"FEDSKETCH_COLUMNS": "a,b,c"})
+    assert "submitted study" in run.stderr
+    res = wait_done(coordinator, study)
+    assert res["records"] == 6000 and np.asarray(res["centroids"]).shape == (3, 3)
