@@ -95,7 +95,8 @@ def test_sigint_during_a_sketch_stops_at_once_and_spends_nothing(coordinator, tm
     np.save(data, np.random.default_rng(0).normal(size=(2_000_000, 3)).astype(np.float32))
     study = coordinator.op("create-study", "--name", "long", "--d", "3", "--k", "3", "--bounds",
                            "-6:6", "--rounds", "0", "--scale", "1.5", "--epsilon", "1", "--m",
-                           "16000", "--r", "16000", "--min-devices", "1").stdout.strip()
+                           "16000", "--r", "16000", "--min-devices", "1",
+                           "--max-device-records", "2000000").stdout.strip()
     token = coordinator.op("tokens").stdout.strip()
     ledger = tmp_path / "ledger"
     proc = daemon(coordinator, data, ledger, "--token", token)

@@ -24,21 +24,23 @@ from fedsketch.common.synthetic import gmm
 
 
 def test_a_device_refused_at_register_says_why_and_finishes_its_pass(coordinator_round):
-    """3,000 records for a secure study that takes 100 in all: the coordinator refuses the
-    REGISTER (INVALID_ARGUMENT); the device reports it as its reason for the study and its
-    pass still handles the plain study listed after it."""
+    """Two devices of 3,000 records for a secure study that takes 5,000 in all: the coordinator
+    refuses the second one's REGISTER (INVALID_ARGUMENT); the device reports it as its reason
+    for the study and its pass still handles the plain study listed after it."""
     sketch = SketchSpec(FrequencySpec(d=3, m=40, scale=1.5, seed=2), "quantized", 4,
                         PrivacySpec(1000.0))
     secure = coordinator_round.create(StudySpec.create(
         "secure", sketch, 3, [-10.0] * 3, [10.0] * 3, min_devices=3, replicates=1,
-        secure_aggregation=SecAggSpec.assuming(Assumptions(3, 0, 0), 100, None, 600.0, None)))
+        secure_aggregation=SecAggSpec.assuming(Assumptions(3, 0, 0), 5000, None, 600.0, None)))
     plain = coordinator_round.create(study_spec(min_devices=2))
     x, _, _ = gmm(3000, 3, 3, 3.0, seed=1)
+    first = coordinator_round.agent("first", x).step()
+    assert secure.study_id not in first.refused
     out = coordinator_round.agent("big", x).step()
     reason = out.refused[secure.study_id]
     assert "refused the REGISTER message: INVALID_ARGUMENT" in reason
-    assert "record count in 1..100" in reason
-    assert coordinator_round.coordinator.round_of(secure.study_id).held_messages() == 0
+    assert "above the study's max_records 5,000" in reason
+    assert coordinator_round.coordinator.round_of(secure.study_id).held_messages() == 1  # the first's
     assert plain.study_id in out.registered
 
 
