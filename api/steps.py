@@ -7,7 +7,8 @@ here decodes with ``fedsketch decode`` and the other way round.
 
 Records (``data``) come in one of three forms, all in data units:
 
-* an array-like of shape (n, d) (any real dtype; NaN or ±inf is refused, naming the row);
+* an array-like of shape (n, d) (a numpy array, a pandas DataFrame, nested lists; any real
+  dtype; NaN or ±inf is refused, naming the row);
 * a path to a ``.npy`` (2-D, C order) or CSV file, read in chunks as the command reads it;
 * an iterable of chunks, each (rows, d). A list (or any re-iterable) may be read twice; a one-shot
   iterator (a generator) is read once, so it needs a numeric ``scale``: ``scale="auto"`` spends a
@@ -153,7 +154,7 @@ def _records(data: Records, *, twice: bool) -> tuple[Callable[[], Iterator[np.nd
     if isinstance(data, (str, os.PathLike)):
         source = DataSource(data)
         return source.chunks, source.d
-    if isinstance(data, np.ndarray) or not isinstance(data, Iterable) or _is_table(data):
+    if hasattr(data, "__array__") or not isinstance(data, Iterable) or _is_table(data):
         x = _checked(np.asarray(data), 0)
         return (lambda: iter((x,))), x.shape[1]
     if iter(data) is data:
