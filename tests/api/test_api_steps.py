@@ -114,6 +114,7 @@ def test_the_function_and_the_command_make_the_same_file(mixture, tmp_path):
     assert json.loads(res.stdout) == decode(tmp_path / "api.npz", 3, "-12:12", seed=1).to_dict()
 
 
+@pytest.mark.blas
 def test_decode_and_evaluate_find_the_mixture(mixture):
     x, centres = mixture
     out = decode(sketch(x, epsilon=math.inf, m=60, seed=1), 3, (-12, 12), seed=0)

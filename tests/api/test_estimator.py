@@ -31,6 +31,7 @@ def mixture() -> tuple[np.ndarray, float]:
     return x, KMeans(5, n_init=3, random_state=0).fit(x).inertia_
 
 
+@pytest.mark.blas
 @pytest.mark.parametrize("epsilon", [math.inf, 1.0])
 def test_fit_matches_kmeans_on_a_mixture(mixture, epsilon):
     x, reference = mixture
