@@ -73,6 +73,20 @@ def test_imports_are_lazy_and_work_from_another_folder(tmp_path):
     assert Path(res.stdout.strip()) == ROOT / "api" / "__init__.py"
 
 
+def test_the_functions_work_without_scikit_learn(tmp_path):
+    """Only CompressiveKMeans and evaluate's reference need scikit-learn (blocked here)."""
+    res = python("import sys; sys.modules['sklearn'] = None\n"
+                 "import numpy as np, fedsketch\n"
+                 "x = np.random.default_rng(0).normal(size=(2000, 2))\n"
+                 "out = fedsketch.decode(fedsketch.sketch(x, epsilon=1.0, m=40, scale=1.0), 2, (-4, 4))\n"
+                 "ev = fedsketch.evaluate(x, out)\n"
+                 "assert ev.kmeans_sse_per_n is None and ev.relative_sse is None and ev.sse_per_n > 0\n"
+                 "from fedsketch import CompressiveKMeans", tmp_path)
+    assert res.returncode == 1 and res.stderr.strip().endswith(
+        "ImportError: CompressiveKMeans needs scikit-learn: pip install scikit-learn "
+        "(or pip install 'fedsketch[bench]')"), res.stderr
+
+
 @pytest.fixture(scope="module")
 def mixture() -> tuple[np.ndarray, np.ndarray]:
     x, _, centres = gmm(20_000, 3, 2, 3.0, 5)
