@@ -15,14 +15,14 @@ demo: $(STAMP)
 	$(PY) benchmarks/demo.py
 
 test: $(STAMP)
-	$(PY) -m ruff check common client server tests benchmarks
+	$(PY) -m ruff check api common client server tests benchmarks examples
 	$(PY) -m pytest -q
 
 bench: $(STAMP)
 	$(PY) benchmarks/run_all.py
 
 lint: $(STAMP)
-	$(PY) -m ruff check common client server tests benchmarks
+	$(PY) -m ruff check api common client server tests benchmarks examples
 
 # Regenerate common/pb from proto/ (the generated files are checked in).
 proto: $(STAMP)

@@ -28,6 +28,7 @@ import numpy as np
 
 from .atomicfile import atomic_write
 from .features import GRID
+from .frequencies import draw_frequencies
 from .privacy import PrivateSketch
 from .sketching import normalized_sketch
 from .spec import SketchSpec
@@ -37,7 +38,8 @@ FORMAT = "fedsketch.sketch/2"
 
 @dataclass(frozen=True)
 class SketchFile:
-    """A sketch file's contents; ``sketch`` is the normalized complex sketch (m,)."""
+    """A released sketch as its file holds it (read by :func:`load_sketch`, or made in memory by
+    :meth:`from_release`); ``sketch`` is the normalized complex sketch (m,)."""
 
     payload: np.ndarray
     n: int
@@ -54,6 +56,39 @@ class SketchFile:
         return normalized_sketch(self.payload[:m], self.payload[m:], GRID[self.spec.feature],
                                  self.spec.r / m, self.n)
 
+    @classmethod
+    def from_release(cls, spec: SketchSpec, release: PrivateSketch, omega_sha256: str,
+                     calibration: dict | None = None) -> SketchFile:
+        """``release`` of ``spec`` as a file holds it. ``epsilon_spent`` is the release's ε plus
+        the calibration round's (``calibration["epsilon"]``)."""
+        spent = release.privacy.epsilon + (0.0 if calibration is None else float(calibration["epsilon"]))
+        return cls(release.payload.astype(np.int64), int(release.n), spec, omega_sha256,
+                   release.mechanism(), calibration, spent)
+
+    def check_frequencies(self, name: str = "the sketch") -> None:
+        """ValueError unless the Ω, ξ drawn from the spec hash to ``omega_sha256`` (the frequencies
+        the sketch was made with); ``name`` (the file) heads the message."""
+        found = draw_frequencies(self.spec.frequencies).sha256
+        if found != self.omega_sha256:
+            raise ValueError(f"{name}: frequencies hash mismatch (file {self.omega_sha256[:12]}…, "
+                             f"recomputed {found[:12]}…); refusing to decode")
+
+    def save(self, path: str | os.PathLike[str]) -> None:
+        """Write the sketch to ``path`` (``.npz``, module docstring) atomically."""
+        meta = {
+            "format": FORMAT,
+            "spec": self.spec.to_dict(),
+            "spec_sha256": self.spec.digest(),
+            "omega_sha256": self.omega_sha256,
+            "grid": GRID[self.spec.feature],
+            "mechanism": self.mechanism,
+            "epsilon_spent": "inf" if math.isinf(self.epsilon_spent) else self.epsilon_spent,
+            "calibration": self.calibration,
+        }
+        arrays = {"payload": self.payload, "n": np.int64(self.n), "spec": np.array(json.dumps(meta))}
+        with atomic_write(Path(path)) as fh:
+            np.savez(fh, **arrays)
+
 
 def save_sketch(
     path: str | os.PathLike[str],
@@ -62,29 +97,8 @@ def save_sketch(
     omega_sha256: str,
     calibration: dict | None = None,
 ) -> None:
-    """Write ``release`` and its spec to ``path`` atomically.
-
-    ``epsilon_spent`` is the release's ε plus the calibration round's (``calibration["epsilon"]``).
-    """
-    path = Path(path)
-    spent = release.privacy.epsilon + (0.0 if calibration is None else float(calibration["epsilon"]))
-    meta = {
-        "format": FORMAT,
-        "spec": spec.to_dict(),
-        "spec_sha256": spec.digest(),
-        "omega_sha256": omega_sha256,
-        "grid": release.grid,
-        "mechanism": release.mechanism(),
-        "epsilon_spent": "inf" if math.isinf(spent) else spent,
-        "calibration": calibration,
-    }
-    arrays = {
-        "payload": release.payload.astype(np.int64),
-        "n": np.int64(release.n),
-        "spec": np.array(json.dumps(meta)),
-    }
-    with atomic_write(path) as fh:
-        np.savez(fh, **arrays)
+    """Write ``release`` and its spec to ``path`` atomically (:meth:`SketchFile.save`)."""
+    SketchFile.from_release(spec, release, omega_sha256, calibration).save(path)
 
 
 def load_sketch(path: str | os.PathLike[str]) -> SketchFile:

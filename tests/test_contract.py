@@ -92,6 +92,20 @@ def test_layering():
     assert violations(ROOT) == []
 
 
+def test_nothing_below_the_python_api_imports_it():
+    """The top-level package (api/, imported as ``fedsketch``) sits above common, client and
+    server: none of them imports it, so a device never loads it."""
+    bad = []
+    for folder in ("common", "client", "server"):
+        for path in sorted((ROOT / folder).rglob("*.py")):
+            for imported in sorted(imports_of(ROOT, path)):
+                parts = imported.split(".")
+                if parts[0] == "fedsketch" and (len(parts) == 1 or parts[1] not in ("common", "client",
+                                                                                    "server")):
+                    bad.append((module_name(ROOT, path), imported))
+    assert bad == []
+
+
 @pytest.mark.parametrize(("where", "line"), [
     ("server/service/rogue.py", "from fedsketch.server.bench.task import Task\n"),
     ("server/service/rogue.py", "def f():\n    from ..bench import compare\n"),
@@ -118,7 +132,7 @@ def test_modules_stay_small_or_say_why():
     """Small modules named for what they hold: none over MAX_MODULE_LINES lines unless its
     docstring gives the reason (generated protobuf code aside)."""
     long = []
-    for folder in ("common", "client", "server"):
+    for folder in ("api", "common", "client", "server"):
         for path in sorted((ROOT / folder).rglob("*.py")):
             if "pb" in path.relative_to(ROOT).parts:
                 continue

@@ -7,11 +7,43 @@ the reference. Both are computed in chunks, so memory does not grow with n.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import importlib.util
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 
 import numpy as np
 
 CHUNK = 1 << 16
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    """SSE/n of some centroids, the reference's SSE/n (None without scikit-learn), and their ratio."""
+
+    sse_per_n: float
+    kmeans_sse_per_n: float | None
+
+    @property
+    def relative_sse(self) -> float | None:
+        """SSE(C)/SSE(C_km), or None without the reference."""
+        return None if self.kmeans_sse_per_n is None else self.sse_per_n / self.kmeans_sse_per_n
+
+    def to_dict(self) -> dict:
+        """JSON-ready form (what ``fedsketch evaluate --json`` prints)."""
+        return {"sse_per_n": self.sse_per_n, "kmeans_sse_per_n": self.kmeans_sse_per_n,
+                "relative_sse": self.relative_sse}
+
+
+def evaluate_centroids(chunks: Callable[[], Iterable[np.ndarray]], centroids: np.ndarray,
+                       seed: int = 0) -> Evaluation:
+    """SSE/n of ``centroids`` (k, d) on the records ``chunks()`` yields, and of scikit-learn's
+    k-means (seeded by ``seed``) on all of them in memory; the reference is None when
+    scikit-learn is not installed."""
+    sse = sse_per_n(chunks(), centroids)
+    if importlib.util.find_spec("sklearn") is None:
+        return Evaluation(sse, None)
+    x = np.concatenate(list(chunks()), axis=0)
+    return Evaluation(sse, sse_per_n([x], sklearn_kmeans_centroids(x, np.shape(centroids)[0], seed)))
 
 
 def sse_per_n(chunks: Iterable[np.ndarray], centroids: np.ndarray) -> float:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Iterator
+from importlib import metadata
 from pathlib import Path
 from typing import Annotated
 
@@ -24,28 +25,26 @@ from rich.table import Table
 from fedsketch.client.cli import device_app
 from fedsketch.common.box import Box, Tally
 from fedsketch.common.cli import ColumnsOpt, HeaderOpt, open_data
-from fedsketch.common.dataio import load_all, write_npy_stream
-from fedsketch.common.features import FEATURES, check_feature
-from fedsketch.common.frequencies import LAWS, FrequencySpec, draw_frequencies
+from fedsketch.common.dataio import write_npy_stream
+from fedsketch.common.dataset_sketch import SketchPlan
+from fedsketch.common.features import FEATURES
+from fedsketch.common.frequencies import LAWS
 from fedsketch.common.privacy import NEIGHBOURING, PrivacySpec
-from fedsketch.common.scale import DEFAULT_RANGE, calibrate_scale
-from fedsketch.common.sketchfile import load_sketch, save_sketch
-from fedsketch.common.sketching import check_r
-from fedsketch.common.spec import SketchSpec, release_sketch
+from fedsketch.common.scale import DEFAULT_RANGE
+from fedsketch.common.sketchfile import load_sketch
 from fedsketch.common.synthetic import gmm_chunks
-from fedsketch.server.bench.metrics import sklearn_kmeans_centroids, sse_per_n
+from fedsketch.server.bench.metrics import evaluate_centroids
 from fedsketch.server.cli.bounds import parse_bounds
 from fedsketch.server.cli.compare import compare_command
 from fedsketch.server.cli.coordinator import certs_app, coordinator_app
 from fedsketch.server.cli.errors import NOT_IDENTIFIABLE_EXIT, clean_errors, report_identifiability
 from fedsketch.server.cli.simulate import simulate_command
-from fedsketch.server.decode.identify import assess, noise_variance
-from fedsketch.server.decode.pipeline import decode_centroids
+from fedsketch.server.decode.pipeline import decode_judged
 
 app = typer.Typer(
     no_args_is_help=True,
-    add_completion=False,
-    help="Federated, differentially private compressive k-means.",
+    help="Federated, differentially private compressive k-means. Tab completion: "
+         "--install-completion (bash, zsh, fish, PowerShell).",
 )
 synth_app = typer.Typer(no_args_is_help=True, help="Generate synthetic datasets.")
 app.add_typer(synth_app, name="synth")
@@ -57,6 +56,21 @@ app.command("compare")(compare_command)
 
 err = Console(stderr=True)
 Quiet = Annotated[bool, typer.Option("--quiet", "-q", help="No progress bars.")]
+
+
+def _print_version(value: bool) -> None:
+    """``--version``: the installed package's version (pyproject.toml's), then exit."""
+    if value:
+        typer.echo(f"fedsketch {metadata.version('fedsketch')}")
+        raise typer.Exit()
+
+
+@app.callback()
+def main(
+    version: Annotated[bool, typer.Option("--version", callback=_print_version, is_eager=True,
+                                          help="Print the version and exit.")] = False,
+) -> None:
+    """The options of ``fedsketch`` itself (``--version``, typer's completion options)."""
 
 
 def progress_bar(quiet: bool) -> Progress:
@@ -179,52 +193,31 @@ def sketch(
     with clean_errors():
         check_output(out)
         eps_total = float(epsilon)
-        sigma = parse_scale(scale)
-        PrivacySpec(eps_total, delta, neighbouring)  # validate before reading any data
-        if law not in LAWS:
-            raise ValueError(f"unknown law {law!r}; choose one of {', '.join(LAWS)}")
-        check_feature(feature)
-        if m < 1:
-            raise ValueError(f"m must be ≥ 1, got {m}")
-        r_eff = check_r(m if r is None else r, m)
+        plan = SketchPlan(PrivacySpec(eps_total, delta, neighbouring), m=m, feature=feature, law=law,
+                          scale=parse_scale(scale), seed=seed, r=r, dither=dither,
+                          auto_fraction=auto_fraction,
+                          scale_range=parse_range(scale_range, "--scale-range"))
         source = open_data(data, header, columns)  # every argument is checked before any spend
         box = (Box.widest(source.d) if bounds is None
                else Box(*parse_bounds(bounds, source.d)))
         tally = Tally()
-        calibration = None
-        eps_main = eps_total
-        if sigma is None:
-            if not 0 < auto_fraction < 1:
-                raise ValueError(f"--auto-fraction must be in (0, 1), got {auto_fraction}")
-            eps_cal = eps_total * auto_fraction
-            eps_main = eps_total - eps_cal if math.isfinite(eps_total) else eps_total
-            result = calibrate_scale(
-                source.chunks, box, eps_cal, neighbouring=neighbouring,
-                scale_range=parse_range(scale_range, "--scale-range"), seed=seed,
-            )
-            sigma = result.sigma
-            calibration = result.to_dict()
-            err.print(f"scale auto: σ = {sigma:.4g} (spent ε = {eps_cal:.4g} of {eps_total:.4g})")
-            if not result.reliable:
-                err.print(
-                    f"warning: the calibration sketch is noisy (rms {result.noise_rms:.2f} on an "
-                    "envelope of 1): σ may be off; give --scale, or more records or budget"
-                )
-        spec = SketchSpec(
-            FrequencySpec(d=source.d, m=m, scale=sigma, law=law, seed=seed, dither=dither),
-            feature,
-            r_eff,
-            PrivacySpec(eps_main, delta, neighbouring),
-        )
         with progress_bar(quiet) as bar:
             task = bar.add_task("sketching", total=source.n)
-            release = release_sketch(spec, source.chunks(), box, tally=tally,
-                                     progress=lambda rows: bar.advance(task, rows))
-        save_sketch(out, spec, release, draw_frequencies(spec.frequencies).sha256, calibration)
+            made = plan.run(source.chunks, box, tally=tally, progress=lambda rows: bar.advance(task, rows))
+        if made.calibration is not None:
+            cal = made.calibration
+            err.print(f"scale auto: σ = {cal.sigma:.4g} (spent ε = {cal.epsilon:.4g} of {eps_total:.4g})")
+            if not cal.reliable:
+                err.print(
+                    f"warning: the calibration sketch is noisy (rms {cal.noise_rms:.2f} on an "
+                    "envelope of 1): σ may be off; give --scale, or more records or budget"
+                )
+        made.to_file().save(out)
+        release = made.release
         noise = ", ".join(f"{t.law}({t.scale:.3g}) on {t.target}" for t in release.noise)
         count = (f"n = {release.n:,}" if neighbouring == "replace_one"
                  else f"noisy n = {release.n:,} (the released count)")
-        err.print(f"wrote {out}: {count}, m = {m}, r = {r_eff}, noise: {noise or 'none'}")
+        err.print(f"wrote {out}: {count}, m = {m}, r = {made.spec.r}, noise: {noise or 'none'}")
         if tally.clipped:
             err.print(f"note: {tally.clipped:,} of {tally.records:,} records lay outside the box "
                       "and were clipped into it (this count is not private; it is not stored)")
@@ -251,32 +244,16 @@ def decode(
     stderr and in the JSON ("identifiability"), and --strict makes it an error."""
     with clean_errors():
         loaded = load_sketch(sketch_file)
-        spec = loaded.spec
-        if k < 1 or k > spec.frequencies.m:
-            raise ValueError(f"k must be in 1..m = 1..{spec.frequencies.m}, got {k}")
-        lo, hi = parse_bounds(bounds, spec.frequencies.d)
-        freqs = draw_frequencies(spec.frequencies)
-        if freqs.sha256 != loaded.omega_sha256:
-            raise ValueError(
-                f"{sketch_file}: frequencies hash mismatch (file {loaded.omega_sha256[:12]}…, "
-                f"recomputed {freqs.sha256[:12]}…); refusing to decode"
-            )
+        lo, hi = parse_bounds(bounds, loaded.spec.frequencies.d)
+        loaded.check_frequencies(str(sketch_file))
         with progress_bar(quiet) as bar:
             task = bar.add_task("decoding", total=replicates * 2 * k)
-            result = decode_centroids(
-                loaded.sketch, spec, k, lo, hi, replicates=replicates,
-                rng=np.random.default_rng(seed),
-                progress=lambda done, total: bar.update(task, completed=done),
-            )
-        verdict = assess(loaded.sketch, spec, result.centroids, lo, hi,
-                         noise_variance(spec, loaded.n))
-    out = {
-        "centroids": result.centroids.tolist(),
-        "weights": result.weights.tolist(),
-        "residual": result.residual,
-        "identifiability": verdict.to_dict(),
-    }
-    report_identifiability(verdict.status, verdict.reason, strict, lambda: _show_decoding(out, as_json))
+            result = decode_judged(loaded.sketch, loaded.spec, k, lo, hi, records=loaded.n,
+                                   replicates=replicates, rng=np.random.default_rng(seed),
+                                   progress=lambda done, total: bar.update(task, completed=done))
+    out = result.to_dict()
+    report_identifiability(result.identifiability.status, result.identifiability.reason, strict,
+                           lambda: _show_decoding(out, as_json))
 
 
 def _show_decoding(out: dict, as_json: bool) -> None:
@@ -327,23 +304,14 @@ def evaluate(
         source = open_data(data, header, columns)
         if source.d != c.shape[1]:
             raise ValueError(f"centroids have dimension {c.shape[1]}, {data} has {source.d}")
-        sse = sse_per_n(source.chunks(), c)
-        try:
-            x = load_all(source)
-            ref = sse_per_n([x], sklearn_kmeans_centroids(x, c.shape[0], seed))
-        except ImportError:
-            ref = None
-    out = {
-        "sse_per_n": sse,
-        "kmeans_sse_per_n": ref,
-        "relative_sse": None if ref is None else sse / ref,
-    }
+        out = evaluate_centroids(source.chunks, c, seed).to_dict()
     if as_json:
         typer.echo(json.dumps(out))
         return
-    line = f"SSE/n = {sse:.6g}"
-    if ref is not None:
-        line += f"   k-means SSE/n = {ref:.6g}   relative SSE = {sse / ref:.4f}"
+    line = f"SSE/n = {out['sse_per_n']:.6g}"
+    if out["kmeans_sse_per_n"] is not None:
+        line += (f"   k-means SSE/n = {out['kmeans_sse_per_n']:.6g}   "
+                 f"relative SSE = {out['relative_sse']:.4f}")
     else:
         line += "   (install scikit-learn for the k-means reference)"
     typer.echo(line)

@@ -94,14 +94,42 @@ def decode_centroids(sketch: np.ndarray, spec: SketchSpec, k: int, lo: np.ndarra
                   replicates=replicates, rng=rng, progress=progress)
 
 
+@dataclass(frozen=True)
+class Decoding:
+    """Decoded centroids (k, d) in data units, their weights (k,) summing to 1, the sketch
+    residual, and whether the centroids stand above the sketch's noise (:mod:`.identify`)."""
+
+    centroids: np.ndarray
+    weights: np.ndarray
+    residual: float
+    identifiability: Identifiability
+
+    def to_dict(self) -> dict:
+        """JSON-ready form (what ``fedsketch decode --json`` prints)."""
+        return {"centroids": self.centroids.tolist(), "weights": self.weights.tolist(),
+                "residual": self.residual, "identifiability": self.identifiability.to_dict()}
+
+
+def decode_judged(sketch: np.ndarray, spec: SketchSpec, k: int, lo: np.ndarray, hi: np.ndarray, *,
+                  records: float, draws: float = 1.0, replicates: int, rng: np.random.Generator,
+                  progress: Callable[[int, int], None] | None = None) -> Decoding:
+    """:func:`decode_centroids`, then the verdict on its centroids against the noise of ``draws``
+    full noise draws on ``records`` released records (:func:`.identify.noise_variance`: 1 draw
+    for one release, the number of devices with local noise, devices/h_min under secure
+    aggregation). ValueError unless 1 ≤ k ≤ m."""
+    if not 1 <= k <= spec.frequencies.m:
+        raise ValueError(f"k must be in 1..m = 1..{spec.frequencies.m}, got {k}")
+    out = decode_centroids(sketch, spec, k, lo, hi, replicates=replicates, rng=rng, progress=progress)
+    verdict = assess(sketch, spec, out.centroids, lo, hi, noise_variance(spec, records, draws))
+    return Decoding(out.centroids, out.weights, out.residual, verdict)
+
+
 def decode_sketch(spec: StudySpec, sketch: np.ndarray, devices: int, records: float,
                   draws: float) -> StudyResult:
     """Decode k centroids from an aggregate sketch with the study's replicates and seed, and
     judge them against the noise of ``draws`` full noise draws in the sum (the number of
     devices with local noise; devices/h_min under secure aggregation)."""
-    lo, hi = np.array(spec.lo), np.array(spec.hi)
-    out = decode_centroids(sketch, spec.sketch, spec.k, lo, hi,
-                           replicates=spec.replicates, rng=np.random.default_rng(spec.decode_seed))
-    verdict = assess(sketch, spec.sketch, out.centroids, lo, hi,
-                     noise_variance(spec.sketch, records, draws))
-    return StudyResult(out.centroids, out.weights, out.residual, devices, records, verdict)
+    out = decode_judged(sketch, spec.sketch, spec.k, np.array(spec.lo), np.array(spec.hi),
+                        records=records, draws=draws, replicates=spec.replicates,
+                        rng=np.random.default_rng(spec.decode_seed))
+    return StudyResult(out.centroids, out.weights, out.residual, devices, records, out.identifiability)

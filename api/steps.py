@@ -1,0 +1,210 @@
+"""The ``sketch``, ``decode`` and ``evaluate`` commands as functions on arrays, files and chunks.
+
+Each runs the same code as its command (:class:`fedsketch.common.dataset_sketch.SketchPlan`,
+:func:`fedsketch.server.decode.pipeline.decode_judged`,
+:func:`fedsketch.server.bench.metrics.evaluate_centroids`) with the same defaults, so a sketch made
+here decodes with ``fedsketch decode`` and the other way round.
+
+Records (``data``) come in one of three forms, all in data units:
+
+* an array-like of shape (n, d) (a numpy array, a pandas DataFrame, nested lists; any real
+  dtype; NaN or ±inf is refused, naming the row);
+* a path to a ``.npy`` (2-D, C order) or CSV file, read in chunks as the command reads it;
+* an iterable of chunks, each (rows, d). A list (or any re-iterable) may be read twice; a one-shot
+  iterator (a generator) is read once, so it needs a numeric ``scale``: ``scale="auto"`` spends a
+  first pass on the private choice of σ.
+
+Privacy: every sketch draws fresh noise from OS bits (the integer mechanisms of
+:mod:`fedsketch.common.privacy`); ``seed`` fixes the public frequencies only, never the noise.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import warnings
+from collections.abc import Callable, Iterable, Iterator
+from itertools import chain
+
+import numpy as np
+
+from fedsketch.common.box import Box, Tally
+from fedsketch.common.dataio import DataSource
+from fedsketch.common.dataset_sketch import SketchPlan
+from fedsketch.common.privacy import PrivacySpec
+from fedsketch.common.scale import DEFAULT_RANGE
+from fedsketch.common.sketchfile import SketchFile, load_sketch
+from fedsketch.server.bench.metrics import Evaluation, evaluate_centroids
+from fedsketch.server.cli.bounds import parse_bounds
+from fedsketch.server.decode.identify import IDENTIFIED, Identifiability
+from fedsketch.server.decode.pipeline import Decoding, decode_judged
+
+#: A released sketch, in memory or read from its ``.npz`` (:meth:`Sketch.save`, :func:`load_sketch`).
+Sketch = SketchFile
+
+__all__ = ["Decoding", "Evaluation", "Identifiability", "NotIdentifiableWarning", "Sketch", "decode",
+           "evaluate", "load_sketch", "sketch"]
+
+#: Records: an array-like (n, d), a data file's path, or an iterable of (rows, d) chunks.
+Records = np.ndarray | str | os.PathLike | Iterable[np.ndarray]
+#: The public box: ``(lo, hi)`` (each a number, or d numbers), ``"LO:HI"``, or a bounds.json path.
+Bounds = tuple | str | os.PathLike | Box
+
+
+class NotIdentifiableWarning(UserWarning):
+    """Centroids that cannot be told from the sketch's noise (:attr:`Decoding.identifiability`)."""
+
+
+def sketch(data: Records, *, epsilon: float = 1.0, delta: float = 0.0,
+           neighbouring: str = "replace_one", m: int = 1000, r: int | None = None,
+           feature: str = "complex", law: str = "adapted_radius", scale: float | str = "auto",
+           seed: int = 0, dither: bool = True, bounds: Bounds | None = None, auto_fraction: float = 0.1,
+           scale_range: tuple[float, float] = DEFAULT_RANGE) -> Sketch:
+    """The private sketch of ``data`` (module docstring), as ``fedsketch sketch`` makes it.
+
+    ``epsilon`` is the whole budget (math.inf: no noise, no privacy), calibration included;
+    ``delta`` > 0 selects the discrete Gaussian; ``neighbouring`` is "replace_one" or
+    "add_remove". ``m`` frequencies drawn by ``law`` at scale σ = ``scale`` (data units), or
+    "auto": σ is chosen privately in ``scale_range`` with ``auto_fraction`` of ε. ``seed`` is the
+    public seed of Ω and ξ; each record contributes to ``r`` of the m entries (default m).
+    Records are clipped into ``bounds`` (default ±2^40 on every axis, which only keeps phases
+    finite); a UserWarning says how many were (a count that is not private and not stored).
+    """
+    plan = SketchPlan(PrivacySpec(float(epsilon), delta, neighbouring), m=m, feature=feature, law=law,
+                      scale=_scale(scale), seed=seed, r=r, dither=dither, auto_fraction=auto_fraction,
+                      scale_range=tuple(scale_range))
+    chunks, d = _records(data, twice=plan.scale is None)
+    box = Box.widest(d) if bounds is None else as_box(bounds, d)
+    tally = Tally()
+    made = plan.run(chunks, box, tally=tally)
+    if made.calibration is not None and not made.calibration.reliable:
+        warnings.warn(f"the calibration sketch is noisy (rms {made.calibration.noise_rms:.2f} on an "
+                      "envelope of 1): σ may be off; give scale=, or more records or budget", stacklevel=2)
+    if tally.clipped:
+        warnings.warn(f"{tally.clipped:,} of {tally.records:,} records lay outside the box and were clipped "
+                      "into it (this count is not private; it is not stored)", stacklevel=2)
+    return made.to_file()
+
+
+def decode(sketch: Sketch | str | os.PathLike, k: int, bounds: Bounds, *, replicates: int = 3,
+           seed: int | None = None) -> Decoding:
+    """k centroids and weights decoded from ``sketch`` (a :class:`Sketch` or its file) inside the
+    public box ``bounds`` by CL-OMPR, the best of ``replicates`` runs (``seed``: the decoder's
+    random starts), with the verdict on whether they stand above the sketch's noise, as
+    ``fedsketch decode`` does. Reads no data. A :class:`NotIdentifiableWarning` repeats a
+    "not identifiable" verdict's reason."""
+    name = "the sketch"
+    if not isinstance(sketch, SketchFile):
+        name, sketch = str(sketch), load_sketch(sketch)
+    box = as_box(bounds, sketch.spec.frequencies.d)
+    sketch.check_frequencies(name)
+    out = decode_judged(sketch.sketch, sketch.spec, k, box.lo, box.hi, records=sketch.n,
+                        replicates=replicates, rng=np.random.default_rng(seed))
+    if out.identifiability.status != IDENTIFIED:
+        warnings.warn(out.identifiability.reason, NotIdentifiableWarning, stacklevel=2)
+    return out
+
+
+def evaluate(data: Records, centroids: np.ndarray | Decoding, *, seed: int = 0) -> Evaluation:
+    """SSE/n of ``centroids`` ((k, d) array-like, or a :class:`Decoding`) on ``data``, and relative
+    SSE against scikit-learn's k-means (k-means++, n_init = 3, seeded by ``seed``) on the same
+    records held in memory; the reference is None without scikit-learn. Not private: it reads the
+    records, as ``fedsketch evaluate`` does."""
+    c = np.asarray(centroids.centroids if isinstance(centroids, Decoding) else centroids, dtype=np.float64)
+    chunks, d = _records(data, twice=True)
+    if c.ndim != 2 or c.shape[0] == 0 or not np.all(np.isfinite(c)):
+        raise ValueError(f"centroids must be a non-empty finite (k, d) array, got shape {c.shape}")
+    if c.shape[1] != d:
+        raise ValueError(f"centroids have dimension {c.shape[1]}, the records {d}")
+    return evaluate_centroids(chunks, c, seed)
+
+
+def as_box(bounds: Bounds, d: int) -> Box:
+    """The public box [lo, hi]^d from any form of ``bounds`` (:data:`Bounds`). ValueError unless
+    lo < hi on every axis, all finite."""
+    if isinstance(bounds, Box):
+        if bounds.d != d:
+            raise ValueError(f"the box has d = {bounds.d}, the records d = {d}")
+        return bounds
+    if isinstance(bounds, (str, os.PathLike)):
+        return Box(*parse_bounds(os.fspath(bounds), d))
+    try:
+        lo, hi = bounds
+        lo = np.broadcast_to(np.asarray(lo, dtype=np.float64), (d,))
+        hi = np.broadcast_to(np.asarray(hi, dtype=np.float64), (d,))
+    except (TypeError, ValueError):
+        raise ValueError(f"bounds must be (lo, hi) with numbers or {d} numbers each, 'LO:HI' or a "
+                         f"bounds.json path, got {bounds!r}") from None
+    return Box(lo, hi)
+
+
+def _scale(scale: float | str) -> float | None:
+    """σ as a float, or None for "auto"."""
+    if isinstance(scale, str):
+        if scale == "auto":
+            return None
+        raise ValueError(f"scale must be a positive number or 'auto', got {scale!r}")
+    return float(scale)
+
+
+def _records(data: Records, *, twice: bool) -> tuple[Callable[[], Iterator[np.ndarray]], int]:
+    """(chunks, d): a callable yielding the records of ``data`` (module docstring) in checked
+    chunks, and their dimension. ValueError if ``twice`` (two passes needed) and ``data`` is a
+    one-shot iterator."""
+    if isinstance(data, (str, os.PathLike)):
+        source = DataSource(data)
+        return source.chunks, source.d
+    if hasattr(data, "__array__") or not isinstance(data, Iterable) or _is_table(data):
+        x = _checked(np.asarray(data), 0)
+        return (lambda: iter((x,))), x.shape[1]
+    if iter(data) is data:
+        if twice:
+            raise ValueError("a one-shot iterator of chunks is read once, but scale='auto' (or the "
+                             "k-means reference) needs two passes: give a numeric scale, or a list")
+        first = next(data, None)
+        if first is None:
+            raise ValueError("no records: the iterator yielded no chunk")
+        first = _checked(np.asarray(first), 0)
+        return (lambda: _checked_chunks(chain((first,), data))), first.shape[1]
+    first = next(iter(data), None)
+    if first is None:
+        raise ValueError("no records: no chunks given")
+    return (lambda: _checked_chunks(data)), _checked(np.asarray(first), 0).shape[1]
+
+
+def _is_table(data: object) -> bool:
+    """Whether ``data`` is one table given as nested sequences ([[1, 2], [3, 4]]), not chunks."""
+    if not isinstance(data, (list, tuple)) or not data:
+        return False
+    return np.ndim(data[0]) == 1
+
+
+def _checked_chunks(chunks: Iterable[np.ndarray]) -> Iterator[np.ndarray]:
+    """Each chunk as a checked array (:func:`_checked`), rows numbered across chunks."""
+    row = 0
+    for chunk in chunks:
+        x = _checked(np.asarray(chunk), row)
+        row += x.shape[0]
+        yield x
+
+
+def _checked(x: np.ndarray, first_row: int) -> np.ndarray:
+    """``x`` if it is a 2-D array of finite real numbers (records × dimensions); else ValueError
+    naming the problem (and the first bad row, counted from ``first_row``)."""
+    if x.dtype.kind not in "fiu":
+        raise ValueError(f"records must be real numbers, got dtype {x.dtype}")
+    if x.ndim != 2 or x.shape[1] == 0:
+        raise ValueError(f"records must be a 2-D array (records × dimensions), got shape {x.shape}")
+    finite = np.isfinite(x).all(axis=1)
+    if not finite.all():
+        raise ValueError(f"record {first_row + int(np.argmin(finite))} holds a NaN or an infinity, which "
+                         "no clipping can map into a box; fix or drop that record")
+    return x
+
+
+def verdict_from_dict(data: dict) -> Identifiability:
+    """An :class:`Identifiability` from its JSON form (``decode --json``'s, or a study result's,
+    which has no ``noise_sd``: NaN then)."""
+    return Identifiability(str(data["status"]), str(data.get("reason", "")),
+                           tuple(float(z) for z in data.get("z", ())), float(data.get("threshold", math.nan)),
+                           float(data.get("noise_sd", math.nan)))
