@@ -6,18 +6,28 @@
    The client pre-signs one contribution per device (``--devices``, 500) and study
    (``--studies``, 4) and keeps ``--inflight`` (32) calls in flight with gRPC futures. Peer: a
    bare gRPC echo server (same TLS, same message bytes, no work), the transport's ceiling here.
-2. Scale: ``simulate`` with ``--sim-devices`` (1000) in-process devices sharing
+2. Growth (``--growth``, instead of 1 and 3): the Submit rate into one study that already holds
+   K stored contributions, for each K of ``--stored`` (800 and 8000): the store file is filled
+   once per K through the Store API (enrolled devices, a roster of K + ``--window`` + 1, K
+   contributions), copied for each of ``--runs`` runs, and a fresh coordinator on the copy takes
+   ``--window`` (400) more pre-signed contributions; the rate at 8000 over the rate at 800 is 1
+   when a Submit costs O(1) in the stored contributions.
+3. Scale: ``simulate`` with ``--sim-devices`` (1000) in-process devices sharing
    ``--sim-records`` (N = 10^6, so 10^3 records each) against the same N on 20 devices: the
    study must complete; the ratio is the cost of 50× more devices.
 
 Usage: python benchmarks/bench_round.py [--runs 3] [--devices 500] [--studies 4] [--inflight 32]
     [--sim-devices 1000] [--sim-records 1000000]
-A smoke run: --runs 1 --devices 5 --studies 1 --sim-devices 40 --sim-records 20000.
+       python benchmarks/bench_round.py --growth [--runs 3] [--stored 800 8000] [--window 400]
+A smoke run: --runs 1 --devices 5 --studies 1 --sim-devices 40 --sim-records 20000
+(growth: --growth --runs 1 --stored 10 20 --window 5).
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
+import shutil
 import statistics
 import subprocess
 import sys
@@ -35,13 +45,23 @@ from fedsketch.common.pb import fedsketch_pb2 as pb
 from fedsketch.common.pb import fedsketch_pb2_grpc as pb_grpc
 from fedsketch.common.privacy import PrivacySpec
 from fedsketch.common.spec import SketchSpec
-from fedsketch.common.study import StudySpec
+from fedsketch.common.study import StudySpec, spec_sha256
 from fedsketch.common.tls import init_certs, secure_channel, server_credentials
 from fedsketch.server.sim.simulate import SimConfig, run_simulation
+from fedsketch.server.store import ContributionRow, open_store
 
 M = 1000
 N_PER_DEVICE = 10_000
 FEW_DEVICES = 20
+
+
+def sketch_spec() -> SketchSpec:
+    return SketchSpec(FrequencySpec(d=10, m=M, scale=2.0), "complex", 1, PrivacySpec(1.0))
+
+
+def pairs(rng: np.random.Generator) -> bytes:
+    """One valid int64_pairs payload (2m integers well inside the study's bound)."""
+    return rng.integers(-10**6, 10**6, 2 * M).astype("<i8").tobytes()
 
 
 def start_coordinator(folder: Path) -> tuple[subprocess.Popen, str, str]:
@@ -63,8 +83,7 @@ def prepare(target: str, ca: Path, token: str, devices: int, studies: int) -> li
     channel = secure_channel(target, ca)
     op, dev = pb_grpc.OperatorStub(channel), pb_grpc.DeviceStub(channel)
     meta = (("authorization", f"Bearer {token.strip()}"),)
-    sketch = SketchSpec(FrequencySpec(d=10, m=M, scale=2.0), "complex", 1, PrivacySpec(1.0))
-    spec = StudySpec.create("ingest", sketch, 10, [-15.0] * 10, [15.0] * 10,
+    spec = StudySpec.create("ingest", sketch_spec(), 10, [-15.0] * 10, [15.0] * 10,
                             min_devices=devices, deadline=time.time() + 3600)
     made = [op.CreateStudy(pb.CreateStudyRequest(spec_json=spec.to_json()), metadata=meta)
             for _ in range(studies)]
@@ -80,15 +99,73 @@ def prepare(target: str, ca: Path, token: str, devices: int, studies: int) -> li
             dev.Register(pb.Registration(study_id=study.study_id, device_id=device_id,
                                          spec_sha256=study.spec_sha256,
                                          signature=signing.sign(key, joined)), timeout=30)
-            pairs = (rng.integers(-10**6, 10**6, 2 * M)).astype("<i8").tobytes()
-            digest = signing.contribution_digest(study.study_id, device_id, N_PER_DEVICE,
-                                                 study.spec_sha256, pairs)
-            msgs.append(pb.Contribution(study_id=study.study_id, device_id=device_id,
-                                        spec_sha256=study.spec_sha256, n=N_PER_DEVICE,
-                                        int64_pairs=pairs,
-                                        signature=signing.sign(key, digest)))
+            msgs.append(signed(key, study.study_id, device_id, study.spec_sha256, pairs(rng)))
     channel.close()
     return msgs
+
+
+def signed(key, study_id: str, device_id: str, spec_hash: str, data: bytes) -> pb.Contribution:
+    digest = signing.contribution_digest(study_id, device_id, N_PER_DEVICE, spec_hash, data)
+    return pb.Contribution(study_id=study_id, device_id=device_id, spec_sha256=spec_hash,
+                           n=N_PER_DEVICE, int64_pairs=data, signature=signing.sign(key, digest))
+
+
+def filled_store(path: Path, stored: int, window: int) -> list[pb.Contribution]:
+    """A store file at ``path`` holding one study whose roster takes ``stored + window + 1``
+    devices (so the window never closes it) with ``stored`` contributions, written through the
+    Store API (one durable transaction per call, as the coordinator writes them); returns the
+    ``window`` contributions still to send, signed by their enrolled devices."""
+    spec = StudySpec.create("growth", sketch_spec(), 10, [-15.0] * 10, [15.0] * 10, min_devices=2,
+                            roster=stored + window + 1, deadline=time.time() + 86400)
+    text = spec.to_json()
+    study, spec_hash = "st-growth", spec_sha256(text)
+    store = open_store(path)
+    rng = np.random.default_rng(0)
+    try:
+        store.create_study(study, text, spec_hash, spec.deadline, spec.min_devices, roster=spec.roster)
+        store.add_tokens([f"tok-{i}" for i in range(stored + window)])
+        devices = []
+        for i in range(stored + window):
+            key = signing.new_private_key()
+            devices.append((key, store.enroll(f"tok-{i}", signing.public_key(key), f"device {i}")))
+            store.register(study, devices[-1][1])
+        for key, device in devices[:stored]:
+            data = pairs(rng)
+            sig = signing.sign(key, signing.contribution_digest(study, device, N_PER_DEVICE, spec_hash, data))
+            store.add_contribution(ContributionRow(study, device, float(N_PER_DEVICE), "int64_pairs", data,
+                                                   hashlib.sha256(data).hexdigest(), sig, time.time()))
+        msgs = [signed(key, study, device, spec_hash, pairs(rng)) for key, device in devices[stored:]]
+    finally:
+        store.close()
+    return msgs
+
+
+def growth(runs: int, sizes: list[int], window: int, inflight: int) -> dict[int, list[float]]:
+    """Submit rates (contributions/s) of ``window`` contributions into a study already holding
+    K contributions, for each K in ``sizes``, ``runs`` times each on a fresh copy of its file."""
+    rates: dict[int, list[float]] = {k: [] for k in sizes}
+    with tempfile.TemporaryDirectory() as tmp:
+        base = Path(tmp)
+        init_certs(base / "certs", ["localhost", "127.0.0.1"])
+        for k in sizes:
+            t = time.perf_counter()
+            msgs = filled_store(base / f"filled-{k}.db", k, window)
+            print(f"filled {k} contributions in {time.perf_counter() - t:.0f} s", flush=True)
+            for run in range(runs):
+                folder = base / f"run-{k}-{run}"
+                folder.mkdir()
+                shutil.copytree(base / "certs", folder / "certs")
+                shutil.copy(base / f"filled-{k}.db", folder / "c.db")
+                proc, target, _ = start_coordinator(folder)
+                try:
+                    channel = secure_channel(target, folder / "certs/ca.pem")
+                    rates[k].append(blast(pb_grpc.DeviceStub(channel).Submit, msgs, inflight))
+                    channel.close()
+                finally:
+                    proc.terminate()
+                    proc.wait()
+                print(f"run {run}: {window} Submits after {k} stored: {rates[k][-1]:.0f}/s", flush=True)
+    return rates
 
 
 def blast(call, msgs: list, inflight: int) -> float:
@@ -165,7 +242,22 @@ def main() -> None:
                     help=f"devices of the big simulation, against {FEW_DEVICES} (default: %(default)s)")
     ap.add_argument("--sim-records", type=int, default=1_000_000,
                     help="records N of both simulations, split over their devices (default: %(default)s)")
+    ap.add_argument("--growth", action="store_true",
+                    help="measure only the Submit rate against the stored contributions (item 2)")
+    ap.add_argument("--stored", type=int, nargs="+", default=[800, 8000],
+                    help="contributions a study holds before the measured window (default: %(default)s)")
+    ap.add_argument("--window", type=int, default=400,
+                    help="contributions sent and timed after them (default: %(default)s)")
     args = ap.parse_args()
+    if args.growth:
+        rates = growth(args.runs, args.stored, args.window, args.inflight)
+        first = statistics.median(rates[args.stored[0]])
+        print(f"\n| stored contributions | Submits/s (median of {args.runs}; runs) | "
+              f"against {args.stored[0]} |\n|---|---|---|")
+        for k, r in rates.items():
+            print(f"| {k} | {statistics.median(r):.0f} ({', '.join(f'{x:.0f}' for x in r)}) | "
+                  f"{statistics.median(r) / first:.2f} |")
+        return
     ours, peer = ingest(args.runs, args.devices, args.studies, args.inflight)
     t_many, many = timed_simulation(args.sim_devices, args.sim_records)
     t_few, few = timed_simulation(FEW_DEVICES, args.sim_records)

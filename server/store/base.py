@@ -66,11 +66,13 @@ DECODING_FAILED = Transition(("decoding",), "failed")
 @dataclass(frozen=True)
 class StudyRow:
     """One study; ``contributions`` (count), ``records`` (sum of n) and ``registered`` (roster
-    size) are computed, not stored. ``closing`` is the reason of a close waiting for the
-    devices holding an input ticket (None if no close was requested); ``parent`` the study whose
-    refinement round this is (None for a study an operator created); ``roster`` the most devices
-    the roster takes (None: ``min_devices``); ``filled_at`` when (Unix seconds) the quorum had
-    registered (None before)."""
+    size) are its totals, which a backend keeps equal to a recount of its rows, updated in the
+    transaction that changes them (reading a study costs O(1) in its contributions).
+    ``closing`` is the reason of a close waiting for the devices holding an input ticket (None
+    if no close was requested); ``parent`` the study whose refinement round this is (None for a
+    study an operator created); ``roster`` the most devices the roster takes (None:
+    ``min_devices``); ``filled_at`` when (Unix seconds) the quorum had registered (None
+    before)."""
 
     study_id: str
     spec_json: str

@@ -244,6 +244,7 @@ class SQLiteStore(Store):
             now = time.time()
             c.execute("INSERT INTO registrations (study_id, device_id, registered_at) VALUES (?, ?, ?)",
                       (study_id, device_id, now))
+            c.execute("UPDATE studies SET registered = registered + 1 WHERE study_id = ?", (study_id,))
             if study.filled_at is None and study.registered + 1 >= study.min_devices:
                 c.execute("UPDATE studies SET filled_at = ? WHERE study_id = ?", (now, study_id))
             self._log(c, device_id, "register", f"study {study_id!r}")
@@ -264,6 +265,7 @@ class SQLiteStore(Store):
                 return False, study
             c.execute("DELETE FROM registrations WHERE study_id = ? AND device_id = ?",
                       (study_id, device_id))
+            c.execute("UPDATE studies SET registered = registered - 1 WHERE study_id = ?", (study_id,))
             self._log(c, device_id, "leave", f"study {study_id!r}")
             return True, self._study(c, study_id)
 
@@ -346,8 +348,9 @@ class SQLiteStore(Store):
                 (row.study_id, row.device_id, row.n, row.kind, bytes(row.payload), row.payload_sha256,
                  bytes(row.signature), row.received_at),
             )
-            if state in COLLECT.sources:
-                c.execute("UPDATE studies SET state = ? WHERE study_id = ?", (COLLECT.target, row.study_id))
+            c.execute("UPDATE studies SET contributed = contributed + 1, records = records + ?, state = ? "
+                      "WHERE study_id = ?",
+                      (row.n, COLLECT.target if state in COLLECT.sources else state, row.study_id))
             self._log(
                 c, row.device_id, "contribute",
                 f"study {row.study_id!r} n={row.n} payload_sha256 {row.payload_sha256}",

@@ -16,6 +16,14 @@ Schema 4 adds ``studies.roster``, the most devices a roster takes (NULL: ``min_d
 ``studies.filled_at``, when the quorum had registered. :func:`migrate_v3` adds both and sets
 ``filled_at`` of every study whose quorum had registered to its last registration (its rosters
 were never larger than the quorum).
+
+Study totals (the next schema after 4) keep, in each ``studies`` row, the counts every Submit
+and poll reads: ``contributed`` (its contributions), ``records`` (the sum of their ``n``) and
+``registered`` (its roster's size), written in the same transaction as the contribution or
+registration (or leave) that changes them, so a study row is read in O(1) of its stored
+contributions, never by counting them. :func:`migrate_totals` adds the columns and fills them
+by one recount of the rows, and indexes ``registrations`` by ticket, so counting the live
+tickets (:data:`OUTSTANDING_SQL`) reads only those.
 """
 
 from __future__ import annotations
@@ -25,7 +33,7 @@ import sqlite3
 from fedsketch.server.errors import Code
 from fedsketch.server.store.base import KINDS, STATES, StoreError, StudyRow
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 
 APPLICATION_ID = 0x46534B53  # "FSKS" in the SQLite header
 
@@ -76,11 +84,15 @@ SCHEMA = (
         close_requested TEXT,
         parent TEXT REFERENCES studies(study_id),
         roster INTEGER,
-        filled_at REAL)""",
+        filled_at REAL,
+        contributed INTEGER NOT NULL DEFAULT 0,
+        records REAL NOT NULL DEFAULT 0.0,
+        registered INTEGER NOT NULL DEFAULT 0)""",
     "CREATE INDEX studies_by_parent ON studies(parent)",
     CONTRIBUTIONS,
     "CREATE INDEX contributions_by_time ON contributions(study_id, received_at)",
     REGISTRATIONS,
+    "CREATE INDEX registrations_by_ticket ON registrations(study_id, ticket_until)",
     """CREATE TABLE results (
         study_id TEXT PRIMARY KEY REFERENCES studies(study_id),
         result_json TEXT NOT NULL,
@@ -93,14 +105,13 @@ SCHEMA = (
         detail TEXT NOT NULL)""",
 )
 
+#: Studies with their totals as stored (O(1) per study: no row of another table is read).
 STUDY_SQL = """
 SELECT s.study_id, s.spec_json, s.spec_sha256, s.state, s.detail, s.created_at, s.deadline,
-       s.min_devices, COUNT(c.device_id), COALESCE(SUM(c.n), 0.0),
-       (SELECT COUNT(*) FROM registrations AS r WHERE r.study_id = s.study_id),
+       s.min_devices, s.contributed, s.records, s.registered,
        s.close_requested, s.parent, s.roster, s.filled_at
-FROM studies AS s LEFT JOIN contributions AS c ON c.study_id = s.study_id
+FROM studies AS s
 {where}
-GROUP BY s.study_id
 ORDER BY s.created_at, s.study_id
 """
 
@@ -159,12 +170,26 @@ def migrate_v3(c: sqlite3.Connection) -> None:
               "registrations AS r WHERE r.study_id = studies.study_id)")
 
 
+def migrate_totals(c: sqlite3.Connection) -> None:
+    """Schema 4 → study totals inside the caller's write transaction (module docstring)."""
+    c.execute("ALTER TABLE studies ADD COLUMN contributed INTEGER NOT NULL DEFAULT 0")
+    c.execute("ALTER TABLE studies ADD COLUMN records REAL NOT NULL DEFAULT 0.0")
+    c.execute("ALTER TABLE studies ADD COLUMN registered INTEGER NOT NULL DEFAULT 0")
+    c.execute("UPDATE studies SET "
+              "contributed = (SELECT COUNT(*) FROM contributions AS c WHERE c.study_id = studies.study_id), "
+              "records = (SELECT COALESCE(SUM(c.n), 0.0) FROM contributions AS c "
+              "WHERE c.study_id = studies.study_id), "
+              "registered = (SELECT COUNT(*) FROM registrations AS r WHERE r.study_id = studies.study_id)")
+    c.execute("CREATE INDEX registrations_by_ticket ON registrations(study_id, ticket_until)")
+
+
 def migrate(c: sqlite3.Connection, version: int) -> list[str]:
     """Bring a schema-``version`` store (0: just created) to :data:`SCHEMA_VERSION` inside the
     caller's write transaction; what each step changed, for the audit log."""
     steps = ((migrate_v1, "contributors joined their studies' rosters"),
              (migrate_v2, "studies may have refinement rounds"),
-             (migrate_v3, "rosters may be larger than the quorum"))
+             (migrate_v3, "rosters may be larger than the quorum"),
+             (migrate_totals, "studies keep their totals (contributions, records, registered)"))
     done = []
     for old, (step, what) in enumerate(steps, start=1):
         if 1 <= version <= old:
