@@ -78,8 +78,8 @@ def sketch(data: Records, *, epsilon: float = 1.0, delta: float = 0.0,
     tally = Tally()
     made = plan.run(chunks, box, tally=tally)
     if made.calibration is not None and not made.calibration.reliable:
-        warnings.warn(f"the calibration sketch is noisy (rms {made.calibration.noise_rms:.2f} on an "
-                      "envelope of 1): σ may be off; give scale=, or more records or budget", stacklevel=2)
+        warnings.warn(f"scale='auto': {made.calibration.explanation}".replace("--scale", "scale="),
+                      stacklevel=2)
     if tally.clipped:
         warnings.warn(f"{tally.clipped:,} of {tally.records:,} records lay outside the box and were clipped "
                       "into it (this count is not private; it is not stored)", stacklevel=2)

@@ -206,12 +206,7 @@ def sketch(
             made = plan.run(source.chunks, box, tally=tally, progress=lambda rows: bar.advance(task, rows))
         if made.calibration is not None:
             cal = made.calibration
-            err.print(f"scale auto: σ = {cal.sigma:.4g} (spent ε = {cal.epsilon:.4g} of {eps_total:.4g})")
-            if not cal.reliable:
-                err.print(
-                    f"warning: the calibration sketch is noisy (rms {cal.noise_rms:.2f} on an "
-                    "envelope of 1): σ may be off; give --scale, or more records or budget"
-                )
+            err.print(f"scale auto: {cal.explanation} (spent ε = {cal.epsilon:.4g} of {eps_total:.4g})")
         made.to_file().save(out)
         release = made.release
         noise = ", ".join(f"{t.law}({t.scale:.3g}) on {t.target}" for t in release.noise)
