@@ -27,7 +27,7 @@ from fedsketch.common.features import FIRST_HARMONIC
 from fedsketch.common.frequencies import FrequencySpec, draw_frequencies
 from fedsketch.common.privacy import PrivacySpec, privatize
 from fedsketch.common.sketching import feature_sum
-from fedsketch.server.bench.metrics import sklearn_kmeans_centroids, split, sse_per_n
+from fedsketch.server.bench.metrics import RELATIVE_SSE_MEANING, sklearn_kmeans_centroids, split, sse_per_n
 from fedsketch.server.decode.clompr import clompr
 
 N, K, D, M = 1_000_000, 10, 10, 1000
@@ -68,7 +68,7 @@ def main() -> None:
     lo, hi = np.full(D, -BOUND), np.full(D, BOUND)
     freqs = draw_frequencies(FrequencySpec(d=D, m=M, scale=SIGMA))
     table = Table(title=f"CKM on {N:,} records, k = d = {K}, m = {M}, r = 1 "
-                        f"(relative SSE vs k-means, n_init = 3)")
+                        f"(relative SSE vs k-means, n_init = 3)", caption=RELATIVE_SSE_MEANING)
     for col in ("feature", "ε", "relative SSE", "sketch s", "decode s"):
         table.add_column(col, justify="right")
     for feature in ("complex", "quantized"):

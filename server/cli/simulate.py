@@ -15,6 +15,7 @@ from fedsketch.common.cli import ColumnsOpt, HeaderOpt, open_data
 from fedsketch.common.features import FEATURES
 from fedsketch.common.privacy import NEIGHBOURING
 from fedsketch.common.refine import ROUND_SHARE, ROUNDS
+from fedsketch.server.bench.metrics import RELATIVE_SSE_MEANING
 from fedsketch.server.cli.bounds import parse_bounds
 from fedsketch.server.cli.errors import clean_errors, report_identifiability
 from fedsketch.server.sim.simulate import DROPOUT_STAGES, SimConfig, file_data, run_simulation
@@ -108,7 +109,8 @@ def simulate_command(
         typer.echo(json.dumps(report))
         return
     table = Table(title=f"{cfg.devices} devices, {cfg.records:,} records, k = {cfg.k}, "
-                        f"d = {cfg.d}, m = {cfg.m}, {cfg.feature}, ε = {cfg.epsilon:g} per device")
+                        f"d = {cfg.d}, m = {cfg.m}, {cfg.feature}, ε = {cfg.epsilon:g} per device",
+                  caption=RELATIVE_SSE_MEANING)
     table.add_column("")
     table.add_column("value", justify="right")
     table.add_row("relative SSE vs k-means (n_init = 3)", f"{report['relative_sse']:.4f}")
