@@ -68,7 +68,7 @@ def main() -> None:
     lo, hi = np.full(D, -BOUND), np.full(D, BOUND)
     freqs = draw_frequencies(FrequencySpec(d=D, m=M, scale=SIGMA))
     table = Table(title=f"CKM on {N:,} records, k = d = {K}, m = {M}, r = 1 "
-                        f"(relative SSE vs k-means, n_init = 3)", caption=RELATIVE_SSE_MEANING)
+                        f"(relative SSE vs k-means, n_init = 3)")
     for col in ("feature", "ε", "relative SSE", "sketch s", "decode s"):
         table.add_column(col, justify="right")
     for feature in ("complex", "quantized"):
@@ -86,6 +86,7 @@ def main() -> None:
             table.add_row(feature, "∞" if eps == float("inf") else f"{eps:g}", f"{rel:.3f}",
                           f"{t_sketch:.2f}", f"{t_dec:.2f}")
     console.print(table)
+    console.print(RELATIVE_SSE_MEANING, soft_wrap=True)
     console.print(f"total {time.perf_counter() - t0:.0f} s")
 
 

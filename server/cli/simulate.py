@@ -109,8 +109,7 @@ def simulate_command(
         typer.echo(json.dumps(report))
         return
     table = Table(title=f"{cfg.devices} devices, {cfg.records:,} records, k = {cfg.k}, "
-                        f"d = {cfg.d}, m = {cfg.m}, {cfg.feature}, ε = {cfg.epsilon:g} per device",
-                  caption=RELATIVE_SSE_MEANING)
+                        f"d = {cfg.d}, m = {cfg.m}, {cfg.feature}, ε = {cfg.epsilon:g} per device")
     table.add_column("")
     table.add_column("value", justify="right")
     table.add_row("relative SSE vs k-means (n_init = 3)", f"{report['relative_sse']:.4f}")
@@ -127,4 +126,9 @@ def simulate_command(
         table.add_row("secure aggregation: assumed D, C; h_min, t",
                       f"{sa['dropouts']}, {sa['colluders']}; {sa['min_honest']}, {sa['threshold']}")
     verdict = report["identifiability"]
-    report_identifiability(verdict["status"], verdict["reason"], False, lambda: Console().print(table))
+
+    def show() -> None:
+        Console().print(table)
+        typer.echo(RELATIVE_SSE_MEANING)
+
+    report_identifiability(verdict["status"], verdict["reason"], False, show)
