@@ -33,17 +33,18 @@ a small cluster, less.
 **Prediction.** Centroid j stands out by z_j = p_j/√v noise standard deviations (the decoder's
 own measure, :mod:`fedsketch.server.decode.identify`); the planner predicts z = h·κ̄/(k·√v). The
 decoder calls a centroid signal when z_j clears a threshold T (what noise alone gives an atom in
-the box, plus 3, measured on pure-noise sketches of the same Ω; 7–10 at d = 5–10, m = 1000).
+the box, plus 3, measured on pure-noise sketches of the same Ω; 8.7–9.9 at d = 5–10, m = 1000).
 The verdict: ``hopeless`` if z < T (a centroid of average weight is expected below the
 threshold), ``doubtful`` if z < SAFETY·T (noise on p_j, unequal cluster weights and CL-OMPR's
 search leave some centroids short), else ``expected to work``. SAFETY = 3 is measured: in 42
-federated runs (21 configurations, two seeds) every run with z ≥ 3T was identified by the decoder
-(relative SSE 1.04–1.32), runs with 1.5T ≤ z < 2.5T were identified in 3 of 8 (1.20–2.20), and
-every run with z < T was not identifiable (3.4–52). The decoder's measured z comes out ≈ 1.15×
-the prediction once signal dominates (its atom search adds the noise it lands on).
-The noise-to-signal ratio of the whole sketch is ‖e‖/‖s‖ ≈ √(2m·v)/(h·κ̄/√k) (atoms of
-well-separated centroids are nearly orthogonal, so ‖s‖² ≈ Σ p_j² = (h·κ̄)²/k); it exceeds 1 long
-before decoding fails, because the decoder reads the sketch along k directions, not 2m.
+federated runs (21 configurations, two seeds) all 10 with z ≥ 3T were identified by the decoder
+(relative SSE 1.03–1.30, median 1.05), 5 of the 15 with T ≤ z < 3T (1.07–4.7, median 1.65), and
+none of the 17 with z < T (3.4–53). The decoder's measured z comes out 1.18× the prediction
+(1.11–1.34) once signal dominates: its atom search also climbs the noise it lands on.
+The noise-to-signal ratio of the whole sketch is ‖e‖/‖s‖ ≈ √(2m·v)/(h·κ̄/√k) = √(2m/k)/z (atoms
+of well-separated centroids are nearly orthogonal, so ‖s‖² ≈ Σ p_j² = (h·κ̄)²/k). The decoder
+reads the sketch along k atoms, not 2m coordinates, so a sketch whose noise outweighs its signal
+can still decode: at m = 1000, k = 10, z = T ≈ 9 is ‖e‖/‖s‖ ≈ 1.6 and z = 3T is 0.5.
 Measured: ``benchmarks/bench_planner.py``, ``benchmarks/RESULTS.md`` §10.
 """
 
