@@ -62,10 +62,11 @@ def _study(c, name: str, epsilon: str) -> str:
 
 
 def test_result_says_how_much_of_the_residual_is_noise(coordinator, tmp_path, device_files):
-    """Two studies of the same three devices (30,000 records): at ε = 0.02 the residual is the
-    noise's norm (what CL-OMPR's three atoms absorb of 120 noise dimensions, and the norm's own
-    ±7 % spread, stay within 25 %); at ε = 5 the noise is a few % of it (the clusters' spread,
-    which point atoms do not fit, is the rest). "noise_norm" is √(2m·v) for 3 draws."""
+    """Two studies of the same three devices (30,000 records): at ε = 0.02 the residual is about
+    the noise's norm (a little less: the three fitted atoms, 12 free parameters against 120 noise
+    dimensions, absorb some of it; the norm's own spread is ±7 %); at ε = 5 the noise is a few %
+    of it (the clusters' spread, which point atoms do not fit, is the rest). "noise_norm" is
+    √(2m·v) for 3 draws."""
     tokens = coordinator.op("tokens", "--count", "3").stdout.split()
     shares = {}
     for name, eps in (("noisy", "0.02"), ("clean", "5")):
@@ -84,5 +85,5 @@ def test_result_says_how_much_of_the_residual_is_noise(coordinator, tmp_path, de
         assert out["noise_norm"] == pytest.approx(expected, rel=1e-12)
         assert "of the residual (in squared norm) is noise" in res.stderr
         shares[name] = out["noise_norm"] / out["residual"]
-    assert 0.8 < shares["noisy"] < 1.25
+    assert 0.85 < shares["noisy"] < 1.4  # measured 1.09; a √2 error in the norm fails
     assert shares["clean"] < 0.2
