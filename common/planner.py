@@ -144,9 +144,11 @@ def plan_study(spec: StudySpec, records_per_device: float, threshold: float,
                devices: int | None = None) -> Plan:
     """The prediction for ``spec``'s sketch when ``devices`` (default: the quorum) devices hold
     ``records_per_device`` records each; ``threshold`` is the decoder's for the spec's Ω and box
-    (:func:`fedsketch.server.decode.identify.noise_ceiling` + MARGIN). ValueError for no records."""
-    if not records_per_device > 0:
-        raise ValueError(f"expected records per device must be > 0, got {records_per_device!r}")
+    (:func:`fedsketch.server.decode.identify.noise_ceiling` + MARGIN). ValueError unless
+    ``records_per_device`` is finite and > 0."""
+    if not (math.isfinite(records_per_device) and records_per_device > 0):
+        raise ValueError(f"the expected records per device must be a finite number > 0, got "
+                         f"{records_per_device!r}")
     devices = spec.min_devices if devices is None else devices
     sketch, k, m = spec.sketch, spec.k, spec.sketch.frequencies.m
     n = devices * records_per_device

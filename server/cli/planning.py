@@ -3,6 +3,7 @@ and the noise share of ``result``'s residual (:mod:`fedsketch.common.planner`)."
 
 from __future__ import annotations
 
+import math
 from typing import Annotated
 
 import typer
@@ -27,6 +28,9 @@ def report_plan(spec: StudySpec, expected_records: float | None, strict: bool) -
         typer.echo("planner: give --expected-records (per device) to know whether this study's "
                    "sketch can be expected to decode", err=True)
         return
+    if not (math.isfinite(expected_records) and expected_records > 0):
+        raise ValueError(f"--expected-records (records per device) must be a finite number > 0, got "
+                         f"{expected_records:g}")
     import numpy as np
 
     from fedsketch.common.planner import WORKS, plan_study

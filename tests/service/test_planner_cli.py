@@ -48,6 +48,10 @@ def test_create_study_warns_about_the_old_readme_example_and_strict_refuses_it(c
     assert "refused (--strict), nothing created" in res.stderr and "hopeless" in res.stderr
     res = coordinator.op("create-study", "--name", "bare-strict", *OLD_EXAMPLE, "--strict", check=False)
     assert res.returncode == 1 and "--strict needs --expected-records" in res.stderr
+    for bad in ("0", "-5", "nan", "inf"):
+        res = coordinator.op("create-study", "--name", "bad", *OLD_EXAMPLE, "--expected-records", bad,
+                             check=False)
+        assert res.returncode == 1 and "--expected-records (records per device) must be" in res.stderr
     res = coordinator.op("create-study", "--name", "new", *NEW_EXAMPLE, "--strict")
     assert "expected to work" in res.stderr and "warning" not in res.stderr
     res = coordinator.op("create-study", "--name", "bare", *OLD_EXAMPLE)
