@@ -135,10 +135,6 @@ class Plan:
                      f"to work (or a larger ε, fewer clusters{other})")
         return text
 
-    def to_dict(self) -> dict:
-        """JSON-ready form."""
-        return dict(self.__dict__)
-
 
 def plan_study(spec: StudySpec, records_per_device: float, threshold: float,
                devices: int | None = None) -> Plan:
@@ -158,7 +154,7 @@ def plan_study(spec: StudySpec, records_per_device: float, threshold: float,
     z = p / math.sqrt(v)
     verdict = HOPELESS if z < threshold else DOUBTFUL if z < SAFETY * threshold else WORKS
     return Plan(devices, n, draws, math.sqrt(v), p, z, threshold,
-                math.sqrt(2 * m * v) * math.sqrt(k) / (p * k), verdict,
+                math.sqrt(2 * m * v) / (p * math.sqrt(k)), verdict,
                 _records_needed(sketch, p, SAFETY * threshold, draws) / devices,
                 spec.secure_aggregation is not None)
 
