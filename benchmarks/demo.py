@@ -27,7 +27,7 @@ from fedsketch.common.features import FIRST_HARMONIC
 from fedsketch.common.frequencies import FrequencySpec, draw_frequencies
 from fedsketch.common.privacy import PrivacySpec, privatize
 from fedsketch.common.sketching import feature_sum
-from fedsketch.server.bench.metrics import sklearn_kmeans_centroids, split, sse_per_n
+from fedsketch.server.bench.metrics import RELATIVE_SSE_MEANING, sklearn_kmeans_centroids, split, sse_per_n
 from fedsketch.server.decode.clompr import clompr
 
 N, K, D, M = 1_000_000, 10, 10, 1000
@@ -86,6 +86,7 @@ def main() -> None:
             table.add_row(feature, "∞" if eps == float("inf") else f"{eps:g}", f"{rel:.3f}",
                           f"{t_sketch:.2f}", f"{t_dec:.2f}")
     console.print(table)
+    console.print(RELATIVE_SSE_MEANING, soft_wrap=True)
     console.print(f"total {time.perf_counter() - t0:.0f} s")
 
 

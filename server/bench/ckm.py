@@ -49,6 +49,7 @@ from fedsketch.common.box import Box
 from fedsketch.common.dp.calibration import laplace_scale
 from fedsketch.common.frequencies import FrequencySpec
 from fedsketch.common.lloyd import excess_counts, noisy_lloyd_step
+from fedsketch.common.planner import noise_variance
 from fedsketch.common.privacy import PrivacySpec
 from fedsketch.common.scale import calibrate_scale
 from fedsketch.common.spec import SketchSpec, release_sketch
@@ -64,7 +65,7 @@ from fedsketch.server.bench.kmeans.budget import relation_factor
 from fedsketch.server.bench.kmeans.dplloyd import ShiftedData, shifted_data
 from fedsketch.server.bench.metrics import split
 from fedsketch.server.bench.task import Outcome, Task, clip_rows_to_box, public_box
-from fedsketch.server.decode.identify import IDENTIFIED, Identifiability, assess, noise_variance
+from fedsketch.server.decode.identify import IDENTIFIED, Identifiability, assess
 from fedsketch.server.decode.pipeline import decode_centroids
 
 #: Share of a CKM run's ε spent on the private choice of σ.

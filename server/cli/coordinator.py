@@ -44,6 +44,7 @@ from fedsketch.common.study import (
 from fedsketch.common.tls import init_certs, secure_channel, server_credentials
 from fedsketch.server.cli.bounds import parse_bounds
 from fedsketch.server.cli.errors import NOT_IDENTIFIABLE_EXIT, clean_errors, report_identifiability
+from fedsketch.server.cli.planning import ExpectedRecordsOpt, StrictPlanOpt, report_plan, result_noise
 from fedsketch.server.store import open_store
 from fedsketch.server.store.filelock import hold_exclusive
 
@@ -207,6 +208,8 @@ def create_study(
     round_seconds: Annotated[float, typer.Option(
         help="Seconds each refinement round collects at most (it ends sooner once its roster "
         "has sent).")] = ROUND_SECONDS,
+    expected_records: ExpectedRecordsOpt = None,
+    strict: StrictPlanOpt = False,
 ) -> None:
     """Create a study and print its id. A study that could overflow its secure-aggregation
     modulus, or that secure aggregation cannot serve, is refused with the reason.
@@ -231,7 +234,13 @@ def create_study(
     2 and 3); (5) a sparse graph needs --degree > C + D, or a device whose neighbours all
     collude or drop would be read alone. Devices take the enrolled keys from the
     coordinator: against one that deviates, (4) and (5) hold only if the keys are the
-    devices' own. The chosen D, C, h_min and t are printed on stderr."""
+    devices' own. The chosen D, C, h_min and t are printed on stderr.
+
+    With --expected-records n, the planner (fedsketch.common.planner) predicts on stderr the z
+    (noise standard deviations) at which each centroid's atom should stand in the aggregate of
+    --min-devices sketches of n records, against the threshold the decoder will hold it to, and
+    says "expected to work", "doubtful" or "hopeless"; the last two are warnings, and with
+    --strict refusals."""
     import time
 
     with clean_errors():
@@ -265,6 +274,7 @@ def create_study(
                                 deadline=None if deadline is None else time.time() + deadline,
                                 replicates=replicates, secure_aggregation=secure, refine=refine)
         spec.check_new()
+        report_plan(spec, expected_records, strict)
         if refine is not None:
             typer.echo(f"ε = {epsilon:g} per device: the sketch {sketch_eps:g}, then {rounds} "
                        f"refinement rounds of {refine.epsilon[0]:g}", err=True)
@@ -347,15 +357,19 @@ def result(
     """The published centroids of a study, as JSON (as ``decode --json`` prints them), with
     "identifiability": whether they stand above the aggregate's noise, and why not (also on
     stderr); for a study with refinement rounds, "refined_rounds" says how many ended with new
-    centres, and the identifiability is that of the sketch's start they refined."""
+    centres, and the identifiability is that of the sketch's start they refined. "noise_norm" is
+    the norm the aggregate sketch's noise is expected to have (from the public spec and the
+    released counts, sketch units), and stderr says how much of "residual" it explains."""
     with clean_errors():
         check_tls(ca, insecure)
         stub = pb_grpc.DeviceStub(secure_channel(coordinator, ca, insecure=insecure))
         res = stub.GetResult(pb.StudyRef(study_id=study), timeout=30)
+        spec = StudySpec.from_json(stub.GetStudy(pb.StudyRef(study_id=study), timeout=30).spec_json)
+    noise_norm = result_noise(spec, res.residual, res.devices, res.records)
     c = [list(res.centroids[i * res.d:(i + 1) * res.d]) for i in range(res.k)]
     verdict = {"status": res.status, "reason": res.status_reason, "z": list(res.z),
                "threshold": res.threshold}
     report_identifiability(res.status, res.status_reason, strict, lambda: typer.echo(json.dumps(
-        {"centroids": c, "weights": list(res.weights), "residual": res.residual,
+        {"centroids": c, "weights": list(res.weights), "residual": res.residual, "noise_norm": noise_norm,
          "devices": res.devices, "records": res.records, "identifiability": verdict,
          "refined_rounds": res.rounds})))

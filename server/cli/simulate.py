@@ -15,6 +15,7 @@ from fedsketch.common.cli import ColumnsOpt, HeaderOpt, open_data
 from fedsketch.common.features import FEATURES
 from fedsketch.common.privacy import NEIGHBOURING
 from fedsketch.common.refine import ROUND_SHARE, ROUNDS
+from fedsketch.server.bench.metrics import RELATIVE_SSE_MEANING
 from fedsketch.server.cli.bounds import parse_bounds
 from fedsketch.server.cli.errors import clean_errors, report_identifiability
 from fedsketch.server.sim.simulate import DROPOUT_STAGES, SimConfig, file_data, run_simulation
@@ -125,4 +126,9 @@ def simulate_command(
         table.add_row("secure aggregation: assumed D, C; h_min, t",
                       f"{sa['dropouts']}, {sa['colluders']}; {sa['min_honest']}, {sa['threshold']}")
     verdict = report["identifiability"]
-    report_identifiability(verdict["status"], verdict["reason"], False, lambda: Console().print(table))
+
+    def show() -> None:
+        Console().print(table)
+        typer.echo(RELATIVE_SSE_MEANING)
+
+    report_identifiability(verdict["status"], verdict["reason"], False, show)

@@ -10,6 +10,7 @@ the released record count, γ the grid, α = r/m, and ``draws`` the number of fu
 sum (1 for a file, the number of devices for a study with local noise, devices/h_min under
 secure aggregation). In the second term q = E[(Re f)²] of one record's feature: 1/2 for the
 ``complex`` map (phases spread over the circle), 1 for ``quantized`` (its parts are ±1).
+:func:`fedsketch.common.planner.noise_variance` computes v; the planner predicts it before a study.
 
 Centroid j of a decoding stands out by z_j = p_j/√v, with p_j ≥ 0 the least-squares weights of
 the unit atoms u(c_j) = exp(i(Ωᵀc_j + ξ))/√m on s (non-negative least squares, jointly). Noise
@@ -42,10 +43,7 @@ from functools import lru_cache
 import numpy as np
 from scipy.optimize import Bounds, nnls
 
-from fedsketch.common.dp.plan import noise_plan
-from fedsketch.common.features import GRID
 from fedsketch.common.frequencies import draw_frequencies
-from fedsketch.common.privacy import coordinate_variance
 from fedsketch.common.spec import SketchSpec
 from fedsketch.server.decode.clompr import best_atom, stacked_atoms
 
@@ -56,9 +54,6 @@ NOISE_STARTS = 1
 NOISE_SEED = 0
 MARGIN = 3.0
 IDENTIFIED, NOT_IDENTIFIABLE = "identified", "not identifiable"
-#: E[(Re f)²] = E[(Im f)²] of one record's feature: 1/2 for e^{iθ} over spread phases, exactly 1
-#: for the quantized map's ±1 parts.
-SQUARED_PART = {"complex": 0.5, "quantized": 1.0}
 
 
 @dataclass(frozen=True)
@@ -77,19 +72,6 @@ class Identifiability:
         """JSON-ready form."""
         return {"status": self.status, "reason": self.reason, "z": list(self.z),
                 "threshold": self.threshold, "noise_sd": self.noise_sd}
-
-
-def noise_variance(spec: SketchSpec, records: float, draws: float = 1.0) -> float:
-    """v of the module docstring (sketch units² per real coordinate) for ``records`` = N
-    released and ``draws`` full noise draws; 0 noise draws for a noiseless spec."""
-    m, r = spec.frequencies.m, spec.r
-    alpha = r / m
-    n = max(records, 1.0)
-    sampling = (1.0 - alpha) * SQUARED_PART[spec.feature] / (alpha * n * m)
-    if spec.privacy.noiseless:
-        return sampling
-    term = noise_plan(spec.feature, m, r, spec.privacy)[0]
-    return draws * coordinate_variance(term, GRID[spec.feature], alpha, n, m) + sampling
 
 
 def _unit_weights(sketch: np.ndarray, spec: SketchSpec, centroids: np.ndarray) -> np.ndarray:
@@ -122,10 +104,17 @@ def noise_ceiling(spec: SketchSpec, lo: np.ndarray, hi: np.ndarray) -> float:
     return _ceiling(spec, tuple(float(v) for v in lo), tuple(float(v) for v in hi))
 
 
+def decoder_threshold(spec: SketchSpec, lo: np.ndarray, hi: np.ndarray) -> float:
+    """The z a centroid must clear to count as signal: :func:`noise_ceiling` + MARGIN (noise
+    standard deviations; what :func:`assess` holds a decoding to, and what
+    :func:`fedsketch.common.planner.plan_study` predicts against)."""
+    return noise_ceiling(spec, lo, hi) + MARGIN
+
+
 def assess(sketch: np.ndarray, spec: SketchSpec, centroids: np.ndarray, lo: np.ndarray, hi: np.ndarray,
            variance: float) -> Identifiability:
     """The verdict on ``centroids`` (k, d) decoded from ``sketch`` (complex (m,)) whose noise has
-    ``variance`` v per real coordinate (:func:`noise_variance`)."""
+    ``variance`` v per real coordinate (:func:`fedsketch.common.planner.noise_variance`)."""
     if variance <= 0.0:
         return Identifiability(IDENTIFIED, "the sketch carries no noise (no privacy noise and every "
                                "record in every entry): nothing to tell the centroids from", (), 0.0, 0.0)
@@ -133,8 +122,8 @@ def assess(sketch: np.ndarray, spec: SketchSpec, centroids: np.ndarray, lo: np.n
                             np.asarray(centroids, dtype=np.float64))
     sd = math.sqrt(variance)
     z = weights / sd
-    ceiling = noise_ceiling(spec, lo, hi)
-    threshold = ceiling + MARGIN
+    threshold = decoder_threshold(spec, lo, hi)
+    ceiling = threshold - MARGIN
     low = np.flatnonzero(z <= threshold)
     k = z.size
     if low.size == 0:

@@ -14,13 +14,14 @@ from typer.testing import CliRunner
 
 from fedsketch.common.box import Box
 from fedsketch.common.frequencies import FrequencySpec
+from fedsketch.common.planner import noise_variance
 from fedsketch.common.privacy import PrivacySpec
 from fedsketch.common.sketching import normalized_sketch
 from fedsketch.common.spec import SketchSpec, release_sketch
 from fedsketch.common.synthetic import gmm
 from fedsketch.server.cli.errors import NOT_IDENTIFIABLE_EXIT
 from fedsketch.server.cli.main import app
-from fedsketch.server.decode.identify import IDENTIFIED, NOT_IDENTIFIABLE, assess, noise_variance
+from fedsketch.server.decode.identify import IDENTIFIED, NOT_IDENTIFIABLE, assess
 from fedsketch.server.decode.pipeline import decode_centroids
 
 BOX = Box(np.full(2, -15.0), np.full(2, 15.0))

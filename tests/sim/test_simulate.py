@@ -143,3 +143,12 @@ def test_simulate_data_file_arguments_are_checked(tmp_path):
 def gmm_records(n: int) -> np.ndarray:
     """n records of a 3-cluster mixture in d = 3."""
     return gmm(n, 3, 3, 3.0, 4)[0].astype(np.float64)
+
+
+def test_simulate_table_says_what_relative_sse_1_means():
+    """The table view ends with one line saying what relative SSE 1.0 is."""
+    res = subprocess.run([FEDSKETCH, "simulate", "--devices", "2", "--records", "2000", "--k", "3",
+                          "--d", "2", "--m", "40", "--epsilon", "10", "--rounds", "0", "--replicates", "1"],
+                         capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.splitlines()[-1].startswith("relative SSE 1.0 = as good as non-private k-means")

@@ -1,0 +1,93 @@
+"""The utility planner in the operator's CLI, against a real ``coordinator serve`` process:
+``create-study --expected-records`` predicts, warns about the README's old example and, with
+``--strict``, refuses it without creating anything; ``result`` says how much of the residual is
+noise (the noise norm from the public spec and the released counts)."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+import test_round_processes as processes
+from test_round_processes import cli, device, wait_done
+
+from fedsketch.common.planner import noise_variance
+from fedsketch.common.study import StudySpec
+from fedsketch.server.store import open_store
+
+pytestmark = pytest.mark.slow
+
+coordinator = processes.coordinator
+device_files = processes.device_files
+
+#: The README's operator example before the planner (git history): 10 devices, sketch ε 0.1.
+OLD_EXAMPLE = ("--d", "10", "--k", "10", "--bounds", "-15:15", "--scale", "2", "--epsilon", "0.5",
+               "--m", "1000", "--r", "1", "--min-devices", "10")
+#: The README's example now.
+NEW_EXAMPLE = ("--d", "10", "--k", "10", "--bounds", "-15:15", "--scale", "2", "--epsilon", "1",
+               "--m", "1000", "--r", "1", "--min-devices", "20", "--expected-records", "100000")
+
+
+def names(c) -> list[str]:
+    store = open_store(c.db)
+    try:
+        return [StudySpec.from_json(row.spec_json).name for row in store.list_studies()]
+    finally:
+        store.close()
+
+
+def test_create_study_warns_about_the_old_readme_example_and_strict_refuses_it(coordinator):
+    res = coordinator.op("create-study", "--name", "old", *OLD_EXAMPLE, "--expected-records", "10000")
+    assert res.stdout.strip()  # created, with a warning
+    assert "warning: planner: 10 devices × 10,000 records" in res.stderr
+    assert "hopeless" in res.stderr and "records per device" in res.stderr
+    res = coordinator.op("create-study", "--name", "old-strict", *OLD_EXAMPLE, "--expected-records",
+                         "10000", "--strict", check=False)
+    assert res.returncode == 1 and res.stdout == ""
+    assert "refused (--strict), nothing created" in res.stderr and "hopeless" in res.stderr
+    res = coordinator.op("create-study", "--name", "bare-strict", *OLD_EXAMPLE, "--strict", check=False)
+    assert res.returncode == 1 and "--strict needs --expected-records" in res.stderr
+    for bad in ("0", "-5", "nan", "inf"):
+        res = coordinator.op("create-study", "--name", "bad", *OLD_EXAMPLE, "--expected-records", bad,
+                             check=False)
+        assert res.returncode == 1 and "--expected-records (records per device) must be" in res.stderr
+    res = coordinator.op("create-study", "--name", "new", *NEW_EXAMPLE, "--strict")
+    assert "expected to work" in res.stderr and "warning" not in res.stderr
+    res = coordinator.op("create-study", "--name", "bare", *OLD_EXAMPLE)
+    assert "give --expected-records" in res.stderr
+    assert sorted(names(coordinator)) == ["bare", "new", "old"]
+
+
+def _study(c, name: str, epsilon: str) -> str:
+    return c.op("create-study", "--name", name, "--d", "3", "--k", "3", "--bounds", "-12:12", "--rounds",
+                "0", "--scale", "1.5", "--epsilon", epsilon, "--m", "60", "--r", "60",
+                "--min-devices", "3", "--replicates", "1").stdout.strip()
+
+
+def test_result_says_how_much_of_the_residual_is_noise(coordinator, tmp_path, device_files):
+    """Two studies of the same three devices (30,000 records): at ε = 0.02 the residual is about
+    the noise's norm (a little less: the three fitted atoms, 12 free parameters against 120 noise
+    dimensions, absorb some of it; the norm's own spread is ±7 %); at ε = 5 the noise is a few %
+    of it (the clusters' spread, which point atoms do not fit, is the rest). "noise_norm" is
+    √(2m·v) for 3 draws."""
+    tokens = coordinator.op("tokens", "--count", "3").stdout.split()
+    shares = {}
+    for name, eps in (("noisy", "0.02"), ("clean", "5")):
+        study = _study(coordinator, name, eps)
+        for _ in range(2):
+            for i in range(3):
+                device(coordinator, device_files[i], tmp_path / f"l{i}", tokens.pop(0) if tokens else None)
+        wait_done(coordinator, study)
+        res = cli("coordinator", "result", study, "--coordinator", coordinator.target, "--ca",
+                  str(coordinator.certs / "ca.pem"))
+        out = json.loads(res.stdout)
+        store = open_store(coordinator.db)
+        spec = StudySpec.from_json(store.get_study(study).spec_json)
+        store.close()
+        expected = math.sqrt(120 * noise_variance(spec.sketch, 30_000, draws=3))
+        assert out["noise_norm"] == pytest.approx(expected, rel=1e-12)
+        assert "of the residual (in squared norm) is noise" in res.stderr
+        shares[name] = out["noise_norm"] / out["residual"]
+    assert 0.85 < shares["noisy"] < 1.4  # measured 1.09; a √2 error in the norm fails
+    assert shares["clean"] < 0.2
