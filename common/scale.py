@@ -22,11 +22,12 @@ i.e. n·ε_cal ≳ 20·c_f·m0 (≈ 3.6·10³ for m0 = 64); :attr:`ScaleCalibrat
 The σ used is not always the fit (:attr:`ScaleCalibration.choice`). The block maxima follow the
 directions in which the clusters' phases align, which is the envelope on a Gaussian mixture; on
 real data (skewed, heavy-tailed, rounded columns) the largest of four directions keeps more
-high-frequency power than any cluster scale explains, and the fit reads too narrow a σ
-(diamonds and flights: σ̂ ≈ 0.4–0.7 in a box of ±6 standard deviations, where CL-OMPR's best σ
-is 1.3–2 and σ = 0.45 costs 30–40 % of relative SSE; benchmarks/RESULTS.md §6). The block medians, a typical direction's decay σ̃, are not fooled but
-overshoot on a separated mixture (paper 004's: σ̃ ≈ 3 where the best σ is 2). And noise, which
-the debiasing removes only on average, pushes both down to the bottom of the range. So:
+high-frequency power than any cluster scale explains, and the fit reads too narrow a σ (diamonds
+and flights: σ̂ ≈ 0.4–0.7 in a box of ±6 standard deviations, where CL-OMPR's best σ is 1.3–2
+and σ = 0.45 costs 30–40 % of relative SSE; benchmarks/RESULTS.md §6). The block medians, a
+typical direction's decay σ̃, are not fooled but overshoot on a separated mixture (paper 004's:
+σ̃ ≈ 3 where the best σ is 2). And noise, which the debiasing removes only on average, pushes
+both down to the bottom of the range. So:
 
 * fit reliable (noise rms ≤ RELIABLE_NOISE_RMS): σ = max(σ̂, SPREAD_SHARE·σ̃) ("fit" or
   "typical scale");
@@ -163,8 +164,8 @@ def fit_scale(sketch: np.ndarray, variance: float, spec: CalibrationSpec,
     BLOCK consecutive radii, each block summarized by its largest y at that y's radius
     (``statistic`` "max": the directions where the clusters' phases align, the envelope) or by
     its median y at the block's geometric-mean radius ("median": a typical direction, less
-    swayed by one direction's high-frequency power on non-Gaussian data), then a least-squares fit of exp(−ρ²σ²) on
-    a log grid of [σ_lo, σ_hi].
+    swayed by one direction's high-frequency power on non-Gaussian data), then a least-squares
+    fit of exp(−ρ²σ²) on a log grid of [σ_lo, σ_hi].
     """
     sketch = np.asarray(sketch)
     if sketch.shape != (spec.m0,) or not np.all(np.isfinite(sketch)):
