@@ -14,6 +14,7 @@ SCRIPTS = [
     ["bench_accuracy.py", "nonprivate"],
     ["bench_accuracy.py", "private"],
     ["bench_scale.py"],
+    ["bench_scale_real.py", "--json", "out/scale_real.json"],
 ]
 
 if __name__ == "__main__":

@@ -51,6 +51,8 @@ def test_su_robust_counts_the_runs_above_1_2_for_every_method_and_eps(capsys):
     ("bench_accuracy.py", ["nonprivate", "--seeds", "1", "--n", "20000", "--replicates", "1"],
      "| quantized m=10kd"),
     ("bench_scale.py", ["--seeds", "1", "--n", "20000", "--replicates", "1"], "| median |"),
+    ("bench_scale_real.py", ["--sets", "diamonds", "--seeds", "1", "--epsilons", "1", "--grid", "1"],
+     "| diamonds | 1 | 1 |"),
     ("bench_round.py", ["--runs", "1", "--devices", "5", "--studies", "1", "--sim-devices", "40",
                         "--sim-records", "20000"], "| simulate: 40 devices x 500 records"),
     ("bench_round.py", ["--growth", "--runs", "1", "--stored", "10", "20", "--window", "5"], "| 20 | "),
