@@ -9,7 +9,9 @@ Records (``data``) come in one of three forms, all in data units:
 
 * an array-like of shape (n, d) (a numpy array, a pandas DataFrame, nested lists; any real
   dtype; NaN or ±inf is refused, naming the row);
-* a path to a ``.npy`` (2-D, C order) or CSV file, read in chunks as the command reads it;
+* a path to a ``.npy`` (2-D, any order), CSV or Parquet file, read in chunks as the command
+  reads it; ``columns`` (names) and ``header`` (CSV: True, False, or None to detect it) are the
+  commands' ``--columns`` and ``--header/--no-header``;
 * an iterable of chunks, each (rows, d). A list (or any re-iterable) may be read twice; a one-shot
   iterator (a generator) is read once, so it needs a numeric ``scale``: ``scale="auto"`` spends a
   first pass on the private choice of σ.
@@ -23,13 +25,13 @@ from __future__ import annotations
 import math
 import os
 import warnings
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from itertools import chain
 
 import numpy as np
 
 from fedsketch.common.box import Box, Tally
-from fedsketch.common.dataio import DataSource
+from fedsketch.common.dataio import DataSource, ReadOptions
 from fedsketch.common.dataset_sketch import SketchPlan
 from fedsketch.common.privacy import PrivacySpec
 from fedsketch.common.scale import DEFAULT_RANGE
@@ -59,7 +61,8 @@ def sketch(data: Records, *, epsilon: float = 1.0, delta: float = 0.0,
            neighbouring: str = "replace_one", m: int = 1000, r: int | None = None,
            feature: str = "complex", law: str = "adapted_radius", scale: float | str = "auto",
            seed: int = 0, dither: bool = True, bounds: Bounds | None = None, auto_fraction: float = 0.1,
-           scale_range: tuple[float, float] = DEFAULT_RANGE) -> Sketch:
+           scale_range: tuple[float, float] = DEFAULT_RANGE, columns: Sequence[str] | None = None,
+           header: bool | None = None) -> Sketch:
     """The private sketch of ``data`` (module docstring), as ``fedsketch sketch`` makes it.
 
     ``epsilon`` is the whole budget (math.inf: no noise, no privacy), calibration included;
@@ -73,7 +76,7 @@ def sketch(data: Records, *, epsilon: float = 1.0, delta: float = 0.0,
     plan = SketchPlan(PrivacySpec(float(epsilon), delta, neighbouring), m=m, feature=feature, law=law,
                       scale=_scale(scale), seed=seed, r=r, dither=dither, auto_fraction=auto_fraction,
                       scale_range=tuple(scale_range))
-    chunks, d = _records(data, twice=plan.scale is None)
+    chunks, d = _records(data, twice=plan.scale is None, options=_options(data, columns, header))
     box = Box.widest(d) if bounds is None else as_box(bounds, d)
     tally = Tally()
     made = plan.run(chunks, box, tally=tally)
@@ -105,13 +108,14 @@ def decode(sketch: Sketch | str | os.PathLike, k: int, bounds: Bounds, *, replic
     return out
 
 
-def evaluate(data: Records, centroids: np.ndarray | Decoding, *, seed: int = 0) -> Evaluation:
+def evaluate(data: Records, centroids: np.ndarray | Decoding, *, seed: int = 0,
+             columns: Sequence[str] | None = None, header: bool | None = None) -> Evaluation:
     """SSE/n of ``centroids`` ((k, d) array-like, or a :class:`Decoding`) on ``data``, and relative
     SSE against scikit-learn's k-means (k-means++, n_init = 3, seeded by ``seed``) on the same
     records held in memory; the reference is None without scikit-learn. Not private: it reads the
     records, as ``fedsketch evaluate`` does."""
     c = np.asarray(centroids.centroids if isinstance(centroids, Decoding) else centroids, dtype=np.float64)
-    chunks, d = _records(data, twice=True)
+    chunks, d = _records(data, twice=True, options=_options(data, columns, header))
     if c.ndim != 2 or c.shape[0] == 0 or not np.all(np.isfinite(c)):
         raise ValueError(f"centroids must be a non-empty finite (k, d) array, got shape {c.shape}")
     if c.shape[1] != d:
@@ -147,12 +151,26 @@ def _scale(scale: float | str) -> float | None:
     return float(scale)
 
 
-def _records(data: Records, *, twice: bool) -> tuple[Callable[[], Iterator[np.ndarray]], int]:
+def _options(data: Records, columns: Sequence[str] | None, header: bool | None) -> ReadOptions:
+    """How to read ``data`` if it is a file; ValueError for ``columns``/``header`` beside records
+    given in memory (they would be silently ignored)."""
+    if not isinstance(data, (str, os.PathLike)):
+        if columns is not None or header is not None:
+            raise ValueError("columns and header apply to a data file, not to records in memory "
+                             "(select the columns of the array or DataFrame instead)")
+        return ReadOptions()
+    if isinstance(columns, str):
+        raise ValueError(f"columns must be a sequence of names, got the string {columns!r}")
+    return ReadOptions.parse(header, None if columns is None else ",".join(columns))
+
+
+def _records(data: Records, *, twice: bool,
+             options: ReadOptions) -> tuple[Callable[[], Iterator[np.ndarray]], int]:
     """(chunks, d): a callable yielding the records of ``data`` (module docstring) in checked
     chunks, and their dimension. ValueError if ``twice`` (two passes needed) and ``data`` is a
     one-shot iterator."""
     if isinstance(data, (str, os.PathLike)):
-        source = DataSource(data)
+        source = DataSource(data, options=options)
         return source.chunks, source.d
     if hasattr(data, "__array__") or not isinstance(data, Iterable) or _is_table(data):
         x = _checked(np.asarray(data), 0)

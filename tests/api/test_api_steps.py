@@ -110,6 +110,27 @@ def test_array_file_and_chunks_give_the_same_sketch(mixture, tmp_path):
     assert made[0].n == x.shape[0] and made[0].epsilon_spent == math.inf
 
 
+def test_a_parquet_or_csv_file_is_read_by_column_names(mixture, tmp_path):
+    """columns= and header= are the commands' --columns and --header: a Parquet file with the
+    records' columns beside a text column, and a headerless CSV, give the array's sketch; given
+    beside records in memory they are refused, not ignored."""
+    x, _ = mixture
+    pa, pq = pytest.importorskip("pyarrow"), pytest.importorskip("pyarrow.parquet")
+    pq.write_table(pa.table({"label": ["a"] * len(x), "u": x[:, 0], "v": x[:, 1]}), tmp_path / "x.parquet",
+                   row_group_size=5000)
+    np.savetxt(tmp_path / "x.csv", x, delimiter=",", fmt="%.17g")
+    args = dict(epsilon=math.inf, m=60, scale=1.5, seed=4)
+    want = sketch(x, **args).payload
+    assert np.array_equal(sketch(tmp_path / "x.parquet", columns=["u", "v"], **args).payload, want)
+    assert np.array_equal(sketch(tmp_path / "x.csv", header=False, **args).payload, want)
+    assert evaluate(tmp_path / "x.parquet", np.zeros((1, 2)), columns=("u", "v")).sse_per_n == pytest.approx(
+        evaluate(x, np.zeros((1, 2))).sse_per_n)
+    with pytest.raises(ValueError, match="not a number|numeric|label"):
+        sketch(tmp_path / "x.parquet", **args)  # the text column is not a record's
+    with pytest.raises(ValueError, match="apply to a data file"):
+        sketch(x, columns=["u"], **args)
+
+
 def test_the_function_and_the_command_make_the_same_file(mixture, tmp_path):
     x, _ = mixture
     np.save(tmp_path / "x.npy", x)
