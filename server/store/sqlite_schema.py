@@ -16,6 +16,10 @@ Schema 4 adds ``studies.roster``, the most devices a roster takes (NULL: ``min_d
 ``studies.filled_at``, when the quorum had registered. :func:`migrate_v3` adds both and sets
 ``filled_at`` of every study whose quorum had registered to its last registration (its rosters
 were never larger than the quorum).
+
+Schema 5 adds ``refusals``, the reason each device reported when it declined a study (one row
+per study and device: :meth:`~fedsketch.server.store.base.Store.add_refusal`); :func:`migrate_v4`
+creates it.
 """
 
 from __future__ import annotations
@@ -25,7 +29,7 @@ import sqlite3
 from fedsketch.server.errors import Code
 from fedsketch.server.store.base import KINDS, STATES, StoreError, StudyRow
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 
 APPLICATION_ID = 0x46534B53  # "FSKS" in the SQLite header
 
@@ -51,6 +55,13 @@ CONTRIBUTIONS = f"""CREATE TABLE contributions (
         payload_sha256 TEXT NOT NULL,
         signature BLOB NOT NULL,
         received_at REAL NOT NULL,
+        PRIMARY KEY (study_id, device_id))"""
+
+REFUSALS = """CREATE TABLE refusals (
+        study_id TEXT NOT NULL REFERENCES studies(study_id),
+        device_id TEXT NOT NULL REFERENCES devices(device_id),
+        reason TEXT NOT NULL,
+        reported_at REAL NOT NULL,
         PRIMARY KEY (study_id, device_id))"""
 
 SCHEMA = (
@@ -91,6 +102,7 @@ SCHEMA = (
         actor TEXT NOT NULL,
         action TEXT NOT NULL,
         detail TEXT NOT NULL)""",
+    REFUSALS,
 )
 
 STUDY_SQL = """
@@ -159,12 +171,18 @@ def migrate_v3(c: sqlite3.Connection) -> None:
               "registrations AS r WHERE r.study_id = studies.study_id)")
 
 
+def migrate_v4(c: sqlite3.Connection) -> None:
+    """Schema 4 → 5 inside the caller's write transaction (module docstring)."""
+    c.execute(REFUSALS)
+
+
 def migrate(c: sqlite3.Connection, version: int) -> list[str]:
     """Bring a schema-``version`` store (0: just created) to :data:`SCHEMA_VERSION` inside the
     caller's write transaction; what each step changed, for the audit log."""
     steps = ((migrate_v1, "contributors joined their studies' rosters"),
              (migrate_v2, "studies may have refinement rounds"),
-             (migrate_v3, "rosters may be larger than the quorum"))
+             (migrate_v3, "rosters may be larger than the quorum"),
+             (migrate_v4, "devices may report why they declined a study"))
     done = []
     for old, (step, what) in enumerate(steps, start=1):
         if 1 <= version <= old:
