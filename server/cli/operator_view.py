@@ -9,6 +9,7 @@ there is none). ``close`` exits with :data:`STUDY_FAILED_EXIT` when the study en
 from __future__ import annotations
 
 import json
+import sys
 import time
 from datetime import datetime, timezone
 from pathlib import Path
@@ -62,12 +63,14 @@ def study_summary(s: pb.Study) -> dict[str, Any]:
 
 
 def _table(columns: tuple[str, ...], rows: list[tuple[str, ...]], title: str | None = None) -> None:
+    """A table on stdout; when stdout is no terminal (a pipe, a file), 200 columns wide, so that
+    ids and times are never cut."""
     table = Table(title=title)
     for column in columns:
         table.add_column(column)
     for row in rows:
         table.add_row(*(printable(v) for v in row))
-    Console().print(table)
+    Console(width=None if sys.stdout.isatty() else 200).print(table)
 
 
 @coordinator_app.command("list")

@@ -10,7 +10,8 @@ import json
 from collections import Counter
 
 import pytest
-from test_round_processes import CoordinatorProcess, cli, device_files  # noqa: F401 (a fixture)
+from test_round_processes import CoordinatorProcess, cli
+from test_round_processes import device_files as device_files  # a module-scoped fixture
 
 pytestmark = pytest.mark.slow
 

@@ -45,7 +45,7 @@ def test_a_report_is_kept_once_and_only_as_signed(coordinator_round):
     assert refused(lambda: report(r, b, study, pb.BUDGET, spec_sha256="0" * 64)).code() == \
         grpc.StatusCode.FAILED_PRECONDITION
     for code in (pb.REFUSAL_REASON_UNSPECIFIED, 99):
-        assert refused(lambda: report(r, b, study, code)).code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert refused(lambda c=code: report(r, b, study, c)).code() == grpc.StatusCode.INVALID_ARGUMENT
     op = r.operator()
     status = op.StudyStatus(pb.StatusRequest(study_id=study.study_id), metadata=META)
     assert [(f.device_id, f.reason) for f in status.refusals] == [
