@@ -153,6 +153,7 @@ class RosterSteps:
     def _report_refusals(self, identity: Identity, listed: set[str]) -> None:
         """Send the queued reports of studies still listed (:mod:`.declines`); drop those of
         studies no longer listed."""
+        self._reported &= listed  # a study no longer listed never comes back: forget it
         for sid, (study, code) in list(self._unreported.items()):
             if sid in listed:
                 digest = signing.refusal_digest(sid, identity.device_id, study.spec_sha256, code)

@@ -45,13 +45,15 @@ def _or_none(t: float) -> float | None:
     return t or None
 
 
-def study_summary(s: pb.Study) -> dict[str, Any]:
+def study_summary(s: pb.Study, parents: dict[str, dict] | None = None) -> dict[str, Any]:
     """What ``list`` shows of a study: its name (a refinement round's names its study), state,
     stage, roster progress (registered / quorum / roster size; none under secure aggregation,
-    whose devices register at its REGISTER stage) and deadline, read from its public spec."""
+    whose devices register at its REGISTER stage) and deadline, read from its public spec (a
+    round's roster size from its study's, in ``parents`` by id, if there)."""
     spec = json.loads(s.spec_json)
     if "parent_id" in spec:  # a refinement round's spec (fedsketch.round/1)
-        name, roster = f"round {spec['round']} of {spec['parent_id']}", None
+        name = f"round {spec['round']} of {spec['parent_id']}"
+        roster = (parents or {}).get(spec["parent_id"], {}).get("roster")
     else:
         name, roster = spec["name"], spec.get("roster")
     quorum = spec["min_devices"]
@@ -88,7 +90,8 @@ def list_studies(
         stub, meta = operator_stub(coordinator, ca, insecure, token_file)
         studies = stub.ListStudies(pb.ListStudiesRequest(include_closed=True), metadata=meta,
                                    timeout=30).studies
-    rows = [study_summary(s) for s in studies]
+    specs = {s.study_id: json.loads(s.spec_json) for s in studies}
+    rows = [study_summary(s, specs) for s in studies]
     if as_json:
         typer.echo(json.dumps(rows, indent=2))
         return
@@ -114,7 +117,8 @@ def status_document(reply: pb.StatusReply) -> dict[str, Any]:
                    "reason": pb.RefusalReason.Name(f.reason), "reported_at": f.reported_at}
                   for f in reply.refusals],
         refused=reply.refused,
-        rounds=[{"round": i, **study_summary(r)} for i, r in enumerate(reply.rounds, start=1)])
+        rounds=[{"round": i, **study_summary(r, {reply.study.study_id: {"roster": reply.roster_size}})}
+                for i, r in enumerate(reply.rounds, start=1)])
     return doc
 
 
