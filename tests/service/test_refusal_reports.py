@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 from conftest import META, study_spec
 
+from fedsketch.client.localdata import LocalData
 from fedsketch.common import signing
 from fedsketch.common.pb import fedsketch_pb2 as pb
 
@@ -80,3 +81,23 @@ def test_an_agent_reports_its_refusal_once_and_a_coordinator_refusal_not_at_all(
         agent.ensure_enrolled(r.target, r.tokens(1)[0], agent.source)
     first.step()  # fills the roster of one and contributes
     assert r.store.refusals(study.study_id, 10)[1] == 1
+
+
+def test_a_count_refusal_reads_no_record_past_the_cap_and_reports_the_code_alone(coordinator_round):
+    """Under add/remove (n private) a device above the cap stops reading at the cap plus one
+    record, so how long it takes does not grow with n, and reports TOO_MANY_RECORDS, no count."""
+    r = coordinator_round
+    study = r.create(study_spec(min_devices=1, max_device_records=100, neighbouring="add_remove"))
+    read = []
+
+    def chunks():
+        for i in range(1000):  # 60,000 records in all
+            read.append(i)
+            yield np.zeros((60, 3))
+
+    agent = r.agent("big", np.zeros((1, 3)))
+    agent.data = lambda: LocalData(chunks, 3)
+    assert "at most 100 records per device" in agent.step().refused[study.study_id]
+    assert len(read) == 2  # 120 > 100 records: the third chunk is never read
+    assert [f.reason for f in r.store.refusals(study.study_id, 10)[0]] == ["too_many_records"]
+    assert not any("120" in e[3] or "60000" in e[3] for e in r.store.audit_log(1000))
