@@ -247,7 +247,8 @@ class Agent(SecureSteps, RosterSteps):
     def _count(self, admitted: Admitted) -> int | str:
         """One pass counting the records: n, or why the device cannot take part (more records
         than the study's cap, too few for ``min_records``, unreadable data). The count stops
-        past the cap: how long a refusing device takes does not grow with its n (:mod:`.declines`)."""
+        with the chunk that passes the cap: how long a refusing device takes does not grow with
+        its n (:mod:`.declines`)."""
         n, cap = 0, admitted.spec.device_cap
         try:
             for chunk in admitted.data.chunks():

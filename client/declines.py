@@ -14,9 +14,11 @@ only, where n is released exactly) and DATA_UNREADABLE (a value that is not fini
 the records, and each says only the decision that the device's absence already shows: a bare
 code, with no count, margin or value. Under add/remove, where n is private, the count refusal
 reveals the one bit "n > max_device_records" that non-participation shows anyway (README, "The
-per-device record cap"); the count stops at the cap plus one record (:meth:`~.agent.Agent._count`),
-so the time a refusing device takes does not grow with how far beyond the cap its n lies, and
-reports are sent together at the end of a pass, not the moment a count ends.
+per-device record cap"); the count stops with the chunk that passes the cap
+(:meth:`~.agent.Agent._count`), so the time a refusing device takes does not grow with how far
+beyond the cap its n lies (but for a CSV file, whose rows are counted whenever it is opened, for
+every study alike), and reports are sent together at the end of a pass, not the moment a count
+ends.
 
 A device sends a report at most once per study while it runs (a restart may send it again; the
 coordinator keeps the first). A coordinator of an earlier release answers UNIMPLEMENTED: the
