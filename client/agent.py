@@ -63,6 +63,7 @@ from fedsketch.common.refine import CELLS_KIND, RoundSpec, is_round, release_cel
 from fedsketch.common.spec import release_sketch
 from fedsketch.common.study import StudySpec, spec_sha256
 
+from .declines import Declined
 from .ledger import DEFAULT_SOURCE, BudgetExceeded, Identity, Ledger, LedgerError, Spend
 from .localdata import DATA_ERRORS, DataFeed, Retry, data_refusal, log_clipped
 from .roster_steps import FINAL_REFUSALS, RosterSteps
@@ -92,6 +93,8 @@ class Agent(SecureSteps, RosterSteps):
         self.bytes_sent = 0
         self._refused: set[str] = set()
         self._sessions: dict[str, Session] = {}
+        self._unreported: dict[str, tuple[pb.Study, int]] = {}
+        self._reported: set[str] = set()
 
     @property
     def waiting(self) -> bool:
@@ -147,7 +150,9 @@ class Agent(SecureSteps, RosterSteps):
                 if self._leave(identity, study, final) and final:
                     self._refused.add(study.study_id)  # a leave not done yet is tried next pass
                 out.refused[study.study_id] = reason
+                self._note_refusal(study, reason)
                 log.warning("refused study %s: %s", printable(study.study_id), reason)
+        self._report_refusals(identity, listed)  # at the pass's end, whatever each took
         return out
 
     def _check(self, study: pb.Study) -> Admitted | str:
@@ -156,25 +161,26 @@ class Agent(SecureSteps, RosterSteps):
         the data reads an ``.npy`` header, or counts a CSV's rows. A study with refinement
         rounds is budgeted whole: its sketch and every round (:attr:`StudySpec.total_epsilon`)."""
         if spec_sha256(study.spec_json) != study.spec_sha256:
-            return "the spec does not hash to the announced spec hash"
+            return Declined("the spec does not hash to the announced spec hash", pb.SPEC_MISMATCH)
         if is_round(study.spec_json):
             return self._check_round(study)
         try:
             spec = StudySpec.from_json(study.spec_json)
         except ValueError as exc:
-            return f"unreadable spec: {exc}"
+            return Declined(f"unreadable spec: {exc}", pb.SPEC_MISMATCH)
         if spec.secure_aggregation is not None:
             try:
                 spec.check_trust()  # a threshold unsafe under the study's stated assumptions
             except ValueError as exc:
-                return str(exc)
+                return Declined(str(exc), pb.SPEC_MISMATCH)
         freqs = draw_frequencies(spec.sketch.frequencies)
         if freqs.sha256 != spec.omega_sha256:
-            return "the frequencies Ω, ξ do not match the spec's hash on this platform"
+            return Declined("the frequencies Ω, ξ do not match the spec's hash on this platform",
+                            pb.SPEC_MISMATCH)
         try:
             Box(spec.lo, spec.hi).reduce(freqs)
         except ValueError as exc:
-            return f"the study's box does not fit its frequencies: {exc}"
+            return Declined(f"the study's box does not fit its frequencies: {exc}", pb.SPEC_MISMATCH)
         return self._admit(study.study_id, spec, (spec.total_epsilon, spec.sketch.privacy.delta))
 
     def _check_round(self, study: pb.Study) -> Admitted | str:
@@ -184,27 +190,28 @@ class Agent(SecureSteps, RosterSteps):
         try:
             rnd = RoundSpec.from_json(study.spec_json)
         except ValueError as exc:
-            return f"unreadable round spec: {exc}"
+            return Declined(f"unreadable round spec: {exc}", pb.SPEC_MISMATCH)
         try:
             parent = self.stub.GetStudy(pb.StudyRef(study_id=rnd.parent_id), timeout=RPC_TIMEOUT)
         except grpc.RpcError as exc:
             if exc.code() != grpc.StatusCode.NOT_FOUND:
                 raise
-            return f"the round's study {rnd.parent_id} is unknown to the coordinator"
+            return Declined(f"the round's study {rnd.parent_id} is unknown to the coordinator",
+                            pb.SPEC_MISMATCH)
         if parent.spec_sha256 != rnd.parent_sha256 or spec_sha256(parent.spec_json) != rnd.parent_sha256:
-            return "the round's study does not have the spec hash the round names"
+            return Declined("the round's study does not have the spec hash the round names", pb.SPEC_MISMATCH)
         try:
             spec = StudySpec.from_json(parent.spec_json)
             rnd.check_parent(spec)
         except ValueError as exc:
-            return f"the round does not fit its study: {exc}"
+            return Declined(f"the round does not fit its study: {exc}", pb.SPEC_MISMATCH)
         if spec.secure_aggregation is not None:
             try:
                 spec.check_trust()  # as for the study itself
             except ValueError as exc:
-                return str(exc)
+                return Declined(str(exc), pb.SPEC_MISMATCH)
         if (reason := self.ledger.round_refusal(rnd.parent_id, rnd.round)) is not None:
-            return reason
+            return Declined(reason, pb.OTHER)
         admitted = self._admit(study.study_id, spec, (rnd.epsilon(spec), 0.0), rnd.parent_id)
         return admitted if isinstance(admitted, str) else replace(admitted, round=rnd)
 
@@ -216,16 +223,17 @@ class Agent(SecureSteps, RosterSteps):
         of studies whose sketch it paid (but ``parent``'s, which a round of it pays from), and
         the data opens with the study's d."""
         if (reason := self.ledger.policy().refusal(spec.name, spec.total_epsilon)) is not None:
-            return reason
+            return Declined(reason, pb.POLICY)
         if (reason := self.ledger.refusal(self.source, *cost, self._in_sessions(study_id),
                                           study_id=study_id, parent=parent)) is not None:
-            return Retry(reason)  # the budget: a reservation may end or the owner raise it
+            return Retry(reason, pb.BUDGET)  # the budget: a reservation may end or the owner raise it
         try:
             data = self.data()
         except DATA_ERRORS as exc:
             return data_refusal(exc)
         if spec.sketch.frequencies.d != data.d:
-            return f"the study wants d = {spec.sketch.frequencies.d}, the data has {data.d}"
+            return Declined(f"the study wants d = {spec.sketch.frequencies.d}, the data has "
+                            f"{data.d}", pb.DIMENSION_MISMATCH)
         return Admitted(spec, Box(spec.lo, spec.hi), data)
 
     def _in_sessions(self, other_than: str) -> tuple[float, float]:
@@ -238,22 +246,30 @@ class Agent(SecureSteps, RosterSteps):
 
     def _count(self, admitted: Admitted) -> int | str:
         """One pass counting the records: n, or why the device cannot take part (more records
-        than the study's cap, too few for ``min_records``, unreadable data)."""
+        than the study's cap, too few for ``min_records``, unreadable data). The count stops
+        with the chunk that passes the cap: how long a refusing device takes does not grow with
+        its n (:mod:`.declines`)."""
+        n, cap = 0, admitted.spec.device_cap
         try:
-            n = sum(chunk.shape[0] for chunk in admitted.data.chunks())
+            for chunk in admitted.data.chunks():
+                n += chunk.shape[0]
+                if n > cap:
+                    break
         except DATA_ERRORS as exc:
             return data_refusal(exc)
         return n if (reason := self._out_of_range(admitted.spec, n)) is None else reason
 
     @staticmethod
-    def _out_of_range(spec: StudySpec, n: int) -> str | None:
+    def _out_of_range(spec: StudySpec, n: int) -> Declined | None:
         """Step 4: why the device cannot release n records: more than the study's per-device
         cap, or (replace-one only: n is public there) fewer than ``min_records``."""
         if n > spec.device_cap:
-            return (f"the study takes at most {spec.device_cap:,} records per device "
-                    f"(max_device_records), the device has {n:,}: it does not take part")
+            return Declined(f"the study takes at most {spec.device_cap:,} records per device "
+                            "(max_device_records), the device has more: it does not take part",
+                            pb.TOO_MANY_RECORDS)
         if spec.sketch.privacy.neighbouring == "replace_one" and n < spec.min_records:
-            return f"the study needs {spec.min_records} records, the device has {n}"
+            return Declined(f"the study needs {spec.min_records} records, the device has {n}",
+                            pb.TOO_FEW_RECORDS)
         return None
 
     def _plain_step(self, identity: Identity, study: pb.Study, out: Outcome) -> str | None:
@@ -316,7 +332,9 @@ class Agent(SecureSteps, RosterSteps):
                 study_id=study.study_id, source=self.source, epsilon=epsilon, delta=delta, n=n,
                 kind=kind, payload=payload, spec_sha256=study.spec_sha256,
                 recheck=lambda: self._input_open(identity, study), **spend_labels(spec, rnd))
-        except (BudgetExceeded, LedgerError) as exc:  # e.g. another daemon on this ledger spent
+        except BudgetExceeded as exc:  # e.g. another daemon on this ledger spent
+            return Declined(str(exc), pb.BUDGET)
+        except LedgerError as exc:  # the coordinator's re-check, or the ledger's bookkeeping
             return str(exc)
         fault_point()
         return self._deliver(identity, spend)

@@ -17,6 +17,9 @@ import numpy as np
 
 from fedsketch.common.box import Tally
 from fedsketch.common.dataio import DataError
+from fedsketch.common.pb import fedsketch_pb2 as pb
+
+from .declines import Declined
 
 log = logging.getLogger("fedsketch.device")
 
@@ -55,14 +58,22 @@ def stoppable(chunks: Iterable[np.ndarray], stop: threading.Event) -> Iterator[n
         raise Stopped
 
 
-class Retry(str):
-    """A refusal because of the local data (unreadable, changed during the pass, a NaN): the study
-    is tried again on the next pass, since the owner may fix the file meanwhile."""
+class Retry(Declined):
+    """A refusal that may pass (the local data unreadable, changed during the pass or holding a
+    NaN; the budget): the study is tried again on the next pass, since the owner may fix the
+    file or raise the budget meanwhile. ``code`` is the ``RefusalReason`` the device reports."""
+
+    code: int
+
+    def __new__(cls, text: str, code: int = pb.DATA_UNREADABLE) -> Retry:
+        made = super().__new__(cls, text)
+        made.code = code
+        return made
 
 
 def data_refusal(exc: Exception) -> Retry:
     """The refusal for an error of :data:`DATA_ERRORS`."""
-    return Retry(f"the data cannot be sketched for this study: {exc}")
+    return Retry(f"the data cannot be sketched for this study: {exc}", pb.DATA_UNREADABLE)
 
 
 def log_clipped(study_id: str, tally: Tally) -> None:

@@ -9,7 +9,8 @@ or data changed since it joined), tells the coordinator with a signed Leave, so 
 to another device instead of staying empty until the collection window ends. After a refusal
 for good it keeps the left reservation as a record and does not join the study again; after
 one that may pass (:class:`~.localdata.Retry`) it drops the reservation and may join again once
-the study takes it.
+the study takes it. A refusal the device decided itself is reported too, a reason code once
+per study (:mod:`.declines`).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from fedsketch.common.pb import fedsketch_pb2_grpc as pb_grpc
 from fedsketch.common.refine import RoundSpec
 from fedsketch.common.study import StudySpec
 
+from .declines import Declined
 from .ledger import Identity, Ledger
 from .ledger_reservations import RESERVATION_SECONDS, Reservation
 from .study_pass import RPC_TIMEOUT, Admitted, spend_labels
@@ -45,12 +47,15 @@ FINAL_REFUSALS = (grpc.StatusCode.NOT_FOUND, grpc.StatusCode.FAILED_PRECONDITION
 
 class RosterSteps:
     """The roster steps of :class:`fedsketch.client.agent.Agent` (a mixin: the agent provides
-    the stub, the ledger, its source and ``bytes_sent``)."""
+    the stub, the ledger, its source, ``bytes_sent``, and ``_unreported`` and ``_reported``
+    empty), and the reports of refusals."""
 
     stub: pb_grpc.DeviceStub
     ledger: Ledger
     source: str
     bytes_sent: int
+    _unreported: dict[str, tuple[pb.Study, int]]  # refusals to report (study, code), by study
+    _reported: set[str]  # studies whose refusal was reported (or given up on)
 
     def _roster_message(self, identity: Identity, study: pb.Study,
                         domain: bytes = signing.REGISTRATION_DOMAIN,
@@ -139,3 +144,29 @@ class RosterSteps:
         else:
             self.ledger.end_reservation(sid)
         return True
+
+    def _note_refusal(self, study: pb.Study, reason: str) -> None:
+        """Queue the report of a refusal the device decided, unless this study's was sent."""
+        if isinstance(reason, Declined) and study.study_id not in self._reported:
+            self._unreported.setdefault(study.study_id, (study, reason.code))
+
+    def _report_refusals(self, identity: Identity, listed: set[str]) -> None:
+        """Send the queued reports of studies still listed (:mod:`.declines`); drop those of
+        studies no longer listed."""
+        self._reported &= listed  # a study no longer listed never comes back: forget it
+        for sid, (study, code) in list(self._unreported.items()):
+            if sid in listed:
+                digest = signing.refusal_digest(sid, identity.device_id, study.spec_sha256, code)
+                msg = pb.RefusalReport(study_id=sid, device_id=identity.device_id,
+                                       spec_sha256=study.spec_sha256, reason=code,
+                                       signature=signing.sign(identity.private_key, digest))
+                try:
+                    self.bytes_sent += msg.ByteSize()
+                    self.stub.ReportRefusal(msg, timeout=RPC_TIMEOUT)
+                except grpc.RpcError as exc:
+                    if exc.code() not in (*FINAL_REFUSALS, grpc.StatusCode.UNIMPLEMENTED):
+                        log.warning("could not report the refusal of study %s yet: %s",
+                                    printable(sid), exc.details() or exc.code().name)
+                        continue
+                self._reported.add(sid)
+            del self._unreported[sid]

@@ -42,6 +42,7 @@ from fedsketch.common.secure_rounds import SecureRound
 from fedsketch.common.sketching import feature_sum
 from fedsketch.common.study import StudySpec
 
+from .declines import Declined
 from .ledger import BudgetExceeded, Identity, Ledger, LedgerError
 from .localdata import DATA_ERRORS, LocalData, data_refusal, log_clipped
 from .roster_steps import FINAL_REFUSALS
@@ -143,7 +144,7 @@ class SecureSteps:
                 raise ValueError(f"the study is at stage {stage}, which this device does not know")
         except (SecAggAbort, ValueError) as exc:
             session.left = True
-            return f"secure aggregation: {exc}"
+            return Declined(f"secure aggregation: {exc}", pb.OTHER)
         if (refused := self._stage_refused(identity, sid, stage, reply)) is not None:
             session.left = True
             return refused
@@ -181,8 +182,8 @@ class SecureSteps:
             return data_refusal(exc)
         if n != session.n:
             session.left = True
-            return (f"the data changed since REGISTER ({session.n} records registered, "
-                    f"{n} read now); nothing was spent")
+            return Declined(f"the data changed since REGISTER ({session.n} records registered, "
+                            f"{n} read now); nothing was spent", pb.DATA_UNREADABLE)
         log_clipped(study.study_id, tally)
         y = session.client.masked_input(x, inbox, noise)
         try:
@@ -192,7 +193,7 @@ class SecureSteps:
                 spec_sha256=study.spec_sha256, **spend_labels(spec, session.round))
         except (BudgetExceeded, LedgerError) as exc:
             session.left = True
-            return str(exc)
+            return Declined(str(exc), pb.BUDGET) if isinstance(exc, BudgetExceeded) else str(exc)
         fault_point()
         self._send(identity, spend)
         out.submitted.append(study.study_id)

@@ -13,8 +13,14 @@ encoding. A registration for a plain study is signed over
 
 (its own domain, so a registration never verifies as a contribution or the reverse), and a
 device's leave of a roster it joined (before it contributed) over the same fields in the domain
-"fedsketch/leave/v1", so nobody but the device can take its place away. The coordinator
-verifies all three against the public key registered at enrollment.
+"fedsketch/leave/v1", so nobody but the device can take its place away. A device's refusal of
+a study is signed over
+
+    SHA-256("fedsketch/refusal/v1" ‖ L(study_id) ‖ L(device_id) ‖ L(spec_sha256) ‖ u32le(reason))
+
+(reason: the ``RefusalReason`` code of ``proto/fedsketch.proto``), so nobody can report a
+refusal in a device's name. The coordinator verifies all four against the public key registered
+at enrollment.
 """
 
 from __future__ import annotations
@@ -29,6 +35,7 @@ from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 DOMAIN = b"fedsketch/contribution/v1"
 REGISTRATION_DOMAIN = b"fedsketch/registration/v1"
 LEAVE_DOMAIN = b"fedsketch/leave/v1"
+REFUSAL_DOMAIN = b"fedsketch/refusal/v1"
 PUBLIC_KEY_BYTES = 32
 SIGNATURE_BYTES = 64
 
@@ -56,6 +63,15 @@ def registration_digest(study_id: str, device_id: str, spec_sha256: str,
     :data:`LEAVE_DOMAIN` a leave's (module docstring)."""
     h = hashlib.sha256(domain)
     for part in (field(study_id), field(device_id), field(spec_sha256)):
+        h.update(part)
+    return h.digest()
+
+
+def refusal_digest(study_id: str, device_id: str, spec_sha256: str, reason: int) -> bytes:
+    """The 32-byte digest a refusal report's signature covers (module docstring); ``reason`` a
+    ``RefusalReason`` number (0 ≤ reason < 2^32)."""
+    h = hashlib.sha256(REFUSAL_DOMAIN)
+    for part in (field(study_id), field(device_id), field(spec_sha256), struct.pack("<I", reason)):
         h.update(part)
     return h.digest()
 

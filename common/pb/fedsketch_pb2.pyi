@@ -7,6 +7,18 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
 
+class RefusalReason(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    REFUSAL_REASON_UNSPECIFIED: _ClassVar[RefusalReason]
+    BUDGET: _ClassVar[RefusalReason]
+    POLICY: _ClassVar[RefusalReason]
+    TOO_FEW_RECORDS: _ClassVar[RefusalReason]
+    TOO_MANY_RECORDS: _ClassVar[RefusalReason]
+    DATA_UNREADABLE: _ClassVar[RefusalReason]
+    DIMENSION_MISMATCH: _ClassVar[RefusalReason]
+    SPEC_MISMATCH: _ClassVar[RefusalReason]
+    OTHER: _ClassVar[RefusalReason]
+
 class StudyState(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
     STUDY_STATE_UNSPECIFIED: _ClassVar[StudyState]
@@ -27,6 +39,15 @@ class Stage(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     REGISTER: _ClassVar[Stage]
     FINISHED: _ClassVar[Stage]
     CONSISTENCY: _ClassVar[Stage]
+REFUSAL_REASON_UNSPECIFIED: RefusalReason
+BUDGET: RefusalReason
+POLICY: RefusalReason
+TOO_FEW_RECORDS: RefusalReason
+TOO_MANY_RECORDS: RefusalReason
+DATA_UNREADABLE: RefusalReason
+DIMENSION_MISMATCH: RefusalReason
+SPEC_MISMATCH: RefusalReason
+OTHER: RefusalReason
 STUDY_STATE_UNSPECIFIED: StudyState
 OPEN: StudyState
 COLLECTING: StudyState
@@ -208,6 +229,116 @@ class IssueTokensReply(_message.Message):
     TOKENS_FIELD_NUMBER: _ClassVar[int]
     tokens: _containers.RepeatedScalarFieldContainer[str]
     def __init__(self, tokens: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class RefusalReport(_message.Message):
+    __slots__ = ("study_id", "device_id", "spec_sha256", "reason", "signature")
+    STUDY_ID_FIELD_NUMBER: _ClassVar[int]
+    DEVICE_ID_FIELD_NUMBER: _ClassVar[int]
+    SPEC_SHA256_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    SIGNATURE_FIELD_NUMBER: _ClassVar[int]
+    study_id: str
+    device_id: str
+    spec_sha256: str
+    reason: RefusalReason
+    signature: bytes
+    def __init__(self, study_id: _Optional[str] = ..., device_id: _Optional[str] = ..., spec_sha256: _Optional[str] = ..., reason: _Optional[_Union[RefusalReason, str]] = ..., signature: _Optional[bytes] = ...) -> None: ...
+
+class RefusalAck(_message.Message):
+    __slots__ = ("duplicate",)
+    DUPLICATE_FIELD_NUMBER: _ClassVar[int]
+    duplicate: bool
+    def __init__(self, duplicate: _Optional[bool] = ...) -> None: ...
+
+class StatusRequest(_message.Message):
+    __slots__ = ("study_id", "limit")
+    STUDY_ID_FIELD_NUMBER: _ClassVar[int]
+    LIMIT_FIELD_NUMBER: _ClassVar[int]
+    study_id: str
+    limit: int
+    def __init__(self, study_id: _Optional[str] = ..., limit: _Optional[int] = ...) -> None: ...
+
+class RosterEntry(_message.Message):
+    __slots__ = ("device_id", "label", "registered_at", "contributed_at")
+    DEVICE_ID_FIELD_NUMBER: _ClassVar[int]
+    LABEL_FIELD_NUMBER: _ClassVar[int]
+    REGISTERED_AT_FIELD_NUMBER: _ClassVar[int]
+    CONTRIBUTED_AT_FIELD_NUMBER: _ClassVar[int]
+    device_id: str
+    label: str
+    registered_at: float
+    contributed_at: float
+    def __init__(self, device_id: _Optional[str] = ..., label: _Optional[str] = ..., registered_at: _Optional[float] = ..., contributed_at: _Optional[float] = ...) -> None: ...
+
+class RefusalEntry(_message.Message):
+    __slots__ = ("device_id", "label", "reason", "reported_at")
+    DEVICE_ID_FIELD_NUMBER: _ClassVar[int]
+    LABEL_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    REPORTED_AT_FIELD_NUMBER: _ClassVar[int]
+    device_id: str
+    label: str
+    reason: RefusalReason
+    reported_at: float
+    def __init__(self, device_id: _Optional[str] = ..., label: _Optional[str] = ..., reason: _Optional[_Union[RefusalReason, str]] = ..., reported_at: _Optional[float] = ...) -> None: ...
+
+class StatusReply(_message.Message):
+    __slots__ = ("study", "created_at", "min_devices", "roster_size", "filled_at", "deadline", "collect_seconds", "epsilon", "parent_id", "round", "roster", "refusals", "refused", "rounds")
+    STUDY_FIELD_NUMBER: _ClassVar[int]
+    CREATED_AT_FIELD_NUMBER: _ClassVar[int]
+    MIN_DEVICES_FIELD_NUMBER: _ClassVar[int]
+    ROSTER_SIZE_FIELD_NUMBER: _ClassVar[int]
+    FILLED_AT_FIELD_NUMBER: _ClassVar[int]
+    DEADLINE_FIELD_NUMBER: _ClassVar[int]
+    COLLECT_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    EPSILON_FIELD_NUMBER: _ClassVar[int]
+    PARENT_ID_FIELD_NUMBER: _ClassVar[int]
+    ROUND_FIELD_NUMBER: _ClassVar[int]
+    ROSTER_FIELD_NUMBER: _ClassVar[int]
+    REFUSALS_FIELD_NUMBER: _ClassVar[int]
+    REFUSED_FIELD_NUMBER: _ClassVar[int]
+    ROUNDS_FIELD_NUMBER: _ClassVar[int]
+    study: Study
+    created_at: float
+    min_devices: int
+    roster_size: int
+    filled_at: float
+    deadline: float
+    collect_seconds: float
+    epsilon: float
+    parent_id: str
+    round: int
+    roster: _containers.RepeatedCompositeFieldContainer[RosterEntry]
+    refusals: _containers.RepeatedCompositeFieldContainer[RefusalEntry]
+    refused: int
+    rounds: _containers.RepeatedCompositeFieldContainer[Study]
+    def __init__(self, study: _Optional[_Union[Study, _Mapping]] = ..., created_at: _Optional[float] = ..., min_devices: _Optional[int] = ..., roster_size: _Optional[int] = ..., filled_at: _Optional[float] = ..., deadline: _Optional[float] = ..., collect_seconds: _Optional[float] = ..., epsilon: _Optional[float] = ..., parent_id: _Optional[str] = ..., round: _Optional[int] = ..., roster: _Optional[_Iterable[_Union[RosterEntry, _Mapping]]] = ..., refusals: _Optional[_Iterable[_Union[RefusalEntry, _Mapping]]] = ..., refused: _Optional[int] = ..., rounds: _Optional[_Iterable[_Union[Study, _Mapping]]] = ...) -> None: ...
+
+class AuditRequest(_message.Message):
+    __slots__ = ("limit", "study_id")
+    LIMIT_FIELD_NUMBER: _ClassVar[int]
+    STUDY_ID_FIELD_NUMBER: _ClassVar[int]
+    limit: int
+    study_id: str
+    def __init__(self, limit: _Optional[int] = ..., study_id: _Optional[str] = ...) -> None: ...
+
+class AuditEntry(_message.Message):
+    __slots__ = ("at", "actor", "action", "detail")
+    AT_FIELD_NUMBER: _ClassVar[int]
+    ACTOR_FIELD_NUMBER: _ClassVar[int]
+    ACTION_FIELD_NUMBER: _ClassVar[int]
+    DETAIL_FIELD_NUMBER: _ClassVar[int]
+    at: float
+    actor: str
+    action: str
+    detail: str
+    def __init__(self, at: _Optional[float] = ..., actor: _Optional[str] = ..., action: _Optional[str] = ..., detail: _Optional[str] = ...) -> None: ...
+
+class AuditReply(_message.Message):
+    __slots__ = ("entries",)
+    ENTRIES_FIELD_NUMBER: _ClassVar[int]
+    entries: _containers.RepeatedCompositeFieldContainer[AuditEntry]
+    def __init__(self, entries: _Optional[_Iterable[_Union[AuditEntry, _Mapping]]] = ...) -> None: ...
 
 class SecAggMessage(_message.Message):
     __slots__ = ("study_id", "device_id", "stage", "body", "signature")

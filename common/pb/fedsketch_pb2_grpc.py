@@ -79,6 +79,11 @@ class DeviceStub:
                 request_serializer=fedsketch_dot_common_dot_pb_dot_fedsketch__pb2.SecAggMessage.SerializeToString,
                 response_deserializer=fedsketch_dot_common_dot_pb_dot_fedsketch__pb2.SecAggBundle.FromString,
                 _registered_method=True)
+        self.ReportRefusal = channel.unary_unary(
+                '/fedsketch.v1.Device/ReportRefusal',
+                request_serializer=fedsketch_dot_common_dot_pb_dot_fedsketch__pb2.RefusalReport.SerializeToString,
+                response_deserializer=fedsketch_dot_common_dot_pb_dot_fedsketch__pb2.RefusalAck.FromString,
+                _registered_method=True)
 
 
 class DeviceServicer:
@@ -153,6 +158,16 @@ class DeviceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ReportRefusal(self, request, context):
+        """A device declines a study (any kind, any state): a reason code only, signed in its own
+        domain, sent once per study. The first report of a device for a study is kept; a later one
+        is acknowledged as a duplicate. Devices older than this call never send it, and nothing
+        depends on it: it only tells the operator why a device is absent.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_DeviceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -200,6 +215,11 @@ def add_DeviceServicer_to_server(servicer, server):
                     servicer.SecAggFetch,
                     request_deserializer=fedsketch_dot_common_dot_pb_dot_fedsketch__pb2.SecAggMessage.FromString,
                     response_serializer=fedsketch_dot_common_dot_pb_dot_fedsketch__pb2.SecAggBundle.SerializeToString,
+            ),
+            'ReportRefusal': grpc.unary_unary_rpc_method_handler(
+                    servicer.ReportRefusal,
+                    request_deserializer=fedsketch_dot_common_dot_pb_dot_fedsketch__pb2.RefusalReport.FromString,
+                    response_serializer=fedsketch_dot_common_dot_pb_dot_fedsketch__pb2.RefusalAck.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -455,6 +475,33 @@ class Device:
             metadata,
             _registered_method=True)
 
+    @staticmethod
+    def ReportRefusal(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/fedsketch.v1.Device/ReportRefusal',
+            fedsketch_dot_common_dot_pb_dot_fedsketch__pb2.RefusalReport.SerializeToString,
+            fedsketch_dot_common_dot_pb_dot_fedsketch__pb2.RefusalAck.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
 
 class OperatorStub:
     """Missing associated documentation comment in .proto file."""
@@ -489,6 +536,16 @@ class OperatorStub:
                 '/fedsketch.v1.Operator/IssueTokens',
                 request_serializer=fedsketch_dot_common_dot_pb_dot_fedsketch__pb2.IssueTokensRequest.SerializeToString,
                 response_deserializer=fedsketch_dot_common_dot_pb_dot_fedsketch__pb2.IssueTokensReply.FromString,
+                _registered_method=True)
+        self.StudyStatus = channel.unary_unary(
+                '/fedsketch.v1.Operator/StudyStatus',
+                request_serializer=fedsketch_dot_common_dot_pb_dot_fedsketch__pb2.StatusRequest.SerializeToString,
+                response_deserializer=fedsketch_dot_common_dot_pb_dot_fedsketch__pb2.StatusReply.FromString,
+                _registered_method=True)
+        self.Audit = channel.unary_unary(
+                '/fedsketch.v1.Operator/Audit',
+                request_serializer=fedsketch_dot_common_dot_pb_dot_fedsketch__pb2.AuditRequest.SerializeToString,
+                response_deserializer=fedsketch_dot_common_dot_pb_dot_fedsketch__pb2.AuditReply.FromString,
                 _registered_method=True)
 
 
@@ -526,6 +583,21 @@ class OperatorServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def StudyStatus(self, request, context):
+        """One study as the operator watches it: its roster, the refusals devices reported, its
+        collection window, ε and refinement rounds.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Audit(self, request, context):
+        """The newest rows of the coordinator's audit log, of one study (and its rounds) or of all.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_OperatorServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -553,6 +625,16 @@ def add_OperatorServicer_to_server(servicer, server):
                     servicer.IssueTokens,
                     request_deserializer=fedsketch_dot_common_dot_pb_dot_fedsketch__pb2.IssueTokensRequest.FromString,
                     response_serializer=fedsketch_dot_common_dot_pb_dot_fedsketch__pb2.IssueTokensReply.SerializeToString,
+            ),
+            'StudyStatus': grpc.unary_unary_rpc_method_handler(
+                    servicer.StudyStatus,
+                    request_deserializer=fedsketch_dot_common_dot_pb_dot_fedsketch__pb2.StatusRequest.FromString,
+                    response_serializer=fedsketch_dot_common_dot_pb_dot_fedsketch__pb2.StatusReply.SerializeToString,
+            ),
+            'Audit': grpc.unary_unary_rpc_method_handler(
+                    servicer.Audit,
+                    request_deserializer=fedsketch_dot_common_dot_pb_dot_fedsketch__pb2.AuditRequest.FromString,
+                    response_serializer=fedsketch_dot_common_dot_pb_dot_fedsketch__pb2.AuditReply.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -690,6 +772,60 @@ class Operator:
             '/fedsketch.v1.Operator/IssueTokens',
             fedsketch_dot_common_dot_pb_dot_fedsketch__pb2.IssueTokensRequest.SerializeToString,
             fedsketch_dot_common_dot_pb_dot_fedsketch__pb2.IssueTokensReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def StudyStatus(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/fedsketch.v1.Operator/StudyStatus',
+            fedsketch_dot_common_dot_pb_dot_fedsketch__pb2.StatusRequest.SerializeToString,
+            fedsketch_dot_common_dot_pb_dot_fedsketch__pb2.StatusReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Audit(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/fedsketch.v1.Operator/Audit',
+            fedsketch_dot_common_dot_pb_dot_fedsketch__pb2.AuditRequest.SerializeToString,
+            fedsketch_dot_common_dot_pb_dot_fedsketch__pb2.AuditReply.FromString,
             options,
             channel_credentials,
             insecure,

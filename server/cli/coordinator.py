@@ -22,8 +22,6 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
-from rich.table import Table
 
 from fedsketch.common.cli import CaOpt, InsecureOpt, Target, check_tls
 from fedsketch.common.features import FEATURES
@@ -103,16 +101,23 @@ def serve(
                                              "missing.")] = Path("operator.token"),
     port_file: Annotated[Path | None, typer.Option(help="Write the bound port here once "
                                                    "serving (for port 0).")] = None,
+    log_format: Annotated[str, typer.Option(
+        envvar="FEDSKETCH_LOG_FORMAT", help="How stderr's log lines are written: 'text' "
+        "(key=value pairs) or 'json' (one JSON object a line).")] = "text",
 ) -> None:
     """Serve the Device and Operator gRPC services until SIGTERM or SIGINT.
 
-    Every request is parsed from raw bytes under its method's size limit; malformed input is
-    refused with INVALID_ARGUMENT. An internal error answers INTERNAL with a short error id,
-    logged here with its traceback."""
+    Logs one line on stderr for each enrollment, registration, leave, contribution, refusal a
+    device reports, close request and state change (``event=...`` with ids, states, reason
+    codes and counts; never a payload), and for each decoding. Every request is parsed from raw
+    bytes under its method's size limit; malformed input is refused with INVALID_ARGUMENT. An
+    internal error answers INTERNAL with a short error id, logged here with its traceback."""
+    from fedsketch.server.cli.logformat import configure
     from fedsketch.server.service.api import build_server
 
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    log = logging.getLogger("fedsketch.coordinator")
     with clean_errors():
+        configure(log_format)
         if insecure == (cert is not None or key is not None):
             raise ValueError("give --cert and --key for TLS, or --insecure (not both)")
         if not insecure and (cert is None or key is None):
@@ -124,7 +129,7 @@ def serve(
             fd = os.open(token_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
             with os.fdopen(fd, "w") as fh:
                 fh.write(secrets.token_urlsafe(32) + "\n")
-            typer.echo(f"wrote a new operator token to {token_file}", err=True)
+            log.info("wrote a new operator token to %s", token_file)
         token_sha256 = hashlib.sha256(read_token(token_file).encode()).hexdigest()
         server, coordinator, port = build_server(store, token_sha256, listen, creds)
     stop = threading.Event()
@@ -132,8 +137,7 @@ def serve(
         signal.signal(sig, lambda *_: stop.set())
     if port_file is not None:
         port_file.write_text(f"{port}\n")
-    typer.echo(f"coordinator serving on port {port} ({'plaintext' if insecure else 'TLS'})",
-               err=True)
+    log.info("coordinator serving on port %d (%s)", port, "plaintext" if insecure else "TLS")
     stop.wait()
     server.stop(grace=5).wait()
     coordinator.stop()
@@ -305,45 +309,6 @@ def tokens(
             typer.echo(token)
 
 
-@coordinator_app.command("list")
-def list_studies(
-    coordinator: Target,
-    token_file: TokenFile = Path("operator.token"),
-    ca: CaOpt = None,
-    insecure: InsecureOpt = False,
-) -> None:
-    """Every study with its state, its roster (registered/most it takes) and contributions."""
-    with clean_errors():
-        stub, meta = operator_stub(coordinator, ca, insecure, token_file)
-        studies = stub.ListStudies(pb.ListStudiesRequest(include_closed=True), metadata=meta,
-                                   timeout=30).studies
-    table = Table()
-    for col in ("study", "name", "state", "registered", "devices", "records", "detail"):
-        table.add_column(col)
-    for s in studies:
-        spec = json.loads(s.spec_json)
-        table.add_row(s.study_id, spec["name"], STATE_NAMES[s.state],
-                      "-" if spec.get("secure_aggregation")
-                      else f"{s.registered}/{spec.get('roster') or spec['min_devices']}",
-                      str(s.contributions), f"{s.records:,.0f}", s.detail)
-    Console().print(table)
-
-
-@coordinator_app.command("close")
-def close_study(
-    coordinator: Target,
-    study: Annotated[str, typer.Argument(help="Study id.")],
-    token_file: TokenFile = Path("operator.token"),
-    ca: CaOpt = None,
-    insecure: InsecureOpt = False,
-) -> None:
-    """Stop collecting now: decode if the quorum holds, otherwise fail the study."""
-    with clean_errors():
-        stub, meta = operator_stub(coordinator, ca, insecure, token_file)
-        s = stub.CloseStudy(pb.StudyRef(study_id=study), metadata=meta, timeout=30)
-        typer.echo(f"{s.study_id}: {STATE_NAMES[s.state]} {s.detail}")
-
-
 @coordinator_app.command("result")
 def result(
     coordinator: Target,
@@ -373,3 +338,8 @@ def result(
         {"centroids": c, "weights": list(res.weights), "residual": res.residual, "noise_norm": noise_norm,
          "devices": res.devices, "records": res.records, "identifiability": verdict,
          "refined_rounds": res.rounds})))
+
+
+# The operator's view (list, status, audit, close) is a module of its own; importing it registers
+# its commands on coordinator_app.
+from fedsketch.server.cli import operator_view  # noqa: E402, F401

@@ -24,33 +24,19 @@ from fedsketch.common.secagg import wire as secagg_wire
 from fedsketch.common.tls import MAX_MESSAGE_BYTES
 from fedsketch.server.errors import Code, Refusal
 from fedsketch.server.service.coordinator import Coordinator
+from fedsketch.server.service.events import EventStore
 from fedsketch.server.service.handlers import add_service
-from fedsketch.server.service.messages import RegistrationMessage, StageMessage, Submission
-from fedsketch.server.service.secure_round import SecAggRound
-from fedsketch.server.store.base import ACCEPTING, STATES, Store, StudyRow
+from fedsketch.server.service.messages import (
+    RefusalMessage,
+    RegistrationMessage,
+    StageMessage,
+    Submission,
+)
+from fedsketch.server.service.operator_view import REASONS, audit_reply, status_reply
+from fedsketch.server.service.study_wire import STUDY_STATES, plain_stage, study_message
+from fedsketch.server.store.base import Store
 
-#: ``StudyState`` of each store state: the proto spells each state's name in capitals.
-STUDY_STATES = {state: pb.StudyState.Value(state.upper()) for state in STATES}
-
-
-def plain_stage(row: StudyRow) -> int:
-    """The open stage of a plain study: REGISTER until its roster is full, then PLAIN_INPUT until
-    a close is requested."""
-    if row.state not in ACCEPTING or row.closing is not None:
-        return pb.FINISHED
-    return pb.PLAIN_INPUT if row.roster_full else pb.REGISTER
-
-
-def study_message(row: StudyRow, secure_round: SecAggRound | None = None) -> pb.Study:
-    """The wire form of a study row (its stage from the secure-aggregation round, if any)."""
-    if secure_round is None or row.state not in ACCEPTING:
-        stage = plain_stage(row)
-    else:
-        stage = secure_round.stage
-    return pb.Study(study_id=row.study_id, spec_json=row.spec_json, spec_sha256=row.spec_sha256,
-                    state=STUDY_STATES[row.state], stage=stage,
-                    contributions=row.contributions, records=row.records, detail=row.detail,
-                    registered=row.registered)
+__all__ = ["STUDY_STATES", "DeviceService", "OperatorService", "build_server"]
 
 
 def _stage_message(request: pb.SecAggMessage) -> StageMessage:
@@ -115,6 +101,17 @@ class DeviceService:
         """What the coordinator routes to this device for the open stage."""
         return pb.SecAggBundle(stage=request.stage, body=self.c.fetch_stage(_stage_message(request)))
 
+    def ReportRefusal(self, request, context):  # noqa: N802
+        """A device's signed reason for declining a study; INVALID_ARGUMENT for a number that is
+        no ``RefusalReason`` (or UNSPECIFIED)."""
+        if request.reason not in REASONS:
+            raise Refusal(Code.INVALID_ARGUMENT, f"reason {request.reason} is not a refusal reason "
+                          f"({', '.join(pb.RefusalReason.Name(c) for c in REASONS)})")
+        duplicate = self.c.report_refusal(RefusalMessage(
+            request.study_id, request.device_id, request.spec_sha256, REASONS[request.reason],
+            request.reason, request.signature))
+        return pb.RefusalAck(duplicate=duplicate)
+
     def GetResult(self, request, context):  # noqa: N802
         """The published result of a done study."""
         spec, res = self.c.result(request.study_id)
@@ -165,13 +162,21 @@ class OperatorService:
         self._authorize(context)
         return pb.IssueTokensReply(tokens=self.c.issue_tokens(request.count))
 
+    def StudyStatus(self, request, context):  # noqa: N802
+        self._authorize(context)
+        return status_reply(self.c, request.study_id, request.limit)
+
+    def Audit(self, request, context):  # noqa: N802
+        self._authorize(context)
+        return audit_reply(self.c, request.limit, request.study_id)
+
 
 def build_server(store: Store, token_sha256: str, listen: str,
                  credentials: grpc.ServerCredentials | None,
                  workers: int = 16) -> tuple[grpc.Server, Coordinator, int]:
     """A started gRPC server with both services on ``listen``; returns (server, coordinator,
     bound port). ``credentials`` None means plaintext (the explicit ``--insecure`` opt-out)."""
-    coordinator = Coordinator(store)
+    coordinator = Coordinator(EventStore(store))  # each event the operator watches, logged
     options = [("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
                ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
                ("grpc.so_reuseport", 0)]  # a second server on a busy address fails to bind

@@ -72,11 +72,14 @@ MAX_REQUEST_BYTES: dict[str, int] = {
     "Device/GetResult": ENVELOPE_BYTES,
     "Device/SecAggSend": MAX_MESSAGE_BYTES,
     "Device/SecAggFetch": ENVELOPE_BYTES,  # its body is empty
+    "Device/ReportRefusal": ENVELOPE_BYTES,
     "Operator/CreateStudy": SPEC_BYTES,
     "Operator/ListStudies": ENVELOPE_BYTES,
     "Operator/ShowStudy": ENVELOPE_BYTES,
     "Operator/CloseStudy": ENVELOPE_BYTES,
     "Operator/IssueTokens": ENVELOPE_BYTES,
+    "Operator/StudyStatus": ENVELOPE_BYTES,
+    "Operator/Audit": ENVELOPE_BYTES,
 }
 #: Longest status message sent (a refusal may quote a client's field; gRPC carries the message
 #: in a trailer, which clients cap at 8 KiB by default).

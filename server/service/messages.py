@@ -40,3 +40,17 @@ class StageMessage:
     stage: int
     body: bytes
     signature: bytes
+
+
+@dataclass(frozen=True)
+class RefusalMessage:
+    """One signed refusal report: the device declined the study for ``reason`` (one of
+    :data:`~fedsketch.server.store.base.REFUSAL_REASONS`), whose ``code`` (the proto's
+    ``RefusalReason`` number) is what the signature covers."""
+
+    study_id: str
+    device_id: str
+    spec_sha256: str
+    reason: str
+    code: int
+    signature: bytes

@@ -8,13 +8,18 @@ leaves, signed in its own domain (:data:`~fedsketch.common.signing.LEAVE_DOMAIN`
 its place for another; nobody else can take a device's place away, and a device that
 contributed, or holds a live ticket (it may have spent), cannot leave, so a leave replayed
 after the device joined again cannot cost it a contribution it paid for.
+
+A device that declines a study (of any kind) may say why: a reason code, signed in its own
+domain (:data:`~fedsketch.common.signing.REFUSAL_DOMAIN`), kept once per study and device for the
+operator (``coordinator status``). Nothing depends on it: a device that never reports (an older
+release) is simply absent, as before.
 """
 
 from __future__ import annotations
 
 from fedsketch.common import signing
 from fedsketch.server.errors import Code, Refusal
-from fedsketch.server.service.messages import RegistrationMessage
+from fedsketch.server.service.messages import RefusalMessage, RegistrationMessage
 from fedsketch.server.store.base import Store, StudyRow
 
 #: How long (seconds) a plain study promises to take the contribution of a roster device it
@@ -63,3 +68,17 @@ class Roster:
         it, the study after). Raises Refusal."""
         self._check_roster_message(r, signing.LEAVE_DOMAIN, "leave")
         return self.store.leave(r.study_id, r.device_id)
+
+    def report_refusal(self, r: RefusalMessage) -> bool:
+        """Keep a device's signed reason for declining a study (any kind, any state); True if
+        it had reported one already (the first stands). Refused: an unknown study (not_found),
+        another spec (failed_precondition), an unenrolled device or a bad signature
+        (unauthenticated)."""
+        row = self.store.get_study(r.study_id)
+        if r.spec_sha256 != row.spec_sha256:
+            raise Refusal(Code.FAILED_PRECONDITION,
+                          "spec hash mismatch: the refusal was made for another spec")
+        digest = signing.refusal_digest(r.study_id, r.device_id, r.spec_sha256, r.code)
+        if not signing.verify(self._enrolled_key(r.device_id), digest, r.signature):
+            raise Refusal(Code.UNAUTHENTICATED, "invalid refusal signature for this device and study")
+        return not self.store.add_refusal(r.study_id, r.device_id, r.reason)

@@ -47,6 +47,10 @@ STATES = ("open", "collecting", "decoding", "done", "failed")
 ACCEPTING = ("open", "collecting")
 #: How a contribution's payload travels (``ContributionRow.kind``, the ``Contribution`` oneof).
 KINDS = ("int32_pairs", "int64_pairs", "int64_cells")
+#: Why a device declined a study, as it reported it (``refusals.reason``; the API maps each to
+#: the proto's ``RefusalReason`` of the same name in capitals).
+REFUSAL_REASONS = ("budget", "policy", "too_few_records", "too_many_records", "data_unreadable",
+                   "dimension_mismatch", "spec_mismatch", "other")
 
 
 class Transition(NamedTuple):
@@ -125,6 +129,27 @@ class ContributionRow:
     payload_sha256: str
     signature: bytes
     received_at: float
+
+
+@dataclass(frozen=True)
+class RosterEntry:
+    """A device on a study's roster: its enrolled label, when it registered and when its
+    contribution was stored (Unix seconds; None before)."""
+
+    device_id: str
+    label: str
+    registered_at: float
+    contributed_at: float | None
+
+
+@dataclass(frozen=True)
+class RefusalRow:
+    """A device's report that it declined a study: one of ``REFUSAL_REASONS``, and when."""
+
+    device_id: str
+    label: str
+    reason: str
+    reported_at: float
 
 
 class Store(ABC):
@@ -282,5 +307,25 @@ class Store(ABC):
         """Append one row to the audit log."""
 
     @abstractmethod
-    def audit_log(self, limit: int = 100) -> list[tuple[float, str, str, str]]:
-        """The newest ``limit`` audit rows as (at, actor, action, detail), newest last."""
+    def audit_log(self, limit: int = 100,
+                  study_ids: tuple[str, ...] = ()) -> list[tuple[float, str, str, str]]:
+        """The newest ``limit`` audit rows as (at, actor, action, detail), newest last; with
+        ``study_ids``, only rows whose detail names one of them."""
+
+    # what the operator watches
+
+    @abstractmethod
+    def add_refusal(self, study_id: str, device_id: str, reason: str) -> bool:
+        """Record that ``device_id`` declined the study for ``reason`` (one of
+        ``REFUSAL_REASONS``), in any state of the study; True if recorded, False if the device
+        had reported a refusal of it already (the first is kept; nothing is written). StoreError
+        'not_found' for an unknown study or device; ValueError for an unknown reason. Audited."""
+
+    @abstractmethod
+    def roster_entries(self, study_id: str, limit: int) -> list[RosterEntry]:
+        """The first ``limit`` devices of the study's roster, in order of registration."""
+
+    @abstractmethod
+    def refusals(self, study_id: str, limit: int) -> tuple[list[RefusalRow], int]:
+        """(the first ``limit`` refusals reported for the study, in order of report; how many
+        were reported in all)."""

@@ -7,8 +7,8 @@ is what makes a returned write survive a SIGKILL. All SQL lives in this module.
 A file is marked as a fedsketch store by ``PRAGMA application_id`` and versioned by ``PRAGMA
 user_version`` (``SCHEMA_VERSION``); any other file is refused before it is modified. Schema 1
 (before rosters) is migrated when opened: every device that had contributed to a study joins
-its roster, so open studies go on where they were; schemas 2 and 3 are migrated too
-(:mod:`.sqlite_schema`).
+its roster, so open studies go on where they were; schemas 2 to 4 are migrated too
+(:mod:`.sqlite_schema`). The operator's reads, and refusals, are in :mod:`.sqlite_operator`.
 """
 
 from __future__ import annotations
@@ -34,6 +34,7 @@ from fedsketch.server.store.base import (
     StoreError,
     StudyRow,
 )
+from fedsketch.server.store.sqlite_operator import OperatorReads
 from fedsketch.server.store.sqlite_schema import (
     APPLICATION_ID,
     CONTRIBUTION_COLUMNS,
@@ -53,7 +54,7 @@ def _sha256_hex(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
-class SQLiteStore(Store):
+class SQLiteStore(OperatorReads, Store):
     """The coordinator's state in one SQLite file; one connection is shared under a lock, so
     calls are serialized."""
 
@@ -389,7 +390,3 @@ class SQLiteStore(Store):
     def audit(self, actor: str, action: str, detail: str) -> None:
         with self._tx() as c:
             self._log(c, actor, action, detail)
-
-    def audit_log(self, limit: int = 100) -> list[tuple[float, str, str, str]]:
-        rows = self._query("SELECT at, actor, action, detail FROM audit ORDER BY seq DESC LIMIT ?", (limit,))
-        return rows[::-1]

@@ -17,13 +17,17 @@ Schema 4 adds ``studies.roster``, the most devices a roster takes (NULL: ``min_d
 ``filled_at`` of every study whose quorum had registered to its last registration (its rosters
 were never larger than the quorum).
 
-Study totals (the next schema after 4) keep, in each ``studies`` row, the counts every Submit
-and poll reads: ``contributed`` (its contributions), ``records`` (the sum of their ``n``) and
-``registered`` (its roster's size), written in the same transaction as the contribution or
-registration (or leave) that changes them, so a study row is read in O(1) of its stored
-contributions, never by counting them. :func:`migrate_totals` adds the columns and fills them
-by one recount of the rows, and indexes ``registrations`` by ticket, so counting the live
-tickets (:data:`OUTSTANDING_SQL`) reads only those.
+Schema 5 keeps, in each ``studies`` row, the counts every Submit and poll reads:
+``contributed`` (its contributions), ``records`` (the sum of their ``n``) and ``registered``
+(its roster's size), written in the same transaction as the contribution or registration (or
+leave) that changes them, so a study row is read in O(1) of its stored contributions, never by
+counting them. :func:`migrate_v4` adds the columns and fills them by one recount of the rows, and
+indexes ``registrations`` by ticket, so counting the live tickets (:data:`OUTSTANDING_SQL`)
+reads only those.
+
+Schema 6 adds ``refusals``, the reason each device reported when it declined a study (one row
+per study and device: :meth:`~fedsketch.server.store.base.Store.add_refusal`); :func:`migrate_v5`
+creates it.
 """
 
 from __future__ import annotations
@@ -33,7 +37,7 @@ import sqlite3
 from fedsketch.server.errors import Code
 from fedsketch.server.store.base import KINDS, STATES, StoreError, StudyRow
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 
 APPLICATION_ID = 0x46534B53  # "FSKS" in the SQLite header
 
@@ -59,6 +63,13 @@ CONTRIBUTIONS = f"""CREATE TABLE contributions (
         payload_sha256 TEXT NOT NULL,
         signature BLOB NOT NULL,
         received_at REAL NOT NULL,
+        PRIMARY KEY (study_id, device_id))"""
+
+REFUSALS = """CREATE TABLE refusals (
+        study_id TEXT NOT NULL REFERENCES studies(study_id),
+        device_id TEXT NOT NULL REFERENCES devices(device_id),
+        reason TEXT NOT NULL,
+        reported_at REAL NOT NULL,
         PRIMARY KEY (study_id, device_id))"""
 
 SCHEMA = (
@@ -103,6 +114,7 @@ SCHEMA = (
         actor TEXT NOT NULL,
         action TEXT NOT NULL,
         detail TEXT NOT NULL)""",
+    REFUSALS,
 )
 
 #: Studies with their totals as stored (O(1) per study: no row of another table is read).
@@ -170,8 +182,8 @@ def migrate_v3(c: sqlite3.Connection) -> None:
               "registrations AS r WHERE r.study_id = studies.study_id)")
 
 
-def migrate_totals(c: sqlite3.Connection) -> None:
-    """Schema 4 → study totals inside the caller's write transaction (module docstring)."""
+def migrate_v4(c: sqlite3.Connection) -> None:
+    """Schema 4 → 5 inside the caller's write transaction (module docstring)."""
     c.execute("ALTER TABLE studies ADD COLUMN contributed INTEGER NOT NULL DEFAULT 0")
     c.execute("ALTER TABLE studies ADD COLUMN records REAL NOT NULL DEFAULT 0.0")
     c.execute("ALTER TABLE studies ADD COLUMN registered INTEGER NOT NULL DEFAULT 0")
@@ -183,13 +195,19 @@ def migrate_totals(c: sqlite3.Connection) -> None:
     c.execute("CREATE INDEX registrations_by_ticket ON registrations(study_id, ticket_until)")
 
 
+def migrate_v5(c: sqlite3.Connection) -> None:
+    """Schema 5 → 6 inside the caller's write transaction (module docstring)."""
+    c.execute(REFUSALS)
+
+
 def migrate(c: sqlite3.Connection, version: int) -> list[str]:
     """Bring a schema-``version`` store (0: just created) to :data:`SCHEMA_VERSION` inside the
     caller's write transaction; what each step changed, for the audit log."""
     steps = ((migrate_v1, "contributors joined their studies' rosters"),
              (migrate_v2, "studies may have refinement rounds"),
              (migrate_v3, "rosters may be larger than the quorum"),
-             (migrate_totals, "studies keep their totals (contributions, records, registered)"))
+             (migrate_v4, "studies keep their totals (contributions, records, registered)"),
+             (migrate_v5, "devices may report why they declined a study"))
     done = []
     for old, (step, what) in enumerate(steps, start=1):
         if 1 <= version <= old:

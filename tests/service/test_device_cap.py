@@ -178,9 +178,14 @@ def test_a_device_with_more_records_than_the_cap_refuses_and_spends_nothing(coor
     agent = r.agent(f"big-{kind}", parts[0], budget=2000.0)  # 3,000 records
     before = agent.ledger.remaining(agent.source)
     reason = agent.step().refused[study.study_id]
-    assert "at most 2,999 records per device" in reason and "the device has 3,000" in reason
+    assert "at most 2,999 records per device" in reason and "the device has more" in reason
     assert agent.ledger.spends() == [] and agent.ledger.reservations() == []
     assert agent.ledger.remaining(agent.source) == before
+    # the coordinator learns the code alone (no count), once, in any relation
+    agent.step()
+    assert [(f.device_id, f.reason) for f in r.store.refusals(study.study_id, 10)[0]] == [
+        (agent.ledger.identity().device_id, "too_many_records")]
+    assert "3,000" not in str(r.store.audit_log(1000))
     row = r.store.get_study(study.study_id)
     assert row.registered == 0 and row.contributions == 0
     if kind == "secure":

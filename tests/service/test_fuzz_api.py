@@ -237,6 +237,7 @@ def _field_values(edge: Edge) -> dict[str, st.SearchStrategy]:
         "body": st.binary(max_size=200), "spec_json": st.text(),
         "stage": st.integers(-2**31, 2**31 - 1), "count": st.integers(-2**31, 0),
         "include_closed": st.booleans(), "join_only": st.booleans(),
+        "limit": st.integers(-2**31, 2**31 - 1), "reason": st.integers(-2**31, 2**31 - 1),
         "n": st.floats(allow_nan=True, allow_infinity=True),
         "int32_pairs": st.binary(max_size=600), "int64_pairs": st.binary(max_size=1200),
         "int64_cells": st.binary(max_size=200),

@@ -89,6 +89,15 @@ def test_kills_between_and_inside_rounds_lose_nothing_and_spend_once(coordinator
             device(c, device_files[i], ledgers[i])
     result = wait_done(c, study)
     assert result["refined_rounds"] == 2 and result["devices"] == 3
+    status = json.loads(c.op("status", study, "--json").stdout)  # the operator's view of it
+    assert (status["state"], status["epsilon"]) == ("DONE", pytest.approx(5.0))
+    assert [(r["round"], r["study_id"], r["state"], r["contributions"]) for r in status["rounds"]] == [
+        (1, first, "DONE", 3), (2, second, "DONE", 3)]
+    one = json.loads(c.op("status", first, "--json").stdout)
+    assert (one["parent_id"], one["round"], one["rounds"]) == (study, 1, [])
+    assert one["epsilon"] == pytest.approx(5.0 * 0.8 / 2)  # the default round share, over 2 rounds
+    names = {s["study_id"]: s["name"] for s in json.loads(c.op("list", "--json").stdout)}
+    assert (names[study], names[first]) == ("r", f"round 1 of {study}")
     for path in ledgers:
         book = Ledger(path)
         spends = book.spends()

@@ -35,8 +35,9 @@ def cli(*args: str, env: dict | None = None, check: bool = True) -> subprocess.C
 class CoordinatorProcess:
     """``fedsketch coordinator serve`` on a free loopback port, with TLS."""
 
-    def __init__(self, folder: Path, certs: Path) -> None:
-        self.folder, self.certs = folder, certs
+    def __init__(self, folder: Path, certs: Path, *extra: str) -> None:
+        self.folder, self.certs, self.extra = folder, certs, extra
+        self.log = folder / "serve.log"  # a file, not a pipe nobody reads: the log never blocks it
         self.db = folder / "coordinator.db"
         self.token_file = folder / "operator.token"
         self.proc: subprocess.Popen | None = None
@@ -49,11 +50,11 @@ class CoordinatorProcess:
         self.proc = subprocess.Popen(
             [FEDSKETCH, "coordinator", "serve", "--db", str(self.db), "--listen", listen,
              "--cert", str(self.certs / "server.pem"), "--key", str(self.certs / "server.key"),
-             "--token-file", str(self.token_file), "--port-file", str(port_file)],
-            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+             "--token-file", str(self.token_file), "--port-file", str(port_file), *self.extra],
+            stdout=subprocess.DEVNULL, stderr=self.log.open("a"), text=True)
         stop = time.monotonic() + 60
         while not port_file.exists() or not port_file.read_text().strip():
-            assert self.proc.poll() is None, self.proc.stderr.read()
+            assert self.proc.poll() is None, self.log.read_text()
             assert time.monotonic() < stop, "coordinator did not start"
             time.sleep(0.05)
         self.port = int(port_file.read_text())
@@ -148,7 +149,7 @@ def test_coordinator_killed_after_acks_keeps_them_and_completes(coordinator, tmp
     assert store.get_study(study).registered == 3
     store.close()
     assert stored == acked
-    assert "3/3" in coordinator.op("list").stdout  # the roster, registered/min-devices
+    assert "3/3/3" in coordinator.op("list").stdout  # registered/quorum/roster
     device(coordinator, device_files[1], tmp_path / "l1")
     res = wait_done(coordinator, study)
     assert res["devices"] == 3 and res["records"] == 30_000
@@ -258,7 +259,7 @@ def test_create_study_sets_the_roster_and_a_collection_window(coordinator):
     assert spec["deadline"] == pytest.approx(created + 7 * 86400, abs=30)
     assert (given["deadline"] - created, given["collect_seconds"]) == (pytest.approx(60, abs=30), 30)
     assert (spec["max_device_records"], capped["max_device_records"]) == (1_000_000, 2500)
-    assert any(study in line and "0/5" in line for line in coordinator.op("list").stdout.splitlines())
+    assert any(study in line and "0/3/5" in line for line in coordinator.op("list").stdout.splitlines())
     for extra, message in ((("--roster", "2"), "the roster takes min_devices = 3"),
                            (("--collect-seconds", "0"), "collect_seconds must be finite and > 0"),
                            (("--max-device-records", "0"), "max_device_records must be an integer"),

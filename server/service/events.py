@@ -1,0 +1,116 @@
+"""The coordinator's event log: one structured line for each thing an operator watches.
+
+:class:`EventStore` wraps the coordinator's :class:`~fedsketch.server.store.base.Store`; after
+each write that returned (so the event is durable), it logs one record on the logger
+``fedsketch.events`` whose ``event`` attribute names what happened and whose ``fields`` hold
+ids and public numbers only, never a payload, a record count or a label:
+
+==========  ===================================================================================
+create      a study or refinement round opened: ``study``, ``parent``, ``quorum``, ``roster``,
+            ``deadline`` (Unix seconds)
+enroll      a device enrolled: ``device``
+register    a device joined a roster: ``study``, ``device``, ``registered`` (after), ``quorum``,
+            ``roster``
+leave       a device left a roster: ``study``, ``device``, ``registered`` (after)
+contribute  a contribution was stored: ``study``, ``device``
+refusal     a device reported why it declined: ``study``, ``device``, ``reason``
+closing     a close was requested and waits for devices holding an input ticket: ``study``,
+            ``reason``
+state       a study changed state: ``study``, ``state`` (the new one), ``detail``
+==========  ===================================================================================
+
+Idempotent re-sends (a registration, contribution or refusal the store already held) log
+nothing, so a line is one event. How a record is written (key=value text or JSON lines) is the
+log handler's business: :mod:`fedsketch.server.cli.logformat`.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import Any
+
+from fedsketch.server.store.base import COLLECT, ContributionRow, Store, StudyRow
+
+log = logging.getLogger("fedsketch.events")
+
+
+def emit(event: str, **fields: Any) -> None:
+    """Log one event: the message is ``event``; the record carries ``event`` and ``fields``."""
+    log.info(event, extra={"event": event, "fields": fields})
+
+
+class EventStore:
+    """A :class:`Store` that logs an event after each write the operator watches (module
+    docstring); every other call goes to the wrapped store unchanged."""
+
+    def __init__(self, store: Store) -> None:
+        self._store = store
+        self._lock = threading.Lock()
+        #: Studies in state "open": their first stored contribution moves them to "collecting"
+        #: inside the store's write (COLLECT), which returns no state.
+        self._open = {row.study_id for row in store.list_studies(COLLECT.sources)}
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._store, name)
+
+    def create_study(self, study_id: str, *args: Any, **kwargs: Any) -> StudyRow:
+        row = self._store.create_study(study_id, *args, **kwargs)
+        with self._lock:
+            self._open.add(study_id)
+        emit("create", study=study_id, parent=row.parent, quorum=row.min_devices,
+             roster=row.capacity, deadline=row.deadline)
+        return row
+
+    def enroll(self, token: str, public_key: bytes, label: str) -> str:
+        device_id = self._store.enroll(token, public_key, label)
+        emit("enroll", device=device_id)
+        return device_id
+
+    def register(self, study_id: str, device_id: str) -> tuple[bool, StudyRow]:
+        added, row = self._store.register(study_id, device_id)
+        if added:
+            emit("register", study=study_id, device=device_id, registered=row.registered,
+                 quorum=row.min_devices, roster=row.capacity)
+        return added, row
+
+    def leave(self, study_id: str, device_id: str) -> tuple[bool, StudyRow]:
+        left, row = self._store.leave(study_id, device_id)
+        if left:
+            emit("leave", study=study_id, device=device_id, registered=row.registered)
+        return left, row
+
+    def add_contribution(self, row: ContributionRow) -> bool:
+        stored = self._store.add_contribution(row)
+        if stored:
+            with self._lock:
+                first = row.study_id in self._open
+                self._open.discard(row.study_id)
+            emit("contribute", study=row.study_id, device=row.device_id)
+            if first:
+                emit("state", study=row.study_id, state=COLLECT.target, detail="")
+        return stored
+
+    def add_refusal(self, study_id: str, device_id: str, reason: str) -> bool:
+        added = self._store.add_refusal(study_id, device_id, reason)
+        if added:
+            emit("refusal", study=study_id, device=device_id, reason=reason)
+        return added
+
+    def request_close(self, study_id: str, reason: str) -> StudyRow:
+        row = self._store.request_close(study_id, reason)
+        emit("closing", study=study_id, reason=row.closing)
+        return row
+
+    def set_state(self, study_id: str, state: str, detail: str = "",
+                  expect: tuple[str, ...] | None = None) -> StudyRow:
+        row = self._store.set_state(study_id, state, detail, expect)
+        if state not in COLLECT.sources:
+            with self._lock:
+                self._open.discard(study_id)
+        emit("state", study=study_id, state=row.state, detail=row.detail)
+        return row
+
+    def put_result(self, study_id: str, result_json: str) -> None:
+        self._store.put_result(study_id, result_json)
+        emit("state", study=study_id, state="done", detail="")

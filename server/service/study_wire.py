@@ -1,0 +1,31 @@
+"""A study as the wire shows it: the ``Study`` message of a store row, shared by the Device and
+Operator services (:mod:`.api`) and the operator's view (:mod:`.operator_view`)."""
+
+from __future__ import annotations
+
+from fedsketch.common.pb import fedsketch_pb2 as pb
+from fedsketch.server.service.secure_round import SecAggRound
+from fedsketch.server.store.base import ACCEPTING, STATES, StudyRow
+
+#: ``StudyState`` of each store state: the proto spells each state's name in capitals.
+STUDY_STATES = {state: pb.StudyState.Value(state.upper()) for state in STATES}
+
+
+def plain_stage(row: StudyRow) -> int:
+    """The open stage of a plain study: REGISTER until its roster is full, then PLAIN_INPUT until
+    a close is requested."""
+    if row.state not in ACCEPTING or row.closing is not None:
+        return pb.FINISHED
+    return pb.PLAIN_INPUT if row.roster_full else pb.REGISTER
+
+
+def study_message(row: StudyRow, secure_round: SecAggRound | None = None) -> pb.Study:
+    """The wire form of a study row (its stage from the secure-aggregation round, if any)."""
+    if secure_round is None or row.state not in ACCEPTING:
+        stage = plain_stage(row)
+    else:
+        stage = secure_round.stage
+    return pb.Study(study_id=row.study_id, spec_json=row.spec_json, spec_sha256=row.spec_sha256,
+                    state=STUDY_STATES[row.state], stage=stage,
+                    contributions=row.contributions, records=row.records, detail=row.detail,
+                    registered=row.registered)
