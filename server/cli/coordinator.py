@@ -25,27 +25,20 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from fedsketch.common.cli import CaOpt, InsecureOpt, Target, check_tls
-from fedsketch.common.features import FEATURES
-from fedsketch.common.frequencies import LAWS, FrequencySpec
-from fedsketch.common.pb import fedsketch_pb2 as pb
-from fedsketch.common.pb import fedsketch_pb2_grpc as pb_grpc
-from fedsketch.common.privacy import NEIGHBOURING, PrivacySpec
-from fedsketch.common.refine import ROUND_SECONDS, ROUND_SHARE, ROUNDS, split_study_epsilon
-from fedsketch.common.secagg.spec import SecAggSpec
-from fedsketch.common.secagg.trust import Assumptions
-from fedsketch.common.spec import SketchSpec
-from fedsketch.common.study import (
+from fedsketch.common.choices import (
     COLLECT_SECONDS,
     DEADLINE_SECONDS,
     DEFAULT_MAX_DEVICE_RECORDS,
-    StudySpec,
+    FEATURES,
+    LAWS,
+    NEIGHBOURING,
+    ROUND_SECONDS,
+    ROUND_SHARE,
+    ROUNDS,
 )
-from fedsketch.common.tls import init_certs, secure_channel, server_credentials
-from fedsketch.server.cli.bounds import parse_bounds
+from fedsketch.common.cli import CaOpt, InsecureOpt, Target, connect
+from fedsketch.common.pb import fedsketch_pb2 as pb
 from fedsketch.server.cli.errors import NOT_IDENTIFIABLE_EXIT, clean_errors, report_identifiability
-from fedsketch.server.store import open_store
-from fedsketch.server.store.filelock import hold_exclusive
 
 certs_app = typer.Typer(no_args_is_help=True, help="TLS certificates for a coordinator.")
 coordinator_app = typer.Typer(no_args_is_help=True, help="Run and operate a coordinator.")
@@ -56,18 +49,26 @@ STATE_NAMES = {v: k for k, v in pb.StudyState.items()}
 
 
 def read_token(path: Path) -> str:
-    """The operator token stored in ``path`` (one line)."""
-    token = path.read_text().strip()
+    """The operator token stored in ``path`` (one line); a missing, unreadable or empty file is
+    refused naming --token-file and where ``serve`` writes it."""
+    try:
+        token = path.read_text().strip()
+    except OSError as exc:
+        raise ValueError(f"--token-file {path}: cannot read the operator token "
+                         f"({exc.strerror or exc}); `coordinator serve` writes it to its own "
+                         "--token-file (default operator.token in the folder it runs in): give "
+                         "that file's path") from None
     if not token:
-        raise ValueError(f"{path}: empty operator token file")
+        raise ValueError(f"--token-file {path}: empty operator token file")
     return token
 
 
 def operator_stub(target: str, ca: Path | None, insecure: bool, token_file: Path):
     """(Operator stub, call metadata) for admin calls."""
-    check_tls(ca, insecure)
-    channel = secure_channel(target, ca, insecure=insecure)
-    return pb_grpc.OperatorStub(channel), (("authorization", f"Bearer {read_token(token_file)}"),)
+    from fedsketch.common.pb import fedsketch_pb2_grpc as pb_grpc
+
+    meta = (("authorization", f"Bearer {read_token(token_file)}"),)
+    return pb_grpc.OperatorStub(connect(target, ca, insecure)), meta
 
 
 @certs_app.command("init")
@@ -78,6 +79,8 @@ def certs_init(
     days: Annotated[int, typer.Option(help="Validity in days.")] = 825,
 ) -> None:
     """Create a private CA and a server certificate for the coordinator's host names."""
+    from fedsketch.common.tls import init_certs
+
     with clean_errors():
         paths = init_certs(out, host, days)
         typer.echo(f"CA {paths.ca_cert} (give it to devices with --ca); server certificate "
@@ -108,7 +111,10 @@ def serve(
     Every request is parsed from raw bytes under its method's size limit; malformed input is
     refused with INVALID_ARGUMENT. An internal error answers INTERNAL with a short error id,
     logged here with its traceback."""
+    from fedsketch.common.tls import server_credentials
     from fedsketch.server.service.api import build_server
+    from fedsketch.server.store import open_store
+    from fedsketch.server.store.filelock import hold_exclusive
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     with clean_errors():
@@ -234,6 +240,15 @@ def create_study(
     devices' own. The chosen D, C, h_min and t are printed on stderr."""
     import time
 
+    from fedsketch.common.frequencies import FrequencySpec
+    from fedsketch.common.privacy import PrivacySpec
+    from fedsketch.common.refine import split_study_epsilon
+    from fedsketch.common.secagg.spec import SecAggSpec
+    from fedsketch.common.secagg.trust import Assumptions
+    from fedsketch.common.spec import SketchSpec
+    from fedsketch.common.study import StudySpec
+    from fedsketch.server.cli.bounds import parse_bounds
+
     with clean_errors():
         lo, hi = parse_bounds(bounds, d)
         sketch_eps, refine = split_study_epsilon(epsilon, rounds, round_share, round_seconds)
@@ -348,9 +363,10 @@ def result(
     "identifiability": whether they stand above the aggregate's noise, and why not (also on
     stderr); for a study with refinement rounds, "refined_rounds" says how many ended with new
     centres, and the identifiability is that of the sketch's start they refined."""
+    from fedsketch.common.pb import fedsketch_pb2_grpc as pb_grpc
+
     with clean_errors():
-        check_tls(ca, insecure)
-        stub = pb_grpc.DeviceStub(secure_channel(coordinator, ca, insecure=insecure))
+        stub = pb_grpc.DeviceStub(connect(coordinator, ca, insecure))
         res = stub.GetResult(pb.StudyRef(study_id=study), timeout=30)
     c = [list(res.centroids[i * res.d:(i + 1) * res.d]) for i in range(res.k)]
     verdict = {"status": res.status, "reason": res.status_reason, "z": list(res.z),

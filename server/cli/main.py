@@ -11,35 +11,26 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from collections.abc import Iterator
-from importlib import metadata
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
-import numpy as np
 import typer
 from rich.console import Console
-from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 from rich.table import Table
 
 from fedsketch.client.cli import device_app
-from fedsketch.common.box import Box, Tally
-from fedsketch.common.cli import ColumnsOpt, HeaderOpt, open_data
-from fedsketch.common.dataio import write_npy_stream
-from fedsketch.common.dataset_sketch import SketchPlan
-from fedsketch.common.features import FEATURES
-from fedsketch.common.frequencies import LAWS
-from fedsketch.common.privacy import NEIGHBOURING, PrivacySpec
-from fedsketch.common.scale import DEFAULT_RANGE
-from fedsketch.common.sketchfile import load_sketch
-from fedsketch.common.synthetic import gmm_chunks
-from fedsketch.server.bench.metrics import evaluate_centroids
-from fedsketch.server.cli.bounds import parse_bounds
+from fedsketch.common.choices import DEFAULT_RANGE, FEATURES, LAWS, NEIGHBOURING
+from fedsketch.common.cli import ColumnsOpt, HeaderOpt, open_data, set_verbose
 from fedsketch.server.cli.compare import compare_command
 from fedsketch.server.cli.coordinator import certs_app, coordinator_app
 from fedsketch.server.cli.errors import NOT_IDENTIFIABLE_EXIT, clean_errors, report_identifiability
 from fedsketch.server.cli.simulate import simulate_command
-from fedsketch.server.decode.pipeline import decode_judged
+
+if TYPE_CHECKING:  # numpy, scipy and the mechanisms load inside the commands that use them
+    import numpy as np
+    from rich.progress import Progress
 
 app = typer.Typer(
     no_args_is_help=True,
@@ -61,6 +52,8 @@ Quiet = Annotated[bool, typer.Option("--quiet", "-q", help="No progress bars.")]
 def _print_version(value: bool) -> None:
     """``--version``: the installed package's version (pyproject.toml's), then exit."""
     if value:
+        from importlib import metadata
+
         typer.echo(f"fedsketch {metadata.version('fedsketch')}")
         raise typer.Exit()
 
@@ -69,12 +62,22 @@ def _print_version(value: bool) -> None:
 def main(
     version: Annotated[bool, typer.Option("--version", callback=_print_version, is_eager=True,
                                           help="Print the version and exit.")] = False,
+    verbose: Annotated[bool, typer.Option(
+        "--verbose", envvar="FEDSKETCH_VERBOSE",
+        help="Errors also show the libraries' own text (gRPC's, the TLS library's), and gRPC "
+             "logs its errors on stderr.")] = False,
 ) -> None:
-    """The options of ``fedsketch`` itself (``--version``, typer's completion options)."""
+    """The options of ``fedsketch`` itself (``--version``, ``--verbose``, typer's completion
+    options)."""
+    set_verbose(verbose)
+    if not verbose:  # read once, when grpc loads (after this): no gRPC core log lines
+        os.environ.setdefault("GRPC_VERBOSITY", "NONE")
 
 
 def progress_bar(quiet: bool) -> Progress:
     """A rich progress bar on stderr, disabled by ``quiet``."""
+    from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
+
     return Progress(
         TextColumn("{task.description}"),
         BarColumn(),
@@ -104,7 +107,13 @@ def synth_gmm(
     labels: Annotated[Path | None, typer.Option(help="Also write int32 labels here (.npy).")] = None,
     quiet: Quiet = False,
 ) -> None:
-    """Gaussian mixture of paper 004: k unit-covariance clusters of equal weight."""
+    """Gaussian mixture of paper 004 (docs/REFERENCES.md): k unit-covariance clusters of equal
+    weight."""
+    import numpy as np
+
+    from fedsketch.common.dataio import write_npy_stream
+    from fedsketch.common.synthetic import gmm_chunks
+
     with clean_errors():
         check_output(out)
         if labels is not None:
@@ -190,6 +199,11 @@ def sketch(
     printed here and stored nowhere. A NaN or an infinity in DATA stops the command before any
     noise is drawn.
     """
+    from fedsketch.common.box import Box, Tally
+    from fedsketch.common.dataset_sketch import SketchPlan
+    from fedsketch.common.privacy import PrivacySpec
+    from fedsketch.server.cli.bounds import parse_bounds
+
     with clean_errors():
         check_output(out)
         eps_total = float(epsilon)
@@ -242,6 +256,12 @@ def decode(
     least-squares weight is compared, in noise standard deviations, with what noise alone gives
     an atom in the box. Below that, the result is marked "not identifiable" with the reason, on
     stderr and in the JSON ("identifiability"), and --strict makes it an error."""
+    import numpy as np
+
+    from fedsketch.common.sketchfile import load_sketch
+    from fedsketch.server.cli.bounds import parse_bounds
+    from fedsketch.server.decode.pipeline import decode_judged
+
     with clean_errors():
         loaded = load_sketch(sketch_file)
         lo, hi = parse_bounds(bounds, loaded.spec.frequencies.d)
@@ -273,6 +293,8 @@ def _show_decoding(out: dict, as_json: bool) -> None:
 
 def read_centroids(path: Path) -> np.ndarray:
     """Centroids from JSON: ``{"centroids": [[...]]}`` (as ``decode --json`` writes) or a list."""
+    import numpy as np
+
     try:
         obj = json.loads(path.read_text())
     except json.JSONDecodeError as exc:
@@ -299,6 +321,8 @@ def evaluate(
     as_json: Annotated[bool, typer.Option("--json", help="One JSON object on stdout.")] = False,
 ) -> None:
     """SSE/n of CENTROIDS on DATA, and relative SSE against k-means (k-means++, n_init = 3)."""
+    from fedsketch.server.bench.metrics import evaluate_centroids
+
     with clean_errors():
         c = read_centroids(centroids)
         source = open_data(data, header, columns)

@@ -11,13 +11,9 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from fedsketch.common.choices import FEATURES, NEIGHBOURING, ROUND_SHARE, ROUNDS, SECAGG_STAGES
 from fedsketch.common.cli import ColumnsOpt, HeaderOpt, open_data
-from fedsketch.common.features import FEATURES
-from fedsketch.common.privacy import NEIGHBOURING
-from fedsketch.common.refine import ROUND_SHARE, ROUNDS
-from fedsketch.server.cli.bounds import parse_bounds
 from fedsketch.server.cli.errors import clean_errors, report_identifiability
-from fedsketch.server.sim.simulate import DROPOUT_STAGES, SimConfig, file_data, run_simulation
 
 
 def simulate_command(
@@ -70,7 +66,7 @@ def simulate_command(
                                                  "without silent devices.")] = 5.0,
     dropout: Annotated[float, typer.Option(help="Fraction of devices that go silent.")] = 0.0,
     dropout_stage: Annotated[str, typer.Option(help=f"Where they go silent: "
-                                               f"{', '.join(DROPOUT_STAGES)}.")]
+                                               f"{', '.join(SECAGG_STAGES)}.")]
     = "masked_input",
     as_json: Annotated[bool, typer.Option("--json", help="One JSON object on stdout.")] = False,
 ) -> None:
@@ -78,6 +74,9 @@ def simulate_command(
 
     The records are paper 004's mixture, or a data file of yours (--data, with the public box
     --bounds), dealt out to the devices by --partition."""
+    from fedsketch.server.cli.bounds import parse_bounds
+    from fedsketch.server.sim.simulate import SimConfig, file_data, run_simulation
+
     with clean_errors():
         pooled, box = None, None
         if data is None:
