@@ -15,6 +15,10 @@ NEIGHBOURING: tuple[str, ...] = ("replace_one", "add_remove")
 #: Default public search range of σ (data units; :mod:`fedsketch.common.scale`): two decades
 #: around unit-scale data.
 DEFAULT_RANGE = (0.1, 10.0)
+#: Entries per record every command defaults to (``--r``): at n = 10^7 paper 004
+#: (docs/REFERENCES.md, Fig. 1) finds r = 1 as accurate as r = m, at 1/m of the device's work,
+#: and the L1 sensitivity of the integer release grows with r (Δ1 = 2rκ under replace-one).
+DEFAULT_R = 1
 
 #: Default collection window (seconds after the quorum registered) of a plain study created from
 #: the CLI (:mod:`fedsketch.common.study`): long enough for devices that poll every few minutes to

@@ -29,6 +29,7 @@ from fedsketch.common.choices import (
     COLLECT_SECONDS,
     DEADLINE_SECONDS,
     DEFAULT_MAX_DEVICE_RECORDS,
+    DEFAULT_R,
     FEATURES,
     LAWS,
     NEIGHBOURING,
@@ -36,7 +37,7 @@ from fedsketch.common.choices import (
     ROUND_SHARE,
     ROUNDS,
 )
-from fedsketch.common.cli import CaOpt, InsecureOpt, Target, connect
+from fedsketch.common.cli import CaOpt, InsecureOpt, JsonOpt, Target, connect
 from fedsketch.common.pb import fedsketch_pb2 as pb
 from fedsketch.server.cli.errors import NOT_IDENTIFIABLE_EXIT, clean_errors, report_identifiability
 
@@ -44,7 +45,9 @@ certs_app = typer.Typer(no_args_is_help=True, help="TLS certificates for a coord
 coordinator_app = typer.Typer(no_args_is_help=True, help="Run and operate a coordinator.")
 
 TokenFile = Annotated[Path, typer.Option("--token-file", envvar="FEDSKETCH_OPERATOR_TOKEN_FILE",
-                                         help="File holding the operator token.")]
+                                         help="File holding the operator token: the one `coordinator "
+                                         "serve` wrote (its --token-file, by default operator.token "
+                                         "in the folder it runs in).")]
 STATE_NAMES = {v: k for k, v in pb.StudyState.items()}
 
 
@@ -77,15 +80,21 @@ def certs_init(
     host: Annotated[list[str], typer.Option(help="Host name or IP of the coordinator "
                                             "(repeatable).")],
     days: Annotated[int, typer.Option(help="Validity in days.")] = 825,
+    as_json: JsonOpt = False,
 ) -> None:
     """Create a private CA and a server certificate for the coordinator's host names."""
     from fedsketch.common.tls import init_certs
 
     with clean_errors():
         paths = init_certs(out, host, days)
-        typer.echo(f"CA {paths.ca_cert} (give it to devices with --ca); server certificate "
-                   f"{paths.server_cert} and key {paths.server_key} (give them to "
-                   "`coordinator serve`)")
+    if as_json:
+        typer.echo(json.dumps({"ca_cert": str(paths.ca_cert), "ca_key": str(paths.ca_key),
+                               "server_cert": str(paths.server_cert),
+                               "server_key": str(paths.server_key), "hosts": host, "days": days}))
+        return
+    typer.echo(f"CA {paths.ca_cert} (give it to devices with --ca); server certificate "
+               f"{paths.server_cert} and key {paths.server_key} (give them to "
+               "`coordinator serve`)")
 
 
 @coordinator_app.command("serve")
@@ -152,7 +161,11 @@ def create_study(
     d: Annotated[int, typer.Option(help="Dimension of the records.")],
     k: Annotated[int, typer.Option(help="Number of centroids.")],
     bounds: Annotated[str, typer.Option(help="Public box LO:HI or a bounds.json.")],
-    scale: Annotated[float, typer.Option(help="σ in data units (public knowledge).")],
+    scale: Annotated[float, typer.Option(
+        help="σ in data units (public). Required here, while `sketch` defaults to --scale auto: a "
+             "federated study's private auto scale needs a calibration round across the devices, "
+             "which is not built yet; pick σ from public knowledge of the data's spread, or with "
+             "`fedsketch sketch --scale auto` on data you may spend on.")],
     epsilon: Annotated[float, typer.Option(help="ε each device spends in all, its sketch and "
                                            "every refinement round (finite, > 0).")],
     token_file: TokenFile = Path("operator.token"),
@@ -162,7 +175,8 @@ def create_study(
     feature: Annotated[str, typer.Option(help=f"{', '.join(FEATURES)}.")] = "complex",
     law: Annotated[str, typer.Option(help=f"{', '.join(LAWS)}.")] = "adapted_radius",
     seed: Annotated[int, typer.Option(help="Public seed of Ω and ξ.")] = 0,
-    r: Annotated[int, typer.Option(help="Entries per record (1..m).")] = 1,
+    r: Annotated[int, typer.Option(help="Entries per record, 1..m (default 1, as in every "
+                                   "command; see `sketch --help`).")] = DEFAULT_R,
     delta: Annotated[float, typer.Option(help="δ (> 0: Gaussian).")] = 0.0,
     neighbouring: Annotated[str, typer.Option(help=f"{' or '.join(NEIGHBOURING)}.")] = (
         "replace_one"),
@@ -213,6 +227,7 @@ def create_study(
     round_seconds: Annotated[float, typer.Option(
         help="Seconds each refinement round collects at most (it ends sooner once its roster "
         "has sent).")] = ROUND_SECONDS,
+    as_json: JsonOpt = False,
 ) -> None:
     """Create a study and print its id. A study that could overflow its secure-aggregation
     modulus, or that secure aggregation cannot serve, is refused with the reason.
@@ -291,7 +306,10 @@ def create_study(
         stub, meta = operator_stub(coordinator, ca, insecure, token_file)
         study = stub.CreateStudy(pb.CreateStudyRequest(spec_json=spec.to_json()), metadata=meta,
                                  timeout=30)
-        typer.echo(study.study_id)
+    if as_json:
+        typer.echo(json.dumps({"study_id": study.study_id, "spec": json.loads(spec.to_json())}))
+        return
+    typer.echo(study.study_id)
 
 
 @coordinator_app.command("tokens")
@@ -355,6 +373,9 @@ def result(
     study: Annotated[str, typer.Argument(help="Study id.")],
     ca: CaOpt = None,
     insecure: InsecureOpt = False,
+    token_file: Annotated[Path | None, typer.Option(
+        "--token-file", envvar="FEDSKETCH_OPERATOR_TOKEN_FILE",
+        help="Accepted as in every operator command, and not read: a result is public.")] = None,
     strict: Annotated[bool, typer.Option(
         help=f"Exit with status {NOT_IDENTIFIABLE_EXIT} when the centroids cannot be told from the "
              "aggregate sketch's noise.")] = False,

@@ -43,21 +43,12 @@ def failed_in_words(done: subprocess.CompletedProcess, *words: str) -> str:
 
 
 @pytest.fixture
-def served(tmp_path, certs):
-    """(HOST:PORT of a TLS coordinator whose certificate names localhost and 127.0.0.1, the
-    operator token file)."""
-    store = open_store(tmp_path / "coordinator.db")
-    server, coordinator, port = build_server(
-        store, hashlib.sha256(OPERATOR_TOKEN.encode()).hexdigest(), "127.0.0.1:0",
-        server_credentials(certs.server_cert, certs.server_key))
+def served(coordinator_round, tmp_path):
+    """(HOST:PORT of a real TLS coordinator whose certificate names localhost and 127.0.0.1,
+    the operator token file)."""
     token = tmp_path / "operator.token"
     token.write_text(OPERATOR_TOKEN + "\n")
-    try:
-        yield f"127.0.0.1:{port}", token
-    finally:
-        server.stop(grace=None).wait()
-        coordinator.stop()
-        store.close()
+    return coordinator_round.target, token
 
 
 def test_the_right_ca_works(served, certs):
