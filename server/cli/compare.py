@@ -33,7 +33,7 @@ def compare_command(
     data: Annotated[Path | None, typer.Option(help="Records (.npy, .csv or .parquet).")] = None,
     synthetic_set: Annotated[str | None, typer.Option(
         "--synthetic", help="gmm (kmeans), spectrum (pca) or subspaces (subspace).")] = None,
-    n: Annotated[int, typer.Option(help="Synthetic records.")] = 100_000,
+    n: Annotated[int, typer.Option("--n", "--records", help="Synthetic records.")] = 100_000,
     d: Annotated[int, typer.Option(help="Synthetic dimension.")] = 10,
     k: Annotated[int, typer.Option(help="Clusters, PCA rank or subspaces.")] = 10,
     q: Annotated[int, typer.Option(help="Subspace dimension (subspace).")] = 3,

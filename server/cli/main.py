@@ -99,7 +99,7 @@ def check_output(path: Path) -> Path:
 @synth_app.command("gmm")
 def synth_gmm(
     out: Annotated[Path, typer.Option(help="Output .npy file of float32 records (n, d).")],
-    n: Annotated[int, typer.Option(help="Number of records.")] = 100_000,
+    n: Annotated[int, typer.Option("--n", "--records", help="Number of records.")] = 100_000,
     k: Annotated[int, typer.Option(help="Number of clusters.")] = 10,
     d: Annotated[int, typer.Option(help="Dimension.")] = 10,
     separation: Annotated[float, typer.Option(help="s: centres ~ N(0, (s·k^(1/d))² I).")] = 2.5,
@@ -336,8 +336,11 @@ def evaluate(
     header: HeaderOpt = None,
     columns: ColumnsOpt = None,
     as_json: Annotated[bool, typer.Option("--json", help="One JSON object on stdout.")] = False,
+    quiet: Quiet = False,
 ) -> None:
-    """SSE/n of CENTROIDS on DATA, and relative SSE against k-means (k-means++, n_init = 3)."""
+    """SSE/n of CENTROIDS on DATA, and relative SSE against k-means (k-means++, n_init = 3).
+    The progress bar counts the records read: one pass for the SSE, one to load them for
+    k-means."""
     from fedsketch.server.bench.metrics import evaluate_centroids
 
     with clean_errors():
@@ -345,7 +348,15 @@ def evaluate(
         source = open_data(data, header, columns)
         if source.d != c.shape[1]:
             raise ValueError(f"centroids have dimension {c.shape[1]}, {data} has {source.d}")
-        out = evaluate_centroids(source.chunks, c, seed).to_dict()
+        with progress_bar(quiet) as bar:
+            task = bar.add_task("reading", total=2 * source.n)
+
+            def counted() -> Iterator[np.ndarray]:
+                for x in source.chunks():
+                    bar.advance(task, x.shape[0])
+                    yield x
+
+            out = evaluate_centroids(counted, c, seed).to_dict()
     if as_json:
         typer.echo(json.dumps(out))
         return

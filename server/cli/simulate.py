@@ -26,6 +26,7 @@ from fedsketch.server.cli.errors import clean_errors, report_identifiability
 def simulate_command(
     devices: Annotated[int, typer.Option(help="Number of devices L.")] = 20,
     records: Annotated[int | None, typer.Option(
+        "--records", "--n",
         help="Total synthetic records N, split over the devices [default: 1000000; with --data, "
              "the file's].")] = None,
     k: Annotated[int, typer.Option(help="Clusters.")] = 10,
@@ -41,7 +42,7 @@ def simulate_command(
     m: Annotated[int, typer.Option(help="Frequencies.")] = 1000,
     feature: Annotated[str, typer.Option(help=f"{', '.join(FEATURES)}.")] = "complex",
     epsilon: Annotated[float, typer.Option(help="ε per device in all, sketch and refinement "
-                                           "rounds (each device's budget).")] = 1.0,
+                                           "rounds (each device's budget; finite, > 0).")] = 1.0,
     rounds: Annotated[int, typer.Option(help="Refinement rounds after the sketch (private Lloyd "
                                         "steps across the devices); 0: the sketch alone.")]
     = ROUNDS,

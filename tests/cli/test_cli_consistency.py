@@ -25,7 +25,8 @@ def run(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedPr
 
 def test_synth_and_sketch_print_json_and_r_defaults_to_one(tmp_path):
     x, s = tmp_path / "x.npy", tmp_path / "s.npz"
-    done = run("synth", "gmm", "--out", str(x), "--n", "2000", "--k", "3", "--d", "2", "--json", "-q")
+    # --records: simulate's name for the count, an alias of --n in synth gmm and compare
+    done = run("synth", "gmm", "--out", str(x), "--records", "2000", "--k", "3", "--d", "2", "--json", "-q")
     assert done.returncode == 0, done.stderr
     made = json.loads(done.stdout)
     assert made["out"] == str(x) and made["n"] == 2000 and np.asarray(made["centres"]).shape == (3, 2)
@@ -38,6 +39,11 @@ def test_synth_and_sketch_print_json_and_r_defaults_to_one(tmp_path):
     done = run("sketch", str(x), "--out", str(s), "--m", "50", "--epsilon", "1", "--json", "-q")
     out = json.loads(done.stdout)
     assert out["calibration"]["sigma"] == out["scale"] and out["noise"][0]["target"]
+    centroids = tmp_path / "c.json"
+    centroids.write_text(json.dumps({"centroids": made["centres"]}))
+    done = run("evaluate", "--data", str(x), "--centroids", str(centroids), "--quiet", "--json")
+    assert done.returncode == 0 and done.stderr == "", done.stderr  # evaluate has --quiet too
+    assert json.loads(done.stdout)["sse_per_n"] > 0
 
 
 def test_certs_init_prints_json(tmp_path):
