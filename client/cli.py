@@ -81,6 +81,13 @@ def _existing(path: Path) -> Iterator[Ledger]:
         book.close()
 
 
+def _new_ledger_folder(path: Path) -> None:
+    """Refuse a --ledger whose folder does not exist, naming the option (a ledger is created in
+    an existing folder, never with one)."""
+    if not path.parent.is_dir():
+        raise ValueError(f"--ledger {path}: folder {path.parent} does not exist")
+
+
 def _policy(base: Policy, max_epsilon: float | None, studies: list[str] | None,
             coordinators: list[str] | None) -> Policy:
     """``base`` with the options that were given."""
@@ -106,6 +113,7 @@ def device_init(
     with clean_errors():
         policy = _policy(Policy(), max_epsilon, study, coordinator_pattern)
         check_budget(budget, 0.0 if budget_delta is None else budget_delta)  # before any file
+        _new_ledger_folder(ledger)
         from .ledger import Ledger
 
         book = Ledger(ledger)
@@ -205,6 +213,7 @@ def device_run(
 
     with clean_errors():
         check_tls(ca, insecure)
+        _new_ledger_folder(ledger)
         cfg = daemon.DaemonConfig(coordinator, data, ledger, budget, budget_delta, source, ca,
                                   insecure, token, label, once, poll, max_poll,
                                   ReadOptions.parse(header, columns))

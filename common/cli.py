@@ -124,6 +124,8 @@ def clean_errors(*extra: type[BaseException]) -> Iterator[None]:
         rpc = sys.modules.get("grpc")  # a gRPC error can only come from an imported grpc
         if rpc is not None and isinstance(exc, rpc.RpcError):
             message = rpc_words(exc)
+        elif isinstance(exc, OSError) and exc.strerror and exc.filename is not None:
+            message = f"{printable(str(exc.filename))}: {exc.strerror}"  # not "[Errno 2] ..."
         elif isinstance(exc, (*EXPECTED, *extra)):
             message = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         else:

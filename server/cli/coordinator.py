@@ -1,4 +1,4 @@
-"""``fedsketch certs`` and ``fedsketch coordinator``: the operator's commands.
+"""``fedsketch coordinator``: the operator's commands (``fedsketch certs`` is :mod:`.certs`).
 
 Options an operator sets once (the coordinator's address, the CA, the token file, and every option
 of ``serve``) are also read from ``FEDSKETCH_*`` environment variables (named in each ``--help``),
@@ -41,7 +41,6 @@ from fedsketch.common.cli import CaOpt, InsecureOpt, JsonOpt, Target, connect
 from fedsketch.common.pb import fedsketch_pb2 as pb
 from fedsketch.server.cli.errors import NOT_IDENTIFIABLE_EXIT, clean_errors, report_identifiability
 
-certs_app = typer.Typer(no_args_is_help=True, help="TLS certificates for a coordinator.")
 coordinator_app = typer.Typer(no_args_is_help=True, help="Run and operate a coordinator.")
 
 TokenFile = Annotated[Path, typer.Option("--token-file", envvar="FEDSKETCH_OPERATOR_TOKEN_FILE",
@@ -72,29 +71,6 @@ def operator_stub(target: str, ca: Path | None, insecure: bool, token_file: Path
 
     meta = (("authorization", f"Bearer {read_token(token_file)}"),)
     return pb_grpc.OperatorStub(connect(target, ca, insecure)), meta
-
-
-@certs_app.command("init")
-def certs_init(
-    out: Annotated[Path, typer.Option(help="Folder for ca.pem, ca.key, server.pem, server.key.")],
-    host: Annotated[list[str], typer.Option(help="Host name or IP of the coordinator "
-                                            "(repeatable).")],
-    days: Annotated[int, typer.Option(help="Validity in days.")] = 825,
-    as_json: JsonOpt = False,
-) -> None:
-    """Create a private CA and a server certificate for the coordinator's host names."""
-    from fedsketch.common.tls import init_certs
-
-    with clean_errors():
-        paths = init_certs(out, host, days)
-    if as_json:
-        typer.echo(json.dumps({"ca_cert": str(paths.ca_cert), "ca_key": str(paths.ca_key),
-                               "server_cert": str(paths.server_cert),
-                               "server_key": str(paths.server_key), "hosts": host, "days": days}))
-        return
-    typer.echo(f"CA {paths.ca_cert} (give it to devices with --ca); server certificate "
-               f"{paths.server_cert} and key {paths.server_key} (give them to "
-               "`coordinator serve`)")
 
 
 @coordinator_app.command("serve")
@@ -132,6 +108,9 @@ def serve(
         if not insecure and (cert is None or key is None):
             raise ValueError("TLS needs both --cert and --key")
         creds = None if insecure else server_credentials(cert, key)
+        for option, path in (("--db", db), ("--token-file", token_file)):
+            if not path.parent.is_dir():  # before the store is created
+                raise ValueError(f"{option} {path}: folder {path.parent} does not exist")
         hold_exclusive(os.fspath(db))  # first: a database another coordinator serves is refused
         store = open_store(db)
         if not token_file.exists():

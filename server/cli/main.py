@@ -23,8 +23,9 @@ from rich.table import Table
 from fedsketch.client.cli import device_app
 from fedsketch.common.choices import DEFAULT_R, DEFAULT_RANGE, FEATURES, LAWS, NEIGHBOURING
 from fedsketch.common.cli import ColumnsOpt, HeaderOpt, JsonOpt, open_data, set_verbose
+from fedsketch.server.cli.certs import certs_app
 from fedsketch.server.cli.compare import compare_command
-from fedsketch.server.cli.coordinator import certs_app, coordinator_app
+from fedsketch.server.cli.coordinator import coordinator_app
 from fedsketch.server.cli.errors import NOT_IDENTIFIABLE_EXIT, clean_errors, report_identifiability
 from fedsketch.server.cli.simulate import simulate_command
 
@@ -314,6 +315,8 @@ def read_centroids(path: Path) -> np.ndarray:
 
     try:
         obj = json.loads(path.read_text())
+    except OSError as exc:
+        raise ValueError(f"--centroids {path}: cannot read ({exc.strerror or exc})") from None
     except json.JSONDecodeError as exc:
         raise ValueError(f"{path}: not JSON ({exc})") from None
     rows = obj.get("centroids") if isinstance(obj, dict) else obj

@@ -138,3 +138,23 @@ def test_the_daemon_logs_the_same_words(served, tmp_path):
     assert f"cannot enroll yet: the coordinator at {target} has a certificate that is not signed " \
            f"by the CA in --ca {other.ca_cert}" in done.stderr
     assert not RAW.search(done.stderr), done.stderr
+
+
+def test_serve_and_the_device_name_their_files_options(tmp_path, certs):
+    other = init_certs(tmp_path / "other", ["127.0.0.1"])
+    db, token = tmp_path / "c.db", tmp_path / "operator.token"
+    tls = ("--cert", str(certs.server_cert), "--key", str(certs.server_key))
+    for args, words in (
+            (("--db", str(tmp_path / "no" / "c.db"), *tls), f"--db {tmp_path / 'no' / 'c.db'}: folder"),
+            (("--db", str(db), *tls, "--token-file", str(tmp_path / "no" / "t")),
+             f"--token-file {tmp_path / 'no' / 't'}: folder {tmp_path / 'no'} does not exist"),
+            (("--db", str(db), "--cert", str(tmp_path / "none.pem"), "--key", str(certs.server_key)),
+             "none.pem: cannot read the TLS server certificate (--cert)"),
+            (("--db", str(db), "--cert", str(certs.server_cert), "--key", str(other.server_key)),
+             "the private key (--key) does not match the certificate in")):
+        failed_in_words(run("coordinator", "serve", "--token-file", str(token), *args), words)
+    assert not db.exists() and not token.exists()  # refused before anything was created
+    failed_in_words(run("device", "init", "--ledger", str(tmp_path / "no" / "l"), "--budget", "1"),
+                    f"--ledger {tmp_path / 'no' / 'l'}: folder {tmp_path / 'no'} does not exist")
+    failed_in_words(run("evaluate", "--data", str(tmp_path / "x.npy"), "--centroids",
+                        str(tmp_path / "c.json")), f"--centroids {tmp_path / 'c.json'}: cannot read")
