@@ -10,7 +10,8 @@ stack, ending in ": OK"). :func:`describe` recognizes the usual causes in that t
 - nothing listens at HOST:PORT, or the host name does not resolve.
 
 Any other status is the coordinator's own refusal, whose reason is already words: it is shown
-as ``STATUS: reason``, control characters escaped.
+as ``STATUS: reason``, control characters escaped (a refused operator token adds which option
+to check).
 """
 
 from __future__ import annotations
@@ -59,7 +60,9 @@ def describe(code: str, details: str, link: Link | None) -> str:
 
     where = f"the coordinator at {link.target}" if link else "the coordinator"
     if code not in ("UNAVAILABLE", "DEADLINE_EXCEEDED"):
-        return f"{code}: {printable(details)}"
+        hint = (" (check --token-file: it must hold the token `coordinator serve` wrote to its "
+                "--token-file)" if "operator credential" in details else "")
+        return f"{code}: {printable(details)}{hint}"
     if "CERTIFICATE_VERIFY_FAILED" in details:
         if link is not None and link.ca is not None:
             return (f"{where} has a certificate that is not signed by the CA in --ca {link.ca} "

@@ -95,6 +95,11 @@ def test_a_missing_token_file_is_named(served, certs, tmp_path):
                            f"--token-file {missing}: cannot read the operator token",
                            "`coordinator serve` writes it")
     assert "Errno" not in line
+    wrong = tmp_path / "wrong.token"
+    wrong.write_text("not-the-token\n")
+    failed_in_words(run("coordinator", "tokens", "--coordinator", target, "--ca", str(certs.ca_cert),
+                        "--token-file", str(wrong)),
+                    "PERMISSION_DENIED: bad operator credential (check --token-file")
 
 
 def test_a_certificate_for_another_host_is_named(tmp_path, certs):
