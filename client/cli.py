@@ -20,7 +20,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
@@ -37,12 +37,13 @@ from fedsketch.common.cli import (
     printable,
 )
 from fedsketch.common.cli import clean_errors as _clean_errors
-from fedsketch.common.dataio import ReadOptions
 
-from . import daemon
-from .ledger import DEFAULT_SOURCE, Ledger, LedgerError, Spend
-from .ledger_records import check_budget
+from .ledger_records import LedgerError, check_budget
+from .ledger_schema import DEFAULT_SOURCE
 from .policy import Policy
+
+if TYPE_CHECKING:  # the ledger (sqlite3, cryptography) and the daemon load in the commands
+    from .ledger import Ledger, Spend
 
 device_app = typer.Typer(no_args_is_help=True,
                          help="Run a device daemon; set and read its budget and policy.")
@@ -71,11 +72,20 @@ def _existing(path: Path) -> Iterator[Ledger]:
     """An existing ledger, open for the block and closed after it."""
     if not path.exists():
         raise ValueError(f"{path}: no such ledger (create it with `fedsketch device init`)")
+    from .ledger import Ledger
+
     book = Ledger(path)
     try:
         yield book
     finally:
         book.close()
+
+
+def _new_ledger_folder(path: Path) -> None:
+    """Refuse a --ledger whose folder does not exist, naming the option (a ledger is created in
+    an existing folder, never with one)."""
+    if not path.parent.is_dir():
+        raise ValueError(f"--ledger {path}: folder {path.parent} does not exist")
 
 
 def _policy(base: Policy, max_epsilon: float | None, studies: list[str] | None,
@@ -103,6 +113,9 @@ def device_init(
     with clean_errors():
         policy = _policy(Policy(), max_epsilon, study, coordinator_pattern)
         check_budget(budget, 0.0 if budget_delta is None else budget_delta)  # before any file
+        _new_ledger_folder(ledger)
+        from .ledger import Ledger
+
         book = Ledger(ledger)
         try:
             book.declare(source, budget, 0.0 if budget_delta is None else budget_delta,
@@ -194,8 +207,13 @@ def device_run(
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
+    from fedsketch.common.dataio import ReadOptions
+
+    from . import daemon
+
     with clean_errors():
         check_tls(ca, insecure)
+        _new_ledger_folder(ledger)
         cfg = daemon.DaemonConfig(coordinator, data, ledger, budget, budget_delta, source, ca,
                                   insecure, token, label, once, poll, max_poll,
                                   ReadOptions.parse(header, columns))

@@ -24,9 +24,9 @@ from pathlib import Path
 
 import grpc
 
-from fedsketch.common.cli import printable
+from fedsketch.common.cli import rpc_words
 from fedsketch.common.dataio import AS_IS, DataSource, ReadOptions
-from fedsketch.common.tls import secure_channel
+from fedsketch.common.link import Link
 
 from .agent import Agent
 from .ledger import DEFAULT_SOURCE, Budget, Ledger, LedgerError
@@ -132,10 +132,11 @@ def run(cfg: DaemonConfig, stop: threading.Event) -> int:
     except BaseException:
         ledger.close()
         raise
-    channel = secure_channel(cfg.coordinator, cfg.ca, insecure=cfg.insecure)
+    link = Link(cfg.coordinator, cfg.ca, cfg.insecure)
+    channel = link.channel()
     try:
         agent = Agent(channel, ledger, lambda: local_data(cfg.data, cfg.read, stop), cfg.source)
-        if not _enroll(agent, cfg, stop):
+        if not _enroll(agent, cfg, link, stop):
             return 1 if cfg.once else 0
         failures = 0
         while not stop.is_set():
@@ -144,7 +145,7 @@ def run(cfg: DaemonConfig, stop: threading.Event) -> int:
             except Stopped:
                 break
             except grpc.RpcError as exc:
-                log.warning("coordinator: %s: %s", exc.code().name, printable(exc.details()))
+                log.warning("coordinator: %s", rpc_words(exc, link))
                 if cfg.once:
                     return 1
                 failures += 1
@@ -163,7 +164,7 @@ def run(cfg: DaemonConfig, stop: threading.Event) -> int:
         ledger.close()
 
 
-def _enroll(agent: Agent, cfg: DaemonConfig, stop: threading.Event) -> bool:
+def _enroll(agent: Agent, cfg: DaemonConfig, link: Link, stop: threading.Event) -> bool:
     """Enroll (or find the stored identity), trying again with backoff while the coordinator
     cannot be reached; False if stopped first, or at the first failure with ``once``. The key
     is the same on every try (:meth:`Agent.ensure_enrolled`), so a retry after a lost reply is
@@ -176,8 +177,7 @@ def _enroll(agent: Agent, cfg: DaemonConfig, stop: threading.Event) -> bool:
         except grpc.RpcError as exc:
             if exc.code() not in TRANSIENT:
                 raise
-            log.warning("cannot enroll yet: coordinator %s: %s: %s", cfg.coordinator,
-                        exc.code().name, exc.details())
+            log.warning("cannot enroll yet: %s", rpc_words(exc, link))
             if cfg.once:
                 return False
             failures += 1

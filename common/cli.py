@@ -4,20 +4,29 @@ how to read a data file (``--header/--no-header``, ``--columns``: the same in ev
 
 Errors: an expected failure (bad input, an unusable file or state, a missing optional package, a
 refused gRPC call) becomes ``error: <first line>`` on stderr and exit status 1; anything else
-propagates with its traceback (a bug, not bad input).
+propagates with its traceback (a bug, not bad input). A failed connection to the coordinator is
+said in words that name the option to check (:mod:`fedsketch.common.link`); the gRPC library's
+own text follows only with the global ``--verbose``.
+
+Nothing heavy is imported here (no numpy, no grpc): every command's ``--help`` needs this module.
 """
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
-import grpc
 import typer
 
-from .dataio import DataSource, ReadOptions
+from .link import Link, describe
+
+if TYPE_CHECKING:
+    import grpc
+
+    from .dataio import DataSource
 
 #: Failures that mean bad input, an unusable file or state, or a missing optional package.
 EXPECTED: tuple[type[BaseException], ...] = (ValueError, OSError, ImportError)
@@ -25,7 +34,11 @@ EXPECTED: tuple[type[BaseException], ...] = (ValueError, OSError, ImportError)
 Target = Annotated[str, typer.Option("--coordinator", envvar="FEDSKETCH_COORDINATOR",
                                       help="Coordinator HOST:PORT.")]
 CaOpt = Annotated[Path | None, typer.Option("--ca", envvar="FEDSKETCH_CA",
-                                            help="CA certificate (PEM) to trust.")]
+                                            help="CA certificate (PEM) to trust: the ca.pem of the "
+                                            "`certs init` that made the coordinator's certificate "
+                                            "(default: the system's CAs).")]
+JsonOpt = Annotated[bool, typer.Option("--json", help="One JSON object on stdout (what the "
+                                      "command printed, as data; notes stay on stderr).")]
 InsecureOpt = Annotated[bool, typer.Option("--insecure", help="Plaintext gRPC (loopback demos "
                                            "only; explicit opt-out of TLS).")]
 
@@ -56,6 +69,8 @@ def open_data(path: Path, header: bool | None, columns: str | None, *,
               allow_empty: bool = False) -> DataSource:
     """The data file at ``path`` read as the options say; what the reader decided on its own (a
     header taken as such, pandas' index column left out) is printed on stderr as ``note:``."""
+    from .dataio import DataSource, ReadOptions
+
     source = DataSource(path, allow_empty=allow_empty, options=ReadOptions.parse(header, columns))
     for note in source.notes:
         typer.echo(f"note: {printable(str(path))}: {note}", err=True)
@@ -68,17 +83,53 @@ def printable(text: str | None) -> str:
     return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text or "")
 
 
+class _Run:
+    """What the running command has said about itself: ``--verbose``, and the coordinator link
+    it opened last (so a failed call on it is said in words)."""
+
+    verbose = False
+    link: Link | None = None
+
+
+def set_verbose(verbose: bool) -> None:
+    """The global ``--verbose``: errors keep the libraries' own text after the words."""
+    _Run.verbose = verbose
+
+
+def connect(target: str, ca: Path | None, insecure: bool) -> grpc.Channel:
+    """A channel to the coordinator as the options (--coordinator, --ca, --insecure) say; a
+    failed call on it is reported by :func:`clean_errors` in words that name the option."""
+    _Run.link = Link(target, ca, insecure)
+    return _Run.link.channel()
+
+
+def rpc_words(exc: grpc.RpcError, link: Link | None = None) -> str:
+    """A failed gRPC call in words (:func:`fedsketch.common.link.describe`) on ``link`` (default:
+    the one :func:`connect` opened); with ``--verbose``, the library's text after them."""
+    details = exc.details() or ""
+    message = describe(exc.code().name, details, link or _Run.link)
+    if _Run.verbose and details:
+        message += f" [grpc: {printable(details)}]"
+    return message
+
+
 @contextmanager
 def clean_errors(*extra: type[BaseException]) -> Iterator[None]:
     """Turn an expected failure (:data:`EXPECTED`, plus ``extra``) into ``error: <first line>``
-    on stderr and exit status 1; a refused gRPC call prints its status code and reason."""
+    on stderr and exit status 1; a refused gRPC call prints its status code and reason, and a
+    failed connection what failed and which option to check."""
     try:
         yield
-    except grpc.RpcError as exc:
-        typer.echo(f"error: {exc.code().name}: {printable(exc.details())}", err=True)
-        raise typer.Exit(1) from None
-    except (*EXPECTED, *extra) as exc:
-        message = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    except Exception as exc:
+        rpc = sys.modules.get("grpc")  # a gRPC error can only come from an imported grpc
+        if rpc is not None and isinstance(exc, rpc.RpcError):
+            message = rpc_words(exc)
+        elif isinstance(exc, OSError) and exc.strerror and exc.filename is not None:
+            message = f"{printable(str(exc.filename))}: {exc.strerror}"  # not "[Errno 2] ..."
+        elif isinstance(exc, (*EXPECTED, *extra)):
+            message = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        else:
+            raise
         typer.echo(f"error: {message}", err=True)
         raise typer.Exit(1) from None
 

@@ -25,7 +25,7 @@ import math
 
 import numpy as np
 
-FEATURES: tuple[str, ...] = ("complex", "quantized")
+from .choices import FEATURES
 
 #: c_f: twice the largest |Re f| + |Im f| (dimensionless).
 C_F: dict[str, float] = {"complex": 2.0 * math.sqrt(2.0), "quantized": 4.0}

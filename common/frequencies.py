@@ -50,8 +50,7 @@ from itertools import accumulate
 import numpy as np
 
 from . import exactmath
-
-LAWS: tuple[str, ...] = ("gaussian", "folded_gaussian", "adapted_radius")
+from .choices import LAWS
 
 #: Purpose of the direction stream of Ω; pass another purpose to :func:`draw_directions` for a set
 #: of directions independent of every study's Ω.

@@ -36,6 +36,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 from .box import Box, Tally
+from .choices import ROUND_SECONDS, ROUND_SHARE
 from .dp.calibration import dlap_param, noise_radius
 from .dp.grid import STEPS
 from .lloyd import add_cell_noise, exact_cell_stats, relation_factor, su_split
@@ -49,13 +50,6 @@ CELLS_KIND = "int64_cells"
 #: Most refinement rounds a study may declare, and most centres one round may publish.
 MAX_ROUNDS = 20
 MAX_CENTRES = 4096
-#: Default collection window of one round (seconds): it closes earlier once its roster has sent.
-ROUND_SECONDS = 900.0
-#: Defaults of a new study, chosen by measurement (benchmarks/RESULTS.md §8): three rounds
-#: (two over-seeded and a last step; with two, the over-seeded round is reduced at once and
-#: loses) taking 0.8 of the study's ε together, the sketch the rest.
-ROUNDS = 3
-ROUND_SHARE = 0.8
 
 
 class CellsError(ValueError):

@@ -49,6 +49,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 from .box import WIDEST, Box
+from .choices import DEFAULT_RANGE
 from .frequencies import draw_directions
 from .privacy import PrivacySpec, privatize
 from .sketching import feature_sum
@@ -56,8 +57,6 @@ from .sketching import feature_sum
 #: Frequencies of the calibration sketch, and consecutive radii per block of the fit.
 DEFAULT_M0 = 64
 BLOCK = 4
-#: Default public search range of σ (data units): two decades around unit-scale data.
-DEFAULT_RANGE = (0.1, 10.0)
 #: ρσ over which the envelope exp(−ρ²σ²/2) falls from 0.98 to 0.011.
 RHO_SIGMA_LO = 0.2
 RHO_SIGMA_HI = 3.0

@@ -18,6 +18,7 @@ import math
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, fields
 
+from .choices import DEFAULT_MAX_DEVICE_RECORDS
 from .dp.plan import integer_sum_term
 from .dp.samplers import share_rate
 from .features import GRID
@@ -42,18 +43,6 @@ REFINED_FORMAT = "fedsketch.study/3"
 READ_FORMATS = ("fedsketch.study/1", FORMAT, REFINED_FORMAT)
 #: Most devices one roster takes.
 MAX_ROSTER = 1_000_000
-#: Default collection window (seconds after the quorum registered) of a plain study created from
-#: the CLI: long enough for devices that poll every few minutes to sketch and send, short
-#: enough that a roster device that never sends holds nobody's result for long.
-COLLECT_SECONDS = 3600.0
-#: Default deadline (seconds after creation) of a plain study created from the CLI: a study whose
-#: quorum never registers (too few devices enrolled, or too many refused) ends FAILED after a
-#: week instead of staying open for ever and holding the reservations of the devices that joined.
-DEADLINE_SECONDS = 7 * 86400.0
-#: ``max_device_records`` of a study created without one (:meth:`StudySpec.create`; under secure
-#: aggregation at most its total ``max_records``): the most records one device may declare, so
-#: the most weight one device, hostile or not, carries in the average.
-DEFAULT_MAX_DEVICE_RECORDS = 1_000_000
 
 
 @dataclass(frozen=True)

@@ -129,15 +129,16 @@ def server_credentials(cert: Path, key: Path) -> grpc.ServerCredentials:
     Raises ValueError if a file is missing or unreadable, is not PEM of the expected kind, or the
     key does not belong to the certificate.
     """
-    cert_bytes = _read(cert, "certificate")
-    key_bytes = _read(key, "private key")
+    cert_bytes = _read(cert, "server certificate (--cert)")
+    key_bytes = _read(key, "server private key (--key)")
     leaf = _load_certs(cert_bytes, cert)[0]
     try:
         private_key = serialization.load_pem_private_key(key_bytes, password=None)
     except (ValueError, TypeError) as exc:
-        raise ValueError(f"{key}: not an unencrypted PEM private key ({exc})") from exc
+        raise ValueError(f"{key}: not an unencrypted PEM private key (--key; {exc})") from exc
     if private_key.public_key() != leaf.public_key():
-        raise ValueError(f"{key}: private key does not match the certificate in {cert}")
+        raise ValueError(f"{key}: the private key (--key) does not match the certificate in "
+                         f"{cert} (--cert)")
     return grpc.ssl_server_credentials(((key_bytes, cert_bytes),))
 
 

@@ -15,10 +15,9 @@ from functools import lru_cache
 from scipy.optimize import minimize_scalar
 from scipy.special import log_ndtr, ndtr
 
+from ..choices import NEIGHBOURING
 from ..features import ENTRY_L1, ENTRY_L2
 
-#: The neighbouring relations (MECHANISMS §0.3): replace one record (n public) or add/remove one.
-NEIGHBOURING: tuple[str, ...] = ("replace_one", "add_remove")
 #: Δ1 = Δ2 of the record count under add/remove (records).
 COUNT_SENSITIVITY = 1.0
 #: log of the probability, over all coordinates, that a noise vector leaves its radius (§4.4).

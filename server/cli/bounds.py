@@ -1,6 +1,6 @@
 """Public decoding bounds [lo, hi]^d: where the decoder may place centroids (data units).
 
-Bounds come from the public spec or the operator, never from the data (MECHANISMS §1.9).
+Bounds come from the public spec or the operator, never from the data (docs/MECHANISMS.md §1.9).
 """
 
 from __future__ import annotations

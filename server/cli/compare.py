@@ -7,17 +7,13 @@ import json
 from pathlib import Path
 from typing import Annotated
 
-import numpy as np
 import typer
 from rich import box
 from rich.console import Console
 from rich.markup import escape
-from rich.progress import Progress
 from rich.table import Table
 
 from fedsketch.common.cli import ColumnsOpt, HeaderOpt, open_data
-from fedsketch.common.dataio import load_all
-from fedsketch.server.cli.bounds import parse_bounds
 from fedsketch.server.cli.errors import clean_errors
 
 
@@ -37,7 +33,7 @@ def compare_command(
     data: Annotated[Path | None, typer.Option(help="Records (.npy, .csv or .parquet).")] = None,
     synthetic_set: Annotated[str | None, typer.Option(
         "--synthetic", help="gmm (kmeans), spectrum (pca) or subspaces (subspace).")] = None,
-    n: Annotated[int, typer.Option(help="Synthetic records.")] = 100_000,
+    n: Annotated[int, typer.Option("--n", "--records", help="Synthetic records.")] = 100_000,
     d: Annotated[int, typer.Option(help="Synthetic dimension.")] = 10,
     k: Annotated[int, typer.Option(help="Clusters, PCA rank or subspaces.")] = 10,
     q: Annotated[int, typer.Option(help="Subspace dimension (subspace).")] = 3,
@@ -67,6 +63,10 @@ def compare_command(
 ) -> None:
     """Every method at every ε on one dataset: median [IQR] of the family's utility metric."""
     # the bench (every mechanism family) loads only when compare runs, not at CLI start-up
+    import numpy as np
+    from rich.progress import Progress
+
+    from fedsketch.common.dataio import load_all
     from fedsketch.server.bench.compare import (
         FAMILIES,
         SYNTHETIC,
@@ -77,6 +77,7 @@ def compare_command(
         synthetic,
     )
     from fedsketch.server.bench.task import Task, clip_rows_to_box, clip_rows_to_norm
+    from fedsketch.server.cli.bounds import parse_bounds
 
     with clean_errors():
         if family not in FAMILIES:

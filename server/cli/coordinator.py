@@ -1,4 +1,4 @@
-"""``fedsketch certs`` and ``fedsketch coordinator``: the operator's commands.
+"""``fedsketch coordinator``: the operator's commands (``fedsketch certs`` is :mod:`.certs`).
 
 Options an operator sets once (the coordinator's address, the CA, the token file, and every option
 of ``serve``) are also read from ``FEDSKETCH_*`` environment variables (named in each ``--help``),
@@ -23,65 +23,53 @@ from typing import Annotated
 
 import typer
 
-from fedsketch.common.cli import CaOpt, InsecureOpt, Target, check_tls
-from fedsketch.common.features import FEATURES
-from fedsketch.common.frequencies import LAWS, FrequencySpec
-from fedsketch.common.pb import fedsketch_pb2 as pb
-from fedsketch.common.pb import fedsketch_pb2_grpc as pb_grpc
-from fedsketch.common.privacy import NEIGHBOURING, PrivacySpec
-from fedsketch.common.refine import ROUND_SECONDS, ROUND_SHARE, ROUNDS, split_study_epsilon
-from fedsketch.common.secagg.spec import SecAggSpec
-from fedsketch.common.secagg.trust import Assumptions
-from fedsketch.common.spec import SketchSpec
-from fedsketch.common.study import (
+from fedsketch.common.choices import (
     COLLECT_SECONDS,
     DEADLINE_SECONDS,
     DEFAULT_MAX_DEVICE_RECORDS,
-    StudySpec,
+    DEFAULT_R,
+    FEATURES,
+    LAWS,
+    NEIGHBOURING,
+    ROUND_SECONDS,
+    ROUND_SHARE,
+    ROUNDS,
 )
-from fedsketch.common.tls import init_certs, secure_channel, server_credentials
-from fedsketch.server.cli.bounds import parse_bounds
+from fedsketch.common.cli import CaOpt, InsecureOpt, JsonOpt, Target, connect
+from fedsketch.common.pb import fedsketch_pb2 as pb
 from fedsketch.server.cli.errors import NOT_IDENTIFIABLE_EXIT, clean_errors, report_identifiability
 from fedsketch.server.cli.planning import ExpectedRecordsOpt, StrictPlanOpt, report_plan, result_noise
-from fedsketch.server.store import open_store
-from fedsketch.server.store.filelock import hold_exclusive
 
-certs_app = typer.Typer(no_args_is_help=True, help="TLS certificates for a coordinator.")
 coordinator_app = typer.Typer(no_args_is_help=True, help="Run and operate a coordinator.")
 
 TokenFile = Annotated[Path, typer.Option("--token-file", envvar="FEDSKETCH_OPERATOR_TOKEN_FILE",
-                                         help="File holding the operator token.")]
+                                         help="File holding the operator token: the one `coordinator "
+                                         "serve` wrote (its --token-file, by default operator.token "
+                                         "in the folder it runs in).")]
 STATE_NAMES = {v: k for k, v in pb.StudyState.items()}
 
 
 def read_token(path: Path) -> str:
-    """The operator token stored in ``path`` (one line)."""
-    token = path.read_text().strip()
+    """The operator token stored in ``path`` (one line); a missing, unreadable or empty file is
+    refused naming --token-file and where ``serve`` writes it."""
+    try:
+        token = path.read_text().strip()
+    except OSError as exc:
+        raise ValueError(f"--token-file {path}: cannot read the operator token "
+                         f"({exc.strerror or exc}); `coordinator serve` writes it to its own "
+                         "--token-file (default operator.token in the folder it runs in): give "
+                         "that file's path") from None
     if not token:
-        raise ValueError(f"{path}: empty operator token file")
+        raise ValueError(f"--token-file {path}: empty operator token file")
     return token
 
 
 def operator_stub(target: str, ca: Path | None, insecure: bool, token_file: Path):
     """(Operator stub, call metadata) for admin calls."""
-    check_tls(ca, insecure)
-    channel = secure_channel(target, ca, insecure=insecure)
-    return pb_grpc.OperatorStub(channel), (("authorization", f"Bearer {read_token(token_file)}"),)
+    from fedsketch.common.pb import fedsketch_pb2_grpc as pb_grpc
 
-
-@certs_app.command("init")
-def certs_init(
-    out: Annotated[Path, typer.Option(help="Folder for ca.pem, ca.key, server.pem, server.key.")],
-    host: Annotated[list[str], typer.Option(help="Host name or IP of the coordinator "
-                                            "(repeatable).")],
-    days: Annotated[int, typer.Option(help="Validity in days.")] = 825,
-) -> None:
-    """Create a private CA and a server certificate for the coordinator's host names."""
-    with clean_errors():
-        paths = init_certs(out, host, days)
-        typer.echo(f"CA {paths.ca_cert} (give it to devices with --ca); server certificate "
-                   f"{paths.server_cert} and key {paths.server_key} (give them to "
-                   "`coordinator serve`)")
+    meta = (("authorization", f"Bearer {read_token(token_file)}"),)
+    return pb_grpc.OperatorStub(connect(target, ca, insecure)), meta
 
 
 @coordinator_app.command("serve")
@@ -112,8 +100,11 @@ def serve(
     codes and counts; never a payload), and for each decoding. Every request is parsed from raw
     bytes under its method's size limit; malformed input is refused with INVALID_ARGUMENT. An
     internal error answers INTERNAL with a short error id, logged here with its traceback."""
+    from fedsketch.common.tls import server_credentials
     from fedsketch.server.cli.logformat import configure
     from fedsketch.server.service.api import build_server
+    from fedsketch.server.store import open_store
+    from fedsketch.server.store.filelock import hold_exclusive
 
     log = logging.getLogger("fedsketch.coordinator")
     with clean_errors():
@@ -123,6 +114,9 @@ def serve(
         if not insecure and (cert is None or key is None):
             raise ValueError("TLS needs both --cert and --key")
         creds = None if insecure else server_credentials(cert, key)
+        for option, path in (("--db", db), ("--token-file", token_file)):
+            if not path.parent.is_dir():  # before the store is created
+                raise ValueError(f"{option} {path}: folder {path.parent} does not exist")
         hold_exclusive(os.fspath(db))  # first: a database another coordinator serves is refused
         store = open_store(db)
         if not token_file.exists():
@@ -151,7 +145,11 @@ def create_study(
     d: Annotated[int, typer.Option(help="Dimension of the records.")],
     k: Annotated[int, typer.Option(help="Number of centroids.")],
     bounds: Annotated[str, typer.Option(help="Public box LO:HI or a bounds.json.")],
-    scale: Annotated[float, typer.Option(help="σ in data units (public knowledge).")],
+    scale: Annotated[float, typer.Option(
+        help="σ in data units (public). Required here, while `sketch` defaults to --scale auto: a "
+             "federated study's private auto scale needs a calibration round across the devices, "
+             "which is not built yet; pick σ from public knowledge of the data's spread, or with "
+             "`fedsketch sketch --scale auto` on data you may spend on.")],
     epsilon: Annotated[float, typer.Option(help="ε each device spends in all, its sketch and "
                                            "every refinement round (finite, > 0).")],
     token_file: TokenFile = Path("operator.token"),
@@ -161,7 +159,8 @@ def create_study(
     feature: Annotated[str, typer.Option(help=f"{', '.join(FEATURES)}.")] = "complex",
     law: Annotated[str, typer.Option(help=f"{', '.join(LAWS)}.")] = "adapted_radius",
     seed: Annotated[int, typer.Option(help="Public seed of Ω and ξ.")] = 0,
-    r: Annotated[int, typer.Option(help="Entries per record (1..m).")] = 1,
+    r: Annotated[int, typer.Option(help="Entries per record, 1..m (default 1, as in every "
+                                   "command; see `sketch --help`).")] = DEFAULT_R,
     delta: Annotated[float, typer.Option(help="δ (> 0: Gaussian).")] = 0.0,
     neighbouring: Annotated[str, typer.Option(help=f"{' or '.join(NEIGHBOURING)}.")] = (
         "replace_one"),
@@ -214,6 +213,7 @@ def create_study(
         "has sent).")] = ROUND_SECONDS,
     expected_records: ExpectedRecordsOpt = None,
     strict: StrictPlanOpt = False,
+    as_json: JsonOpt = False,
 ) -> None:
     """Create a study and print its id. A study that could overflow its secure-aggregation
     modulus, or that secure aggregation cannot serve, is refused with the reason.
@@ -246,6 +246,15 @@ def create_study(
     says "expected to work", "doubtful" or "hopeless"; the last two are warnings, and with
     --strict refusals."""
     import time
+
+    from fedsketch.common.frequencies import FrequencySpec
+    from fedsketch.common.privacy import PrivacySpec
+    from fedsketch.common.refine import split_study_epsilon
+    from fedsketch.common.secagg.spec import SecAggSpec
+    from fedsketch.common.secagg.trust import Assumptions
+    from fedsketch.common.spec import SketchSpec
+    from fedsketch.common.study import StudySpec
+    from fedsketch.server.cli.bounds import parse_bounds
 
     with clean_errors():
         lo, hi = parse_bounds(bounds, d)
@@ -290,7 +299,10 @@ def create_study(
         stub, meta = operator_stub(coordinator, ca, insecure, token_file)
         study = stub.CreateStudy(pb.CreateStudyRequest(spec_json=spec.to_json()), metadata=meta,
                                  timeout=30)
-        typer.echo(study.study_id)
+    if as_json:
+        typer.echo(json.dumps({"study_id": study.study_id, "spec": json.loads(spec.to_json())}))
+        return
+    typer.echo(study.study_id)
 
 
 @coordinator_app.command("tokens")
@@ -315,6 +327,9 @@ def result(
     study: Annotated[str, typer.Argument(help="Study id.")],
     ca: CaOpt = None,
     insecure: InsecureOpt = False,
+    token_file: Annotated[Path | None, typer.Option(
+        "--token-file", envvar="FEDSKETCH_OPERATOR_TOKEN_FILE",
+        help="Accepted as in every operator command, and not read: a result is public.")] = None,
     strict: Annotated[bool, typer.Option(
         help=f"Exit with status {NOT_IDENTIFIABLE_EXIT} when the centroids cannot be told from the "
              "aggregate sketch's noise.")] = False,
@@ -325,9 +340,11 @@ def result(
     centres, and the identifiability is that of the sketch's start they refined. "noise_norm" is
     the norm the aggregate sketch's noise is expected to have (from the public spec and the
     released counts, sketch units), and stderr says how much of "residual" it explains."""
+    from fedsketch.common.pb import fedsketch_pb2_grpc as pb_grpc
+    from fedsketch.common.study import StudySpec
+
     with clean_errors():
-        check_tls(ca, insecure)
-        stub = pb_grpc.DeviceStub(secure_channel(coordinator, ca, insecure=insecure))
+        stub = pb_grpc.DeviceStub(connect(coordinator, ca, insecure))
         res = stub.GetResult(pb.StudyRef(study_id=study), timeout=30)
         spec = StudySpec.from_json(stub.GetStudy(pb.StudyRef(study_id=study), timeout=30).spec_json)
     noise_norm = result_noise(spec, res.residual, res.devices, res.records)

@@ -9,15 +9,15 @@ from contextlib import AbstractContextManager
 
 import typer
 
-from fedsketch.client.ledger import LedgerError
+from fedsketch.client.ledger_records import LedgerError
 from fedsketch.common.cli import clean_errors as _clean_errors
-from fedsketch.server.decode.identify import IDENTIFIED
-from fedsketch.server.store import StoreError
 
 
 def clean_errors(*extra: type[BaseException]) -> AbstractContextManager[None]:
     """``error: <first line>`` and exit status 1 for bad input, a store or ledger refusal, a
     refused gRPC call, and ``extra``."""
+    from fedsketch.server.store.base import StoreError  # here: the store loads only when used
+
     return _clean_errors(StoreError, LedgerError, *extra)
 
 
@@ -30,6 +30,8 @@ def report_identifiability(status: str, reason: str, strict: bool, show: Callabl
     """Print a decoding with ``show()``, then, when ``status`` is not "identified", say why on
     stderr: a warning, or with ``strict`` an error and exit status NOT_IDENTIFIABLE_EXIT. An empty
     status (a result published before the check existed) says that it was not checked."""
+    from fedsketch.server.decode.identify import IDENTIFIED
+
     show()
     if status == IDENTIFIED:
         return

@@ -11,35 +11,27 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from collections.abc import Iterator
-from importlib import metadata
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
-import numpy as np
 import typer
 from rich.console import Console
-from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 from rich.table import Table
 
 from fedsketch.client.cli import device_app
-from fedsketch.common.box import Box, Tally
-from fedsketch.common.cli import ColumnsOpt, HeaderOpt, open_data
-from fedsketch.common.dataio import write_npy_stream
-from fedsketch.common.dataset_sketch import SketchPlan
-from fedsketch.common.features import FEATURES
-from fedsketch.common.frequencies import LAWS
-from fedsketch.common.privacy import NEIGHBOURING, PrivacySpec
-from fedsketch.common.scale import DEFAULT_RANGE
-from fedsketch.common.sketchfile import load_sketch
-from fedsketch.common.synthetic import gmm_chunks
-from fedsketch.server.bench.metrics import evaluate_centroids
-from fedsketch.server.cli.bounds import parse_bounds
+from fedsketch.common.choices import DEFAULT_R, DEFAULT_RANGE, FEATURES, LAWS, NEIGHBOURING
+from fedsketch.common.cli import ColumnsOpt, HeaderOpt, JsonOpt, open_data, set_verbose
+from fedsketch.server.cli.certs import certs_app
 from fedsketch.server.cli.compare import compare_command
-from fedsketch.server.cli.coordinator import certs_app, coordinator_app
+from fedsketch.server.cli.coordinator import coordinator_app
 from fedsketch.server.cli.errors import NOT_IDENTIFIABLE_EXIT, clean_errors, report_identifiability
 from fedsketch.server.cli.simulate import simulate_command
-from fedsketch.server.decode.pipeline import decode_judged
+
+if TYPE_CHECKING:  # numpy, scipy and the mechanisms load inside the commands that use them
+    import numpy as np
+    from rich.progress import Progress
 
 app = typer.Typer(
     no_args_is_help=True,
@@ -61,6 +53,8 @@ Quiet = Annotated[bool, typer.Option("--quiet", "-q", help="No progress bars.")]
 def _print_version(value: bool) -> None:
     """``--version``: the installed package's version (pyproject.toml's), then exit."""
     if value:
+        from importlib import metadata
+
         typer.echo(f"fedsketch {metadata.version('fedsketch')}")
         raise typer.Exit()
 
@@ -69,12 +63,22 @@ def _print_version(value: bool) -> None:
 def main(
     version: Annotated[bool, typer.Option("--version", callback=_print_version, is_eager=True,
                                           help="Print the version and exit.")] = False,
+    verbose: Annotated[bool, typer.Option(
+        "--verbose", envvar="FEDSKETCH_VERBOSE",
+        help="Errors also show the libraries' own text (gRPC's, the TLS library's), and gRPC "
+             "logs its errors on stderr.")] = False,
 ) -> None:
-    """The options of ``fedsketch`` itself (``--version``, typer's completion options)."""
+    """The options of ``fedsketch`` itself (``--version``, ``--verbose``, typer's completion
+    options)."""
+    set_verbose(verbose)
+    if not verbose:  # read once, when grpc loads (after this): no gRPC core log lines
+        os.environ.setdefault("GRPC_VERBOSITY", "NONE")
 
 
 def progress_bar(quiet: bool) -> Progress:
     """A rich progress bar on stderr, disabled by ``quiet``."""
+    from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
+
     return Progress(
         TextColumn("{task.description}"),
         BarColumn(),
@@ -96,15 +100,22 @@ def check_output(path: Path) -> Path:
 @synth_app.command("gmm")
 def synth_gmm(
     out: Annotated[Path, typer.Option(help="Output .npy file of float32 records (n, d).")],
-    n: Annotated[int, typer.Option(help="Number of records.")] = 100_000,
+    n: Annotated[int, typer.Option("--n", "--records", help="Number of records.")] = 100_000,
     k: Annotated[int, typer.Option(help="Number of clusters.")] = 10,
     d: Annotated[int, typer.Option(help="Dimension.")] = 10,
     separation: Annotated[float, typer.Option(help="s: centres ~ N(0, (s·k^(1/d))² I).")] = 2.5,
     seed: Annotated[int, typer.Option(help="Seed of the data generator.")] = 0,
     labels: Annotated[Path | None, typer.Option(help="Also write int32 labels here (.npy).")] = None,
     quiet: Quiet = False,
+    as_json: JsonOpt = False,
 ) -> None:
-    """Gaussian mixture of paper 004: k unit-covariance clusters of equal weight."""
+    """Gaussian mixture of paper 004 (docs/REFERENCES.md): k unit-covariance clusters of equal
+    weight."""
+    import numpy as np
+
+    from fedsketch.common.dataio import write_npy_stream
+    from fedsketch.common.synthetic import gmm_chunks
+
     with clean_errors():
         check_output(out)
         if labels is not None:
@@ -125,6 +136,10 @@ def synth_gmm(
         if labels is not None:
             np.save(labels, np.concatenate(all_labels))
         err.print(f"wrote {out}: {n:,} records, d = {d}, k = {k}, separation {separation}")
+    if as_json:
+        typer.echo(json.dumps({"out": str(out), "labels": None if labels is None else str(labels),
+                               "n": n, "d": d, "k": k, "separation": separation, "seed": seed,
+                               "centres": centres.tolist()}))
 
 
 def parse_scale(scale: str) -> float | None:
@@ -163,7 +178,10 @@ def sketch(
     ),
     scale: Annotated[str, typer.Option(help="σ in data units, or 'auto' (private).")] = "auto",
     seed: Annotated[int, typer.Option(help="Public seed of Ω and ξ.")] = 0,
-    r: Annotated[int | None, typer.Option(help="Entries per record, 1..m (default m).")] = None,
+    r: Annotated[int, typer.Option(
+        help="Entries per record, 1..m (default 1 in every command: at n = 10^7 paper 004, "
+             "docs/REFERENCES.md, finds r = 1 as accurate as r = m, at 1/m of the work; --r M "
+             "for every entry).")] = DEFAULT_R,
     epsilon: Annotated[str, typer.Option(help="Total ε > 0, or 'inf' for no noise.")] = "1.0",
     delta: Annotated[float, typer.Option(help="δ; > 0 selects the discrete Gaussian.")] = 0.0,
     neighbouring: Annotated[str, typer.Option(help=f"{' or '.join(NEIGHBOURING)}.")] = (
@@ -180,6 +198,7 @@ def sketch(
     header: HeaderOpt = None,
     columns: ColumnsOpt = None,
     quiet: Quiet = False,
+    as_json: JsonOpt = False,
 ) -> None:
     """Sketch DATA into OUT: the feature sum Σ f(Ωᵀx+ξ) encoded as integers, plus exact integer
     noise (s = that sum/(n√m) is the sketch), with its spec.
@@ -190,6 +209,11 @@ def sketch(
     printed here and stored nowhere. A NaN or an infinity in DATA stops the command before any
     noise is drawn.
     """
+    from fedsketch.common.box import Box, Tally
+    from fedsketch.common.dataset_sketch import SketchPlan
+    from fedsketch.common.privacy import PrivacySpec
+    from fedsketch.server.cli.bounds import parse_bounds
+
     with clean_errors():
         check_output(out)
         eps_total = float(epsilon)
@@ -216,6 +240,14 @@ def sketch(
         if tally.clipped:
             err.print(f"note: {tally.clipped:,} of {tally.records:,} records lay outside the box "
                       "and were clipped into it (this count is not private; it is not stored)")
+    if as_json:
+        typer.echo(json.dumps({
+            "out": str(out), "n": release.n, "neighbouring": neighbouring, "m": m, "r": made.spec.r,
+            "scale": made.spec.frequencies.scale, "delta": delta,
+            "epsilon": eps_total if math.isfinite(eps_total) else "inf",
+            "calibration": None if made.calibration is None else made.calibration.to_dict(),
+            "noise": [{"law": t.law, "scale": t.scale, "target": t.target} for t in release.noise],
+            "clipped": tally.clipped}, allow_nan=False))
 
 
 @app.command()
@@ -237,6 +269,12 @@ def decode(
     least-squares weight is compared, in noise standard deviations, with what noise alone gives
     an atom in the box. Below that, the result is marked "not identifiable" with the reason, on
     stderr and in the JSON ("identifiability"), and --strict makes it an error."""
+    import numpy as np
+
+    from fedsketch.common.sketchfile import load_sketch
+    from fedsketch.server.cli.bounds import parse_bounds
+    from fedsketch.server.decode.pipeline import decode_judged
+
     with clean_errors():
         loaded = load_sketch(sketch_file)
         lo, hi = parse_bounds(bounds, loaded.spec.frequencies.d)
@@ -268,8 +306,12 @@ def _show_decoding(out: dict, as_json: bool) -> None:
 
 def read_centroids(path: Path) -> np.ndarray:
     """Centroids from JSON: ``{"centroids": [[...]]}`` (as ``decode --json`` writes) or a list."""
+    import numpy as np
+
     try:
         obj = json.loads(path.read_text())
+    except OSError as exc:
+        raise ValueError(f"--centroids {path}: cannot read ({exc.strerror or exc})") from None
     except json.JSONDecodeError as exc:
         raise ValueError(f"{path}: not JSON ({exc})") from None
     rows = obj.get("centroids") if isinstance(obj, dict) else obj
@@ -292,14 +334,27 @@ def evaluate(
     header: HeaderOpt = None,
     columns: ColumnsOpt = None,
     as_json: Annotated[bool, typer.Option("--json", help="One JSON object on stdout.")] = False,
+    quiet: Quiet = False,
 ) -> None:
-    """SSE/n of CENTROIDS on DATA, and relative SSE against k-means (k-means++, n_init = 3)."""
+    """SSE/n of CENTROIDS on DATA, and relative SSE against k-means (k-means++, n_init = 3).
+    The progress bar counts the records read: one pass for the SSE, one to load them for
+    k-means."""
+    from fedsketch.server.bench.metrics import evaluate_centroids
+
     with clean_errors():
         c = read_centroids(centroids)
         source = open_data(data, header, columns)
         if source.d != c.shape[1]:
             raise ValueError(f"centroids have dimension {c.shape[1]}, {data} has {source.d}")
-        out = evaluate_centroids(source.chunks, c, seed).to_dict()
+        with progress_bar(quiet) as bar:
+            task = bar.add_task("reading", total=2 * source.n)
+
+            def counted() -> Iterator[np.ndarray]:
+                for x in source.chunks():
+                    bar.advance(task, x.shape[0])
+                    yield x
+
+            out = evaluate_centroids(counted, c, seed).to_dict()
     if as_json:
         typer.echo(json.dumps(out))
         return

@@ -4,11 +4,12 @@ and the noise share of ``result``'s residual (:mod:`fedsketch.common.planner`)."
 from __future__ import annotations
 
 import math
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from fedsketch.common.study import StudySpec
+if TYPE_CHECKING:  # the CLI imports this module at start: no numpy until a command runs
+    from fedsketch.common.study import StudySpec
 
 ExpectedRecordsOpt = Annotated[float | None, typer.Option(
     help="Records you expect each device to hold: the planner then predicts, from the public spec "

@@ -11,19 +11,22 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from fedsketch.common.choices import (
+    DEFAULT_R,
+    FEATURES,
+    NEIGHBOURING,
+    ROUND_SHARE,
+    ROUNDS,
+    SECAGG_STAGES,
+)
 from fedsketch.common.cli import ColumnsOpt, HeaderOpt, open_data
-from fedsketch.common.features import FEATURES
-from fedsketch.common.privacy import NEIGHBOURING
-from fedsketch.common.refine import ROUND_SHARE, ROUNDS
-from fedsketch.server.bench.metrics import RELATIVE_SSE_MEANING
-from fedsketch.server.cli.bounds import parse_bounds
 from fedsketch.server.cli.errors import clean_errors, report_identifiability
-from fedsketch.server.sim.simulate import DROPOUT_STAGES, SimConfig, file_data, run_simulation
 
 
 def simulate_command(
     devices: Annotated[int, typer.Option(help="Number of devices L.")] = 20,
     records: Annotated[int | None, typer.Option(
+        "--records", "--n",
         help="Total synthetic records N, split over the devices [default: 1000000; with --data, "
              "the file's].")] = None,
     k: Annotated[int, typer.Option(help="Clusters.")] = 10,
@@ -31,7 +34,7 @@ def simulate_command(
         help="Synthetic dimension [default: 10; with --data, the file's].")] = None,
     data: Annotated[Path | None, typer.Option(
         help="Records (.npy, CSV or Parquet) to split over the devices instead of paper 004's "
-             "mixture; needs --bounds.")] = None,
+             "mixture (docs/REFERENCES.md); needs --bounds and --scale.")] = None,
     header: HeaderOpt = None,
     columns: ColumnsOpt = None,
     bounds: Annotated[str | None, typer.Option(
@@ -39,7 +42,7 @@ def simulate_command(
     m: Annotated[int, typer.Option(help="Frequencies.")] = 1000,
     feature: Annotated[str, typer.Option(help=f"{', '.join(FEATURES)}.")] = "complex",
     epsilon: Annotated[float, typer.Option(help="ε per device in all, sketch and refinement "
-                                           "rounds (each device's budget).")] = 1.0,
+                                           "rounds (each device's budget; finite, > 0).")] = 1.0,
     rounds: Annotated[int, typer.Option(help="Refinement rounds after the sketch (private Lloyd "
                                         "steps across the devices); 0: the sketch alone.")]
     = ROUNDS,
@@ -48,8 +51,12 @@ def simulate_command(
     delta: Annotated[float, typer.Option(help="δ per device.")] = 0.0,
     neighbouring: Annotated[str, typer.Option(help=f"{' or '.join(NEIGHBOURING)}.")]
     = "replace_one",
-    r: Annotated[int, typer.Option(help="Entries per record.")] = 1,
-    scale: Annotated[float, typer.Option(help="σ (data units).")] = 2.0,
+    r: Annotated[int, typer.Option(help="Entries per record, 1..m (default 1, as in every "
+                                   "command; see `sketch --help`).")] = DEFAULT_R,
+    scale: Annotated[float | None, typer.Option(
+        help="σ in data units [default: 2 on the synthetic mixture, whose spread is public; with "
+             "--data required, as in `coordinator create-study`: a federated study's private "
+             "auto scale needs a calibration round, which is not built yet].")] = None,
     partition: Annotated[str, typer.Option(help="iid or dirichlet:ALPHA.")] = "iid",
     processes: Annotated[bool, typer.Option(help="Real daemon processes, not in-process.")]
     = False,
@@ -71,14 +78,19 @@ def simulate_command(
                                                  "without silent devices.")] = 5.0,
     dropout: Annotated[float, typer.Option(help="Fraction of devices that go silent.")] = 0.0,
     dropout_stage: Annotated[str, typer.Option(help=f"Where they go silent: "
-                                               f"{', '.join(DROPOUT_STAGES)}.")]
+                                               f"{', '.join(SECAGG_STAGES)}.")]
     = "masked_input",
     as_json: Annotated[bool, typer.Option("--json", help="One JSON object on stdout.")] = False,
 ) -> None:
     """Simulate a federated study: real coordinator, L real devices, loopback gRPC over TLS.
 
-    The records are paper 004's mixture, or a data file of yours (--data, with the public box
-    --bounds), dealt out to the devices by --partition."""
+    The records are paper 004's mixture (docs/REFERENCES.md), or a data file of yours (--data,
+    with the public box --bounds and the scale --scale), dealt out to the devices by
+    --partition."""
+    from fedsketch.server.bench.metrics import RELATIVE_SSE_MEANING
+    from fedsketch.server.cli.bounds import parse_bounds
+    from fedsketch.server.sim.simulate import SimConfig, file_data, run_simulation
+
     with clean_errors():
         pooled, box = None, None
         if data is None:
@@ -86,12 +98,17 @@ def simulate_command(
                 raise ValueError("--bounds sets the box of a --data file; the synthetic mixture's "
                                  "box is fixed")
             records, d = 1_000_000 if records is None else records, 10 if d is None else d
+            scale = 2.0 if scale is None else scale
         else:
             if bounds is None:
                 raise ValueError("--data needs the study's public box: --bounds LO:HI")
             if records is not None or d is not None:
                 raise ValueError("--records and --d come from the --data file; drop them")
-            pooled = file_data(open_data(data, header, columns), k, seed)
+            source = open_data(data, header, columns)
+            if scale is None:
+                raise ValueError("--data needs the study's public scale --scale σ (data units; "
+                                 "see --help)")
+            pooled = file_data(source, k, seed)
             records, d = pooled.x.shape
             lo, hi = parse_bounds(bounds, d)
             box = (tuple(map(float, lo)), tuple(map(float, hi)))

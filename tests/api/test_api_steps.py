@@ -135,7 +135,8 @@ def test_the_function_and_the_command_make_the_same_file(mixture, tmp_path):
     x, _ = mixture
     np.save(tmp_path / "x.npy", x)
     res = CliRunner().invoke(app, ["sketch", str(tmp_path / "x.npy"), "--out", str(tmp_path / "cli.npz"),
-                                   "--m", "60", "--epsilon", "inf", "--seed", "2", "--quiet"])
+                                   "--m", "60", "--r", "60", "--epsilon", "inf", "--seed", "2",
+                                   "--quiet"])
     assert res.exit_code == 0, res.output
     mine = sketch(x, epsilon=math.inf, m=60, seed=2)
     mine.save(tmp_path / "api.npz")

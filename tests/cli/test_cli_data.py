@@ -22,7 +22,7 @@ from fedsketch.common.synthetic import gmm
 from fedsketch.server.cli.main import app
 
 FEDSKETCH = str(Path(sys.executable).with_name("fedsketch"))
-SKETCH = ["--m", "30", "--scale", "1", "--epsilon", "inf", "--seed", "3", "--quiet"]
+SKETCH = ["--m", "30", "--r", "30", "--scale", "1", "--epsilon", "inf", "--seed", "3", "--quiet"]
 
 
 def run(*args: str, check: bool = True) -> subprocess.CompletedProcess:

@@ -78,7 +78,8 @@ def test_daemon_waits_for_an_unreachable_coordinator_to_enroll(coordinator, tmp_
         status = proc.wait(timeout=20)
     assert status == 0
     log = proc.stderr.read()
-    assert "cannot enroll yet" in log and "UNAVAILABLE" in log and "stopped" in log
+    assert "cannot enroll yet: cannot reach the coordinator at localhost:" in log
+    assert "connection refused" in log and "stopped" in log
 
 
 def test_daemon_with_a_refused_token_exits_with_the_reason(coordinator, tmp_path, device_files):

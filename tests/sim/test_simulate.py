@@ -130,12 +130,15 @@ def test_simulate_data_file_arguments_are_checked(tmp_path):
     path = tmp_path / "x.npy"
     np.save(path, gmm_records(50))
     for args, words in ((["--data", str(path)], "--data needs the study's public box"),
+                        (["--data", str(path), "--bounds", "-9:9"],
+                         "--data needs the study's public scale --scale"),
                         (["--data", str(path), "--bounds", "-9:9", "--records", "50"],
                          "come from the --data file"),
                         (["--bounds", "-9:9"], "--bounds sets the box of a --data file"),
-                        (["--data", str(path), "--bounds", "-9:9", "--k", "60"],
+                        (["--data", str(path), "--bounds", "-9:9", "--scale", "1", "--k", "60"],
                          "50 records cannot make 60 clusters"),
-                        (["--data", str(tmp_path / "none.npy"), "--bounds", "-9:9"], "none.npy")):
+                        (["--data", str(tmp_path / "none.npy"), "--bounds", "-9:9", "--scale", "1"],
+                         "none.npy")):
         res = subprocess.run([FEDSKETCH, "simulate", *args], capture_output=True, text=True, timeout=60)
         assert res.returncode == 1 and words in res.stderr, res.stderr
 

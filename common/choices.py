@@ -1,0 +1,48 @@
+"""The public names and defaults that the command line shows in its ``--help`` before it loads
+anything heavy: numpy, scipy, grpc and the mechanisms import only inside the commands that use
+them, so ``fedsketch --help`` and ``fedsketch device budget`` start at once. Each constant is
+defined here once and re-exported by the module it belongs to (named on each)."""
+
+from __future__ import annotations
+
+#: Feature maps (:mod:`fedsketch.common.features`): f(t) = e^{it}, or its quantized ±1 ± i.
+FEATURES: tuple[str, ...] = ("complex", "quantized")
+#: Frequency radius laws (:mod:`fedsketch.common.frequencies`).
+LAWS: tuple[str, ...] = ("gaussian", "folded_gaussian", "adapted_radius")
+#: The neighbouring relations (:mod:`fedsketch.common.dp.calibration`; Dwork–Roth 2014 §2.3):
+#: replace one record (n public) or add/remove one.
+NEIGHBOURING: tuple[str, ...] = ("replace_one", "add_remove")
+#: Default public search range of σ (data units; :mod:`fedsketch.common.scale`): two decades
+#: around unit-scale data.
+DEFAULT_RANGE = (0.1, 10.0)
+#: Entries per record every command defaults to (``--r``): at n = 10^7 paper 004
+#: (docs/REFERENCES.md, Fig. 1) finds r = 1 as accurate as r = m, at 1/m of the device's work,
+#: and the L1 sensitivity of the integer release grows with r (Δ1 = 2rκ under replace-one).
+DEFAULT_R = 1
+
+#: Default collection window (seconds after the quorum registered) of a plain study created from
+#: the CLI (:mod:`fedsketch.common.study`): long enough for devices that poll every few minutes to
+#: sketch and send, short enough that a roster device that never sends holds nobody's result for
+#: long.
+COLLECT_SECONDS = 3600.0
+#: Default deadline (seconds after creation) of a plain study created from the CLI: a study whose
+#: quorum never registers (too few devices enrolled, or too many refused) ends FAILED after a
+#: week instead of staying open for ever and holding the reservations of the devices that joined.
+DEADLINE_SECONDS = 7 * 86400.0
+#: ``max_device_records`` of a study created without one (:meth:`StudySpec.create`; under secure
+#: aggregation at most its total ``max_records``): the most records one device may declare, so
+#: the most weight one device, hostile or not, carries in the average.
+DEFAULT_MAX_DEVICE_RECORDS = 1_000_000
+
+#: Default collection window of one refinement round (seconds; :mod:`fedsketch.common.refine`):
+#: it closes earlier once its roster has sent.
+ROUND_SECONDS = 900.0
+#: Defaults of a new study, chosen by measurement (benchmarks/RESULTS.md §8): three rounds
+#: (two over-seeded and a last step; with two, the over-seeded round is reduced at once and
+#: loses) taking 0.8 of the study's ε together, the sketch the rest.
+ROUNDS = 3
+ROUND_SHARE = 0.8
+
+#: The stages of secure aggregation, in order: the values of
+#: :class:`fedsketch.common.secagg.protocol.Stage` (tests/test_cli_startup.py holds them equal).
+SECAGG_STAGES: tuple[str, ...] = ("advertise_keys", "share_keys", "masked_input", "consistency", "unmask")
