@@ -106,8 +106,17 @@ def load_sketch(path: str | os.PathLike[str]) -> SketchFile:
     path = Path(path)
     if not path.is_file():
         raise ValueError(f"{path}: no such file")
+    what = "a sketch is the .npz file `fedsketch sketch` writes"
     try:
-        with np.load(path, allow_pickle=False) as npz:
+        loaded = np.load(path, allow_pickle=False)
+    except OSError as exc:
+        raise ValueError(f"{path}: cannot read ({exc.strerror or exc})") from None
+    except (ValueError, zipfile.BadZipFile):  # numpy's words here are about pickles
+        raise ValueError(f"{path}: not a sketch file ({what})") from None
+    if not isinstance(loaded, np.lib.npyio.NpzFile):
+        raise ValueError(f"{path}: not a sketch file but one array ({what})")
+    try:
+        with loaded as npz:
             arrays = {key: npz[key] for key in npz.files}
         meta = json.loads(str(arrays["spec"]))
     except (OSError, ValueError, KeyError, zipfile.BadZipFile) as exc:

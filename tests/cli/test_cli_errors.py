@@ -13,6 +13,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 from conftest import OPERATOR_TOKEN
 
@@ -163,3 +164,15 @@ def test_serve_and_the_device_name_their_files_options(tmp_path, certs):
                     f"--ledger {tmp_path / 'no' / 'l'}: folder {tmp_path / 'no'} does not exist")
     failed_in_words(run("evaluate", "--data", str(tmp_path / "x.npy"), "--centroids",
                         str(tmp_path / "c.json")), f"--centroids {tmp_path / 'c.json'}: cannot read")
+
+
+def test_decode_names_a_file_that_is_no_sketch(tmp_path):
+    """An .npy array or a text file given to decode is refused in words, not with a traceback or
+    numpy's advice about pickles."""
+    array, text = tmp_path / "X.npy", tmp_path / "S.npz"
+    np.save(array, np.zeros((3, 2)))
+    text.write_text("not a sketch\n")
+    for path in (array, text):
+        line = failed_in_words(run("decode", str(path), "--k", "2", "--bounds", "-1:1"),
+                               f"{path}: not a sketch file")
+        assert "pickle" not in line and "allow_pickle" not in line, line
