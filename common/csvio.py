@@ -115,6 +115,10 @@ def _is_header(fields: list[str], forced: bool | None, line: int) -> tuple[bool,
     return False, ()
 
 
+#: Separators of files that are not comma-separated, named in the error a field holding one gets.
+OTHER_SEPARATORS = ((";", "semicolons"), ("\t", "tabs"))
+
+
 def _number(field: str) -> bool:
     try:
         float(field)
@@ -196,6 +200,8 @@ def _parse(path: Path, layout: CsvLayout, lines: list[str], numbers: list[int]) 
             field = fields[c].strip()
             if not _number(field):
                 what = "is empty (a missing value)" if not field else f"holds {field[:40]!r}"
-                raise DataError(f"{path}, line {no}, {labels[j]} {what}, which is not a number; "
-                                "fix or drop that line")
+                fix = next((f"the fields look separated by {name}, and fedsketch reads comma-separated "
+                            "files: save it with commas" for sep, name in OTHER_SEPARATORS if sep in field),
+                           "fix or drop that line")
+                raise DataError(f"{path}, line {no}, {labels[j]} {what}, which is not a number; {fix}")
     raise DataError(f"{path}, lines {numbers[0]}–{numbers[-1]}: cannot be read as numbers")

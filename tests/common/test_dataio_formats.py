@@ -159,6 +159,17 @@ def test_a_byte_order_mark_is_not_part_of_the_first_line(tmp_path):
     assert src.columns == ("a",) and chunks[0].tolist() == [[3.0]]
 
 
+@pytest.mark.parametrize("sep, name", [(";", "semicolons"), ("\t", "tabs")])
+def test_a_file_separated_by_another_character_says_so(tmp_path, sep, name):
+    """Excel in a comma-decimal locale writes ';', a tab-separated .txt is common: the error says
+    that the file looks separated by that character, not only that a field is no number."""
+    path = _write(tmp_path / "x.csv", f"a{sep}b\n1.5{sep}2\n3{sep}4\n")
+    with pytest.raises(DataError, match=rf"x.csv, line 2, column 1 \('a.{{1,2}}b'\) holds .*; the "
+                                        rf"fields look separated by {name}, and fedsketch reads "
+                                        "comma-separated files"):
+        _read(path)
+
+
 def _write(path, text):
     path.write_text(text)
     return path
