@@ -216,7 +216,10 @@ def sketch(
 
     with clean_errors():
         check_output(out)
-        eps_total = float(epsilon)
+        try:
+            eps_total = float(epsilon)
+        except ValueError:
+            raise ValueError(f"--epsilon must be a number > 0 or 'inf', got {epsilon!r}") from None
         plan = SketchPlan(PrivacySpec(eps_total, delta, neighbouring), m=m, feature=feature, law=law,
                           scale=parse_scale(scale), seed=seed, r=r, dither=dither,
                           auto_fraction=auto_fraction,

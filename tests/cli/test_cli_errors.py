@@ -176,3 +176,13 @@ def test_decode_names_a_file_that_is_no_sketch(tmp_path):
         line = failed_in_words(run("decode", str(path), "--k", "2", "--bounds", "-1:1"),
                                f"{path}: not a sketch file")
         assert "pickle" not in line and "allow_pickle" not in line, line
+
+
+def test_sketch_names_an_epsilon_that_is_no_number(tmp_path):
+    """--epsilon is text (it takes 'inf'): a typo gets the option's name, not Python's float()."""
+    data = tmp_path / "x.npy"
+    np.save(data, np.zeros((3, 2)))
+    line = failed_in_words(run("sketch", str(data), "--out", str(tmp_path / "S.npz"), "--epsilon", "1,5"),
+                           "--epsilon", "'1,5'")
+    assert "could not convert" not in line
+    assert not (tmp_path / "S.npz").exists()
