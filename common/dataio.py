@@ -82,7 +82,8 @@ class DataSource:
         self.path = Path(path)
         self.rows = int(rows)
         if not self.path.is_file():
-            raise DataError(f"{self.path}: no such file")
+            raise DataError(f"{self.path}: " + ("a folder, not a data file" if self.path.is_dir()
+                                                else "no such file"))
         st = self.path.stat()
         self._stamp = _stamp(st)
         if st.st_size == 0:
