@@ -91,7 +91,9 @@ def progress_bar(quiet: bool) -> Progress:
 
 
 def check_output(path: Path) -> Path:
-    """Refuse an output path whose folder does not exist (before any work is done)."""
+    """Refuse an output path that is a folder or whose folder does not exist (before any work)."""
+    if path.is_dir():
+        raise ValueError(f"{path}: a folder; give the name of the file to write")
     if not path.parent.exists():
         raise ValueError(f"{path}: folder {path.parent} does not exist")
     return path

@@ -186,3 +186,17 @@ def test_sketch_names_an_epsilon_that_is_no_number(tmp_path):
                            "--epsilon", "'1,5'")
     assert "could not convert" not in line
     assert not (tmp_path / "S.npz").exists()
+
+
+def test_an_output_that_is_a_folder_is_refused_before_any_work(tmp_path):
+    """--out naming an existing folder is refused up front, by the option's path, not after the
+    work with the name of a hidden .partial file."""
+    folder = tmp_path / "out"
+    folder.mkdir()
+    data = tmp_path / "x.npy"
+    np.save(data, np.zeros((3, 2)))
+    for args in (("synth", "gmm", "--n", "10", "--out", str(folder)),
+                 ("sketch", str(data), "--epsilon", "inf", "--scale", "1", "--out", str(folder))):
+        line = failed_in_words(run(*args), f"{folder}: a folder")
+        assert "partial" not in line, line
+    assert list(folder.iterdir()) == [] and [p.name for p in tmp_path.iterdir() if "partial" in p.name] == []
