@@ -21,7 +21,7 @@ import json
 import math
 import os
 import zipfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -41,7 +41,7 @@ class SketchFile:
     """A released sketch as its file holds it (read by :func:`load_sketch`, or made in memory by
     :meth:`from_release`); ``sketch`` is the normalized complex sketch (m,)."""
 
-    payload: np.ndarray
+    payload: np.ndarray = field(repr=False)  # 2m integers: a repr shows the spec and n
     n: int
     spec: SketchSpec
     omega_sha256: str

@@ -127,6 +127,12 @@ def test_a_dataframe_is_read_column_by_column(mixture):
         sketch(holed, **args)
 
 
+def test_a_sketch_prints_in_a_few_lines(mixture):
+    """A notebook shows repr(sketch): its spec and count, not 2m integers of payload."""
+    made = sketch(mixture[0], epsilon=math.inf, m=1000, scale=1.5)
+    assert "payload" not in repr(made) and "n=20000" in repr(made) and len(repr(made)) < 1000
+
+
 def test_a_parquet_or_csv_file_is_read_by_column_names(mixture, tmp_path):
     """columns= and header= are the commands' --columns and --header: a Parquet file with the
     records' columns beside a text column, and a headerless CSV, give the array's sketch; given
