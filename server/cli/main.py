@@ -319,6 +319,9 @@ def read_centroids(path: Path) -> np.ndarray:
         raise ValueError(f"--centroids {path}: cannot read ({exc.strerror or exc})") from None
     except json.JSONDecodeError as exc:
         raise ValueError(f"{path}: not JSON ({exc})") from None
+    if isinstance(obj, dict) and "centroids" not in obj:
+        raise ValueError(f"{path}: no 'centroids' in this JSON object (give the JSON of decode --json, "
+                         "coordinator result or simulate --json)")
     rows = obj.get("centroids") if isinstance(obj, dict) else obj
     try:
         c = np.asarray(rows, dtype=np.float64)

@@ -200,3 +200,13 @@ def test_an_output_that_is_a_folder_is_refused_before_any_work(tmp_path):
         line = failed_in_words(run(*args), f"{folder}: a folder")
         assert "partial" not in line, line
     assert list(folder.iterdir()) == [] and [p.name for p in tmp_path.iterdir() if "partial" in p.name] == []
+
+
+def test_evaluate_names_a_json_without_centroids(tmp_path):
+    """The study JSON create-study prints is no result: evaluate says what it lacks."""
+    data, study = tmp_path / "x.npy", tmp_path / "study.json"
+    np.save(data, np.zeros((3, 2)))
+    study.write_text('{"study_id": "st-1", "spec": {}}')
+    line = failed_in_words(run("evaluate", "--data", str(data), "--centroids", str(study)),
+                           f"{study}: no 'centroids'")
+    assert "shape" not in line
