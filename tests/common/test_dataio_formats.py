@@ -170,6 +170,16 @@ def test_a_file_separated_by_another_character_says_so(tmp_path, sep, name):
         _read(path)
 
 
+@pytest.mark.parametrize("encoding", ["utf-16", "utf-16-be"])
+def test_a_utf16_file_is_named_as_such(tmp_path, encoding):
+    """Excel's "Unicode Text" is UTF-16: refused as that, not as lines of odd widths."""
+    path = tmp_path / "x.txt"
+    path.write_bytes(("\ufeff" if encoding.endswith("be") else "").encode(encoding) +
+                     "a,b\n1,2\n3,4\n".encode(encoding))
+    with pytest.raises(DataError, match=r"x.txt: UTF-16 text; save it as UTF-8"):
+        _read(path)
+
+
 def _write(path, text):
     path.write_text(text)
     return path
