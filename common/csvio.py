@@ -190,7 +190,7 @@ def _parse(path: Path, layout: CsvLayout, lines: list[str], numbers: list[int]) 
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", UserWarning)
             return np.loadtxt(lines, delimiter=",", dtype=np.float64, usecols=layout.usecols,
-                              ndmin=2, comments="#")
+                              ndmin=2, comments="#", quotechar='"')
     except ValueError:
         pass
     labels = layout.labels
@@ -198,6 +198,7 @@ def _parse(path: Path, layout: CsvLayout, lines: list[str], numbers: list[int]) 
         fields = text.split("#", 1)[0].split(",")
         for j, c in enumerate(layout.usecols):
             field = fields[c].strip()
+            field = field[1:-1] if len(field) > 1 and field[0] == field[-1] == '"' else field
             if not _number(field):
                 what = "is empty (a missing value)" if not field else f"holds {field[:40]!r}"
                 fix = next((f"the fields look separated by {name}, and fedsketch reads comma-separated "

@@ -180,6 +180,16 @@ def test_a_utf16_file_is_named_as_such(tmp_path, encoding):
         _read(path)
 
 
+def test_quoted_numbers_read_as_numbers(tmp_path):
+    """pandas' to_csv(quoting=csv.QUOTE_ALL) and database exports quote every field."""
+    path = _write(tmp_path / "x.csv", '"a","b"\n"0.5","-1.25"\n"2.0",3\n')
+    src, chunks = _read(path)
+    np.testing.assert_array_equal(np.concatenate(chunks), [[0.5, -1.25], [2.0, 3.0]])
+    assert src.columns == ("a", "b")
+    with pytest.raises(DataError, match=r"x.csv, line 2, column 2 \('b'\) holds 'x', which is not a number"):
+        _read(_write(tmp_path / "x.csv", '"a","b"\n"0.5","x"\n'))
+
+
 def _write(path, text):
     path.write_text(text)
     return path
