@@ -120,8 +120,9 @@ class CompressiveKMeans(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Clust
             warnings.simplefilter("ignore", NotIdentifiableWarning)  # warned below, once
             decoding = decode(released, k, box, replicates=self.replicates, seed=seed)
         self._set_decoding(decoding, released)
-        self.labels_ = self.predict(X)
-        self.inertia_ = float(np.sum(np.min(self.transform(X), axis=1) ** 2))
+        distances = self._distances(X)  # X is validated: transform would check its names again
+        self.labels_ = np.argmin(distances, axis=1)
+        self.inertia_ = float(np.sum(np.min(distances, axis=1) ** 2))
         return self
 
     def predict(self, X) -> np.ndarray:
@@ -131,7 +132,10 @@ class CompressiveKMeans(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Clust
     def transform(self, X) -> np.ndarray:
         """Euclidean distances (n, k) from each row to each centroid, data units."""
         check_is_fitted(self)
-        X = validate_data(self, X, dtype=[np.float64, np.float32], reset=False)
+        return self._distances(validate_data(self, X, dtype=[np.float64, np.float32], reset=False))
+
+    def _distances(self, X: np.ndarray) -> np.ndarray:
+        """:meth:`transform` of an X already validated."""
         c = self.cluster_centers_
         x = np.asarray(X, dtype=np.float64)
         d2 = (x * x).sum(axis=1)[:, None] - 2.0 * x @ c.T + (c * c).sum(axis=1)[None, :]

@@ -173,7 +173,7 @@ def _records(data: Records, *, twice: bool,
         source = DataSource(data, options=options)
         return source.chunks, source.d
     if hasattr(data, "__array__") or not isinstance(data, Iterable) or _is_table(data):
-        x = _checked(np.asarray(data), 0)
+        x = _checked(_as_array(data), 0)
         return (lambda: iter((x,))), x.shape[1]
     if iter(data) is data:
         if twice:
@@ -182,12 +182,12 @@ def _records(data: Records, *, twice: bool,
         first = next(data, None)
         if first is None:
             raise ValueError("no records: the iterator yielded no chunk")
-        first = _checked(np.asarray(first), 0)
+        first = _checked(_as_array(first), 0)
         return (lambda: _checked_chunks(chain((first,), data))), first.shape[1]
     first = next(iter(data), None)
     if first is None:
         raise ValueError("no records: no chunks given")
-    return (lambda: _checked_chunks(data)), _checked(np.asarray(first), 0).shape[1]
+    return (lambda: _checked_chunks(data)), _checked(_as_array(first), 0).shape[1]
 
 
 def _is_table(data: object) -> bool:
@@ -201,9 +201,23 @@ def _checked_chunks(chunks: Iterable[np.ndarray]) -> Iterator[np.ndarray]:
     """Each chunk as a checked array (:func:`_checked`), rows numbered across chunks."""
     row = 0
     for chunk in chunks:
-        x = _checked(np.asarray(chunk), row)
+        x = _checked(_as_array(chunk), row)
         row += x.shape[0]
         yield x
+
+
+def _as_array(data: object) -> np.ndarray:
+    """``data`` as an array; a pandas DataFrame column by column, so that a column that does not
+    hold numbers is named and nullable ones (Float64, Int64) read as float64 with NA as NaN."""
+    dtypes = getattr(data, "dtypes", None)
+    if not hasattr(dtypes, "items") or not hasattr(data, "to_numpy"):
+        return np.asarray(data)
+    from pandas.api.types import is_bool_dtype, is_numeric_dtype
+
+    for name, dtype in dtypes.items():
+        if is_bool_dtype(dtype) or not is_numeric_dtype(dtype):
+            raise ValueError(f"column {name!r} ({dtype}) does not hold numbers; select the numeric columns")
+    return data.to_numpy(dtype=np.float64, na_value=np.nan)
 
 
 def _checked(x: np.ndarray, first_row: int) -> np.ndarray:

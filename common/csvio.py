@@ -115,6 +115,10 @@ def _is_header(fields: list[str], forced: bool | None, line: int) -> tuple[bool,
     return False, ()
 
 
+#: Separators of files that are not comma-separated, named in the error a field holding one gets.
+OTHER_SEPARATORS = ((";", "semicolons"), ("\t", "tabs"))
+
+
 def _number(field: str) -> bool:
     try:
         float(field)
@@ -186,7 +190,7 @@ def _parse(path: Path, layout: CsvLayout, lines: list[str], numbers: list[int]) 
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", UserWarning)
             return np.loadtxt(lines, delimiter=",", dtype=np.float64, usecols=layout.usecols,
-                              ndmin=2, comments="#")
+                              ndmin=2, comments="#", quotechar='"')
     except ValueError:
         pass
     labels = layout.labels
@@ -194,8 +198,11 @@ def _parse(path: Path, layout: CsvLayout, lines: list[str], numbers: list[int]) 
         fields = text.split("#", 1)[0].split(",")
         for j, c in enumerate(layout.usecols):
             field = fields[c].strip()
+            field = field[1:-1] if len(field) > 1 and field[0] == field[-1] == '"' else field
             if not _number(field):
                 what = "is empty (a missing value)" if not field else f"holds {field[:40]!r}"
-                raise DataError(f"{path}, line {no}, {labels[j]} {what}, which is not a number; "
-                                "fix or drop that line")
+                fix = next((f"the fields look separated by {name}, and fedsketch reads comma-separated "
+                            "files: save it with commas" for sep, name in OTHER_SEPARATORS if sep in field),
+                           "fix or drop that line")
+                raise DataError(f"{path}, line {no}, {labels[j]} {what}, which is not a number; {fix}")
     raise DataError(f"{path}, lines {numbers[0]}–{numbers[-1]}: cannot be read as numbers")

@@ -82,7 +82,8 @@ class DataSource:
         self.path = Path(path)
         self.rows = int(rows)
         if not self.path.is_file():
-            raise DataError(f"{self.path}: no such file")
+            raise DataError(f"{self.path}: " + ("a folder, not a data file" if self.path.is_dir()
+                                                else "no such file"))
         st = self.path.stat()
         self._stamp = _stamp(st)
         if st.st_size == 0:
@@ -102,6 +103,9 @@ class DataSource:
             if self._layout.fortran:
                 self.notes = ("Fortran-ordered (column-major) array, read in column runs",)
         elif suffix in CSV:
+            with self._open("rb") as fh:
+                if fh.read(2) in (b"\xff\xfe", b"\xfe\xff"):  # the byte-order marks of UTF-16
+                    raise DataError(f"{self.path}: UTF-16 text; save it as UTF-8 (Excel: CSV UTF-8)")
             self._layout, self.n = csv_layout(lambda: self._open("r"), self.path, options, self.rows)
             self.d, self.notes = self._layout.d, self._layout.notes
             if self._layout.names is not None:

@@ -21,7 +21,7 @@ import json
 import math
 import os
 import zipfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -41,7 +41,7 @@ class SketchFile:
     """A released sketch as its file holds it (read by :func:`load_sketch`, or made in memory by
     :meth:`from_release`); ``sketch`` is the normalized complex sketch (m,)."""
 
-    payload: np.ndarray
+    payload: np.ndarray = field(repr=False)  # 2m integers: a repr shows the spec and n
     n: int
     spec: SketchSpec
     omega_sha256: str
@@ -106,8 +106,17 @@ def load_sketch(path: str | os.PathLike[str]) -> SketchFile:
     path = Path(path)
     if not path.is_file():
         raise ValueError(f"{path}: no such file")
+    what = "a sketch is the .npz file `fedsketch sketch` writes"
     try:
-        with np.load(path, allow_pickle=False) as npz:
+        loaded = np.load(path, allow_pickle=False)
+    except OSError as exc:
+        raise ValueError(f"{path}: cannot read ({exc.strerror or exc})") from None
+    except (ValueError, zipfile.BadZipFile):  # numpy's words here are about pickles
+        raise ValueError(f"{path}: not a sketch file ({what})") from None
+    if not isinstance(loaded, np.lib.npyio.NpzFile):
+        raise ValueError(f"{path}: not a sketch file but one array ({what})")
+    try:
+        with loaded as npz:
             arrays = {key: npz[key] for key in npz.files}
         meta = json.loads(str(arrays["spec"]))
     except (OSError, ValueError, KeyError, zipfile.BadZipFile) as exc:

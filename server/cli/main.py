@@ -91,7 +91,9 @@ def progress_bar(quiet: bool) -> Progress:
 
 
 def check_output(path: Path) -> Path:
-    """Refuse an output path whose folder does not exist (before any work is done)."""
+    """Refuse an output path that is a folder or whose folder does not exist (before any work)."""
+    if path.is_dir():
+        raise ValueError(f"{path}: a folder; give the name of the file to write")
     if not path.parent.exists():
         raise ValueError(f"{path}: folder {path.parent} does not exist")
     return path
@@ -216,7 +218,10 @@ def sketch(
 
     with clean_errors():
         check_output(out)
-        eps_total = float(epsilon)
+        try:
+            eps_total = float(epsilon)
+        except ValueError:
+            raise ValueError(f"--epsilon must be a number > 0 or 'inf', got {epsilon!r}") from None
         plan = SketchPlan(PrivacySpec(eps_total, delta, neighbouring), m=m, feature=feature, law=law,
                           scale=parse_scale(scale), seed=seed, r=r, dither=dither,
                           auto_fraction=auto_fraction,
@@ -314,6 +319,9 @@ def read_centroids(path: Path) -> np.ndarray:
         raise ValueError(f"--centroids {path}: cannot read ({exc.strerror or exc})") from None
     except json.JSONDecodeError as exc:
         raise ValueError(f"{path}: not JSON ({exc})") from None
+    if isinstance(obj, dict) and "centroids" not in obj:
+        raise ValueError(f"{path}: no 'centroids' in this JSON object (give the JSON of decode --json, "
+                         "coordinator result or simulate --json)")
     rows = obj.get("centroids") if isinstance(obj, dict) else obj
     try:
         c = np.asarray(rows, dtype=np.float64)

@@ -110,6 +110,29 @@ def test_array_file_and_chunks_give_the_same_sketch(mixture, tmp_path):
     assert made[0].n == x.shape[0] and made[0].epsilon_spent == math.inf
 
 
+def test_a_dataframe_is_read_column_by_column(mixture):
+    """pandas' nullable columns (Float64, Int64: what read_parquet or convert_dtypes gives) read
+    as numbers, a missing value in them as a NaN (refused), and a text column is named."""
+    pandas = pytest.importorskip("pandas")
+    x, _ = mixture
+    args = dict(epsilon=math.inf, m=60, scale=1.5, seed=4)
+    frame = pandas.DataFrame(x, columns=["a", "b"])
+    nullable = sketch(frame.astype("Float64"), **args)
+    assert np.array_equal(nullable.payload, sketch(x, **args).payload)
+    with pytest.raises(ValueError, match=r"column 'name' \(\w+\) does not hold numbers"):
+        sketch(frame.assign(name="clinic"), **args)
+    holed = frame.astype("Float64")
+    holed.loc[3, "b"] = None
+    with pytest.raises(ValueError, match="record 3 holds a NaN"):
+        sketch(holed, **args)
+
+
+def test_a_sketch_prints_in_a_few_lines(mixture):
+    """A notebook shows repr(sketch): its spec and count, not 2m integers of payload."""
+    made = sketch(mixture[0], epsilon=math.inf, m=1000, scale=1.5)
+    assert "payload" not in repr(made) and "n=20000" in repr(made) and len(repr(made)) < 1000
+
+
 def test_a_parquet_or_csv_file_is_read_by_column_names(mixture, tmp_path):
     """columns= and header= are the commands' --columns and --header: a Parquet file with the
     records' columns beside a text column, and a headerless CSV, give the array's sketch; given

@@ -74,6 +74,21 @@ def test_a_private_fit_needs_a_public_box():
     assert np.all(model.cluster_centers_ <= x.max(axis=0) + 0.05 * np.ptp(x, axis=0) + 1e-9)
 
 
+def test_a_dataframe_fit_warns_nothing_about_feature_names():
+    """fit on a DataFrame records its column names, and fit, predict and fit_predict on that
+    same DataFrame must not tell the user it lacks them (scikit-learn's feature-name check)."""
+    pd = pytest.importorskip("pandas")
+    x, _, _ = gmm(5_000, 3, 2, 3.0, 1)
+    frame = pd.DataFrame(x, columns=["a", "b"])
+    model = CompressiveKMeans(3, epsilon=math.inf, bounds=(-12, 12), random_state=0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        labels = model.fit_predict(frame)
+        assert np.array_equal(model.predict(frame), labels)
+    assert list(model.feature_names_in_) == ["a", "b"]
+    assert model.inertia_ == pytest.approx(-model.score(frame), rel=1e-9)
+
+
 def test_from_result_of_a_decoding_and_of_a_federated_round(tmp_path):
     x, _, centres = gmm(20_000, 3, 2, 3.0, 5)
     decoding = decode(sketch(x, epsilon=math.inf, m=60, seed=1), 3, (-12, 12), seed=0)

@@ -13,6 +13,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 from conftest import OPERATOR_TOKEN
 
@@ -163,3 +164,49 @@ def test_serve_and_the_device_name_their_files_options(tmp_path, certs):
                     f"--ledger {tmp_path / 'no' / 'l'}: folder {tmp_path / 'no'} does not exist")
     failed_in_words(run("evaluate", "--data", str(tmp_path / "x.npy"), "--centroids",
                         str(tmp_path / "c.json")), f"--centroids {tmp_path / 'c.json'}: cannot read")
+
+
+def test_decode_names_a_file_that_is_no_sketch(tmp_path):
+    """An .npy array or a text file given to decode is refused in words, not with a traceback or
+    numpy's advice about pickles."""
+    array, text = tmp_path / "X.npy", tmp_path / "S.npz"
+    np.save(array, np.zeros((3, 2)))
+    text.write_text("not a sketch\n")
+    for path in (array, text):
+        line = failed_in_words(run("decode", str(path), "--k", "2", "--bounds", "-1:1"),
+                               f"{path}: not a sketch file")
+        assert "pickle" not in line and "allow_pickle" not in line, line
+
+
+def test_sketch_names_an_epsilon_that_is_no_number(tmp_path):
+    """--epsilon is text (it takes 'inf'): a typo gets the option's name, not Python's float()."""
+    data = tmp_path / "x.npy"
+    np.save(data, np.zeros((3, 2)))
+    line = failed_in_words(run("sketch", str(data), "--out", str(tmp_path / "S.npz"), "--epsilon", "1,5"),
+                           "--epsilon", "'1,5'")
+    assert "could not convert" not in line
+    assert not (tmp_path / "S.npz").exists()
+
+
+def test_an_output_that_is_a_folder_is_refused_before_any_work(tmp_path):
+    """--out naming an existing folder is refused up front, by the option's path, not after the
+    work with the name of a hidden .partial file."""
+    folder = tmp_path / "out"
+    folder.mkdir()
+    data = tmp_path / "x.npy"
+    np.save(data, np.zeros((3, 2)))
+    for args in (("synth", "gmm", "--n", "10", "--out", str(folder)),
+                 ("sketch", str(data), "--epsilon", "inf", "--scale", "1", "--out", str(folder))):
+        line = failed_in_words(run(*args), f"{folder}: a folder")
+        assert "partial" not in line, line
+    assert list(folder.iterdir()) == [] and [p.name for p in tmp_path.iterdir() if "partial" in p.name] == []
+
+
+def test_evaluate_names_a_json_without_centroids(tmp_path):
+    """The study JSON create-study prints is no result: evaluate says what it lacks."""
+    data, study = tmp_path / "x.npy", tmp_path / "study.json"
+    np.save(data, np.zeros((3, 2)))
+    study.write_text('{"study_id": "st-1", "spec": {}}')
+    line = failed_in_words(run("evaluate", "--data", str(data), "--centroids", str(study)),
+                           f"{study}: no 'centroids'")
+    assert "shape" not in line

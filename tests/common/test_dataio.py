@@ -103,6 +103,9 @@ def test_truncated_npy(tmp_path):
 def test_missing_file(tmp_path):
     with pytest.raises(DataError, match="no such file"):
         DataSource(tmp_path / "nope.npy")
+    (tmp_path / "folder.csv").mkdir()
+    with pytest.raises(DataError, match="folder.csv: a folder, not a data file"):
+        DataSource(tmp_path / "folder.csv")
 
 
 @pytest.mark.parametrize("suffix", [".npy", ".csv"])

@@ -159,6 +159,37 @@ def test_a_byte_order_mark_is_not_part_of_the_first_line(tmp_path):
     assert src.columns == ("a",) and chunks[0].tolist() == [[3.0]]
 
 
+@pytest.mark.parametrize("sep, name", [(";", "semicolons"), ("\t", "tabs")])
+def test_a_file_separated_by_another_character_says_so(tmp_path, sep, name):
+    """Excel in a comma-decimal locale writes ';', a tab-separated .txt is common: the error says
+    that the file looks separated by that character, not only that a field is no number."""
+    path = _write(tmp_path / "x.csv", f"a{sep}b\n1.5{sep}2\n3{sep}4\n")
+    with pytest.raises(DataError, match=rf"x.csv, line 2, column 1 \('a.{{1,2}}b'\) holds .*; the "
+                                        rf"fields look separated by {name}, and fedsketch reads "
+                                        "comma-separated files"):
+        _read(path)
+
+
+@pytest.mark.parametrize("encoding", ["utf-16", "utf-16-be"])
+def test_a_utf16_file_is_named_as_such(tmp_path, encoding):
+    """Excel's "Unicode Text" is UTF-16: refused as that, not as lines of odd widths."""
+    path = tmp_path / "x.txt"
+    path.write_bytes(("\ufeff" if encoding.endswith("be") else "").encode(encoding) +
+                     "a,b\n1,2\n3,4\n".encode(encoding))
+    with pytest.raises(DataError, match=r"x.txt: UTF-16 text; save it as UTF-8"):
+        _read(path)
+
+
+def test_quoted_numbers_read_as_numbers(tmp_path):
+    """pandas' to_csv(quoting=csv.QUOTE_ALL) and database exports quote every field."""
+    path = _write(tmp_path / "x.csv", '"a","b"\n"0.5","-1.25"\n"2.0",3\n')
+    src, chunks = _read(path)
+    np.testing.assert_array_equal(np.concatenate(chunks), [[0.5, -1.25], [2.0, 3.0]])
+    assert src.columns == ("a", "b")
+    with pytest.raises(DataError, match=r"x.csv, line 2, column 2 \('b'\) holds 'x', which is not a number"):
+        _read(_write(tmp_path / "x.csv", '"a","b"\n"0.5","x"\n'))
+
+
 def _write(path, text):
     path.write_text(text)
     return path
