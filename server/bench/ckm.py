@@ -49,7 +49,6 @@ from fedsketch.common.box import Box
 from fedsketch.common.dp.calibration import laplace_scale
 from fedsketch.common.frequencies import FrequencySpec
 from fedsketch.common.lloyd import excess_counts, noisy_lloyd_step
-from fedsketch.common.planner import noise_variance
 from fedsketch.common.privacy import PrivacySpec
 from fedsketch.common.scale import calibrate_scale
 from fedsketch.common.spec import SketchSpec, release_sketch
@@ -65,8 +64,8 @@ from fedsketch.server.bench.kmeans.budget import relation_factor
 from fedsketch.server.bench.kmeans.dplloyd import ShiftedData, shifted_data
 from fedsketch.server.bench.metrics import split
 from fedsketch.server.bench.task import Outcome, Task, clip_rows_to_box, public_box
-from fedsketch.server.decode.identify import IDENTIFIED, Identifiability, assess
-from fedsketch.server.decode.pipeline import decode_centroids
+from fedsketch.server.decode.identify import IDENTIFIED, Identifiability
+from fedsketch.server.decode.pipeline import decode_judged
 
 #: Share of a CKM run's ε spent on the private choice of σ.
 CKM_SCALE_FRACTION = 0.1
@@ -97,9 +96,9 @@ def ckm_run(task: Task, feature: str) -> tuple[np.ndarray, float, int, Identifia
                                     seed=int(task.rng.integers(2**31))),
                       feature, 1, PrivacySpec(eps_main, 0.0, task.neighbouring))
     release = release_sketch(spec, split(x), box)
-    out = decode_centroids(release.sketch, spec, task.k, box.lo, box.hi, replicates=3, rng=task.rng)
-    verdict = assess(release.sketch, spec, out.centroids, box.lo, box.hi, noise_variance(spec, release.n))
-    return out.centroids, cal.sigma, clipped, verdict
+    out = decode_judged(release.sketch, spec, task.k, box.lo, box.hi, records=release.n, replicates=3,
+                        rng=task.rng)
+    return out.centroids, cal.sigma, clipped, out.identifiability
 
 
 def ckm(feature: str) -> Callable[[Task], Outcome]:
