@@ -63,12 +63,8 @@ class Retry(Declined):
     NaN; the budget): the study is tried again on the next pass, since the owner may fix the
     file or raise the budget meanwhile. ``code`` is the ``RefusalReason`` the device reports."""
 
-    code: int
-
     def __new__(cls, text: str, code: int = pb.DATA_UNREADABLE) -> Retry:
-        made = super().__new__(cls, text)
-        made.code = code
-        return made
+        return super().__new__(cls, text, code)
 
 
 def data_refusal(exc: Exception) -> Retry:
