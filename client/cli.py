@@ -30,6 +30,7 @@ from rich.table import Table
 from fedsketch.common.cli import (
     CaOpt,
     InsecureOpt,
+    JsonOpt,
     Target,
     check_tls,
     columns_option,
@@ -249,7 +250,7 @@ def _when(t: float) -> str:
 @device_app.command("budget")
 def device_budget(
     ledger: LedgerOpt,
-    as_json: Annotated[bool, typer.Option("--json", help="JSON on stdout.")] = False,
+    as_json: JsonOpt = False,
 ) -> None:
     """The device's budgets (what each source may spend, has spent, has left, and how much of
     that is reserved), its policy, the studies whose roster it joined and that reserve part of

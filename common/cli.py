@@ -37,8 +37,8 @@ CaOpt = Annotated[Path | None, typer.Option("--ca", envvar="FEDSKETCH_CA",
                                             help="CA certificate (PEM) to trust: the ca.pem of the "
                                             "`certs init` that made the coordinator's certificate "
                                             "(default: the system's CAs).")]
-JsonOpt = Annotated[bool, typer.Option("--json", help="One JSON object on stdout (what the "
-                                      "command printed, as data; notes stay on stderr).")]
+JsonOpt = Annotated[bool, typer.Option("--json", help="JSON on stdout instead: what the command "
+                                      "shows, as data (times as Unix seconds); notes stay on stderr.")]
 InsecureOpt = Annotated[bool, typer.Option("--insecure", help="Plaintext gRPC (loopback demos "
                                            "only; explicit opt-out of TLS).")]
 

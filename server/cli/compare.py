@@ -13,7 +13,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from fedsketch.common.cli import ColumnsOpt, HeaderOpt, open_data
+from fedsketch.common.cli import ColumnsOpt, HeaderOpt, JsonOpt, open_data
 from fedsketch.server.cli.errors import clean_errors
 
 
@@ -53,8 +53,7 @@ def compare_command(
     neighbouring: Annotated[str, typer.Option(help="replace_one or add_remove.")] = "replace_one",
     strict: Annotated[bool, typer.Option(help="Refuse rows outside the public bound instead "
                                          "of clipping them.")] = False,
-    as_json: Annotated[bool, typer.Option("--json", help="A JSON list of rows on stdout.")]
-    = False,
+    as_json: JsonOpt = False,
     plot_path: Annotated[Path | None, typer.Option("--plot", help="Write a PNG plot here.")]
     = None,
     header: HeaderOpt = None,

@@ -262,7 +262,7 @@ def decode(
     bounds: Annotated[str, typer.Option(help="Public box: LO:HI (every axis) or a bounds.json.")],
     replicates: Annotated[int, typer.Option(help="CL-OMPR runs; the lowest residual wins.")] = 3,
     seed: Annotated[int | None, typer.Option(help="Seed of the decoder's random starts.")] = None,
-    as_json: Annotated[bool, typer.Option("--json", help="One JSON object on stdout.")] = False,
+    as_json: JsonOpt = False,
     strict: Annotated[bool, typer.Option(
         help=f"Exit with status {NOT_IDENTIFIABLE_EXIT} when the centroids cannot be told from the "
              "sketch's noise.")] = False,
@@ -341,7 +341,7 @@ def evaluate(
     seed: Annotated[int, typer.Option(help="Seed of the k-means reference.")] = 0,
     header: HeaderOpt = None,
     columns: ColumnsOpt = None,
-    as_json: Annotated[bool, typer.Option("--json", help="One JSON object on stdout.")] = False,
+    as_json: JsonOpt = False,
     quiet: Quiet = False,
 ) -> None:
     """SSE/n of CENTROIDS on DATA, and relative SSE against k-means (k-means++, n_init = 3).

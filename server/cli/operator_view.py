@@ -19,7 +19,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from fedsketch.common.cli import CaOpt, InsecureOpt, Target, printable
+from fedsketch.common.cli import CaOpt, InsecureOpt, JsonOpt, Target, printable
 from fedsketch.common.pb import fedsketch_pb2 as pb
 from fedsketch.server.cli.coordinator import STATE_NAMES, TokenFile, coordinator_app, operator_stub
 from fedsketch.server.cli.errors import clean_errors
@@ -29,10 +29,6 @@ from fedsketch.server.cli.errors import clean_errors
 STUDY_FAILED_EXIT = 4
 #: How often ``close --wait`` asks for the study's state (seconds).
 POLL_SECONDS = 0.5
-
-JsonOpt = Annotated[bool, typer.Option("--json", help="One JSON document on stdout instead of "
-                                       "tables (times as Unix seconds).")]
-
 
 def when(t: float | None) -> str:
     """A Unix time as UTC ISO 8601 to the second ("-" for none)."""

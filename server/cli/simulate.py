@@ -19,7 +19,7 @@ from fedsketch.common.choices import (
     ROUNDS,
     SECAGG_STAGES,
 )
-from fedsketch.common.cli import ColumnsOpt, HeaderOpt, open_data
+from fedsketch.common.cli import ColumnsOpt, HeaderOpt, JsonOpt, open_data
 from fedsketch.server.cli.errors import clean_errors, report_identifiability
 
 
@@ -80,7 +80,7 @@ def simulate_command(
     dropout_stage: Annotated[str, typer.Option(help=f"Where they go silent: "
                                                f"{', '.join(SECAGG_STAGES)}.")]
     = "masked_input",
-    as_json: Annotated[bool, typer.Option("--json", help="One JSON object on stdout.")] = False,
+    as_json: JsonOpt = False,
 ) -> None:
     """Simulate a federated study: real coordinator, L real devices, loopback gRPC over TLS.
 
