@@ -70,6 +70,10 @@ class Round:
         agent.ensure_enrolled(self.target, self.tokens(1)[0], name)
         return agent
 
+    def result(self, study_id: str) -> pb.Result:
+        """The study's published result, read with the operator's credential."""
+        return self.operator().GetResult(pb.StudyRef(study_id=study_id), metadata=META)
+
     def wait(self, study_id: str, timeout: float = 120.0) -> pb.Study:
         """The study once it is done or failed."""
         stop = time.monotonic() + timeout

@@ -202,12 +202,13 @@ def test_a_bug_reaches_the_client_as_internal_with_an_id_the_log_explains(edge, 
     monkeypatch.setattr(edge.coordinator, "study", broken)
     caplog.set_level(logging.ERROR, "fedsketch.coordinator")
     with pytest.raises(grpc.RpcError) as err:
-        pb_grpc.DeviceStub(edge.channel).GetStudy(pb.StudyRef(study_id=edge.plain.study_id), timeout=20)
+        pb_grpc.OperatorStub(edge.channel).ShowStudy(pb.StudyRef(study_id=edge.plain.study_id),
+                                                     metadata=META, timeout=20)
     assert err.value.code() == grpc.StatusCode.INTERNAL
     error_id = re.fullmatch(r"internal error ([0-9a-f]{8}) in the coordinator; .*", err.value.details())[1]
     assert "secret" not in err.value.details()
     logged = [r for r in caplog.records if error_id in r.getMessage()]
-    assert len(logged) == 1 and "Device/GetStudy" in logged[0].getMessage()
+    assert len(logged) == 1 and "Operator/ShowStudy" in logged[0].getMessage()
     assert "secret detail of a bug" in caplog.text and "Traceback" in caplog.text
 
 
