@@ -9,7 +9,7 @@ import time
 import grpc
 import numpy as np
 import pytest
-from conftest import META, study_spec
+from conftest import META, signed, study_spec
 
 from fedsketch.client.policy import Policy
 from fedsketch.common import signing
@@ -78,6 +78,15 @@ def test_two_rounds_refine_the_sketch_and_every_device_spends_each_once(coordina
         assert info.value.code() == grpc.StatusCode.FAILED_PRECONDITION
     full = json.loads(r.store.get_result(study.study_id))
     assert full["refined_rounds"] == 2 and len(full["start_centroids"]) == 3
+    # a device reads its study's result and the centres each round published; an outsider neither
+    assert agents[0].stub.GetResult(signed(agents[0], "GetResult", study.study_id)) == res
+    outsider = r.agent("outsider", data[:10])
+    for row in rounds:
+        assert agents[0].stub.GetStudy(signed(agents[0], "GetStudy", row.study_id)).spec_json == row.spec_json
+        for method in ("GetStudy", "GetResult"):
+            with pytest.raises(grpc.RpcError) as info:
+                getattr(outsider.stub, method)(signed(outsider, method, row.study_id))
+            assert info.value.code() == grpc.StatusCode.PERMISSION_DENIED
     assert full["identifiability"]["status"] == res.status == "identified"
 
 

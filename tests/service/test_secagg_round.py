@@ -11,7 +11,7 @@ from dataclasses import replace
 import grpc
 import numpy as np
 import pytest
-from conftest import META
+from conftest import META, signed
 
 from fedsketch.client import daemon, secure_steps
 from fedsketch.client.agent import Agent
@@ -172,6 +172,11 @@ def test_dropouts_at_masked_input_complete_and_spend_only_for_submitters(coordin
     assert s.state == pb.DONE, s.detail
     res = coordinator_round.result(study.study_id)
     assert res.devices == 6
+    # a device whose masked input is in the sum reads the result; one silent since MASKED_INPUT not
+    assert agents[0].stub.GetResult(signed(agents[0], "GetResult", study.study_id)) == res
+    with pytest.raises(grpc.RpcError) as err:
+        agents[1].stub.GetResult(signed(agents[1], "GetResult", study.study_id))
+    assert err.value.code() == grpc.StatusCode.PERMISSION_DENIED
     assert judged == [6 / 5] and res.status == "identified"  # six shares of 1/h_min of a draw
     for i, agent in enumerate(agents):
         assert len(agent.ledger.spends()) == (0 if i in {1, 5} else 1)
