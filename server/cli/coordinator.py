@@ -99,7 +99,9 @@ def serve(
     device reports, close request and state change (``event=...`` with ids, states, reason
     codes and counts; never a payload), and for each decoding. Every request is parsed from raw
     bytes under its method's size limit; malformed input is refused with INVALID_ARGUMENT. An
-    internal error answers INTERNAL with a short error id, logged here with its traceback."""
+    internal error answers INTERNAL with a short error id, logged here with its traceback.
+    Studies and results are not public: the operator token reads them all, an enrolled device
+    (signing each read) the studies it may join and the results of those it contributed to."""
     from fedsketch.common.tls import server_credentials
     from fedsketch.server.cli.logformat import configure
     from fedsketch.server.service.api import build_server
