@@ -7,7 +7,10 @@ centralized mechanisms, ``fedsketch.server.bench.kmeans``, seeded with CKM's sta
 
 * T = 1: one Lloyd step from the sketch's k centres C_0;
 * T ≥ 2: rounds 1..T−1 run over K' = OVERSEED·k centres, C_0 and K' − k sphere-packing centres
-  (data-independent, from the study's decode seed); after each of rounds 1..T−2 the centres at
+  (data-independent, from the study's decode seed) packed in the central part of the box,
+  [c − ρ·h, c + ρ·h] for its centre c, half-widths h and the rounds' radius fraction ρ (a public
+  box leaves a margin around the data; packed in the whole box, most of them landed where no
+  record is, measured in RESULTS.md §8); after each of rounds 1..T−2 the centres at
   noise level move beside heavy ones (:func:`.overseed.relocate_unreliable`); after round T−1 the K' centres
   are reduced to k by weighted k-means on their noisy counts (:func:`.overseed.reduce_centroids`); round T is
   one Lloyd step on those k.
@@ -72,12 +75,13 @@ def _rng(parent: StudySpec, number: int) -> np.random.Generator:
 
 
 def first_centroids(parent: StudySpec, start: np.ndarray) -> np.ndarray:
-    """Round 1's centres (module docstring): C_0, then for T ≥ 2 the sphere-packing ones."""
+    """Round 1's centres (module docstring): C_0, then for T ≥ 2 the sphere-packing ones within
+    ρ·h of the box centre."""
     if parent.refine.rounds == 1:
         return start
     box = Box(parent.lo, parent.hi)
     packed, _ = sphere_packing_init((OVERSEED - 1) * parent.k, box.d, _rng(parent, 0))
-    return np.vstack([start, packed * box.half + box.center])
+    return np.vstack([start, packed * (parent.refine.radius * box.half) + box.center])
 
 
 def _weights(counts: np.ndarray) -> np.ndarray:

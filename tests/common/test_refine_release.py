@@ -24,7 +24,8 @@ from fedsketch.common.refine import (
     round_cells,
 )
 from fedsketch.common.study import StudySpec
-from fedsketch.server.decode.refine import next_centroids
+from fedsketch.server.decode.overseed import OVERSEED
+from fedsketch.server.decode.refine import first_centroids, next_centroids
 
 #: Su's ρ and the relation factors, restated from MECHANISMS §6.2 and §0.3 (not imported: a
 #: wrong constant in the code must fail here).
@@ -182,3 +183,17 @@ def test_check_cells_refuses_what_the_mechanism_cannot_release():
         check_cells(capped, rnd, "int64_cells", cells([0, 0, 0, 0, 60], heavy), 60.0)
     heavy[4, 0] -= STEPS
     check_cells(capped, rnd, "int64_cells", cells([0, 0, 0, 0, 60], heavy), 60.0)
+
+
+def test_the_first_rounds_spare_centres_are_packed_within_the_radius_of_the_box_centre():
+    """T = 3 over [−10, 10]³, k = 3, ρ = 0.25: round 1 publishes the sketch's k centres, then
+    (OVERSEED − 1)·k data-independent ones within ±2.5 of the box centre, spread over that
+    region (not bunched); T = 1 publishes the sketch's alone."""
+    spec = study_spec(refine=RefineSpec((0.1,) * 3, radius=0.25))
+    start = np.array([[9.0, 9.0, 9.0], [-9.0, 0.0, 0.0], [0.0, 0.0, 0.0]])
+    first = first_centroids(spec, start)
+    assert first.shape == (OVERSEED * 3, 3) and np.array_equal(first[:3], start)
+    spare = first[3:]
+    assert np.abs(spare).max() <= 2.5 and np.abs(spare).max(axis=0).min() > 1.25
+    assert np.array_equal(first_centroids(replace(spec, refine=RefineSpec((0.1,), radius=0.25)),
+                                          start), start)
