@@ -206,7 +206,8 @@ def create_study(
     stage_timeout: Annotated[float, typer.Option(help="Seconds per stage.")] = 30.0,
     rounds: Annotated[int, typer.Option(
         help="Refinement rounds after the sketch: private Lloyd steps across the devices, each "
-        "a study of its own with its own roster; 0: the sketch alone.")] = ROUNDS,
+        "a study of its own with its own roster, whose sums are offsets from the centres "
+        "clipped to half the box; 0: the sketch alone.")] = ROUNDS,
     round_share: Annotated[float, typer.Option(
         help="Share of --epsilon the refinement rounds take together, in equal parts.")]
     = ROUND_SHARE,
