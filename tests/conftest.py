@@ -54,6 +54,27 @@ def postgres_url(postgres_server) -> str:
     postgres_server.drop_database(name)
 
 
+#: Where a fresh store of each backend lives, by name: every store test runs on each.
+BACKENDS = {
+    "sqlite": lambda request, tmp_path: f"sqlite:///{tmp_path / 'store.db'}",
+    "postgres": lambda request, tmp_path: request.getfixturevalue("postgres_url"),
+}
+
+
+@pytest.fixture(params=sorted(BACKENDS))
+def store_url(request, tmp_path) -> str:
+    """Where an empty store lives, once for each backend."""
+    return BACKENDS[request.param](request, tmp_path)
+
+
+@pytest.fixture
+def store(store_url) -> Store:
+    """An empty store, once for each backend."""
+    s = open_store(store_url)
+    yield s
+    s.close()
+
+
 @dataclass
 class Round:
     """A running coordinator and helpers to drive it."""
