@@ -13,7 +13,7 @@ import re
 from fedsketch.server.store.base import ContributionRow, Store, StoreError, StudyRow
 from fedsketch.server.store.sqlite import SQLiteStore
 
-__all__ = ["ContributionRow", "SQLiteStore", "Store", "StoreError", "StudyRow", "open_store"]
+__all__ = ["ContributionRow", "SQLiteStore", "Store", "StoreError", "StudyRow", "open_store", "sqlite_path"]
 
 _URL = re.compile(r"(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*)://(?P<rest>.*)", re.DOTALL)
 
@@ -29,14 +29,21 @@ def open_store(url_or_path: str | os.PathLike) -> Store:
     URL without psycopg installed is a ValueError (a URL is shown without its password); the
     backend's own refusals (:class:`StoreError`) pass through.
     """
+    path = sqlite_path(url_or_path)
+    return SQLiteStore(path) if path is not None else _postgres(os.fspath(url_or_path))
+
+
+def sqlite_path(url_or_path: str | os.PathLike) -> str | None:
+    """The SQLite file ``url_or_path`` names (as :func:`open_store` reads it), or None for a
+    PostgreSQL URL; ValueError for any other URL."""
     if not isinstance(url_or_path, str):
-        return SQLiteStore(url_or_path)
+        return os.fspath(url_or_path)
     url = _URL.fullmatch(url_or_path)
     if url is None:
-        return SQLiteStore(url_or_path)
+        return url_or_path
     scheme = url["scheme"].lower()
     if scheme in ("postgresql", "postgres"):
-        return _postgres(url_or_path)
+        return None
     if scheme != "sqlite":
         raise ValueError(f"unsupported store URL scheme {url['scheme']!r}: give a SQLite file path "
                          "(or sqlite:///relative.db, sqlite:////absolute/path.db) or a "
@@ -45,7 +52,7 @@ def open_store(url_or_path: str | os.PathLike) -> Store:
     if host or not slash or not path:
         raise ValueError(f"bad SQLite store URL {url_or_path!r}: write sqlite:///relative.db or "
                          "sqlite:////absolute/path.db")
-    return SQLiteStore(path)
+    return path
 
 
 def _postgres(url: str) -> Store:

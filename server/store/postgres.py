@@ -11,6 +11,11 @@ compare-and-set of the state or a result is made once, by whichever process come
 Writes on different studies run side by side. A write is durable when it returns as far as the
 server's ``synchronous_commit`` makes a commit durable (on, by default).
 
+``coordinator serve`` still holds the database for itself (:meth:`PostgresStore.hold_exclusive`),
+as it holds a SQLite file: the store is ready for several processes, but the coordinator is not
+yet (its start-up fails secure-aggregation studies it takes for its own interrupted ones, and
+re-decodes studies another process may be decoding).
+
 The database is marked and versioned by the one-row table ``fedsketch_store``
 (``application_id``, ``schema_version``); a database holding other tables and not that one is
 refused before it is modified. Creating and migrating the schema happens in one transaction
@@ -43,6 +48,9 @@ POOL_SIZE = 20
 CONNECT_TIMEOUT = 10
 #: The advisory-lock key of schema creation and migration.
 SCHEMA_KEY = "schema"
+#: The session advisory lock a serving coordinator holds: (this namespace, 0), apart from the
+#: ``_tx`` locks (APPLICATION_ID, hash of a key), which it would otherwise block on a collision.
+SERVING_NAMESPACE = APPLICATION_ID + 1
 _LOCK = "SELECT pg_advisory_xact_lock(?, hashtext(?))"
 _PASSWORD = (re.compile(r"(://[^/?#@:]*):[^/?#@]*@"), re.compile(r"(password=)[^&\s]*"))
 
@@ -99,6 +107,7 @@ class PostgresStore(SQLStore):
         or the database is not a fedsketch store of a schema this code reads (left unmodified).
         """
         self.where = redact(url)
+        self._holder: psycopg.Connection | None = None
         options: dict[str, Any] = {"autocommit": True}
         try:
             if "connect_timeout" not in conninfo_to_dict(url):
@@ -138,5 +147,22 @@ class PostgresStore(SQLStore):
         with self._pool.connection() as conn:
             yield PostgresConnection(conn)
 
+    def hold_exclusive(self) -> None:
+        """Hold the database for this process, until :meth:`close` or its death (a session
+        advisory lock on a connection of its own); StoreError 'failed_precondition' if another
+        coordinator holds it."""
+        options = {"connect_timeout": CONNECT_TIMEOUT} if "connect_timeout" not in conninfo_to_dict(
+            self._pool.conninfo) else {}
+        holder = psycopg.connect(self._pool.conninfo, autocommit=True, **options)
+        held = holder.execute(postgres_sql("SELECT pg_try_advisory_lock(?, 0)"),
+                              (SERVING_NAMESPACE,)).fetchone()[0]
+        if not held:
+            holder.close()
+            raise StoreError(Code.FAILED_PRECONDITION, f"{self.where} is in use by another coordinator: "
+                             "one coordinator serves one database")
+        self._holder = holder
+
     def close(self) -> None:
+        if self._holder is not None:
+            self._holder.close()
         self._pool.close()
