@@ -79,7 +79,8 @@ def serve(
         help="Where the coordinator's state lives: a SQLite file (created if missing; one "
         "coordinator per file), or a PostgreSQL database, postgresql://[USER@]HOST[:PORT]/DATABASE "
         "(needs the postgres extra; tables created in an empty database); one coordinator "
-        "serves one database, as one file. Leave the password out of the URL: it is read from "
+        "serves one database, as one file, unless each is started with --shared. Leave the "
+        "password out of the URL: it is read from "
         "PGPASSWORD or the password file (PGPASSFILE, default ~/.pgpass), and never printed.")],
     listen: Annotated[str, typer.Option(envvar="FEDSKETCH_LISTEN", help="HOST:PORT to listen on.")] = (
         "127.0.0.1:7443"),
@@ -94,6 +95,13 @@ def serve(
                                              "missing.")] = Path("operator.token"),
     port_file: Annotated[Path | None, typer.Option(help="Write the bound port here once "
                                                    "serving (for port 0).")] = None,
+    shared: Annotated[bool, typer.Option(
+        "--shared", envvar="FEDSKETCH_SHARED",
+        help="Serve a PostgreSQL --db together with other coordinators started with --shared "
+        "(behind one address, or with devices split between them): any of them takes any "
+        "device's message, and each study is closed, decoded and published once. Plain "
+        "studies only: these coordinators refuse secure-aggregation studies, whose rounds "
+        "live in one process's memory.")] = False,
     log_format: Annotated[str, typer.Option(
         envvar="FEDSKETCH_LOG_FORMAT", help="How stderr's log lines are written: 'text' "
         "(key=value pairs) or 'json' (one JSON object a line).")] = "text",
@@ -124,11 +132,14 @@ def serve(
         for option, path in files:
             if not path.parent.is_dir():  # before the store is created
                 raise ValueError(f"{option} {path}: folder {path.parent} does not exist")
+        if db_file is not None and shared:
+            raise ValueError(f"--shared needs a postgresql:// --db; {db} is a SQLite file, which "
+                             "one coordinator serves")
         if db_file is not None:
             hold_exclusive(db_file)  # first: a file another coordinator serves is refused
         store = open_store(db)
         if db_file is None:
-            store.hold_exclusive()
+            store.hold(shared)
         if not token_file.exists():
             fd = os.open(token_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
             with os.fdopen(fd, "w") as fh:

@@ -182,6 +182,9 @@ class Coordinator(Roster):
                 raise ValueError(f"m = {m} is too large: a device's sketch (2m·{width} bytes) "
                                  f"would not fit one {MAX_MESSAGE_BYTES}-byte message")
             expected = StudySpec.create(spec.name, spec.sketch, spec.k, spec.lo, spec.hi)
+            if spec.secure_aggregation is not None and self.store.shared:
+                raise ValueError("coordinators sharing a database (--shared) take no secure-"
+                                 "aggregation study: its rounds live in one process's memory")
         except ValueError as exc:
             raise Refusal(Code.INVALID_ARGUMENT, f"bad study spec: {exc}") from None
         except MemoryError:  # the m × d frequencies, drawn to check omega_sha256
@@ -229,8 +232,8 @@ class Coordinator(Roster):
     def _abandon(self, row: StudyRow, detail: str) -> StudyRow:
         """Fail a study closed without quorum; a failed refinement round lets its study go on."""
         failed = self._move(row.study_id, ABANDON, detail)
-        if row.parent is not None:
-            self._decoder.submit(self.refinement.advance, row.parent)
+        if row.parent is not None:  # its study's next step, under its claim (_decode)
+            self._decoder.submit(self._decode, row.parent)
         return failed
 
     def result(self, study_id: str) -> tuple[StudySpec, dict]:
@@ -264,8 +267,14 @@ class Coordinator(Roster):
 
     def _decode(self, study_id: str) -> None:
         """Decode a closed study: a refinement round's cells, or a sketch (whose study then
-        publishes its result, or begins its rounds if it declares them and has not yet)."""
+        publishes its result, or begins its rounds if it declares them and has not yet), under the
+        claim of the study (a round's: its study's), if it is still decoding once claimed."""
         spec = self.spec(study_id)
+        with self.store.claim(spec.parent_id if isinstance(spec, RoundSpec) else study_id):
+            if self.store.get_study(study_id).state == "decoding":
+                self._decode_claimed(study_id, spec)
+
+    def _decode_claimed(self, study_id: str, spec: StudySpec | RoundSpec) -> None:
         if isinstance(spec, RoundSpec):
             self.refinement.decode(study_id, spec)
             return

@@ -30,6 +30,7 @@ that moved meanwhile (two closes racing) is left alone and the loser is refused.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -163,9 +164,19 @@ class Store(ABC):
     Times are float Unix seconds (``time.time()``); tokens are kept only as SHA-256 digests.
     """
 
+    #: Whether other coordinator processes may serve this store at the same time (a PostgreSQL
+    #: database served with ``--shared``); a SQLite file has one coordinator.
+    shared: bool = False
+
     @abstractmethod
     def close(self) -> None:
         """Release the backend; the store must not be used afterwards."""
+
+    @abstractmethod
+    def claim(self, key: str) -> AbstractContextManager[None]:
+        """Hold the claim on ``key`` (the coordinator's: a study id) for the ``with`` block,
+        waiting while another thread or process holding the store has it; released when the
+        block ends, or when the process holding it dies. Writes nothing."""
 
     # enrollment
 

@@ -11,10 +11,10 @@ compare-and-set of the state or a result is made once, by whichever process come
 Writes on different studies run side by side. A write is durable when it returns as far as the
 server's ``synchronous_commit`` makes a commit durable (on, by default).
 
-``coordinator serve`` still holds the database for itself (:meth:`PostgresStore.hold_exclusive`),
-as it holds a SQLite file: the store is ready for several processes, but the coordinator is not
-yet (its start-up fails secure-aggregation studies it takes for its own interrupted ones, and
-re-decodes studies another process may be decoding).
+``coordinator serve`` holds the database (:meth:`PostgresStore.hold`) for itself, as it holds a
+SQLite file, or with ``--shared`` together with other coordinators started so; the coordinator's
+decoder steps on a study run under the study's :meth:`PostgresStore.claim`, so one process at a
+time decodes it (and the store publishes its result once).
 
 The database is marked and versioned by the one-row table ``fedsketch_store``
 (``application_id``, ``schema_version``); a database holding other tables and not that one is
@@ -51,6 +51,8 @@ SCHEMA_KEY = "schema"
 #: The session advisory lock a serving coordinator holds: (this namespace, 0), apart from the
 #: ``_tx`` locks (APPLICATION_ID, hash of a key), which it would otherwise block on a collision.
 SERVING_NAMESPACE = APPLICATION_ID + 1
+#: The namespace of :meth:`PostgresStore.claim`'s session advisory locks (key: hash of a study id).
+CLAIM_NAMESPACE = APPLICATION_ID + 2
 _LOCK = "SELECT pg_advisory_xact_lock(?, hashtext(?))"
 _PASSWORD = (re.compile(r"(://[^/?#@:]*):[^/?#@]*@"), re.compile(r"(password=)[^&\s]*"))
 
@@ -147,20 +149,33 @@ class PostgresStore(SQLStore):
         with self._pool.connection() as conn:
             yield PostgresConnection(conn)
 
-    def hold_exclusive(self) -> None:
-        """Hold the database for this process, until :meth:`close` or its death (a session
-        advisory lock on a connection of its own); StoreError 'failed_precondition' if another
-        coordinator holds it."""
+    def hold(self, shared: bool = False) -> None:
+        """Hold the database as its one coordinator, or with ``shared`` as one of several (each
+        holds it shared), until :meth:`close` or the process's death: a session advisory lock on
+        a connection of its own. StoreError 'failed_precondition' if a coordinator holds it the
+        other way, or, without ``shared``, at all."""
         options = {"connect_timeout": CONNECT_TIMEOUT} if "connect_timeout" not in conninfo_to_dict(
             self._pool.conninfo) else {}
         holder = psycopg.connect(self._pool.conninfo, autocommit=True, **options)
-        held = holder.execute(postgres_sql("SELECT pg_try_advisory_lock(?, 0)"),
-                              (SERVING_NAMESPACE,)).fetchone()[0]
-        if not held:
+        lock = "pg_try_advisory_lock_shared" if shared else "pg_try_advisory_lock"
+        if not holder.execute(f"SELECT {lock}(%s, 0)", (SERVING_NAMESPACE,)).fetchone()[0]:
             holder.close()
-            raise StoreError(Code.FAILED_PRECONDITION, f"{self.where} is in use by another coordinator: "
-                             "one coordinator serves one database")
-        self._holder = holder
+            how = ("by a coordinator not started with --shared" if shared else
+                   "by another coordinator: one coordinator serves one database, unless every one "
+                   "of them is started with --shared")
+            raise StoreError(Code.FAILED_PRECONDITION, f"{self.where} is in use {how}")
+        self._holder, self.shared = holder, shared
+
+    @contextmanager
+    def claim(self, key: str) -> Iterator[None]:
+        """A session advisory lock on a pooled connection, held for the block (the connection
+        ends with the process that holds it, and the lock with it)."""
+        with self._pool.connection() as conn:
+            conn.execute("SELECT pg_advisory_lock(%s, hashtext(%s))", (CLAIM_NAMESPACE, key))
+            try:
+                yield
+            finally:
+                conn.execute("SELECT pg_advisory_unlock(%s, hashtext(%s))", (CLAIM_NAMESPACE, key))
 
     def close(self) -> None:
         if self._holder is not None:

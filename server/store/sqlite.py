@@ -59,6 +59,7 @@ class SQLiteStore(SQLStore):
         """
         self.path = os.fspath(path)
         self._lock = threading.Lock()
+        self._claims: dict[str, threading.Lock] = {}
         try:
             os.close(os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600))
             self._conn = sqlite3.connect(
@@ -107,6 +108,14 @@ class SQLiteStore(SQLStore):
     def _reading(self) -> Iterator[sqlite3.Connection]:
         with self._lock:
             yield self._conn
+
+    @contextmanager
+    def claim(self, key: str) -> Iterator[None]:
+        """One process serves a SQLite file (:mod:`.filelock`): a claim is a lock of this one."""
+        with self._lock:
+            lock = self._claims.setdefault(key, threading.Lock())
+        with lock:
+            yield
 
     def close(self) -> None:
         with self._lock:

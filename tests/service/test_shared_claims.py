@@ -1,0 +1,94 @@
+"""Coordinators sharing one PostgreSQL database (``serve --shared``): a study's decoder steps run
+under its claim, so two coordinators told at once to decode the same study (one closing it, one
+resuming it at start-up) decode it once; the claim waits for its holder, in any process; and
+coordinators that share a database take no secure-aggregation study."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+
+import numpy as np
+import pytest
+from conftest import study_spec
+
+from fedsketch.common import signing, wire
+from fedsketch.common.secagg.spec import SecAggSpec
+from fedsketch.common.secagg.trust import Assumptions
+from fedsketch.server.errors import Refusal
+from fedsketch.server.service.coordinator import Coordinator
+from fedsketch.server.service.messages import Submission
+from fedsketch.server.store import open_store
+
+
+def test_a_claim_waits_for_its_holder_in_another_store(postgres_url):
+    first, second = open_store(postgres_url), open_store(postgres_url)
+    try:
+        order: list[str] = []
+        with first.claim("st-1"):
+            waiter = threading.Thread(target=lambda: second.claim("st-1").__enter__() or order.append("got"))
+            waiter.start()
+            with second.claim("st-2"):  # another study's claim is free
+                order.append("other")
+            time.sleep(0.3)
+            order.append("released")
+        waiter.join(timeout=10)
+        assert order == ["other", "released", "got"]
+    finally:
+        second.close()  # its pooled connection still holds st-1: closing ends the session
+        first.close()
+
+
+def test_two_coordinators_decoding_one_study_at_once_decode_it_once(postgres_url, caplog):
+    stores = [open_store(postgres_url), open_store(postgres_url)]
+    pair = [Coordinator(s) for s in stores]
+    try:
+        spec = study_spec(min_devices=1, roster=2, deadline=time.time() + 3600)
+        study = pair[0].create(spec.to_json()).study_id
+        key = signing.new_private_key()
+        stores[0].add_tokens(["tok"])
+        device = stores[0].enroll("tok", signing.public_key(key), "device")
+        stores[1].register(study, device)
+        data = np.arange(2 * spec.sketch.frequencies.m, dtype="<i8").tobytes()
+        spec_sha = pair[0].study(study).spec_sha256
+        digest = signing.contribution_digest(study, device, 100.0, spec_sha, data)
+        pair[1].submit(Submission(study, device, 100.0, spec_sha, wire.KINDS["complex"], data,
+                                  signing.sign(key, digest)))
+        stores[0].set_state(study, "decoding", expect=("collecting",))
+        barrier = threading.Barrier(2)
+
+        def decode(c: Coordinator) -> None:
+            barrier.wait()
+            c._decode(study)
+
+        caplog.set_level(logging.INFO, logger="fedsketch.coordinator")
+        threads = [threading.Thread(target=decode, args=(c,)) for c in pair]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        messages = [r.getMessage() for r in caplog.records]
+        assert [m for m in messages if study in m] == [f"study {study} decoded from 1 devices"]
+        assert stores[1].get_study(study).state == "done"
+    finally:
+        for c in pair:
+            c.stop()
+        for s in stores:
+            s.close()
+
+
+def test_coordinators_sharing_a_database_take_no_secure_study(postgres_url):
+    store = open_store(postgres_url)
+    store.hold(shared=True)
+    coordinator = Coordinator(store)
+    try:
+        secure = study_spec(m=60, r=60, min_devices=3, secure_aggregation=SecAggSpec.assuming(
+            Assumptions(3, 0, 0), 5000, None, 600.0, None))
+        with pytest.raises(Refusal, match="--shared"):
+            coordinator.create(secure.to_json())
+        assert store.list_studies() == []
+        coordinator.create(study_spec().to_json())  # a plain one is taken
+    finally:
+        coordinator.stop()
+        store.close()
