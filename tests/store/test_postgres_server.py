@@ -8,6 +8,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -68,3 +69,19 @@ def test_the_server_stops_when_the_process_that_started_it_is_killed():
             os.kill(pid, signal.SIGQUIT)
         if folder is not None:
             shutil.rmtree(folder, ignore_errors=True)  # SIGKILL left it: nothing ran to remove it
+
+
+def test_the_next_run_removes_the_folders_killed_runs_left(tmp_path, monkeypatch):
+    from pgtest import STALE_SECONDS, remove_stale
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    for name, pid in (("fedsketch-pg-stopped", None), ("fedsketch-pg-crashed", 2**22 + 7),
+                      ("fedsketch-pg-running", os.getpid())):
+        (tmp_path / name / "data").mkdir(parents=True)
+        if pid is not None:
+            (tmp_path / name / "data" / "postmaster.pid").write_text(f"{pid}\n/data\n")
+    (tmp_path / "other").mkdir()
+    remove_stale(now=time.time())  # too young to judge
+    assert len(list(tmp_path.iterdir())) == 4
+    remove_stale(now=time.time() + 2 * STALE_SECONDS)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["fedsketch-pg-running", "other"]
