@@ -2,9 +2,10 @@
 
 Everything the coordinator persists or refuses is named here once: the study
 states and the transitions between them, the row types, and the abstract :class:`Store` that a
-backend implements (:mod:`fedsketch.server.store.sqlite` today). The service and the store raise
-the same :class:`~fedsketch.server.errors.Refusal`; only the gRPC layer (:mod:`fedsketch.server.service.api`)
-turns its code into a status, so neither of them depends on the transport.
+backend implements (:mod:`fedsketch.server.store.sql`, on SQLite or PostgreSQL). The service and
+the store raise the same :class:`~fedsketch.server.errors.Refusal`; only the gRPC layer
+(:mod:`fedsketch.server.service.api`) turns its code into a status, so neither of them depends
+on the transport.
 
 Study lifecycle (each row is one :class:`Transition` below; nothing else moves a study)::
 

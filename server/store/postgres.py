@@ -102,8 +102,9 @@ class PostgresStore(SQLStore):
     share between threads and between processes."""
 
     def __init__(self, url: str, pool_size: int = POOL_SIZE) -> None:
-        """Open the store at ``url`` (``postgresql://[user[:password]@][host][:port]/database``
-        or any libpq connection string), creating its tables in an empty database.
+        """Open the store at ``url`` (libpq's URL:
+        ``postgresql://[user[:password]@][host][:port]/database[?param=value...]``), creating its
+        tables in an empty database.
 
         StoreError 'failed_precondition' if the server cannot be reached or refuses the login,
         or the database is not a fedsketch store of a schema this code reads (left unmodified).
