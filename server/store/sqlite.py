@@ -59,7 +59,7 @@ class SQLiteStore(SQLStore):
         """
         self.path = os.fspath(path)
         self._lock = threading.Lock()
-        self._claims: dict[str, threading.Lock] = {}
+        self._claims: dict[str, tuple[threading.Lock, int]] = {}  # key: (lock, holders and waiters)
         try:
             os.close(os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600))
             self._conn = sqlite3.connect(
@@ -111,11 +111,21 @@ class SQLiteStore(SQLStore):
 
     @contextmanager
     def claim(self, key: str) -> Iterator[None]:
-        """One process serves a SQLite file (:mod:`.filelock`): a claim is a lock of this one."""
+        """One process serves a SQLite file (:mod:`.filelock`): a claim is a lock of this one,
+        kept while some thread holds or waits for it."""
         with self._lock:
-            lock = self._claims.setdefault(key, threading.Lock())
-        with lock:
-            yield
+            lock, users = self._claims.get(key, (threading.Lock(), 0))
+            self._claims[key] = (lock, users + 1)
+        try:
+            with lock:
+                yield
+        finally:
+            with self._lock:
+                users = self._claims[key][1] - 1
+                if users:
+                    self._claims[key] = (lock, users)
+                else:
+                    del self._claims[key]
 
     def close(self) -> None:
         with self._lock:

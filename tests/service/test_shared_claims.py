@@ -22,8 +22,11 @@ from fedsketch.server.service.messages import Submission
 from fedsketch.server.store import open_store
 
 
-def test_a_claim_waits_for_its_holder_in_another_store(postgres_url):
-    first, second = open_store(postgres_url), open_store(postgres_url)
+def test_a_claim_waits_for_its_holder(store_url):
+    """On PostgreSQL in another store (as another process would), on SQLite in another thread
+    of the one process that serves the file."""
+    first = open_store(store_url)
+    second = open_store(store_url) if store_url.startswith("postgresql") else first
     try:
         order: list[str] = []
         with first.claim("st-1"):
@@ -36,8 +39,9 @@ def test_a_claim_waits_for_its_holder_in_another_store(postgres_url):
         waiter.join(timeout=10)
         assert order == ["other", "released", "got"]
     finally:
-        second.close()  # its pooled connection still holds st-1: closing ends the session
-        first.close()
+        second.close()  # a PostgreSQL store's pooled connection still holds st-1: this ends it
+        if second is not first:
+            first.close()
 
 
 def test_two_coordinators_decoding_one_study_at_once_decode_it_once(postgres_url, caplog):
