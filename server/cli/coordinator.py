@@ -75,13 +75,13 @@ def operator_stub(target: str, ca: Path | None, insecure: bool, token_file: Path
 @coordinator_app.command("serve")
 def serve(
     db: Annotated[str, typer.Option(
-        envvar="FEDSKETCH_DB",
+        envvar="FEDSKETCH_DB", metavar="<path|url>",
         help="Where the coordinator's state lives: a SQLite file (created if missing; one "
         "coordinator per file), or a PostgreSQL database, postgresql://[USER@]HOST[:PORT]/DATABASE "
         "(needs the postgres extra; tables created in an empty database); one coordinator "
         "serves one database, as one file, unless each is started with --shared. Leave the "
-        "password out of the URL: it is read from "
-        "PGPASSWORD or the password file (PGPASSFILE, default ~/.pgpass), and never printed.")],
+        "password out of the URL: it is read from PGPASSWORD or the password file (PGPASSFILE, "
+        "default ~/.pgpass), and never printed.")],
     listen: Annotated[str, typer.Option(envvar="FEDSKETCH_LISTEN", help="HOST:PORT to listen on.")] = (
         "127.0.0.1:7443"),
     cert: Annotated[Path | None, typer.Option(envvar="FEDSKETCH_CERT",
