@@ -52,6 +52,7 @@ from fedsketch.server.service.messages import StageMessage, Submission
 from fedsketch.server.service.roster import Roster
 from fedsketch.server.service.rounds import Rounds
 from fedsketch.server.service.secure_round import SecAggRound
+from fedsketch.server.service.sweep import Sweep
 from fedsketch.server.store.base import (
     ABANDON,
     ACCEPTING,
@@ -74,7 +75,7 @@ MAX_TOKENS = 100_000
 MAX_SKETCH_BYTES = MAX_MESSAGE_BYTES - 4096
 
 
-class Coordinator(Roster):
+class Coordinator(Roster, Sweep):
     """Study lifecycle and validation, shared by the device and operator services."""
 
     def __init__(self, store: Store) -> None:
@@ -182,9 +183,8 @@ class Coordinator(Roster):
                 raise ValueError(f"m = {m} is too large: a device's sketch (2m·{width} bytes) "
                                  f"would not fit one {MAX_MESSAGE_BYTES}-byte message")
             expected = StudySpec.create(spec.name, spec.sketch, spec.k, spec.lo, spec.hi)
-            if spec.secure_aggregation is not None and self.store.shared:
-                raise ValueError("coordinators sharing a database (--shared) take no secure-"
-                                 "aggregation study: its rounds live in one process's memory")
+            if spec.secure_aggregation is not None and self.store.shared:  # its rounds: in memory
+                raise ValueError("coordinators sharing a database (--shared) take no secure study")
         except ValueError as exc:
             raise Refusal(Code.INVALID_ARGUMENT, f"bad study spec: {exc}") from None
         except MemoryError:  # the m × d frequencies, drawn to check omega_sha256
@@ -251,6 +251,7 @@ class Coordinator(Roster):
     def _watch(self) -> None:
         while not self._stop.wait(WATCH_INTERVAL):
             now = time.time()
+            self._sweep(now)  # shared coordinators: studies left decoding by one that died
             with self._lock:
                 rounds = list(self.rounds.values())
             for r in rounds:
@@ -266,9 +267,8 @@ class Coordinator(Roster):
     # --- decoding ------------------------------------------------------------------------------
 
     def _decode(self, study_id: str) -> None:
-        """Decode a closed study: a refinement round's cells, or a sketch (whose study then
-        publishes its result, or begins its rounds if it declares them and has not yet), under the
-        claim of the study (a round's: its study's), if it is still decoding once claimed."""
+        """Decode a closed study: a refinement round's cells, or a sketch (whose study then publishes
+        its result, or begins its rounds), under its claim (a round's: its study's), if still decoding."""
         spec = self.spec(study_id)
         with self.store.claim(spec.parent_id if isinstance(spec, RoundSpec) else study_id):
             if self.store.get_study(study_id).state == "decoding":

@@ -179,6 +179,11 @@ class Store(ABC):
         waiting while another thread or process holding the store has it; released when the
         block ends, or when the process holding it dies. Writes nothing."""
 
+    @abstractmethod
+    def claimed(self, key: str) -> bool:
+        """Whether some thread or process holds (or, on SQLite, waits for) the claim on ``key``
+        now; by the time it returns that may have changed."""
+
     # enrollment
 
     @abstractmethod

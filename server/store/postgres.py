@@ -14,7 +14,8 @@ server's ``synchronous_commit`` makes a commit durable (on, by default).
 ``coordinator serve`` holds the database (:meth:`PostgresStore.hold`) for itself, as it holds a
 SQLite file, or with ``--shared`` together with other coordinators started so; the coordinator's
 decoder steps on a study run under the study's :meth:`PostgresStore.claim`, so one process at a
-time decodes it (and the store publishes its result once).
+time decodes it (and the store publishes its result once); :meth:`PostgresStore.claimed` lets a
+coordinator find the studies nobody is decoding (:mod:`fedsketch.server.service.sweep`).
 
 The database is marked and versioned by the one-row table ``fedsketch_store``
 (``application_id``, ``schema_version``); a database holding other tables and not that one is
@@ -182,6 +183,15 @@ class PostgresStore(SQLStore):
                 yield
             finally:
                 conn.execute("SELECT pg_advisory_unlock(%s, hashtext(%s))", (CLAIM_NAMESPACE, key))
+
+    def claimed(self, key: str) -> bool:
+        """Tried: a free claim is taken and given back at once, on one pooled connection."""
+        with self._pool.connection() as conn:
+            if not conn.execute("SELECT pg_try_advisory_lock(%s, hashtext(%s))", (CLAIM_NAMESPACE, key)
+                                ).fetchone()[0]:
+                return True
+            conn.execute("SELECT pg_advisory_unlock(%s, hashtext(%s))", (CLAIM_NAMESPACE, key))
+            return False
 
     def close(self) -> None:
         if self._holder is not None:

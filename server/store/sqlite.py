@@ -127,6 +127,10 @@ class SQLiteStore(SQLStore):
                 else:
                     del self._claims[key]
 
+    def claimed(self, key: str) -> bool:
+        with self._lock:
+            return key in self._claims
+
     def close(self) -> None:
         with self._lock:
             self._conn.close()

@@ -1,7 +1,9 @@
 """Coordinators sharing one PostgreSQL database (``serve --shared``): a study's decoder steps run
 under its claim, so two coordinators told at once to decode the same study (one closing it, one
-resuming it at start-up) decode it once; the claim waits for its holder, in any process; and
-coordinators that share a database take no secure-aggregation study."""
+resuming it at start-up) decode it once; the claim waits for its holder, in any process; a study
+left decoding with its claim free (its coordinator died) is taken up by a live one, and one whose
+claim is held is left to its holder; and coordinators that share a database take no
+secure-aggregation study."""
 
 from __future__ import annotations
 
@@ -17,19 +19,21 @@ from fedsketch.common import signing, wire
 from fedsketch.common.secagg.spec import SecAggSpec
 from fedsketch.common.secagg.trust import Assumptions
 from fedsketch.server.errors import Refusal
+from fedsketch.server.service import sweep
 from fedsketch.server.service.coordinator import Coordinator
 from fedsketch.server.service.messages import Submission
-from fedsketch.server.store import open_store
+from fedsketch.server.store import Store, open_store
 
 
 def test_a_claim_waits_for_its_holder(store_url):
     """On PostgreSQL in another store (as another process would), on SQLite in another thread
-    of the one process that serves the file."""
+    of the one process that serves the file; either sees it claimed meanwhile."""
     first = open_store(store_url)
     second = open_store(store_url) if store_url.startswith("postgresql") else first
     try:
         order: list[str] = []
         with first.claim("st-1"):
+            assert second.claimed("st-1") and not second.claimed("st-2")
             waiter = threading.Thread(target=lambda: second.claim("st-1").__enter__() or order.append("got"))
             waiter.start()
             with second.claim("st-2"):  # another study's claim is free
@@ -44,22 +48,28 @@ def test_a_claim_waits_for_its_holder(store_url):
             first.close()
 
 
+def collecting_study(coordinator: Coordinator, store: Store, name: str = "a") -> str:
+    """A study holding one device's contribution, of a roster of two (so it does not close)."""
+    spec = study_spec(min_devices=1, roster=2, deadline=time.time() + 3600, name=name)
+    study = coordinator.create(spec.to_json()).study_id
+    key = signing.new_private_key()
+    store.add_tokens([f"tok-{name}"])
+    device = store.enroll(f"tok-{name}", signing.public_key(key), "device")
+    store.register(study, device)
+    data = np.arange(2 * spec.sketch.frequencies.m, dtype="<i8").tobytes()
+    spec_sha = coordinator.study(study).spec_sha256
+    digest = signing.contribution_digest(study, device, 100.0, spec_sha, data)
+    coordinator.submit(Submission(study, device, 100.0, spec_sha, wire.KINDS["complex"], data,
+                                  signing.sign(key, digest)))
+    return study
+
+
 def test_two_coordinators_decoding_one_study_at_once_decode_it_once(postgres_url, caplog):
     stores = [open_store(postgres_url), open_store(postgres_url)]
     pair = [Coordinator(s) for s in stores]
     try:
-        spec = study_spec(min_devices=1, roster=2, deadline=time.time() + 3600)
-        study = pair[0].create(spec.to_json()).study_id
-        key = signing.new_private_key()
-        stores[0].add_tokens(["tok"])
-        device = stores[0].enroll("tok", signing.public_key(key), "device")
-        stores[1].register(study, device)
-        data = np.arange(2 * spec.sketch.frequencies.m, dtype="<i8").tobytes()
-        spec_sha = pair[0].study(study).spec_sha256
-        digest = signing.contribution_digest(study, device, 100.0, spec_sha, data)
-        pair[1].submit(Submission(study, device, 100.0, spec_sha, wire.KINDS["complex"], data,
-                                  signing.sign(key, digest)))
-        stores[0].set_state(study, "decoding", expect=("collecting",))
+        study = collecting_study(pair[0], stores[1])
+        stores[0].set_state(study, "decoding", expect=("collecting",))  # queued nowhere
         barrier = threading.Barrier(2)
 
         def decode(c: Coordinator) -> None:
@@ -80,6 +90,35 @@ def test_two_coordinators_decoding_one_study_at_once_decode_it_once(postgres_url
             c.stop()
         for s in stores:
             s.close()
+
+
+def test_a_shared_coordinator_takes_up_a_study_left_decoding_unless_it_is_claimed(
+        postgres_url, monkeypatch, caplog):
+    monkeypatch.setattr(sweep, "SWEEP_SECONDS", 0.2)
+    store, peer = open_store(postgres_url), open_store(postgres_url)
+    store.hold(shared=True)
+    coordinator = Coordinator(store)
+    caplog.set_level(logging.INFO, logger="fedsketch.coordinator")
+    try:
+        coordinator.start()
+        held, left = collecting_study(coordinator, store, "a"), collecting_study(coordinator, store, "b")
+        with peer.claim(held):  # a live peer decodes it: this decoder passes it by, not waiting
+            for study in (held, left):  # the study whose coordinator died is queued second
+                store.set_state(study, "decoding", expect=("collecting",))
+            stop = time.monotonic() + 20
+            while store.get_study(left).state == "decoding" and time.monotonic() < stop:
+                time.sleep(0.05)
+            assert [store.get_study(s).state for s in (held, left)] == ["decoding", "done"]
+        while store.get_study(held).state == "decoding" and time.monotonic() < stop:
+            time.sleep(0.05)  # the peer let it go without decoding it (it died): taken up too
+        assert store.get_study(held).state == "done"
+        for study in (held, left):
+            assert [r.getMessage() for r in caplog.records if study in r.getMessage()] == [
+                f"study {study} decoded from 1 devices"]
+    finally:
+        coordinator.stop()
+        peer.close()
+        store.close()
 
 
 def test_coordinators_sharing_a_database_take_no_secure_study(postgres_url):
