@@ -49,10 +49,11 @@ from fedsketch.common.tls import MAX_MESSAGE_BYTES
 from fedsketch.server.decode.pipeline import StudyResult, decode_sketch, decode_study, integer_sketch
 from fedsketch.server.errors import Code, Refusal
 from fedsketch.server.service.messages import StageMessage, Submission
+from fedsketch.server.service.reads import Reads
 from fedsketch.server.service.roster import Roster
 from fedsketch.server.service.rounds import Rounds
 from fedsketch.server.service.secure_round import SecAggRound
-from fedsketch.server.service.sweep import Sweep
+from fedsketch.server.service.shared import Shared
 from fedsketch.server.store.base import (
     ABANDON,
     ACCEPTING,
@@ -75,7 +76,7 @@ MAX_TOKENS = 100_000
 MAX_SKETCH_BYTES = MAX_MESSAGE_BYTES - 4096
 
 
-class Coordinator(Roster, Sweep):
+class Coordinator(Roster, Reads, Shared):
     """Study lifecycle and validation, shared by the device and operator services."""
 
     def __init__(self, store: Store) -> None:
@@ -183,8 +184,7 @@ class Coordinator(Roster, Sweep):
                 raise ValueError(f"m = {m} is too large: a device's sketch (2m·{width} bytes) "
                                  f"would not fit one {MAX_MESSAGE_BYTES}-byte message")
             expected = StudySpec.create(spec.name, spec.sketch, spec.k, spec.lo, spec.hi)
-            if spec.secure_aggregation is not None and self.store.shared:  # its rounds: in memory
-                raise ValueError("coordinators sharing a database (--shared) take no secure study")
+            self._check_shareable(spec)
         except ValueError as exc:
             raise Refusal(Code.INVALID_ARGUMENT, f"bad study spec: {exc}") from None
         except MemoryError:  # the m × d frequencies, drawn to check omega_sha256

@@ -15,7 +15,7 @@ server's ``synchronous_commit`` makes a commit durable (on, by default).
 SQLite file, or with ``--shared`` together with other coordinators started so; the coordinator's
 decoder steps on a study run under the study's :meth:`PostgresStore.claim`, so one process at a
 time decodes it (and the store publishes its result once); :meth:`PostgresStore.claimed` lets a
-coordinator find the studies nobody is decoding (:mod:`fedsketch.server.service.sweep`).
+coordinator find the studies nobody is decoding (:mod:`fedsketch.server.service.shared`).
 
 The database is marked and versioned by the one-row table ``fedsketch_store``
 (``application_id``, ``schema_version``); a database holding other tables and not that one is

@@ -19,7 +19,7 @@ from fedsketch.common import signing, wire
 from fedsketch.common.secagg.spec import SecAggSpec
 from fedsketch.common.secagg.trust import Assumptions
 from fedsketch.server.errors import Refusal
-from fedsketch.server.service import sweep
+from fedsketch.server.service import shared
 from fedsketch.server.service.coordinator import Coordinator
 from fedsketch.server.service.messages import Submission
 from fedsketch.server.store import Store, open_store
@@ -94,7 +94,7 @@ def test_two_coordinators_decoding_one_study_at_once_decode_it_once(postgres_url
 
 def test_a_shared_coordinator_takes_up_a_study_left_decoding_unless_it_is_claimed(
         postgres_url, monkeypatch, caplog):
-    monkeypatch.setattr(sweep, "SWEEP_SECONDS", 0.2)
+    monkeypatch.setattr(shared, "SWEEP_SECONDS", 0.2)
     store, peer = open_store(postgres_url), open_store(postgres_url)
     store.hold(shared=True)
     coordinator = Coordinator(store)

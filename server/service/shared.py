@@ -1,4 +1,6 @@
-"""Coordinators sharing a database (``serve --shared``) take up each other's unfinished decoding.
+"""What a coordinator sharing its database with others (``serve --shared``) does differently: it
+takes up their unfinished decoding, and it takes no secure-aggregation study (whose stages live
+in the memory of the coordinator that runs it).
 
 A study closes in whichever coordinator made its DECODE transition, which then decodes it under
 the study's claim (:meth:`~fedsketch.server.store.base.Store.claim`). If that coordinator dies
@@ -15,14 +17,16 @@ from __future__ import annotations
 from collections.abc import Callable
 from concurrent.futures import Executor
 
+from fedsketch.common.study import StudySpec
 from fedsketch.server.store.base import Store
 
 #: How often (seconds) a shared coordinator looks for decoding studies nobody is working on.
 SWEEP_SECONDS = 15.0
 
 
-class Sweep:
-    """Mixin of :class:`~fedsketch.server.service.coordinator.Coordinator`: :meth:`_sweep`."""
+class Shared:
+    """Mixin of :class:`~fedsketch.server.service.coordinator.Coordinator`: :meth:`_sweep` and
+    :meth:`_check_shareable`."""
 
     store: Store
     _decoder: Executor
@@ -38,3 +42,8 @@ class Sweep:
         for row in self.store.list_studies(("decoding",)):
             if not self.store.claimed(row.parent or row.study_id):  # a round's claim is its study's
                 self._decoder.submit(self._decode, row.study_id)
+
+    def _check_shareable(self, spec: StudySpec) -> None:
+        """ValueError for a secure-aggregation study on a shared store."""
+        if spec.secure_aggregation is not None and self.store.shared:
+            raise ValueError("coordinators sharing a database (--shared) take no secure study")
