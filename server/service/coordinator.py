@@ -53,6 +53,7 @@ from fedsketch.server.service.reads import Reads
 from fedsketch.server.service.roster import Roster
 from fedsketch.server.service.rounds import Rounds
 from fedsketch.server.service.secure_round import SecAggRound
+from fedsketch.server.service.shared import Shared
 from fedsketch.server.store.base import (
     ABANDON,
     ACCEPTING,
@@ -75,7 +76,7 @@ MAX_TOKENS = 100_000
 MAX_SKETCH_BYTES = MAX_MESSAGE_BYTES - 4096
 
 
-class Coordinator(Roster, Reads):
+class Coordinator(Roster, Reads, Shared):
     """Study lifecycle and validation, shared by the device and operator services."""
 
     def __init__(self, store: Store) -> None:
@@ -183,6 +184,7 @@ class Coordinator(Roster, Reads):
                 raise ValueError(f"m = {m} is too large: a device's sketch (2m·{width} bytes) "
                                  f"would not fit one {MAX_MESSAGE_BYTES}-byte message")
             expected = StudySpec.create(spec.name, spec.sketch, spec.k, spec.lo, spec.hi)
+            self._check_shareable(spec)
         except ValueError as exc:
             raise Refusal(Code.INVALID_ARGUMENT, f"bad study spec: {exc}") from None
         except MemoryError:  # the m × d frequencies, drawn to check omega_sha256
@@ -230,8 +232,8 @@ class Coordinator(Roster, Reads):
     def _abandon(self, row: StudyRow, detail: str) -> StudyRow:
         """Fail a study closed without quorum; a failed refinement round lets its study go on."""
         failed = self._move(row.study_id, ABANDON, detail)
-        if row.parent is not None:
-            self._decoder.submit(self.refinement.advance, row.parent)
+        if row.parent is not None:  # its study's next step, under its claim (_decode)
+            self._decoder.submit(self._decode, row.parent)
         return failed
 
     def result(self, study_id: str) -> tuple[StudySpec, dict]:
@@ -249,6 +251,7 @@ class Coordinator(Roster, Reads):
     def _watch(self) -> None:
         while not self._stop.wait(WATCH_INTERVAL):
             now = time.time()
+            self._sweep(now)  # shared coordinators: studies left decoding by one that died
             with self._lock:
                 rounds = list(self.rounds.values())
             for r in rounds:
@@ -264,9 +267,14 @@ class Coordinator(Roster, Reads):
     # --- decoding ------------------------------------------------------------------------------
 
     def _decode(self, study_id: str) -> None:
-        """Decode a closed study: a refinement round's cells, or a sketch (whose study then
-        publishes its result, or begins its rounds if it declares them and has not yet)."""
+        """Decode a closed study: a refinement round's cells, or a sketch (whose study then publishes
+        its result, or begins its rounds), under its claim (a round's: its study's), if still decoding."""
         spec = self.spec(study_id)
+        with self.store.claim(spec.parent_id if isinstance(spec, RoundSpec) else study_id):
+            if self.store.get_study(study_id).state == "decoding":
+                self._decode_claimed(study_id, spec)
+
+    def _decode_claimed(self, study_id: str, spec: StudySpec | RoundSpec) -> None:
         if isinstance(spec, RoundSpec):
             self.refinement.decode(study_id, spec)
             return
