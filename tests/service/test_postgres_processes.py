@@ -1,13 +1,15 @@
 """Rounds through real ``fedsketch coordinator serve --db postgresql://... --shared`` processes
 (on the tests' own PostgreSQL server) with real ``fedsketch device run`` processes over TLS on
-loopback: two coordinators serve one database, devices alternate between them, one is SIGKILLed
-mid-round and restarted while the other serves, and each study is decoded and published once; a
+loopback: two coordinators serve one database, devices alternate between them (one through
+``--coordinator IP:PORT,IP:PORT``, round robin), one is SIGKILLed mid-round and restarted while
+the other serves, and each study is decoded and published once; a
 coordinator without ``--shared`` is refused the database meanwhile, and a connection error never
 prints the URL's password."""
 
 from __future__ import annotations
 
 import re
+from types import SimpleNamespace
 
 import pytest
 from test_round_processes import CoordinatorProcess, cli, create_study, device, wait_done
@@ -56,8 +58,9 @@ def test_two_shared_coordinators_on_one_database_decode_each_study_once(tmp_path
         store = open_store(postgres_url)
         assert [store.get_study(s).registered for s in studies] == [3, 3]
         store.close()
-        for i in range(2):  # 0 and 1 send through the other one
-            device(pair[1 - i % 2], device_files[i], tmp_path / f"l{i}")
+        listed = SimpleNamespace(target=f"127.0.0.1:{a.port},127.0.0.1:{b.port}", certs=certs)
+        device(listed, device_files[0], tmp_path / "l0")  # 0 through both, round robin
+        device(a, device_files[1], tmp_path / "l1")  # 1 through the other one
         for study in studies:
             for c in pair:
                 res = wait_done(c, study)
