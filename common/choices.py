@@ -42,6 +42,9 @@ ROUND_SECONDS = 900.0
 #: loses) taking 0.8 of the study's ε together, the sketch the rest.
 ROUNDS = 3
 ROUND_SHARE = 0.8
+#: Share of a federated study's ε that its ``--scale auto`` round 0 (the calibration release,
+#: :mod:`fedsketch.common.calibration_round`) takes by default, as ``sketch --auto-fraction``.
+AUTO_FRACTION = 0.1
 
 #: The stages of secure aggregation, in order: the values of
 #: :class:`fedsketch.common.secagg.protocol.Stage` (tests/test_cli_startup.py holds them equal).

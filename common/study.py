@@ -18,6 +18,7 @@ import math
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, fields
 
+from .calibration_round import CalibrationPlan
 from .choices import DEFAULT_MAX_DEVICE_RECORDS
 from .dp.plan import integer_sum_term
 from .dp.samplers import share_rate
@@ -38,9 +39,12 @@ FORMAT = "fedsketch.study/2"
 #: Written for a study with refinement rounds (:mod:`fedsketch.common.refine`): a device that
 #: does not know rounds refuses it rather than budget for its sketch alone.
 REFINED_FORMAT = "fedsketch.study/3"
+#: Written for a study with a calibration round (``--scale auto``,
+#: :mod:`fedsketch.common.calibration_round`): a device that does not know round 0 refuses it.
+CALIBRATED_FORMAT = "fedsketch.study/4"
 #: Also read: studies stored before rosters (their contributors joined the rosters when the
 #: store was migrated).
-READ_FORMATS = ("fedsketch.study/1", FORMAT, REFINED_FORMAT)
+READ_FORMATS = ("fedsketch.study/1", FORMAT, REFINED_FORMAT, CALIBRATED_FORMAT)
 #: Most devices one roster takes.
 MAX_ROSTER = 1_000_000
 
@@ -65,6 +69,7 @@ class StudySpec:
     roster: int | None = None
     collect_seconds: float | None = None
     max_device_records: int | None = None
+    calibration: CalibrationPlan | None = None
 
     def __post_init__(self) -> None:
         d, m = self.sketch.frequencies.d, self.sketch.frequencies.m
@@ -77,6 +82,12 @@ class StudySpec:
                              f"under secure aggregation), got {cap!r}")
         if self.secure_aggregation is not None:
             self._check_secure_aggregation()
+        if self.calibration is not None and self.secure_aggregation is not None:
+            raise ValueError("--scale auto (a calibration round 0) is not built for secure "
+                             "aggregation yet: give --scale σ")
+        if self.calibration is not None and self.sketch.frequencies.scale != self.calibration.placeholder:
+            raise ValueError("a study with a calibration round states its sketch's scale as the "
+                             "placeholder √(σ_lo·σ_hi): the sketch round's spec carries σ")
         if not self.name or len(self.name) > 200:
             raise ValueError("a study needs a name of 1 to 200 characters")
         if not math.isfinite(self.sketch.privacy.epsilon):
@@ -134,10 +145,11 @@ class StudySpec:
 
     @property
     def total_epsilon(self) -> float:
-        """ε of the whole study for a device that takes part in every round: the sketch's plus
-        every refinement round's (sequential composition)."""
+        """ε of the whole study for a device that takes part in every round: the calibration
+        round's, the sketch's and every refinement round's (sequential composition)."""
         rounds = 0.0 if self.refine is None else self.refine.total
-        return math.fsum((self.sketch.privacy.epsilon, rounds))
+        cal = 0.0 if self.calibration is None else self.calibration.epsilon
+        return math.fsum((cal, self.sketch.privacy.epsilon, rounds))
 
     def check_new(self) -> None:
         """Rules for a study being created (older stored studies stay readable): ValueError if
@@ -248,11 +260,12 @@ class StudySpec:
                    tuple(hi), **rules)
 
     def to_dict(self) -> dict:
-        """JSON-ready dict (with a ``format`` tag; ``refine``, ``roster``, ``collect_seconds``
-        and ``max_device_records`` only when set, so the spec of a study without them reads,
-        and hashes, as before)."""
+        """JSON-ready dict (with a ``format`` tag; ``refine``, ``calibration``, ``roster``,
+        ``collect_seconds`` and ``max_device_records`` only when set, so the spec of a study
+        without them reads, and hashes, as before)."""
         data = {
-            "format": FORMAT if self.refine is None else REFINED_FORMAT,
+            "format": (CALIBRATED_FORMAT if self.calibration is not None
+                       else FORMAT if self.refine is None else REFINED_FORMAT),
             "name": self.name,
             "sketch": self.sketch.to_dict(),
             "omega_sha256": self.omega_sha256,
@@ -269,6 +282,8 @@ class StudySpec:
         }
         if self.refine is not None:
             data["refine"] = self.refine.to_dict()
+        if self.calibration is not None:
+            data["calibration"] = self.calibration.to_dict()
         for name in ("roster", "collect_seconds", "max_device_records"):
             if getattr(self, name) is not None:
                 data[name] = getattr(self, name)
@@ -314,6 +329,8 @@ class StudySpec:
                 roster=data.get("roster"),  # an integer, or refused by _check_roster
                 collect_seconds=data.get("collect_seconds"),  # a number, or refused
                 max_device_records=data.get("max_device_records"),  # an integer, or refused
+                calibration=(None if data.get("calibration") is None
+                             else CalibrationPlan.from_dict(data["calibration"])),
             )
         except (KeyError, TypeError, OverflowError) as exc:
             raise ValueError(f"incomplete or malformed study spec: {exc!r}") from None
