@@ -41,7 +41,8 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
 from fedsketch.common import signing, wire
-from fedsketch.common.refine import CellsError, RoundSpec, check_cells, is_round
+from fedsketch.common.calibration_round import check_calibration
+from fedsketch.common.refine import CellsError, RoundSpec, check_cells
 from fedsketch.common.secagg import wire as secagg_wire
 from fedsketch.common.secure_rounds import SecureRound
 from fedsketch.common.study import StudySpec, spec_sha256
@@ -154,7 +155,7 @@ class Coordinator(Roster):
             spec = self._specs.get(study_id)
         if spec is None:
             text = self.store.get_study(study_id).spec_json
-            spec = RoundSpec.from_json(text) if is_round(text) else StudySpec.from_json(text)
+            spec = self.refinement.parse(text)
             with self._lock:
                 self._specs[study_id] = spec
         return spec
@@ -227,7 +228,9 @@ class Coordinator(Roster):
         return row
 
     def _abandon(self, row: StudyRow, detail: str) -> StudyRow:
-        """Fail a study closed without quorum; a failed refinement round lets its study go on."""
+        """Fail a study closed without quorum; a failed round lets its study go on."""
+        if getattr(self.spec(row.study_id), "calibration", None) is not None:
+            detail = f"round 0 (σ calibration) failed, nobody spent on the sketch: {detail}"
         failed = self._move(row.study_id, ABANDON, detail)
         if row.parent is not None:
             self._decoder.submit(self.refinement.advance, row.parent)
@@ -269,6 +272,8 @@ class Coordinator(Roster):
         if isinstance(spec, RoundSpec):
             self.refinement.decode(study_id, spec)
             return
+        if spec.calibration is not None:  # round 0 closed (or its study resumed)
+            return self.refinement.calibrate(study_id)
         if spec.refine is not None and self.refinement.started(study_id):
             self.refinement.advance(study_id)
             return
@@ -302,6 +307,8 @@ class Coordinator(Roster):
         except Exception as exc:  # a failed decoding fails the study, with the reason
             log.exception("decoding study %s failed", study_id)
             self._settle(study_id, DECODING_FAILED, f"decoding failed: {exc}")
+        if (parent := self.store.get_study(study_id).parent) is not None:  # a sketch round
+            self.refinement.advance(parent)
 
     # --- contributions -------------------------------------------------------------------------
 
@@ -318,6 +325,8 @@ class Coordinator(Roster):
         try:
             if isinstance(spec, RoundSpec):
                 check_cells(self.spec(spec.parent_id), spec, c.kind, c.payload, c.n)
+            elif spec.calibration is not None:  # round 0
+                check_calibration(spec, c.kind, c.payload, c.n)
             else:
                 wire.check_payload(spec, c.kind, c.payload, c.n)
         except (wire.PayloadError, CellsError) as exc:
