@@ -36,6 +36,7 @@ import numpy as np
 from fedsketch.client.agent import Agent
 from fedsketch.client.ledger import Ledger
 from fedsketch.client.localdata import LocalData
+from fedsketch.common.calibration_round import split_auto
 from fedsketch.common.dataio import DataSource, load_all
 from fedsketch.common.features import FEATURES
 from fedsketch.common.frequencies import FrequencySpec
@@ -78,7 +79,7 @@ class SimConfig:
     delta: float = 0.0
     neighbouring: str = "replace_one"
     r: int = 1
-    scale: float = 2.0
+    scale: float | None = 2.0
     bound: float = 15.0
     separation: float = 2.5
     partition: str = "iid"
@@ -96,6 +97,12 @@ class SimConfig:
     box: tuple[tuple[float, ...], tuple[float, ...]] | None = None
     rounds: int = 0
     round_share: float = ROUND_SHARE
+
+    @property
+    def later_rounds(self) -> bool:
+        """Whether the study has rounds after its first release: refinement rounds, or a sketch
+        round after a calibration round 0 (``scale`` None: auto)."""
+        return self.rounds > 0 or self.scale is None
 
     @property
     def public_box(self) -> tuple[list[float], list[float]]:
@@ -133,8 +140,10 @@ def split_records(labels: np.ndarray, devices: int, scheme: str,
 
 
 def _study_spec(cfg: SimConfig) -> StudySpec:
-    sketch_eps, refine = split_study_epsilon(cfg.epsilon, cfg.rounds, cfg.round_share)
-    sketch = SketchSpec(FrequencySpec(d=cfg.d, m=cfg.m, scale=cfg.scale, seed=cfg.seed),
+    plan, rest = (None, cfg.epsilon) if cfg.scale is not None else split_auto(cfg.epsilon)
+    sketch_eps, refine = split_study_epsilon(rest, cfg.rounds, cfg.round_share)
+    scale = cfg.scale if plan is None else plan.placeholder
+    sketch = SketchSpec(FrequencySpec(d=cfg.d, m=cfg.m, scale=scale, seed=cfg.seed),
                         cfg.feature, cfg.r, PrivacySpec(sketch_eps, cfg.delta, cfg.neighbouring))
     secure = None
     if cfg.secure_aggregation:
@@ -153,7 +162,7 @@ def _study_spec(cfg: SimConfig) -> StudySpec:
                          f"{', '.join(DROPOUT_STAGES)}")
     spec = StudySpec.create("simulation", sketch, cfg.k, *cfg.public_box, min_devices=cfg.devices,
                             replicates=cfg.replicates, decode_seed=cfg.seed,
-                            secure_aggregation=secure, refine=refine,
+                            secure_aggregation=secure, refine=refine, calibration=plan,
                             max_device_records=cfg.records)  # its devices are honest: any split
     spec.check_new()
     return spec
@@ -225,7 +234,7 @@ def _in_process(agents: list[Agent], cfg: SimConfig, watch: Callable[[], pb.Stud
     closed, with the chosen devices silent from ``dropout_stage`` on."""
     if not cfg.secure_aggregation:
         pending = set(range(len(agents)))
-        while pending or (cfg.rounds and watch().state not in (pb.DONE, pb.FAILED)):
+        while pending or (cfg.later_rounds and watch().state not in (pb.DONE, pb.FAILED)):
             sent = False
             for i in range(len(agents)):
                 out = agents[i].step()
@@ -240,7 +249,7 @@ def _in_process(agents: list[Agent], cfg: SimConfig, watch: Callable[[], pb.Stud
     rng = np.random.default_rng(cfg.seed)
     silent = set(rng.choice(len(agents), round(cfg.dropout * len(agents)), replace=False))
     from_rank = DROPOUT_STAGES.index(cfg.dropout_stage) + 1  # REGISTER is rank 0
-    while (s := watch()).state not in (pb.DONE, pb.FAILED) and (cfg.rounds or s.state != pb.DECODING):
+    while (s := watch()).state not in (pb.DONE, pb.FAILED) and (cfg.later_rounds or s.state != pb.DECODING):
         if s.state == pb.DECODING:  # refinement rounds: the devices that did not drop out
             for i, agent in enumerate(agents):
                 if i not in silent:
@@ -378,6 +387,7 @@ def run_simulation(cfg: SimConfig, data: Pooled | None = None) -> dict:
     return {
         "relative_sse": sse / ref,
         "refinement": refinement,
+        "calibration": full.get("calibration"),
         "sse_per_n": sse,
         "kmeans_sse_per_n": ref,
         "centroids": centroids.tolist(),
