@@ -99,12 +99,6 @@ class SimConfig:
     round_share: float = ROUND_SHARE
 
     @property
-    def later_rounds(self) -> bool:
-        """Whether the study has rounds after its first release: refinement rounds, or a sketch
-        round after a calibration round 0 (``scale`` None: auto)."""
-        return self.rounds > 0 or self.scale is None
-
-    @property
     def public_box(self) -> tuple[list[float], list[float]]:
         """(lo, hi) of the study: ``box`` when given (a data file's), else ±``bound``."""
         if self.box is not None:
@@ -142,8 +136,8 @@ def split_records(labels: np.ndarray, devices: int, scheme: str,
 def _study_spec(cfg: SimConfig) -> StudySpec:
     plan, rest = (None, cfg.epsilon) if cfg.scale is not None else split_auto(cfg.epsilon)
     sketch_eps, refine = split_study_epsilon(rest, cfg.rounds, cfg.round_share)
-    scale = cfg.scale if plan is None else plan.placeholder
-    sketch = SketchSpec(FrequencySpec(d=cfg.d, m=cfg.m, scale=scale, seed=cfg.seed),
+    sketch = SketchSpec(FrequencySpec(d=cfg.d, m=cfg.m, seed=cfg.seed,
+                                      scale=cfg.scale if plan is None else plan.placeholder),
                         cfg.feature, cfg.r, PrivacySpec(sketch_eps, cfg.delta, cfg.neighbouring))
     secure = None
     if cfg.secure_aggregation:
@@ -234,7 +228,8 @@ def _in_process(agents: list[Agent], cfg: SimConfig, watch: Callable[[], pb.Stud
     closed, with the chosen devices silent from ``dropout_stage`` on."""
     if not cfg.secure_aggregation:
         pending = set(range(len(agents)))
-        while pending or (cfg.later_rounds and watch().state not in (pb.DONE, pb.FAILED)):
+        later = cfg.rounds or cfg.scale is None  # refinement rounds, or a sketch after round 0
+        while pending or (later and watch().state not in (pb.DONE, pb.FAILED)):
             sent = False
             for i in range(len(agents)):
                 out = agents[i].step()
@@ -249,7 +244,7 @@ def _in_process(agents: list[Agent], cfg: SimConfig, watch: Callable[[], pb.Stud
     rng = np.random.default_rng(cfg.seed)
     silent = set(rng.choice(len(agents), round(cfg.dropout * len(agents)), replace=False))
     from_rank = DROPOUT_STAGES.index(cfg.dropout_stage) + 1  # REGISTER is rank 0
-    while (s := watch()).state not in (pb.DONE, pb.FAILED) and (cfg.later_rounds or s.state != pb.DECODING):
+    while (s := watch()).state not in (pb.DONE, pb.FAILED) and (cfg.rounds or s.state != pb.DECODING):
         if s.state == pb.DECODING:  # refinement rounds: the devices that did not drop out
             for i, agent in enumerate(agents):
                 if i not in silent:
