@@ -31,7 +31,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Iterable
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -45,7 +45,7 @@ from .privacy import PrivacySpec, coordinate_variance
 from .scale import DEFAULT_M0, CalibrationSpec, ScaleCalibration, calibration_release, read_calibration
 from .sketching import normalized_sketch
 from .spec import canonical_json
-from .wire import PayloadError, decode, encode
+from .wire import PayloadError, check_payload, decode, encode
 
 if TYPE_CHECKING:  # annotations only: the study module imports this one
     from .study import StudySpec
@@ -163,6 +163,14 @@ def check_calibration(study: StudySpec, kind: str, payload: bytes, n: float) -> 
     return values
 
 
+def check_release(study: StudySpec, kind: str, payload: bytes, n: float) -> np.ndarray:
+    """A plain study's own release checked (PayloadError): its round 0's if it declares one
+    (:func:`check_calibration`), else its sketch's (:func:`~fedsketch.common.wire.check_payload`)."""
+    if study.calibration is not None:
+        return check_calibration(study, kind, payload, n)
+    return check_payload(study, kind, payload, n)
+
+
 def fit_round0(study: StudySpec, releases: list[tuple[float, np.ndarray]],
                draws: float | None = None) -> ScaleCalibration:
     """σ from round 0's releases [(n_k, (2, m0) int64)]: the sum S = Σ S~_k over N = Σ n_k
@@ -194,8 +202,9 @@ def is_sketch_round(spec_json: str) -> bool:
 class SketchRound:
     """The sketch round of the study ``parent_id`` (spec hash ``parent_sha256``) after its round 0:
     the σ fixed there (data units), the hash of the Ω‖ξ it gives, the round's deadline (Unix
-    seconds; None under secure aggregation) and round 0's outcome (``calibration``,
-    :meth:`ScaleCalibration.to_dict`), public."""
+    seconds; None under secure aggregation), round 0's outcome (``calibration``,
+    :meth:`ScaleCalibration.to_dict`), public, and the study's secure aggregation as its spec
+    states it (a dict; None for a plain study): a secure study's sketch round is secure too."""
 
     parent_id: str
     parent_sha256: str
@@ -203,6 +212,7 @@ class SketchRound:
     omega_sha256: str
     deadline: float | None
     calibration: dict
+    secure_aggregation: dict | None = None
 
     def __post_init__(self) -> None:
         if not (isinstance(self.sigma, (int, float)) and math.isfinite(self.sigma) and self.sigma > 0):
@@ -229,6 +239,9 @@ class SketchRound:
         if not plan.sigma_lo <= self.sigma <= plan.sigma_hi:
             raise ValueError(f"σ = {self.sigma:g} is outside the study's search range "
                              f"{plan.sigma_lo:g}:{plan.sigma_hi:g}")
+        secure = None if parent.secure_aggregation is None else asdict(parent.secure_aggregation)
+        if self.secure_aggregation != secure:
+            raise ValueError("the sketch round's secure aggregation is not the study's")
         freqs = replace(parent.sketch.frequencies, scale=self.sigma)
         return replace(parent, sketch=replace(parent.sketch, frequencies=freqs),
                        omega_sha256=self.omega_sha256, deadline=self.deadline, calibration=None,
@@ -239,7 +252,8 @@ class SketchRound:
         return canonical_json({"format": SKETCH_ROUND_FORMAT, "parent_id": self.parent_id,
                                "parent_sha256": self.parent_sha256, "sigma": self.sigma,
                                "omega_sha256": self.omega_sha256, "deadline": self.deadline,
-                               "calibration": self.calibration})
+                               "calibration": self.calibration,
+                               "secure_aggregation": self.secure_aggregation})
 
     @classmethod
     def from_json(cls, text: str) -> SketchRound:

@@ -82,9 +82,6 @@ class StudySpec:
                              f"under secure aggregation), got {cap!r}")
         if self.secure_aggregation is not None:
             self._check_secure_aggregation()
-        if self.calibration is not None and self.secure_aggregation is not None:
-            raise ValueError("--scale auto (a calibration round 0) is not built for secure "
-                             "aggregation yet: give --scale σ")
         if self.calibration is not None and self.sketch.frequencies.scale != self.calibration.placeholder:
             raise ValueError("a study with a calibration round states its sketch's scale as the "
                              "placeholder √(σ_lo·σ_hi): the sketch round's spec carries σ")
@@ -186,6 +183,12 @@ class StudySpec:
         shape = self.min_devices / self.assumptions.min_honest
         check_capacity(self.sum_bound(), self.noise_param(), 2 * self.sketch.frequencies.m,
                        shape=shape)
+        if self.calibration is not None:  # round 0's sum (fedsketch.common.secure_calibration)
+            m0 = self.calibration.m0
+            term = integer_sum_term("complex", self.calibration.epsilon, m0, "replace_one")
+            share_rate(term.epsilon, term.sensitivity)
+            check_capacity(GRID["complex"] * self.secure_aggregation.max_records, term.scale,
+                           2 * m0, shape=shape)
         if self.refine is not None:  # the largest round any coordinator may publish
             for eps in set(self.refine.epsilon):
                 split = round_split(eps, "replace_one", self.sketch.frequencies.d)

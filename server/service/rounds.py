@@ -19,7 +19,8 @@ Round 0. A study with a calibration round (``--scale auto``,
 own contributions: closed without its quorum it fails like any study, before anyone spent on
 its sketch. Closed with it, it turns ``decoding`` and :meth:`Rounds.calibrate` fits σ from the
 releases' sum (or fails the study with why), records the choice and its explanation in the
-study's detail, and opens the sketch round, a study of its own whose spec carries σ. Once that
+study's detail, and opens the sketch round, a study of its own whose spec carries σ (secure
+aggregation's sum carries one noise draw in all, and the sketch round is secure too). Once that
 round is decoded the study goes on as above (its refinement rounds, or its result); if it
 fails, so does the study. The published result adds ``calibration`` (σ, how it was chosen,
 ``explanation``) and ``sketch_round`` (its study id).
@@ -60,7 +61,7 @@ class Rounds:
     """Refinement rounds over a store. ``spec`` parses a study's spec (cached by the caller),
     ``settle`` makes a lifecycle transition from the coordinator's own threads, and
     ``secure_opened(round_id, round)`` starts the secure-aggregation round of a secure study's
-    round once it is stored."""
+    round once it is stored (``round`` None: its sketch round after round 0)."""
 
     def __init__(self, store: Store, spec, settle, secure_opened) -> None:
         self.store = store
@@ -78,6 +79,13 @@ class Rounds:
             return rnd.study(self.spec(rnd.parent_id))
         return StudySpec.from_json(text)
 
+    def failure(self, study_id: str, detail: str) -> str:
+        """The detail of a study that failed to collect: ``detail``, said to be its round 0's
+        (before anyone spent on its sketch) if it declares one."""
+        if getattr(self.spec(study_id), "calibration", None) is None:
+            return detail
+        return f"round 0 (σ calibration) failed, nobody spent on the sketch: {detail}"
+
     def calibrate(self, study_id: str) -> None:
         """Round 0 of the study closed: fit σ from its releases and open its sketch round, or,
         if that round exists already (a restart), :meth:`advance`; a round 0 whose releases
@@ -94,17 +102,33 @@ class Rounds:
             log.exception("study %s: round 0 failed", study_id)
             self.settle(study_id, DECODING_FAILED, f"round 0 (σ calibration) failed: {exc}")
 
+    def calibrate_secure(self, study_id: str, total: np.ndarray, devices: int, records: float) -> None:
+        """:meth:`calibrate` from a secure round 0's unmasked sum (2·m0,) of ``devices`` devices
+        (``records`` declared in all): its noise is devices/h_min shares' worth of one draw."""
+        spec = self.spec(study_id)
+        try:
+            release = [(records, np.asarray(total, dtype=np.int64).reshape(2, spec.calibration.m0))]
+            draws = devices / spec.assumptions.min_honest
+            self._open_sketch(study_id, fit_round0(spec, release, draws=draws))
+        except Exception as exc:  # noqa: BLE001 (the study must not stay decoding silently)
+            log.exception("study %s: round 0 failed", study_id)
+            self.settle(study_id, DECODING_FAILED, f"round 0 (σ calibration) failed: {exc}")
+
     def _open_sketch(self, study_id: str, cal: ScaleCalibration) -> None:
         """Open the study's sketch round with the σ of ``cal``, fixed and public from now on."""
         spec: StudySpec = self.spec(study_id)
-        freqs = replace(spec.sketch.frequencies, scale=cal.sigma)
+        freqs, secure = replace(spec.sketch.frequencies, scale=cal.sigma), spec.secure_aggregation
         rnd = SketchRound(study_id, self.store.get_study(study_id).spec_sha256, cal.sigma,
-                          draw_frequencies(freqs).sha256, time.time() + spec.calibration.round_seconds,
-                          {**cal.to_dict(), "explanation": cal.explanation})
+                          draw_frequencies(freqs).sha256,
+                          None if secure else time.time() + spec.calibration.round_seconds,
+                          {**cal.to_dict(), "explanation": cal.explanation},
+                          None if secure is None else asdict(secure))
         text = rnd.to_json()
         round_id = "st-" + secrets.token_hex(8)
         self.store.create_study(round_id, text, spec_sha256(text), rnd.deadline, spec.min_devices,
                                 parent=study_id, roster=spec.roster)
+        if secure is not None:
+            self.secure_opened(round_id, None)
         self.store.set_state(study_id, "decoding", f"round 0: {cal.explanation}; sketch round "
                              f"collecting in study {round_id}", expect=("decoding",))
         log.info("study %s: round 0 chose %s; sketch round opened as %s", study_id,
