@@ -12,10 +12,12 @@ import numpy as np
 import pytest
 from conftest import META, study_spec
 from test_refine_rounds import drive
+from test_secure_refine import run_to_end
 
 import fedsketch.client.agent as agent_module
 from fedsketch.client.agent import Agent
 from fedsketch.client.ledger import Ledger
+from fedsketch.client.secure_steps import SECURE_KIND
 from fedsketch.common.box import Box
 from fedsketch.common.calibration_round import SketchRound, check_calibration, split_auto
 from fedsketch.common.dp.calibration import dlap_param, l1_sensitivity
@@ -25,6 +27,9 @@ from fedsketch.common.pb import fedsketch_pb2 as pb
 from fedsketch.common.privacy import PrivacySpec
 from fedsketch.common.refine import RefineSpec
 from fedsketch.common.scale import calibrate_scale
+from fedsketch.common.secagg.spec import SecAggSpec
+from fedsketch.common.secagg.trust import Assumptions
+from fedsketch.common.secure_calibration import SecureCalibration
 from fedsketch.common.study import StudySpec
 from fedsketch.common.synthetic import gmm
 from fedsketch.server.bench.metrics import sklearn_kmeans_centroids, split, sse_per_n
@@ -110,6 +115,31 @@ def test_round0_fits_sigma_then_the_sketch_round_uses_it_and_each_device_spends_
         assert check_calibration(spec, c.kind, c.payload, c.n).shape == (2, 64)
 
 
+def test_secure_round0_unmasks_one_draw_and_the_sketch_round_is_secure_too(coordinator_round,
+                                                                          data):
+    """Four devices under secure aggregation: round 0's unmasked sum gives σ (the pooled
+    noiseless fit within 10 %), the sketch round is a secure study of its own at that σ, and
+    each device spent round 0 and the sketch once each, as masked inputs."""
+    r = coordinator_round
+    sa = SecAggSpec.assuming(Assumptions(4, 0, 0), 100_000, None, 5.0)
+    spec = auto_spec(min_devices=4, secure_aggregation=sa)
+    study = r.create(spec)
+    agents = [r.agent(f"s{i}", part) for i, part in enumerate(np.array_split(data, 4))]
+    assert run_to_end(r, study, agents).state == pb.DONE
+    full = json.loads(r.store.get_result(study.study_id))
+    cal = full["calibration"]
+    clean = calibrate_scale(lambda: split(data), Box(spec.lo, spec.hi), math.inf, seed=1)
+    assert cal["reliable"] and cal["sigma"] == pytest.approx(clean.sigma, rel=0.1)
+    rnd = SketchRound.from_json(r.store.get_study(full["sketch_round"]).spec_json)
+    assert rnd.secure_aggregation is not None and rnd.deadline is None
+    assert r.store.contributions(study.study_id) == []  # no plain release was stored
+    for a in agents:
+        spends = a.ledger.spends()
+        assert sorted(s.study_id for s in spends) == sorted([study.study_id, full["sketch_round"]])
+        assert all(s.kind == SECURE_KIND for s in spends)
+        assert sum(s.epsilon for s in spends) == pytest.approx(spec.total_epsilon, rel=1e-12)
+
+
 def test_round0_without_its_quorum_fails_the_study_before_the_sketch(coordinator_round, data):
     """One of the two devices round 0 needs registers before the operator closes it: the study
     fails, says why, and opens no sketch round; nobody spent anything."""
@@ -126,11 +156,15 @@ def test_round0_without_its_quorum_fails_the_study_before_the_sketch(coordinator
 
 def test_the_calibration_release_uses_the_central_mechanism_at_round_0s_epsilon():
     """Round 0's noise is the central calibration release's: DLap(exp(−ε_0/Δ1)) on the 2·m0
-    integers, Δ1 the complex map's replace-one L1 sensitivity at r = m0 (γ per unit)."""
+    integers, Δ1 the complex map's replace-one L1 sensitivity at r = m0 (γ per unit); under
+    secure aggregation the devices' shares add up to that same term."""
     spec = auto_spec()
     term = noise_plan("complex", 64, 64, PrivacySpec(spec.calibration.epsilon, 0.0,
                                                       "replace_one"))[0]
     delta1 = l1_sensitivity("complex", 64, "replace_one")
     assert term.law == "discrete_laplace" and term.epsilon == spec.calibration.epsilon
     assert term.scale == dlap_param(spec.calibration.epsilon, delta1)
+    sa = SecAggSpec.assuming(Assumptions(4, 0, 0), 100_000, None, 5.0)
+    secure = SecureCalibration(auto_spec(min_devices=4, secure_aggregation=sa))
+    assert secure.term == term and secure.noise_shares().shape == (128,)  # one DLap(a) in all
     assert spec.total_epsilon == pytest.approx(20.0, rel=1e-12)
