@@ -203,8 +203,9 @@ class SketchRound:
     """The sketch round of the study ``parent_id`` (spec hash ``parent_sha256``) after its round 0:
     the σ fixed there (data units), the hash of the Ω‖ξ it gives, the round's deadline (Unix
     seconds; None under secure aggregation), round 0's outcome (``calibration``,
-    :meth:`ScaleCalibration.to_dict`), public, and the study's secure aggregation as its spec
-    states it (a dict; None for a plain study): a secure study's sketch round is secure too."""
+    :meth:`ScaleCalibration.to_dict`), public, its quorum (the study's) and the study's secure
+    aggregation as its spec states it (a dict; None for a plain study): a secure study's sketch
+    round is secure too."""
 
     parent_id: str
     parent_sha256: str
@@ -212,6 +213,7 @@ class SketchRound:
     omega_sha256: str
     deadline: float | None
     calibration: dict
+    min_devices: int
     secure_aggregation: dict | None = None
 
     def __post_init__(self) -> None:
@@ -219,6 +221,8 @@ class SketchRound:
             raise ValueError(f"the sketch round's σ must be finite and > 0, got {self.sigma!r}")
         if self.deadline is not None and not math.isfinite(self.deadline):
             raise ValueError("the deadline must be a finite Unix time")
+        if type(self.min_devices) is not int or self.min_devices < 1:
+            raise ValueError(f"min_devices must be an integer >= 1, got {self.min_devices!r}")
         if len(self.parent_sha256) != 64 or not self.parent_id or len(self.omega_sha256) != 64:
             raise ValueError("a sketch round names its study, that study's spec hash and Ω's hash")
         if not isinstance(self.calibration, dict) or self.calibration.get("sigma") != self.sigma:
@@ -239,6 +243,9 @@ class SketchRound:
         if not plan.sigma_lo <= self.sigma <= plan.sigma_hi:
             raise ValueError(f"σ = {self.sigma:g} is outside the study's search range "
                              f"{plan.sigma_lo:g}:{plan.sigma_hi:g}")
+        if self.min_devices != parent.min_devices:
+            raise ValueError(f"the round asks a quorum of {self.min_devices}, the study "
+                             f"{parent.min_devices}")
         secure = None if parent.secure_aggregation is None else asdict(parent.secure_aggregation)
         if self.secure_aggregation != secure:
             raise ValueError("the sketch round's secure aggregation is not the study's")
@@ -252,7 +259,7 @@ class SketchRound:
         return canonical_json({"format": SKETCH_ROUND_FORMAT, "parent_id": self.parent_id,
                                "parent_sha256": self.parent_sha256, "sigma": self.sigma,
                                "omega_sha256": self.omega_sha256, "deadline": self.deadline,
-                               "calibration": self.calibration,
+                               "calibration": self.calibration, "min_devices": self.min_devices,
                                "secure_aggregation": self.secure_aggregation})
 
     @classmethod

@@ -24,19 +24,19 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n#fedsketch/common/pb/fedsketch.proto\x12\x0c\x66\x65\x64sketch.v1\"A\n\rEnrollRequest\x12\r\n\x05token\x18\x01 \x01(\t\x12\x12\n\npublic_key\x18\x02 \x01(\x0c\x12\r\n\x05label\x18\x03 \x01(\t\"#\n\x0e\x45nrollResponse\x12\x11\n\tdevice_id\x18\x01 \x01(\t\",\n\x12ListStudiesRequest\x12\x16\n\x0einclude_closed\x18\x01 \x01(\x08\";\n\x13ListStudiesResponse\x12$\n\x07studies\x18\x01 \x03(\x0b\x32\x13.fedsketch.v1.Study\"\x1c\n\x08StudyRef\x12\x10\n\x08study_id\x18\x01 \x01(\t\"\xe0\x01\n\x05Study\x12\x10\n\x08study_id\x18\x01 \x01(\t\x12\x11\n\tspec_json\x18\x02 \x01(\t\x12\x13\n\x0bspec_sha256\x18\x03 \x01(\t\x12\'\n\x05state\x18\x04 \x01(\x0e\x32\x18.fedsketch.v1.StudyState\x12\"\n\x05stage\x18\x05 \x01(\x0e\x32\x13.fedsketch.v1.Stage\x12\x15\n\rcontributions\x18\x06 \x01(\x05\x12\x0f\n\x07records\x18\x07 \x01(\x01\x12\x0e\n\x06\x64\x65tail\x18\x08 \x01(\t\x12\x12\n\nregistered\x18\t \x01(\x05J\x04\x08\x14\x10\x1e\"n\n\x0cRegistration\x12\x10\n\x08study_id\x18\x01 \x01(\t\x12\x11\n\tdevice_id\x18\x02 \x01(\t\x12\x13\n\x0bspec_sha256\x18\x03 \x01(\t\x12\x11\n\tsignature\x18\x04 \x01(\x0c\x12\x11\n\tjoin_only\x18\x05 \x01(\x08\".\n\nLeaveReply\x12\x0c\n\x04left\x18\x01 \x01(\x08\x12\x12\n\nregistered\x18\x02 \x01(\x05\"q\n\rRegisterReply\x12\x11\n\tduplicate\x18\x01 \x01(\x08\x12\"\n\x05stage\x18\x02 \x01(\x0e\x32\x13.fedsketch.v1.Stage\x12\x12\n\nregistered\x18\x03 \x01(\x05\x12\x15\n\rinput_seconds\x18\x04 \x01(\x01\"\xd1\x01\n\x0c\x43ontribution\x12\x10\n\x08study_id\x18\x01 \x01(\t\x12\x11\n\tdevice_id\x18\x02 \x01(\t\x12\x13\n\x0bspec_sha256\x18\x03 \x01(\t\x12\t\n\x01n\x18\x04 \x01(\x01\x12\x15\n\x0bint32_pairs\x18\x06 \x01(\x0cH\x00\x12\x15\n\x0bint64_pairs\x18\x08 \x01(\x0cH\x00\x12\x15\n\x0bint64_cells\x18\t \x01(\x0cH\x00\x12\x11\n\tsignature\x18\x07 \x01(\x0c\x42\t\n\x07payloadJ\x04\x08\x05\x10\x06J\x04\x08\x14\x10\x1eR\rfloat32_pairs\"1\n\x0bSubmitReply\x12\x11\n\tduplicate\x18\x01 \x01(\x08\x12\x0f\n\x07receipt\x18\x02 \x01(\t\"\xdd\x01\n\x06Result\x12\x10\n\x08study_id\x18\x01 \x01(\t\x12\t\n\x01k\x18\x02 \x01(\x05\x12\t\n\x01\x64\x18\x03 \x01(\x05\x12\x11\n\tcentroids\x18\x04 \x03(\x01\x12\x0f\n\x07weights\x18\x05 \x03(\x01\x12\x10\n\x08residual\x18\x06 \x01(\x01\x12\x0f\n\x07\x64\x65vices\x18\x07 \x01(\x05\x12\x0f\n\x07records\x18\x08 \x01(\x01\x12\x0e\n\x06status\x18\t \x01(\t\x12\x15\n\rstatus_reason\x18\n \x01(\t\x12\t\n\x01z\x18\x0b \x03(\x01\x12\x11\n\tthreshold\x18\x0c \x01(\x01\x12\x0e\n\x06rounds\x18\r \x01(\x05\"\'\n\x12\x43reateStudyRequest\x12\x11\n\tspec_json\x18\x01 \x01(\t\"#\n\x12IssueTokensRequest\x12\r\n\x05\x63ount\x18\x01 \x01(\x05\"\"\n\x10IssueTokensReply\x12\x0e\n\x06tokens\x18\x01 \x03(\t\"\x89\x01\n\rRefusalReport\x12\x10\n\x08study_id\x18\x01 \x01(\t\x12\x11\n\tdevice_id\x18\x02 \x01(\t\x12\x13\n\x0bspec_sha256\x18\x03 \x01(\t\x12+\n\x06reason\x18\x04 \x01(\x0e\x32\x1b.fedsketch.v1.RefusalReason\x12\x11\n\tsignature\x18\x05 \x01(\x0c\"\x1f\n\nRefusalAck\x12\x11\n\tduplicate\x18\x01 \x01(\x08\"0\n\rStatusRequest\x12\x10\n\x08study_id\x18\x01 \x01(\t\x12\r\n\x05limit\x18\x02 \x01(\x05\"^\n\x0bRosterEntry\x12\x11\n\tdevice_id\x18\x01 \x01(\t\x12\r\n\x05label\x18\x02 \x01(\t\x12\x15\n\rregistered_at\x18\x03 \x01(\x01\x12\x16\n\x0e\x63ontributed_at\x18\x04 \x01(\x01\"r\n\x0cRefusalEntry\x12\x11\n\tdevice_id\x18\x01 \x01(\t\x12\r\n\x05label\x18\x02 \x01(\t\x12+\n\x06reason\x18\x03 \x01(\x0e\x32\x1b.fedsketch.v1.RefusalReason\x12\x13\n\x0breported_at\x18\x04 \x01(\x01\"\xef\x02\n\x0bStatusReply\x12\"\n\x05study\x18\x01 \x01(\x0b\x32\x13.fedsketch.v1.Study\x12\x12\n\ncreated_at\x18\x02 \x01(\x01\x12\x13\n\x0bmin_devices\x18\x03 \x01(\x05\x12\x13\n\x0broster_size\x18\x04 \x01(\x05\x12\x11\n\tfilled_at\x18\x05 \x01(\x01\x12\x10\n\x08\x64\x65\x61\x64line\x18\x06 \x01(\x01\x12\x17\n\x0f\x63ollect_seconds\x18\x07 \x01(\x01\x12\x0f\n\x07\x65psilon\x18\x08 \x01(\x01\x12\x11\n\tparent_id\x18\t \x01(\t\x12\r\n\x05round\x18\n \x01(\x05\x12)\n\x06roster\x18\x0b \x03(\x0b\x32\x19.fedsketch.v1.RosterEntry\x12,\n\x08refusals\x18\x0c \x03(\x0b\x32\x1a.fedsketch.v1.RefusalEntry\x12\x0f\n\x07refused\x18\r \x01(\x05\x12#\n\x06rounds\x18\x0e \x03(\x0b\x32\x13.fedsketch.v1.Study\"/\n\x0c\x41uditRequest\x12\r\n\x05limit\x18\x01 \x01(\x05\x12\x10\n\x08study_id\x18\x02 \x01(\t\"G\n\nAuditEntry\x12\n\n\x02\x61t\x18\x01 \x01(\x01\x12\r\n\x05\x61\x63tor\x18\x02 \x01(\t\x12\x0e\n\x06\x61\x63tion\x18\x03 \x01(\t\x12\x0e\n\x06\x64\x65tail\x18\x04 \x01(\t\"7\n\nAuditReply\x12)\n\x07\x65ntries\x18\x01 \x03(\x0b\x32\x18.fedsketch.v1.AuditEntry\"y\n\rSecAggMessage\x12\x10\n\x08study_id\x18\x01 \x01(\t\x12\x11\n\tdevice_id\x18\x02 \x01(\t\x12\"\n\x05stage\x18\x03 \x01(\x0e\x32\x13.fedsketch.v1.Stage\x12\x0c\n\x04\x62ody\x18\x04 \x01(\x0c\x12\x11\n\tsignature\x18\x05 \x01(\x0c\"\x1e\n\tSecAggAck\x12\x11\n\tduplicate\x18\x01 \x01(\x08\"@\n\x0cSecAggBundle\x12\"\n\x05stage\x18\x01 \x01(\x0e\x32\x13.fedsketch.v1.Stage\x12\x0c\n\x04\x62ody\x18\x02 \x01(\x0c*\xbd\x01\n\rRefusalReason\x12\x1e\n\x1aREFUSAL_REASON_UNSPECIFIED\x10\x00\x12\n\n\x06\x42UDGET\x10\x01\x12\n\n\x06POLICY\x10\x02\x12\x13\n\x0fTOO_FEW_RECORDS\x10\x03\x12\x14\n\x10TOO_MANY_RECORDS\x10\x04\x12\x13\n\x0f\x44\x41TA_UNREADABLE\x10\x05\x12\x16\n\x12\x44IMENSION_MISMATCH\x10\x06\x12\x11\n\rSPEC_MISMATCH\x10\x07\x12\t\n\x05OTHER\x10\x08*g\n\nStudyState\x12\x1b\n\x17STUDY_STATE_UNSPECIFIED\x10\x00\x12\x08\n\x04OPEN\x10\x01\x12\x0e\n\nCOLLECTING\x10\x02\x12\x0c\n\x08\x44\x45\x43ODING\x10\x03\x12\x08\n\x04\x44ONE\x10\x04\x12\n\n\x06\x46\x41ILED\x10\x05*\x9e\x01\n\x05Stage\x12\x15\n\x11STAGE_UNSPECIFIED\x10\x00\x12\x0f\n\x0bPLAIN_INPUT\x10\x01\x12\x12\n\x0e\x41\x44VERTISE_KEYS\x10\x02\x12\x0e\n\nSHARE_KEYS\x10\x03\x12\x10\n\x0cMASKED_INPUT\x10\x04\x12\n\n\x06UNMASK\x10\x05\x12\x0c\n\x08REGISTER\x10\x06\x12\x0c\n\x08\x46INISHED\x10\x07\x12\x0f\n\x0b\x43ONSISTENCY\x10\x08\x32\xae\x05\n\x06\x44\x65vice\x12\x43\n\x06\x45nroll\x12\x1b.fedsketch.v1.EnrollRequest\x1a\x1c.fedsketch.v1.EnrollResponse\x12R\n\x0bListStudies\x12 .fedsketch.v1.ListStudiesRequest\x1a!.fedsketch.v1.ListStudiesResponse\x12\x37\n\x08GetStudy\x12\x16.fedsketch.v1.StudyRef\x1a\x13.fedsketch.v1.Study\x12\x43\n\x08Register\x12\x1a.fedsketch.v1.Registration\x1a\x1b.fedsketch.v1.RegisterReply\x12=\n\x05Leave\x12\x1a.fedsketch.v1.Registration\x1a\x18.fedsketch.v1.LeaveReply\x12?\n\x06Submit\x12\x1a.fedsketch.v1.Contribution\x1a\x19.fedsketch.v1.SubmitReply\x12\x39\n\tGetResult\x12\x16.fedsketch.v1.StudyRef\x1a\x14.fedsketch.v1.Result\x12\x42\n\nSecAggSend\x12\x1b.fedsketch.v1.SecAggMessage\x1a\x17.fedsketch.v1.SecAggAck\x12\x46\n\x0bSecAggFetch\x12\x1b.fedsketch.v1.SecAggMessage\x1a\x1a.fedsketch.v1.SecAggBundle\x12\x46\n\rReportRefusal\x12\x1b.fedsketch.v1.RefusalReport\x1a\x18.fedsketch.v1.RefusalAck2\xf0\x03\n\x08Operator\x12\x44\n\x0b\x43reateStudy\x12 .fedsketch.v1.CreateStudyRequest\x1a\x13.fedsketch.v1.Study\x12R\n\x0bListStudies\x12 .fedsketch.v1.ListStudiesRequest\x1a!.fedsketch.v1.ListStudiesResponse\x12\x38\n\tShowStudy\x12\x16.fedsketch.v1.StudyRef\x1a\x13.fedsketch.v1.Study\x12\x39\n\nCloseStudy\x12\x16.fedsketch.v1.StudyRef\x1a\x13.fedsketch.v1.Study\x12O\n\x0bIssueTokens\x12 .fedsketch.v1.IssueTokensRequest\x1a\x1e.fedsketch.v1.IssueTokensReply\x12\x45\n\x0bStudyStatus\x12\x1b.fedsketch.v1.StatusRequest\x1a\x19.fedsketch.v1.StatusReply\x12=\n\x05\x41udit\x12\x1a.fedsketch.v1.AuditRequest\x1a\x18.fedsketch.v1.AuditReplyb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n#fedsketch/common/pb/fedsketch.proto\x12\x0c\x66\x65\x64sketch.v1\"A\n\rEnrollRequest\x12\r\n\x05token\x18\x01 \x01(\t\x12\x12\n\npublic_key\x18\x02 \x01(\x0c\x12\r\n\x05label\x18\x03 \x01(\t\"#\n\x0e\x45nrollResponse\x12\x11\n\tdevice_id\x18\x01 \x01(\t\",\n\x12ListStudiesRequest\x12\x16\n\x0einclude_closed\x18\x01 \x01(\x08\";\n\x13ListStudiesResponse\x12$\n\x07studies\x18\x01 \x03(\x0b\x32\x13.fedsketch.v1.Study\"\x1c\n\x08StudyRef\x12\x10\n\x08study_id\x18\x01 \x01(\t\"\xe0\x01\n\x05Study\x12\x10\n\x08study_id\x18\x01 \x01(\t\x12\x11\n\tspec_json\x18\x02 \x01(\t\x12\x13\n\x0bspec_sha256\x18\x03 \x01(\t\x12\'\n\x05state\x18\x04 \x01(\x0e\x32\x18.fedsketch.v1.StudyState\x12\"\n\x05stage\x18\x05 \x01(\x0e\x32\x13.fedsketch.v1.Stage\x12\x15\n\rcontributions\x18\x06 \x01(\x05\x12\x0f\n\x07records\x18\x07 \x01(\x01\x12\x0e\n\x06\x64\x65tail\x18\x08 \x01(\t\x12\x12\n\nregistered\x18\t \x01(\x05J\x04\x08\x14\x10\x1e\"n\n\x0cRegistration\x12\x10\n\x08study_id\x18\x01 \x01(\t\x12\x11\n\tdevice_id\x18\x02 \x01(\t\x12\x13\n\x0bspec_sha256\x18\x03 \x01(\t\x12\x11\n\tsignature\x18\x04 \x01(\x0c\x12\x11\n\tjoin_only\x18\x05 \x01(\x08\".\n\nLeaveReply\x12\x0c\n\x04left\x18\x01 \x01(\x08\x12\x12\n\nregistered\x18\x02 \x01(\x05\"q\n\rRegisterReply\x12\x11\n\tduplicate\x18\x01 \x01(\x08\x12\"\n\x05stage\x18\x02 \x01(\x0e\x32\x13.fedsketch.v1.Stage\x12\x12\n\nregistered\x18\x03 \x01(\x05\x12\x15\n\rinput_seconds\x18\x04 \x01(\x01\"\xd1\x01\n\x0c\x43ontribution\x12\x10\n\x08study_id\x18\x01 \x01(\t\x12\x11\n\tdevice_id\x18\x02 \x01(\t\x12\x13\n\x0bspec_sha256\x18\x03 \x01(\t\x12\t\n\x01n\x18\x04 \x01(\x01\x12\x15\n\x0bint32_pairs\x18\x06 \x01(\x0cH\x00\x12\x15\n\x0bint64_pairs\x18\x08 \x01(\x0cH\x00\x12\x15\n\x0bint64_cells\x18\t \x01(\x0cH\x00\x12\x11\n\tsignature\x18\x07 \x01(\x0c\x42\t\n\x07payloadJ\x04\x08\x05\x10\x06J\x04\x08\x14\x10\x1eR\rfloat32_pairs\"1\n\x0bSubmitReply\x12\x11\n\tduplicate\x18\x01 \x01(\x08\x12\x0f\n\x07receipt\x18\x02 \x01(\t\"\xf7\x01\n\x06Result\x12\x10\n\x08study_id\x18\x01 \x01(\t\x12\t\n\x01k\x18\x02 \x01(\x05\x12\t\n\x01\x64\x18\x03 \x01(\x05\x12\x11\n\tcentroids\x18\x04 \x03(\x01\x12\x0f\n\x07weights\x18\x05 \x03(\x01\x12\x10\n\x08residual\x18\x06 \x01(\x01\x12\x0f\n\x07\x64\x65vices\x18\x07 \x01(\x05\x12\x0f\n\x07records\x18\x08 \x01(\x01\x12\x0e\n\x06status\x18\t \x01(\t\x12\x15\n\rstatus_reason\x18\n \x01(\t\x12\t\n\x01z\x18\x0b \x03(\x01\x12\x11\n\tthreshold\x18\x0c \x01(\x01\x12\x0e\n\x06rounds\x18\r \x01(\x05\x12\x18\n\x10\x63\x61libration_json\x18\x0e \x01(\t\"\'\n\x12\x43reateStudyRequest\x12\x11\n\tspec_json\x18\x01 \x01(\t\"#\n\x12IssueTokensRequest\x12\r\n\x05\x63ount\x18\x01 \x01(\x05\"\"\n\x10IssueTokensReply\x12\x0e\n\x06tokens\x18\x01 \x03(\t\"\x89\x01\n\rRefusalReport\x12\x10\n\x08study_id\x18\x01 \x01(\t\x12\x11\n\tdevice_id\x18\x02 \x01(\t\x12\x13\n\x0bspec_sha256\x18\x03 \x01(\t\x12+\n\x06reason\x18\x04 \x01(\x0e\x32\x1b.fedsketch.v1.RefusalReason\x12\x11\n\tsignature\x18\x05 \x01(\x0c\"\x1f\n\nRefusalAck\x12\x11\n\tduplicate\x18\x01 \x01(\x08\"0\n\rStatusRequest\x12\x10\n\x08study_id\x18\x01 \x01(\t\x12\r\n\x05limit\x18\x02 \x01(\x05\"^\n\x0bRosterEntry\x12\x11\n\tdevice_id\x18\x01 \x01(\t\x12\r\n\x05label\x18\x02 \x01(\t\x12\x15\n\rregistered_at\x18\x03 \x01(\x01\x12\x16\n\x0e\x63ontributed_at\x18\x04 \x01(\x01\"r\n\x0cRefusalEntry\x12\x11\n\tdevice_id\x18\x01 \x01(\t\x12\r\n\x05label\x18\x02 \x01(\t\x12+\n\x06reason\x18\x03 \x01(\x0e\x32\x1b.fedsketch.v1.RefusalReason\x12\x13\n\x0breported_at\x18\x04 \x01(\x01\"\xef\x02\n\x0bStatusReply\x12\"\n\x05study\x18\x01 \x01(\x0b\x32\x13.fedsketch.v1.Study\x12\x12\n\ncreated_at\x18\x02 \x01(\x01\x12\x13\n\x0bmin_devices\x18\x03 \x01(\x05\x12\x13\n\x0broster_size\x18\x04 \x01(\x05\x12\x11\n\tfilled_at\x18\x05 \x01(\x01\x12\x10\n\x08\x64\x65\x61\x64line\x18\x06 \x01(\x01\x12\x17\n\x0f\x63ollect_seconds\x18\x07 \x01(\x01\x12\x0f\n\x07\x65psilon\x18\x08 \x01(\x01\x12\x11\n\tparent_id\x18\t \x01(\t\x12\r\n\x05round\x18\n \x01(\x05\x12)\n\x06roster\x18\x0b \x03(\x0b\x32\x19.fedsketch.v1.RosterEntry\x12,\n\x08refusals\x18\x0c \x03(\x0b\x32\x1a.fedsketch.v1.RefusalEntry\x12\x0f\n\x07refused\x18\r \x01(\x05\x12#\n\x06rounds\x18\x0e \x03(\x0b\x32\x13.fedsketch.v1.Study\"/\n\x0c\x41uditRequest\x12\r\n\x05limit\x18\x01 \x01(\x05\x12\x10\n\x08study_id\x18\x02 \x01(\t\"G\n\nAuditEntry\x12\n\n\x02\x61t\x18\x01 \x01(\x01\x12\r\n\x05\x61\x63tor\x18\x02 \x01(\t\x12\x0e\n\x06\x61\x63tion\x18\x03 \x01(\t\x12\x0e\n\x06\x64\x65tail\x18\x04 \x01(\t\"7\n\nAuditReply\x12)\n\x07\x65ntries\x18\x01 \x03(\x0b\x32\x18.fedsketch.v1.AuditEntry\"y\n\rSecAggMessage\x12\x10\n\x08study_id\x18\x01 \x01(\t\x12\x11\n\tdevice_id\x18\x02 \x01(\t\x12\"\n\x05stage\x18\x03 \x01(\x0e\x32\x13.fedsketch.v1.Stage\x12\x0c\n\x04\x62ody\x18\x04 \x01(\x0c\x12\x11\n\tsignature\x18\x05 \x01(\x0c\"\x1e\n\tSecAggAck\x12\x11\n\tduplicate\x18\x01 \x01(\x08\"@\n\x0cSecAggBundle\x12\"\n\x05stage\x18\x01 \x01(\x0e\x32\x13.fedsketch.v1.Stage\x12\x0c\n\x04\x62ody\x18\x02 \x01(\x0c*\xbd\x01\n\rRefusalReason\x12\x1e\n\x1aREFUSAL_REASON_UNSPECIFIED\x10\x00\x12\n\n\x06\x42UDGET\x10\x01\x12\n\n\x06POLICY\x10\x02\x12\x13\n\x0fTOO_FEW_RECORDS\x10\x03\x12\x14\n\x10TOO_MANY_RECORDS\x10\x04\x12\x13\n\x0f\x44\x41TA_UNREADABLE\x10\x05\x12\x16\n\x12\x44IMENSION_MISMATCH\x10\x06\x12\x11\n\rSPEC_MISMATCH\x10\x07\x12\t\n\x05OTHER\x10\x08*g\n\nStudyState\x12\x1b\n\x17STUDY_STATE_UNSPECIFIED\x10\x00\x12\x08\n\x04OPEN\x10\x01\x12\x0e\n\nCOLLECTING\x10\x02\x12\x0c\n\x08\x44\x45\x43ODING\x10\x03\x12\x08\n\x04\x44ONE\x10\x04\x12\n\n\x06\x46\x41ILED\x10\x05*\x9e\x01\n\x05Stage\x12\x15\n\x11STAGE_UNSPECIFIED\x10\x00\x12\x0f\n\x0bPLAIN_INPUT\x10\x01\x12\x12\n\x0e\x41\x44VERTISE_KEYS\x10\x02\x12\x0e\n\nSHARE_KEYS\x10\x03\x12\x10\n\x0cMASKED_INPUT\x10\x04\x12\n\n\x06UNMASK\x10\x05\x12\x0c\n\x08REGISTER\x10\x06\x12\x0c\n\x08\x46INISHED\x10\x07\x12\x0f\n\x0b\x43ONSISTENCY\x10\x08\x32\xae\x05\n\x06\x44\x65vice\x12\x43\n\x06\x45nroll\x12\x1b.fedsketch.v1.EnrollRequest\x1a\x1c.fedsketch.v1.EnrollResponse\x12R\n\x0bListStudies\x12 .fedsketch.v1.ListStudiesRequest\x1a!.fedsketch.v1.ListStudiesResponse\x12\x37\n\x08GetStudy\x12\x16.fedsketch.v1.StudyRef\x1a\x13.fedsketch.v1.Study\x12\x43\n\x08Register\x12\x1a.fedsketch.v1.Registration\x1a\x1b.fedsketch.v1.RegisterReply\x12=\n\x05Leave\x12\x1a.fedsketch.v1.Registration\x1a\x18.fedsketch.v1.LeaveReply\x12?\n\x06Submit\x12\x1a.fedsketch.v1.Contribution\x1a\x19.fedsketch.v1.SubmitReply\x12\x39\n\tGetResult\x12\x16.fedsketch.v1.StudyRef\x1a\x14.fedsketch.v1.Result\x12\x42\n\nSecAggSend\x12\x1b.fedsketch.v1.SecAggMessage\x1a\x17.fedsketch.v1.SecAggAck\x12\x46\n\x0bSecAggFetch\x12\x1b.fedsketch.v1.SecAggMessage\x1a\x1a.fedsketch.v1.SecAggBundle\x12\x46\n\rReportRefusal\x12\x1b.fedsketch.v1.RefusalReport\x1a\x18.fedsketch.v1.RefusalAck2\xf0\x03\n\x08Operator\x12\x44\n\x0b\x43reateStudy\x12 .fedsketch.v1.CreateStudyRequest\x1a\x13.fedsketch.v1.Study\x12R\n\x0bListStudies\x12 .fedsketch.v1.ListStudiesRequest\x1a!.fedsketch.v1.ListStudiesResponse\x12\x38\n\tShowStudy\x12\x16.fedsketch.v1.StudyRef\x1a\x13.fedsketch.v1.Study\x12\x39\n\nCloseStudy\x12\x16.fedsketch.v1.StudyRef\x1a\x13.fedsketch.v1.Study\x12O\n\x0bIssueTokens\x12 .fedsketch.v1.IssueTokensRequest\x1a\x1e.fedsketch.v1.IssueTokensReply\x12\x45\n\x0bStudyStatus\x12\x1b.fedsketch.v1.StatusRequest\x1a\x19.fedsketch.v1.StatusReply\x12=\n\x05\x41udit\x12\x1a.fedsketch.v1.AuditRequest\x1a\x18.fedsketch.v1.AuditReplyb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'fedsketch.common.pb.fedsketch_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_REFUSALREASON']._serialized_start=2603
-  _globals['_REFUSALREASON']._serialized_end=2792
-  _globals['_STUDYSTATE']._serialized_start=2794
-  _globals['_STUDYSTATE']._serialized_end=2897
-  _globals['_STAGE']._serialized_start=2900
-  _globals['_STAGE']._serialized_end=3058
+  _globals['_REFUSALREASON']._serialized_start=2629
+  _globals['_REFUSALREASON']._serialized_end=2818
+  _globals['_STUDYSTATE']._serialized_start=2820
+  _globals['_STUDYSTATE']._serialized_end=2923
+  _globals['_STAGE']._serialized_start=2926
+  _globals['_STAGE']._serialized_end=3084
   _globals['_ENROLLREQUEST']._serialized_start=53
   _globals['_ENROLLREQUEST']._serialized_end=118
   _globals['_ENROLLRESPONSE']._serialized_start=120
@@ -60,39 +60,39 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_SUBMITREPLY']._serialized_start=1008
   _globals['_SUBMITREPLY']._serialized_end=1057
   _globals['_RESULT']._serialized_start=1060
-  _globals['_RESULT']._serialized_end=1281
-  _globals['_CREATESTUDYREQUEST']._serialized_start=1283
-  _globals['_CREATESTUDYREQUEST']._serialized_end=1322
-  _globals['_ISSUETOKENSREQUEST']._serialized_start=1324
-  _globals['_ISSUETOKENSREQUEST']._serialized_end=1359
-  _globals['_ISSUETOKENSREPLY']._serialized_start=1361
-  _globals['_ISSUETOKENSREPLY']._serialized_end=1395
-  _globals['_REFUSALREPORT']._serialized_start=1398
-  _globals['_REFUSALREPORT']._serialized_end=1535
-  _globals['_REFUSALACK']._serialized_start=1537
-  _globals['_REFUSALACK']._serialized_end=1568
-  _globals['_STATUSREQUEST']._serialized_start=1570
-  _globals['_STATUSREQUEST']._serialized_end=1618
-  _globals['_ROSTERENTRY']._serialized_start=1620
-  _globals['_ROSTERENTRY']._serialized_end=1714
-  _globals['_REFUSALENTRY']._serialized_start=1716
-  _globals['_REFUSALENTRY']._serialized_end=1830
-  _globals['_STATUSREPLY']._serialized_start=1833
-  _globals['_STATUSREPLY']._serialized_end=2200
-  _globals['_AUDITREQUEST']._serialized_start=2202
-  _globals['_AUDITREQUEST']._serialized_end=2249
-  _globals['_AUDITENTRY']._serialized_start=2251
-  _globals['_AUDITENTRY']._serialized_end=2322
-  _globals['_AUDITREPLY']._serialized_start=2324
-  _globals['_AUDITREPLY']._serialized_end=2379
-  _globals['_SECAGGMESSAGE']._serialized_start=2381
-  _globals['_SECAGGMESSAGE']._serialized_end=2502
-  _globals['_SECAGGACK']._serialized_start=2504
-  _globals['_SECAGGACK']._serialized_end=2534
-  _globals['_SECAGGBUNDLE']._serialized_start=2536
-  _globals['_SECAGGBUNDLE']._serialized_end=2600
-  _globals['_DEVICE']._serialized_start=3061
-  _globals['_DEVICE']._serialized_end=3747
-  _globals['_OPERATOR']._serialized_start=3750
-  _globals['_OPERATOR']._serialized_end=4246
+  _globals['_RESULT']._serialized_end=1307
+  _globals['_CREATESTUDYREQUEST']._serialized_start=1309
+  _globals['_CREATESTUDYREQUEST']._serialized_end=1348
+  _globals['_ISSUETOKENSREQUEST']._serialized_start=1350
+  _globals['_ISSUETOKENSREQUEST']._serialized_end=1385
+  _globals['_ISSUETOKENSREPLY']._serialized_start=1387
+  _globals['_ISSUETOKENSREPLY']._serialized_end=1421
+  _globals['_REFUSALREPORT']._serialized_start=1424
+  _globals['_REFUSALREPORT']._serialized_end=1561
+  _globals['_REFUSALACK']._serialized_start=1563
+  _globals['_REFUSALACK']._serialized_end=1594
+  _globals['_STATUSREQUEST']._serialized_start=1596
+  _globals['_STATUSREQUEST']._serialized_end=1644
+  _globals['_ROSTERENTRY']._serialized_start=1646
+  _globals['_ROSTERENTRY']._serialized_end=1740
+  _globals['_REFUSALENTRY']._serialized_start=1742
+  _globals['_REFUSALENTRY']._serialized_end=1856
+  _globals['_STATUSREPLY']._serialized_start=1859
+  _globals['_STATUSREPLY']._serialized_end=2226
+  _globals['_AUDITREQUEST']._serialized_start=2228
+  _globals['_AUDITREQUEST']._serialized_end=2275
+  _globals['_AUDITENTRY']._serialized_start=2277
+  _globals['_AUDITENTRY']._serialized_end=2348
+  _globals['_AUDITREPLY']._serialized_start=2350
+  _globals['_AUDITREPLY']._serialized_end=2405
+  _globals['_SECAGGMESSAGE']._serialized_start=2407
+  _globals['_SECAGGMESSAGE']._serialized_end=2528
+  _globals['_SECAGGACK']._serialized_start=2530
+  _globals['_SECAGGACK']._serialized_end=2560
+  _globals['_SECAGGBUNDLE']._serialized_start=2562
+  _globals['_SECAGGBUNDLE']._serialized_end=2626
+  _globals['_DEVICE']._serialized_start=3087
+  _globals['_DEVICE']._serialized_end=3773
+  _globals['_OPERATOR']._serialized_start=3776
+  _globals['_OPERATOR']._serialized_end=4272
 # @@protoc_insertion_point(module_scope)

@@ -359,7 +359,8 @@ def result(
     stderr); for a study with refinement rounds, "refined_rounds" says how many ended with new
     centres, and the identifiability is that of the sketch's start they refined. "noise_norm" is
     the norm the aggregate sketch's noise is expected to have (from the public spec and the
-    released counts, sketch units), and stderr says how much of "residual" it explains."""
+    released counts, sketch units), and stderr says how much of "residual" it explains. With
+    --scale auto, "calibration" is round 0's choice of σ and its "explanation" (else null)."""
     from fedsketch.common.pb import fedsketch_pb2_grpc as pb_grpc
     from fedsketch.common.study import StudySpec
 
@@ -374,7 +375,8 @@ def result(
     report_identifiability(res.status, res.status_reason, strict, lambda: typer.echo(json.dumps(
         {"centroids": c, "weights": list(res.weights), "residual": res.residual, "noise_norm": noise_norm,
          "devices": res.devices, "records": res.records, "identifiability": verdict,
-         "refined_rounds": res.rounds})))
+         "refined_rounds": res.rounds,
+         "calibration": json.loads(res.calibration_json) if res.calibration_json else None})))
 
 
 # The operator's view (list, status, audit, close) is a module of its own; importing it registers

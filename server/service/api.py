@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import json
 from concurrent.futures import ThreadPoolExecutor
 
 import grpc
@@ -123,7 +124,8 @@ class DeviceService:
                          devices=res["devices"], records=res["records"],
                          status=verdict.get("status", ""), status_reason=verdict.get("reason", ""),
                          z=verdict.get("z", []), threshold=verdict.get("threshold", 0.0),
-                         rounds=res.get("refined_rounds", 0))
+                         rounds=res.get("refined_rounds", 0),
+                         calibration_json=json.dumps(res["calibration"]) if "calibration" in res else "")
 
 
 class OperatorService:

@@ -121,7 +121,7 @@ class Rounds:
         rnd = SketchRound(study_id, self.store.get_study(study_id).spec_sha256, cal.sigma,
                           draw_frequencies(freqs).sha256,
                           None if secure else time.time() + spec.calibration.round_seconds,
-                          {**cal.to_dict(), "explanation": cal.explanation},
+                          {**cal.to_dict(), "explanation": cal.explanation}, spec.min_devices,
                           None if secure is None else asdict(secure))
         text = rnd.to_json()
         round_id = "st-" + secrets.token_hex(8)

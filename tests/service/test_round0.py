@@ -33,6 +33,7 @@ from fedsketch.common.secure_calibration import SecureCalibration
 from fedsketch.common.study import StudySpec
 from fedsketch.common.synthetic import gmm
 from fedsketch.server.bench.metrics import sklearn_kmeans_centroids, split, sse_per_n
+from fedsketch.server.cli.operator_view import status_document
 
 
 @pytest.fixture(scope="module")
@@ -99,6 +100,12 @@ def test_round0_fits_sigma_then_the_sketch_round_uses_it_and_each_device_spends_
     assert rnd.omega_sha256 == draw_frequencies(
         replace(spec.sketch.frequencies, scale=rnd.sigma)).sha256
     assert sketch_row.state == "done" and sketch_row.contributions == 4
+    res = r.device_stub().GetResult(pb.StudyRef(study_id=study.study_id))
+    assert json.loads(res.calibration_json) == cal  # `coordinator result` prints it
+    doc = status_document(r.operator().StudyStatus(pb.StatusRequest(study_id=study.study_id),
+                                                   metadata=META))
+    assert doc["calibration"] == cal and [x["round"] for x in doc["rounds"]] == [0, 1]
+    assert doc["rounds"][0]["name"].startswith(f"sketch round (σ = {cal['sigma']:.4g})")
     clipped = np.clip(data, -10.0, 10.0)
     ref = sse_per_n(split(clipped), sklearn_kmeans_centroids(clipped, 3))
     assert sse_per_n(split(clipped), np.asarray(full["centroids"])) / ref < 1.02
