@@ -2,19 +2,24 @@
 machinery (a real coordinator and real devices over loopback gRPC with TLS, local noise).
 
 Sets: paper 004's mixture (``simulate``'s default: 10^6 records, d = 10, k = 10, box ±15,
-good σ = 2; RESULTS §1) and ggplot2's diamonds (``benchmarks/realdata.py``: 53,940 rows, d = 7,
-k = 5, standardized, box ±6, σ = 1 the fixed scale of §8). L = 20 devices, iid, replace-one,
-m = 1000, ε per device in all (round 0 takes a tenth under auto), the sketch alone (T = 0: σ
-shapes only the sketch). Relative SSE = SSE(C)/SSE(scikit-learn KMeans) on the pooled records.
+good σ = 2; RESULTS §1) and ``benchmarks/realdata.py``'s diamonds (53,940 rows) and flights
+(327,346 rows), d = 7, k = 5, standardized, box ±6, σ = 1 the fixed scale of §8. L = 20
+devices, iid, replace-one, m = 1000, ε per device in all (round 0 takes a tenth under auto), the
+sketch alone (T = 0: σ shapes only the sketch); ``local`` noise (a draw per device) or
+``secure`` aggregation (one draw in all, no dropouts assumed). Relative SSE = SSE(C)/SSE(
+scikit-learn KMeans, n_init = 10 on the real sets) on the pooled records.
 
-Usage: python benchmarks/bench_scale_federated.py [--seeds 3] [--eps 1] [--cache DIR]
-Prints a markdown table: per set, ε and scale, the median relative SSE [min, max] over the seeds
-and, for auto, the σ chosen in each run and how.
+Usage: python benchmarks/bench_scale_federated.py [--seeds 3] [--eps 1] [--sets mixture,diamonds]
+           [--modes local,secure] [--cache DIR]
+Prints a markdown table: per set, mode, ε and scale, the median relative SSE [min, max] over the
+seeds and, for auto, the σ chosen in each run and how.
 """
 
 from __future__ import annotations
 
 import argparse
+from dataclasses import replace
+from itertools import product
 from pathlib import Path
 
 import numpy as np
@@ -31,36 +36,38 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seeds", type=int, default=3)
     parser.add_argument("--eps", default="1")
+    parser.add_argument("--sets", default="mixture,diamonds")
+    parser.add_argument("--modes", default="local")
     parser.add_argument("--cache", type=Path, default=HERE / "out" / "realdata")
     args = parser.parse_args()
     epsilons = [float(e) for e in args.eps.split(",")]
-    print("| set | ε | scale | relative SSE, median | [min, max] | σ chosen (how) |\n"
-          "|---|---|---|---|---|---|")
-    mixture = SimConfig(devices=20, rounds=0)
-    diamonds = realdata.load("diamonds", args.cache)
-    ref = sklearn_kmeans_centroids(diamonds.x, diamonds.k, 0, n_init=10)
-    real = Pooled(diamonds.x, nearest(diamonds.x, ref)[0], sse_per_n(split(diamonds.x), ref))
-    lo, hi = diamonds.box
-    sets = [("paper 004 mixture", mixture, 2.0, {seed: pooled_data(SimConfig(devices=20, seed=seed))
-                                                 for seed in range(args.seeds)}),
-            ("diamonds", SimConfig(devices=20, records=diamonds.x.shape[0], k=diamonds.k,
-                                   d=diamonds.x.shape[1], box=(tuple(lo), tuple(hi)), rounds=0),
-             1.0, {seed: real for seed in range(args.seeds)})]
-    for name, base, fixed, data in sets:
-        for eps in epsilons:
-            for scale in (fixed, None):
-                scores, chosen = [], []
-                for seed in range(args.seeds):
-                    cfg = SimConfig(**{**base.__dict__, "epsilon": eps, "scale": scale, "seed": seed})
-                    report = run_simulation(cfg, data[seed])
-                    scores.append(report["relative_sse"])
-                    if (cal := report["calibration"]) is not None:
-                        chosen.append(f"{cal['sigma']:.2f} ({cal['choice']})")
-                v = np.array(scores)
-                print(f"| {name} | {eps:g} | {'auto' if scale is None else f'{scale:g}'} | "
-                      f"{np.median(v):.3f} | [{v.min():.3f}, {v.max():.3f}] | {', '.join(chosen)} |",
-                      flush=True)
-
+    print("| set | noise | ε | scale | relative SSE, median | [min, max] | σ chosen (how) |\n"
+          "|---|---|---|---|---|---|---|")
+    for name in args.sets.split(","):
+        if name == "mixture":
+            base, fixed = SimConfig(devices=20, rounds=0), 2.0
+            data = {seed: pooled_data(SimConfig(devices=20, seed=seed)) for seed in range(args.seeds)}
+        else:
+            real = realdata.load(name, args.cache)
+            ref = sklearn_kmeans_centroids(real.x, real.k, 0, n_init=10)
+            pooled = Pooled(real.x, nearest(real.x, ref)[0], sse_per_n(split(real.x), ref))
+            lo, hi = real.box
+            base, fixed = SimConfig(devices=20, records=real.x.shape[0], k=real.k, d=real.x.shape[1],
+                                    box=(tuple(lo), tuple(hi)), rounds=0), 1.0
+            data = dict.fromkeys(range(args.seeds), pooled)
+        for mode, eps, scale in product(args.modes.split(","), epsilons, (fixed, None)):
+            scores, chosen = [], []
+            for seed in range(args.seeds):
+                cfg = replace(base, epsilon=eps, scale=scale, seed=seed,
+                              secure_aggregation=mode == "secure", stage_timeout=30.0)
+                report = run_simulation(cfg, data[seed])
+                scores.append(report["relative_sse"])
+                if (cal := report["calibration"]) is not None:
+                    chosen.append(f"{cal['sigma']:.2f} ({cal['choice']})")
+            v = np.array(scores)
+            print(f"| {name} | {mode} | {eps:g} | {'auto' if scale is None else f'{scale:g}'} | "
+                  f"{np.median(v):.3f} | [{v.min():.3f}, {v.max():.3f}] | {', '.join(chosen)} |",
+                  flush=True)
 
 if __name__ == "__main__":
     main()

@@ -1,7 +1,7 @@
 """A ``--scale auto`` study as real processes: ``fedsketch coordinator serve`` and ``fedsketch
 device run --once``, a device SIGKILLed between its round-0 ledger commit and its send. The
-re-send is byte-identical, round 0 is spent once, the
-sketch round carries σ, and the operator's status and result say how σ was chosen."""
+re-send is byte-identical, round 0 is spent once, the sketch round carries σ, and the
+operator's status and result say how σ was chosen."""
 
 from __future__ import annotations
 
