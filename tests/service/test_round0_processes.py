@@ -71,4 +71,6 @@ def test_round0_as_processes_resends_after_a_kill_and_chooses_sigma(coordinator,
             assert s.acked_at is not None and stored(c, s.study_id)[device_id] == s.payload
         budget = json.loads(cli("device", "budget", "--ledger", str(path), "--json").stdout)
         assert budget["studies"][study]["epsilon"] == pytest.approx(8.0)
+        assert budget["studies"][study]["rounds"] == {"0": pytest.approx(0.8),
+                                                      "sketch": pytest.approx(7.2)}
     assert c.terminate() == 0
