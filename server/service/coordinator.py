@@ -349,7 +349,7 @@ class Coordinator(Roster):
                 self._decoder.submit(self.refinement.decode_secure, study_id, spec.round, total,
                                      devices, records)
             elif isinstance(spec, SecureCalibration):  # round 0: σ, then the sketch round
-                self._decoder.submit(self.refinement.calibrate_secure, study_id, total, devices, records)
+                self._decoder.submit(self.refinement.calibrate, study_id, (total, devices, records))
             else:
                 self._decoder.submit(self._decode_secure, study_id, total, devices, records)
 

@@ -58,7 +58,8 @@ ENDED = ("done", "failed")
 
 
 class Rounds:
-    """Refinement rounds over a store. ``spec`` parses a study's spec (cached by the caller),
+    """A study's rounds over a store: round 0 and the sketch round after it, and refinement
+    rounds. ``spec`` parses a study's spec (cached by the caller),
     ``settle`` makes a lifecycle transition from the coordinator's own threads, and
     ``secure_opened(round_id, round)`` starts the secure-aggregation round of a secure study's
     round once it is stored (``round`` None: its sketch round after round 0)."""
@@ -86,30 +87,26 @@ class Rounds:
             return detail
         return f"round 0 (σ calibration) failed, nobody spent on the sketch: {detail}"
 
-    def calibrate(self, study_id: str) -> None:
-        """Round 0 of the study closed: fit σ from its releases and open its sketch round, or,
-        if that round exists already (a restart), :meth:`advance`; a round 0 whose releases
-        cannot be fitted fails the study with why."""
+    def calibrate(self, study_id: str, secure: tuple[np.ndarray, int, float] | None = None) -> None:
+        """Round 0 of the study closed: fit σ from its releases (``secure``: a secure round 0's
+        unmasked sum (2·m0,), its devices and the records they declared, whose noise is
+        devices/h_min shares' worth of one draw) and open its sketch round; or, if that round
+        exists already (a restart), :meth:`advance`. A round 0 whose releases cannot be fitted
+        fails the study with why."""
         if self._sketch_round(study_id) is not None:
             self.advance(study_id)
             return
         spec = self.spec(study_id)
         try:
-            releases = [(row.n, check_calibration(spec, row.kind, row.payload, row.n))
-                        for row in self.store.contributions(study_id)]
-            self._open_sketch(study_id, fit_round0(spec, releases))
-        except Exception as exc:  # noqa: BLE001 (the study must not stay decoding silently)
-            log.exception("study %s: round 0 failed", study_id)
-            self.settle(study_id, DECODING_FAILED, f"round 0 (σ calibration) failed: {exc}")
-
-    def calibrate_secure(self, study_id: str, total: np.ndarray, devices: int, records: float) -> None:
-        """:meth:`calibrate` from a secure round 0's unmasked sum (2·m0,) of ``devices`` devices
-        (``records`` declared in all): its noise is devices/h_min shares' worth of one draw."""
-        spec = self.spec(study_id)
-        try:
-            release = [(records, np.asarray(total, dtype=np.int64).reshape(2, spec.calibration.m0))]
-            draws = devices / spec.assumptions.min_honest
-            self._open_sketch(study_id, fit_round0(spec, release, draws=draws))
+            if secure is None:
+                releases = [(row.n, check_calibration(spec, row.kind, row.payload, row.n))
+                            for row in self.store.contributions(study_id)]
+                draws = None
+            else:
+                total, devices, records = secure
+                releases = [(records, np.asarray(total, dtype=np.int64).reshape(2, spec.calibration.m0))]
+                draws = devices / spec.assumptions.min_honest
+            self._open_sketch(study_id, fit_round0(spec, releases, draws))
         except Exception as exc:  # noqa: BLE001 (the study must not stay decoding silently)
             log.exception("study %s: round 0 failed", study_id)
             self.settle(study_id, DECODING_FAILED, f"round 0 (σ calibration) failed: {exc}")
