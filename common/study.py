@@ -7,7 +7,10 @@ rules (minimum devices, the roster's size, minimum and maximum records per devic
 Unix seconds, how long collection lasts once the quorum has registered). Its canonical
 JSON (sorted keys, compact) is what travels; ``sha256`` of those UTF-8 bytes is the spec hash a
 device checks before it spends any budget, and ``omega_sha256`` is the SHA-256 of Ω‖ξ that it
-recomputes from the frequency spec.
+recomputes from the frequency spec. A study may add refinement rounds after its sketch
+(``refine``) and, with ``--scale auto``, a calibration round 0 before it (``calibration``):
+then its own σ is a placeholder and the sketch round's spec carries the σ round 0 chose
+(:mod:`fedsketch.common.calibration_round`); the ε of every round is in the hashed spec.
 """
 
 from __future__ import annotations
