@@ -16,7 +16,7 @@ from test_secure_refine import run_to_end
 
 import fedsketch.client.agent as agent_module
 from fedsketch.client.agent import Agent
-from fedsketch.client.ledger import Ledger
+from fedsketch.client.ledger import DEFAULT_SOURCE, Ledger
 from fedsketch.client.secure_steps import SECURE_KIND
 from fedsketch.common.box import Box
 from fedsketch.common.calibration_round import SketchRound, check_calibration, split_auto
@@ -84,6 +84,9 @@ def test_round0_fits_sigma_then_the_sketch_round_uses_it_and_each_device_spends_
     stored = {c.device_id: c.payload for c in r.store.contributions(study.study_id)}
     assert stored[restarted.ledger.identity().device_id] == committed.payload
     agents[3] = restarted
+    book = restarted.ledger  # budget 1000, study 2 + 18 + 1: round 0 spent, the rest kept aside
+    assert book.refusal(DEFAULT_SOURCE, 1000 - 21.0 + 0.5, 0.0) is not None
+    assert book.refusal(DEFAULT_SOURCE, 1000 - 21.0 - 0.5, 0.0) is None
 
     assert drive(r, agents, study.study_id).state == pb.DONE
     full = json.loads(r.store.get_result(study.study_id))
