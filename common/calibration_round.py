@@ -54,6 +54,8 @@ if TYPE_CHECKING:  # annotations only: the study module imports this one
 SKETCH_ROUND_FORMAT = "fedsketch.sketch-round/1"
 #: The payload kind of a calibration release (``Contribution.int64_pairs``, m0 pairs).
 CALIBRATION_KIND = "int64_pairs"
+#: Most calibration frequencies a study may ask (a release of 16·m0 bytes, 64 KiB).
+MAX_M0 = 4096
 
 
 @dataclass(frozen=True)
@@ -72,8 +74,8 @@ class CalibrationPlan:
         if not (isinstance(self.epsilon, (int, float)) and math.isfinite(self.epsilon)
                 and self.epsilon > 0):
             raise ValueError(f"the calibration round needs a finite ε > 0, got {self.epsilon!r}")
-        if type(self.m0) is not int:
-            raise ValueError(f"m0 must be an integer, got {self.m0!r}")
+        if type(self.m0) is not int or self.m0 > MAX_M0:
+            raise ValueError(f"m0 must be an integer of at most {MAX_M0}, got {self.m0!r}")
         if not (isinstance(self.round_seconds, (int, float)) and math.isfinite(self.round_seconds)
                 and self.round_seconds > 0):
             raise ValueError(f"round_seconds must be finite and > 0, got {self.round_seconds!r}")
