@@ -224,11 +224,11 @@ def wait_for(watch: Callable[[], pb.Study], states: tuple[int, ...], what: str,
 
 def _in_process(agents: list[Agent], cfg: SimConfig, watch: Callable[[], pb.Study]) -> None:
     """Plain round: passes until every device has contributed (the first fills the roster); with
-    refinement rounds, until the study is done or failed. Secure round: passes until the study is
-    closed, with the chosen devices silent from ``dropout_stage`` on."""
+    later rounds, until the study is done or failed. Secure round: passes until the study is
+    closed (or ends, with later rounds), the chosen devices silent from ``dropout_stage`` on."""
+    later = cfg.rounds or cfg.scale is None  # refinement rounds, or a sketch after round 0
     if not cfg.secure_aggregation:
         pending = set(range(len(agents)))
-        later = cfg.rounds or cfg.scale is None  # refinement rounds, or a sketch after round 0
         while pending or (later and watch().state not in (pb.DONE, pb.FAILED)):
             sent = False
             for i in range(len(agents)):
@@ -244,7 +244,7 @@ def _in_process(agents: list[Agent], cfg: SimConfig, watch: Callable[[], pb.Stud
     rng = np.random.default_rng(cfg.seed)
     silent = set(rng.choice(len(agents), round(cfg.dropout * len(agents)), replace=False))
     from_rank = DROPOUT_STAGES.index(cfg.dropout_stage) + 1  # REGISTER is rank 0
-    while (s := watch()).state not in (pb.DONE, pb.FAILED) and (cfg.rounds or s.state != pb.DECODING):
+    while (s := watch()).state not in (pb.DONE, pb.FAILED) and (later or s.state != pb.DECODING):
         if s.state == pb.DECODING:  # refinement rounds: the devices that did not drop out
             for i, agent in enumerate(agents):
                 if i not in silent:

@@ -73,6 +73,19 @@ def test_simulation_with_refinement_rounds_refines_the_start():
     assert report["relative_sse"] < 1.03 < ref["start_relative_sse"]
 
 
+@pytest.mark.parametrize("secure", [False, True])
+def test_simulation_with_scale_auto_runs_round_0_first(secure):
+    """--scale auto: the study's round 0 picks σ (its report says how) and the sketch round that
+    follows decodes close to k-means; under secure aggregation too (the driver keeps stepping
+    the devices once round 0 has closed)."""
+    cfg = SimConfig(devices=4, records=30_000, k=3, d=3, m=60, epsilon=20.0, r=60, scale=None,
+                    separation=3.0, replicates=2, secure_aggregation=secure)
+    report = run_simulation(cfg)
+    cal = report["calibration"]
+    assert cal["reliable"] and cal["epsilon"] == pytest.approx(2.0) and 0.1 < cal["sigma"] < 10
+    assert report["devices"] == 4 and report["relative_sse"] < 1.15
+
+
 @pytest.mark.slow
 def test_simulation_with_daemon_processes_json():
     res = subprocess.run(
