@@ -117,8 +117,8 @@ def status_document(reply: pb.StatusReply) -> dict[str, Any]:
         rounds=[{"round": json.loads(r.spec_json).get("round", 0),  # 0: the sketch round
                  **study_summary(r, {reply.study.study_id: {"roster": reply.roster_size}})}
                 for r in reply.rounds])
-    doc["calibration"] = next((json.loads(r.spec_json)["calibration"] for r in reply.rounds
-                               if "sigma" in json.loads(r.spec_json)), None)  # round 0's choice
+    specs = [json.loads(r.spec_json) for r in reply.rounds]
+    doc["calibration"] = next((x["calibration"] for x in specs if "sigma" in x), None)  # round 0's
     return doc
 
 
@@ -168,7 +168,8 @@ def status(
     (label, registered and contributed times); each refusal a device reported, with its
     reason code (BUDGET, POLICY, TOO_FEW_RECORDS, TOO_MANY_RECORDS, DATA_UNREADABLE,
     DIMENSION_MISMATCH, SPEC_MISMATCH, OTHER; devices of earlier releases report none); and
-    the refinement rounds with their states."""
+    the study's rounds with their states: with --scale auto, the σ its round 0 chose and why,
+    and its sketch round (numbered 0), then the refinement rounds."""
     with clean_errors():
         stub, meta = operator_stub(coordinator, ca, insecure, token_file)
         reply = stub.StudyStatus(pb.StatusRequest(study_id=study, limit=limit), metadata=meta,
