@@ -6,11 +6,12 @@ from __future__ import annotations
 
 import json
 import math
+import time
 from dataclasses import replace
 
 import numpy as np
 import pytest
-from conftest import META, study_spec
+from conftest import META, contribute_all, study_spec
 from test_refine_rounds import drive
 from test_secure_refine import run_to_end
 
@@ -162,6 +163,25 @@ def test_round0_without_its_quorum_fails_the_study_before_the_sketch(coordinator
     assert s.state == pb.FAILED and "round 0 (σ calibration) failed" in s.detail
     assert "1 of 2 devices registered" in s.detail
     assert r.store.rounds(study.study_id) == [] and lone.ledger.spends() == []
+
+
+def test_a_device_that_missed_round_0_may_send_the_sketch(coordinator_round, data):
+    """Round 0 of a quorum of two is sent by a and b; the sketch round's roster is filled by a
+    and c, which missed round 0: the study is done, and c spent the sketch alone."""
+    r = coordinator_round
+    study = r.create(auto_spec(min_devices=2))
+    a, b = (r.agent(name, part) for name, part in (("a", data[:20_000]), ("b", data[20_000:40_000])))
+    contribute_all([a, b], study.study_id)
+    stop = time.monotonic() + 60
+    while not r.store.rounds(study.study_id):  # the coordinator fits σ, opens the sketch round
+        assert time.monotonic() < stop
+        time.sleep(0.02)
+    c = r.agent("c", data[40_000:])
+    assert drive(r, [a, c], study.study_id).state == pb.DONE
+    (sketch,) = r.store.rounds(study.study_id)
+    assert [(s.study_id, s.parent) for s in c.ledger.spends()] == [(sketch.study_id, study.study_id)]
+    assert {x.device_id for x in r.store.contributions(sketch.study_id)} == {
+        a.ledger.identity().device_id, c.ledger.identity().device_id}
 
 
 def test_the_calibration_release_uses_the_central_mechanism_at_round_0s_epsilon():
