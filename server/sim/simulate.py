@@ -264,7 +264,7 @@ def _processes(target: str, ca: Path, folder: Path, tokens: list[str], x: np.nda
                watch: Callable[[], pb.Study]) -> None:
     """Real ``fedsketch device run`` processes: polling daemons (a plain round's roster fills
     on a first pass, its input comes on a later one), stopped with SIGTERM once the study is
-    closed."""
+    closed (with later rounds: once it ends)."""
     exe = str(Path(sys.executable).with_name("fedsketch"))
     procs = []
     for i, (token, idx) in enumerate(zip(tokens, parts, strict=True)):
@@ -275,7 +275,7 @@ def _processes(target: str, ca: Path, folder: Path, tokens: list[str], x: np.nda
              "--ledger", str(folder / f"device{i}.ledger"), "--budget", repr(epsilon),
              "--token", token, "--label", f"sim-{i}", "--poll", "0.1", "--max-poll", "0.5"],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
-    wait_for(watch, (pb.DONE, pb.FAILED) + (() if cfg.rounds else (pb.DECODING,)),
+    wait_for(watch, (pb.DONE, pb.FAILED) + (() if cfg.rounds or cfg.scale is None else (pb.DECODING,)),
              "the round did not finish", 0.1)
     for p in procs:
         p.send_signal(signal.SIGTERM)

@@ -90,8 +90,8 @@ def test_simulation_with_scale_auto_runs_round_0_first(secure):
 def test_simulation_with_daemon_processes_json():
     res = subprocess.run(
         [FEDSKETCH, "simulate", "--devices", "2", "--records", "20000", "--k", "3", "--d", "3",
-         "--m", "60", "--r", "60", "--scale", "1.5", "--epsilon", "20", "--feature", "quantized",
-         "--replicates", "2", "--processes", "--json"],
+         "--m", "60", "--r", "60", "--scale", "auto", "--rounds", "0", "--epsilon", "20",
+         "--feature", "quantized", "--replicates", "2", "--processes", "--json"],
         capture_output=True, text=True, timeout=300)
     assert res.returncode == 0, res.stderr
     report = json.loads(res.stdout)
@@ -99,6 +99,7 @@ def test_simulation_with_daemon_processes_json():
         report)
     assert report["devices"] == 2 and report["config"]["processes"] is True
     assert report["relative_sse"] < 1.3
+    assert report["calibration"]["reliable"]  # round 0 ran, then the daemons sent the sketch
 
 
 def test_simulate_refuses_bad_arguments():
