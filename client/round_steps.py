@@ -44,19 +44,20 @@ def release(admitted: Admitted, tally: Tally) -> tuple[int, str, bytes]:
 
 class RoundChecks:
     """Steps 1–2 of :class:`fedsketch.client.agent.Agent` for a study's rounds (a mixin: the agent
-    provides ``stub``, ``ledger`` and ``_admit``)."""
+    provides ``stub``, ``ledger``, ``_read`` and ``_admit``)."""
 
     def _parent(self, parent_id: str, parent_sha256: str) -> StudySpec | str:
         """The spec of the study a round names, read from the coordinator, or why it is refused:
         unknown, not of the hash the round names, unreadable, or under a threshold unsafe for
         its stated assumptions."""
         try:
-            parent = self.stub.GetStudy(pb.StudyRef(study_id=parent_id), timeout=RPC_TIMEOUT)
+            parent = self.stub.GetStudy(self._read(self.ledger.identity(), "GetStudy", parent_id),
+                                        timeout=RPC_TIMEOUT)
         except grpc.RpcError as exc:
-            if exc.code() != grpc.StatusCode.NOT_FOUND:
+            if exc.code() != grpc.StatusCode.PERMISSION_DENIED:
                 raise
-            return Declined(f"the round's study {parent_id} is unknown to the coordinator",
-                            pb.SPEC_MISMATCH)
+            return Declined(f"the round's study {parent_id} is unknown to the coordinator, or "
+                            "this device is not on its roster", pb.SPEC_MISMATCH)
         if parent.spec_sha256 != parent_sha256 or spec_sha256(parent.spec_json) != parent_sha256:
             return Declined("the round's study does not have the spec hash the round names", pb.SPEC_MISMATCH)
         try:

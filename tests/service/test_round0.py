@@ -104,7 +104,7 @@ def test_round0_fits_sigma_then_the_sketch_round_uses_it_and_each_device_spends_
     assert rnd.omega_sha256 == draw_frequencies(
         replace(spec.sketch.frequencies, scale=rnd.sigma)).sha256
     assert sketch_row.state == "done" and sketch_row.contributions == 4
-    res = r.device_stub().GetResult(pb.StudyRef(study_id=study.study_id))
+    res = r.operator().GetResult(pb.StudyRef(study_id=study.study_id), metadata=META)
     assert json.loads(res.calibration_json) == cal  # `coordinator result` prints it
     doc = status_document(r.operator().StudyStatus(pb.StatusRequest(study_id=study.study_id),
                                                    metadata=META))
@@ -166,19 +166,23 @@ def test_round0_without_its_quorum_fails_the_study_before_the_sketch(coordinator
 
 
 def test_a_device_that_missed_round_0_may_send_the_sketch(coordinator_round, data):
-    """Round 0 of a quorum of two is sent by a and b; the sketch round's roster is filled by a
-    and c, which missed round 0: the study is done, and c spent the sketch alone."""
+    """Round 0 (quorum 2, roster 3) is sent by a and b; c, on its roster, misses it (the operator
+    closes round 0 first). The sketch round is sent by a and c: the study is done, and c spent
+    the sketch alone."""
     r = coordinator_round
-    study = r.create(auto_spec(min_devices=2))
-    a, b = (r.agent(name, part) for name, part in (("a", data[:20_000]), ("b", data[20_000:40_000])))
+    study = r.create(auto_spec(min_devices=2, roster=3, collect_seconds=900.0))
+    a, b, c = (r.agent(name, part) for name, part in zip("abc", np.array_split(data, 3), strict=True))
+    c.step()  # c joins round 0's roster first, and is not stepped again before it closes
     contribute_all([a, b], study.study_id)
+    r.operator().CloseStudy(pb.StudyRef(study_id=study.study_id), metadata=META)
     stop = time.monotonic() + 60
     while not r.store.rounds(study.study_id):  # the coordinator fits σ, opens the sketch round
         assert time.monotonic() < stop
         time.sleep(0.02)
-    c = r.agent("c", data[40_000:])
-    assert drive(r, [a, c], study.study_id).state == pb.DONE
     (sketch,) = r.store.rounds(study.study_id)
+    contribute_all([a, c], sketch.study_id)
+    r.operator().CloseStudy(pb.StudyRef(study_id=sketch.study_id), metadata=META)
+    assert r.wait(study.study_id).state == pb.DONE
     assert [(s.study_id, s.parent) for s in c.ledger.spends()] == [(sketch.study_id, study.study_id)]
     assert {x.device_id for x in r.store.contributions(sketch.study_id)} == {
         a.ledger.identity().device_id, c.ledger.identity().device_id}
