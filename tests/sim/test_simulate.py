@@ -79,7 +79,8 @@ def test_simulation_with_scale_auto_runs_round_0_first(secure):
     follows decodes close to k-means; under secure aggregation too (the driver keeps stepping
     the devices once round 0 has closed)."""
     cfg = SimConfig(devices=4, records=30_000, k=3, d=3, m=60, epsilon=20.0, r=60, scale=None,
-                    separation=3.0, replicates=2, secure_aggregation=secure)
+                    separation=3.0, replicates=2, secure_aggregation=secure,
+                    stage_timeout=30.0)  # a stage ends once every device sent; no dropouts here
     report = run_simulation(cfg)
     cal = report["calibration"]
     assert cal["reliable"] and cal["epsilon"] == pytest.approx(2.0) and 0.1 < cal["sigma"] < 10
