@@ -49,25 +49,25 @@ from __future__ import annotations
 import json
 import logging
 import math
-from dataclasses import replace
 
 import grpc
 
-from fedsketch.common import signing, wire
+from fedsketch.common import signing
 from fedsketch.common.box import Box, Tally
+from fedsketch.common.calibration_round import is_sketch_round
 from fedsketch.common.cli import printable
 from fedsketch.common.device_reads import signed_read
 from fedsketch.common.frequencies import draw_frequencies
 from fedsketch.common.pb import fedsketch_pb2 as pb
 from fedsketch.common.pb import fedsketch_pb2_grpc as pb_grpc
-from fedsketch.common.refine import CELLS_KIND, RoundSpec, is_round, release_cells
-from fedsketch.common.spec import release_sketch
+from fedsketch.common.refine import is_round
 from fedsketch.common.study import StudySpec, spec_sha256
 
 from .declines import Declined
 from .ledger import DEFAULT_SOURCE, BudgetExceeded, Identity, Ledger, LedgerError, Spend
 from .localdata import DATA_ERRORS, DataFeed, Retry, data_refusal, log_clipped
 from .roster_steps import FINAL_REFUSALS, RosterSteps
+from .round_steps import RoundChecks, release
 from .secure_steps import SECURE_KIND, SecureSteps, Session
 from .study_pass import RPC_TIMEOUT, Admitted, Outcome, fault_point, spend_labels
 
@@ -82,7 +82,7 @@ def _is_secure(study: pb.Study) -> bool:
         return False
 
 
-class Agent(SecureSteps, RosterSteps):
+class Agent(SecureSteps, RosterSteps, RoundChecks):
     """A device's protocol logic over one gRPC channel and one ledger."""
 
     def __init__(self, channel: grpc.Channel, ledger: Ledger, data: DataFeed,
@@ -171,6 +171,8 @@ class Agent(SecureSteps, RosterSteps):
             return Declined("the spec does not hash to the announced spec hash", pb.SPEC_MISMATCH)
         if is_round(study.spec_json):
             return self._check_round(study)
+        if is_sketch_round(study.spec_json):
+            return self._check_sketch_round(study)
         try:
             spec = StudySpec.from_json(study.spec_json)
         except ValueError as exc:
@@ -189,39 +191,6 @@ class Agent(SecureSteps, RosterSteps):
         except ValueError as exc:
             return Declined(f"the study's box does not fit its frequencies: {exc}", pb.SPEC_MISMATCH)
         return self._admit(study.study_id, spec, (spec.total_epsilon, spec.sketch.privacy.delta))
-
-    def _check_round(self, study: pb.Study) -> Admitted | str:
-        """Steps 1–2 for a refinement round: the round names its study by id and spec hash, the
-        study declares the round, its centres lie in the study's box with its d, and the
-        owner's policy allows the study (its whole ε); the budget must cover the round's ε."""
-        try:
-            rnd = RoundSpec.from_json(study.spec_json)
-        except ValueError as exc:
-            return Declined(f"unreadable round spec: {exc}", pb.SPEC_MISMATCH)
-        try:
-            parent = self.stub.GetStudy(self._read(self.ledger.identity(), "GetStudy", rnd.parent_id),
-                                        timeout=RPC_TIMEOUT)
-        except grpc.RpcError as exc:
-            if exc.code() != grpc.StatusCode.PERMISSION_DENIED:
-                raise
-            return Declined(f"the round's study {rnd.parent_id} is unknown to the coordinator, or "
-                            "this device is not on its roster", pb.SPEC_MISMATCH)
-        if parent.spec_sha256 != rnd.parent_sha256 or spec_sha256(parent.spec_json) != rnd.parent_sha256:
-            return Declined("the round's study does not have the spec hash the round names", pb.SPEC_MISMATCH)
-        try:
-            spec = StudySpec.from_json(parent.spec_json)
-            rnd.check_parent(spec)
-        except ValueError as exc:
-            return Declined(f"the round does not fit its study: {exc}", pb.SPEC_MISMATCH)
-        if spec.secure_aggregation is not None:
-            try:
-                spec.check_trust()  # as for the study itself
-            except ValueError as exc:
-                return Declined(str(exc), pb.SPEC_MISMATCH)
-        if (reason := self.ledger.round_refusal(rnd.parent_id, rnd.round)) is not None:
-            return Declined(reason, pb.OTHER)
-        admitted = self._admit(study.study_id, spec, (rnd.epsilon(spec), 0.0), rnd.parent_id)
-        return admitted if isinstance(admitted, str) else replace(admitted, round=rnd)
 
     def _admit(self, study_id: str, spec: StudySpec, cost: tuple[float, float],
                parent: str | None = None) -> Admitted | str:
@@ -321,14 +290,7 @@ class Agent(SecureSteps, RosterSteps):
         spec, rnd = admitted.spec, admitted.round
         tally = Tally()
         try:
-            if rnd is None:
-                release = release_sketch(spec.sketch, admitted.data.chunks(), admitted.box,
-                                         tally=tally)
-                kind, payload = wire.encode(release, spec.sketch.feature)
-                n = release.n
-            else:
-                n, payload = release_cells(spec, rnd, admitted.data.chunks(), tally)
-                kind = CELLS_KIND
+            n, kind, payload = release(admitted, tally)
         except DATA_ERRORS as exc:
             return data_refusal(exc)
         if (reason := self._out_of_range(spec, tally.records)) is not None:

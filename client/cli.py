@@ -279,9 +279,10 @@ def device_budget(
              "epsilon": s.epsilon, "delta": s.delta, "n": s.n, "spent_at": s.spent_at,
              "state": _state(s), "parent": s.parent, "round": s.round} for s in spends]
     studies: dict[str, dict] = {}
-    for s in spends:
+    for s in spends:  # by round: "0" the study's own release (its sketch, or its round 0)
         study = studies.setdefault(s.parent or s.study_id, {"epsilon": 0.0, "rounds": {}})
-        study["rounds"][str(s.round)] = math.fsum((study["rounds"].get(str(s.round), 0.0), s.epsilon))
+        key = "sketch" if s.parent is not None and s.round == 0 else str(s.round)  # sketch round
+        study["rounds"][key] = math.fsum((study["rounds"].get(key, 0.0), s.epsilon))
         study["epsilon"] = math.fsum(study["rounds"].values())
     log_rows = [{"at": h.at, "action": h.action, "source": h.source, "detail": h.detail}
                 for h in history]

@@ -29,6 +29,7 @@ import numpy as np
 
 from fedsketch.common import signing
 from fedsketch.common.box import Box, Tally
+from fedsketch.common.calibration_round import SketchRound
 from fedsketch.common.cli import printable
 from fedsketch.common.dp.plan import integer_sum_term
 from fedsketch.common.dp.samplers import dlap_noise_share
@@ -38,6 +39,7 @@ from fedsketch.common.pb import fedsketch_pb2_grpc as pb_grpc
 from fedsketch.common.refine import RoundSpec, round_cells
 from fedsketch.common.secagg import Client, SecAggAbort
 from fedsketch.common.secagg import wire as sw
+from fedsketch.common.secure_calibration import SecureCalibration, SecureProtocol, secure_protocol
 from fedsketch.common.secure_rounds import SecureRound
 from fedsketch.common.sketching import feature_sum
 from fedsketch.common.study import StudySpec
@@ -55,7 +57,8 @@ SECURE_KIND = "secagg_masked"
 @dataclass
 class Session:
     """This device's part in one secure-aggregation round (in memory: a restart drops out): of a
-    study's sketch, or of one of its refinement rounds (``round``)."""
+    study's sketch or round 0, or of one of its refinement rounds or its sketch round
+    (``round``; for a sketch round ``spec`` is the study it collects)."""
 
     spec: StudySpec
     box: Box
@@ -64,19 +67,21 @@ class Session:
     client: Client | None = None
     done: set[int] = field(default_factory=set)
     left: bool = False
-    round: RoundSpec | None = None
+    round: RoundSpec | SketchRound | None = None
 
     @property
     def epsilon(self) -> float:
         """ε of this device's release here."""
+        if self.round is None and self.spec.calibration is not None:
+            return self.spec.calibration.epsilon
         if self.round is None:
             return self.spec.sketch.privacy.epsilon
         return self.round.epsilon(self.spec)
 
     @property
-    def protocol(self) -> StudySpec | SecureRound:
+    def protocol(self) -> SecureProtocol:
         """What the round's public parameters derive from."""
-        return self.spec if self.round is None else SecureRound(self.spec, self.round)
+        return secure_protocol(self.spec, self.round if isinstance(self.round, RoundSpec) else None)
 
 
 class SecureSteps:
@@ -202,9 +207,11 @@ class SecureSteps:
     @staticmethod
     def _exact_input(session: Session, tally: Tally) -> tuple[np.ndarray, int, np.ndarray]:
         """(the exact integer input, records read, this device's noise shares): the sketch's
-        integer sum (2m) or a round's cells (K(d + 1))."""
+        integer sum (2m), round 0's calibration sum (2·m0) or a round's cells (K(d + 1))."""
         spec, box = session.spec, session.box
-        if session.round is not None:
+        if isinstance(protocol := session.protocol, SecureCalibration):
+            return (*protocol.exact_input(box, session.data.chunks(), tally), protocol.noise_shares())
+        if isinstance(session.round, RoundSpec):
             counts, sums, n = round_cells(box, session.round, session.data.chunks(), tally)
             noise = SecureRound(spec, session.round).noise_shares()
             return np.concatenate([counts, sums.ravel()]), n, noise

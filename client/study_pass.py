@@ -8,6 +8,7 @@ import signal
 from dataclasses import dataclass, field
 
 from fedsketch.common.box import Box
+from fedsketch.common.calibration_round import SketchRound
 from fedsketch.common.refine import RoundSpec
 from fedsketch.common.study import StudySpec
 
@@ -23,17 +24,21 @@ RPC_TIMEOUT = 60.0
 @dataclass(frozen=True)
 class Admitted:
     """A study the device may contribute to: its spec, public box, and the data version opened
-    for it; for a refinement round, ``spec`` is its study's and ``round`` the round's."""
+    for it; for a refinement round, ``spec`` is its study's and ``round`` the round's; for a
+    sketch round, ``spec`` is the study it collects (:meth:`SketchRound.study`)."""
 
     spec: StudySpec
     box: Box
     data: LocalData
-    round: RoundSpec | None = None
+    round: RoundSpec | SketchRound | None = None
 
     @property
     def cost(self) -> tuple[float, float]:
-        """(ε, δ) of this release: the sketch's, or the round's ε (pure)."""
-        if self.round is None:
+        """(ε, δ) of this release: the sketch's, a calibration round 0's ε (pure), or the
+        round's ε (pure)."""
+        if self.round is None and self.spec.calibration is not None:
+            return self.spec.calibration.epsilon, 0.0
+        if self.round is None or isinstance(self.round, SketchRound):
             return self.spec.sketch.privacy.epsilon, self.spec.sketch.privacy.delta
         return self.round.epsilon(self.spec), 0.0
 
@@ -53,16 +58,22 @@ class Outcome:
     refused: dict[str, str] = field(default_factory=dict)
 
 
-def spend_labels(spec: StudySpec, rnd: RoundSpec | None) -> dict:
+def spend_labels(spec: StudySpec, rnd: RoundSpec | SketchRound | None) -> dict:
     """What the ledger records of a release besides its cost and bytes
     (:meth:`~.ledger.Ledger.record_spend`'s study_name, parent, round and study_epsilon): a
-    round's name, its study and number; for the sketch of a study with refinement rounds, the
-    whole study's ε (the device sets the rounds' share aside until the study ends)."""
+    round's name, its study and number (a sketch round: 0, the study's sketch); for the study's
+    own release (its sketch, or its calibration round 0) when more rounds follow, the whole
+    study's ε (the device sets the later rounds' share aside until the study ends)."""
+    if isinstance(rnd, SketchRound):
+        return {"study_name": f"{spec.name} · sketch (σ = {rnd.sigma:.4g})",
+                "parent": rnd.parent_id, "round": 0, "study_epsilon": None}
     if rnd is not None:
         return {"study_name": f"{spec.name} · round {rnd.round}", "parent": rnd.parent_id,
                 "round": rnd.round, "study_epsilon": None}
-    return {"study_name": spec.name, "parent": None, "round": 0,
-            "study_epsilon": None if spec.refine is None else spec.total_epsilon}
+    later = spec.refine is not None or spec.calibration is not None
+    name = spec.name if spec.calibration is None else f"{spec.name} · round 0 (σ calibration)"
+    return {"study_name": name, "parent": None, "round": 0,
+            "study_epsilon": spec.total_epsilon if later else None}
 
 
 def fault_point() -> None:

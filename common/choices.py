@@ -47,6 +47,9 @@ ROUND_SHARE = 0.8
 #: the records that far from their centre. Half the half-width: on diamonds (ε = 0.5, L = 100,
 #: secure) the median relative SSE went from 1.11 to 1.04, flights unchanged (RESULTS.md §8).
 ROUND_RADIUS = 0.5
+#: Share of a federated study's ε that its ``--scale auto`` round 0 (the calibration release,
+#: :mod:`fedsketch.common.calibration_round`) takes by default, as ``sketch --auto-fraction``.
+AUTO_FRACTION = 0.1
 
 #: The stages of secure aggregation, in order: the values of
 #: :class:`fedsketch.common.secagg.protocol.Stage` (tests/test_cli_startup.py holds them equal).

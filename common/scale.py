@@ -48,10 +48,10 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from .box import WIDEST, Box
+from .box import WIDEST, Box, Tally
 from .choices import DEFAULT_RANGE
 from .frequencies import draw_directions
-from .privacy import PrivacySpec, privatize
+from .privacy import PrivacySpec, PrivateSketch, privatize
 from .sketching import feature_sum
 
 #: Frequencies of the calibration sketch, and consecutive radii per block of the fit.
@@ -212,6 +212,33 @@ def choose_scale(fitted: float, spread: float, reliable: bool, floor: float | No
     return min(max(sigma, lo), hi), choice
 
 
+def calibration_release(chunks: Iterable[np.ndarray], box: Box, spec: CalibrationSpec,
+                        privacy: PrivacySpec, tally: Tally | None = None) -> PrivateSketch:
+    """The calibration sketch of the finite records ``chunks`` (n, d) mapped into the public
+    ``box`` (clipped count to ``tally``): the integer ``complex`` feature sum at the m0 public
+    frequencies of ``spec`` (r = m0), released by :func:`~.privacy.privatize` under ``privacy``
+    (exact discrete noise from OS bits; pure ε-DP for δ = 0). One curator's, or one device's
+    in a federated study's round 0 (:mod:`.calibration_round`)."""
+    freqs = box.reduce(calibration_frequencies(spec))
+    return privatize(feature_sum(box.centred(chunks, tally), freqs, "complex"), privacy)
+
+
+def read_calibration(sketch: np.ndarray, variance: float, spec: CalibrationSpec, box: Box,
+                     epsilon: float) -> ScaleCalibration:
+    """The σ picked from a released calibration sketch s (m0,) whose real coordinates carry
+    noise of variance ``variance`` (sketch units²), bought at ``epsilon``: both fits, their
+    reliability and :func:`choose_scale` (module docstring). Post-processing only."""
+    noise_rms = math.sqrt(2.0 * spec.m0 * variance)
+    fitted = fit_scale(sketch, variance, spec)
+    spread = fit_scale(sketch, variance, spec, "median")
+    reliable = noise_rms <= RELIABLE_NOISE_RMS
+    sigma, choice = choose_scale(fitted, spread, reliable, box_floor(box),
+                                 (spec.sigma_lo, spec.sigma_hi))
+    return ScaleCalibration(sigma=sigma, epsilon=epsilon, m0=spec.m0, sigma_lo=spec.sigma_lo,
+                            sigma_hi=spec.sigma_hi, noise_rms=noise_rms, reliable=reliable,
+                            fitted=fitted, spread=spread, choice=choice)
+
+
 def calibrate_scale(
     chunks: Callable[[], Iterable[np.ndarray]],
     box: Box,
@@ -232,15 +259,5 @@ def calibrate_scale(
     """
     spec = CalibrationSpec(d=box.d, m0=m0, sigma_lo=scale_range[0], sigma_hi=scale_range[1],
                            seed=seed)
-    release = privatize(
-        feature_sum(box.centred(chunks()), box.reduce(calibration_frequencies(spec)), "complex"),
-        PrivacySpec(epsilon, 0.0, neighbouring),
-    )
-    noise_rms = math.sqrt(2.0 * spec.m0 * release.variance)
-    fitted = fit_scale(release.sketch, release.variance, spec)
-    spread = fit_scale(release.sketch, release.variance, spec, "median")
-    reliable = noise_rms <= RELIABLE_NOISE_RMS
-    sigma, choice = choose_scale(fitted, spread, reliable, box_floor(box), scale_range)
-    return ScaleCalibration(sigma=sigma, epsilon=epsilon, m0=spec.m0, sigma_lo=spec.sigma_lo,
-                            sigma_hi=spec.sigma_hi, noise_rms=noise_rms, reliable=reliable,
-                            fitted=fitted, spread=spread, choice=choice)
+    release = calibration_release(chunks(), box, spec, PrivacySpec(epsilon, 0.0, neighbouring))
+    return read_calibration(release.sketch, release.variance, spec, box, epsilon)

@@ -7,7 +7,10 @@ rules (minimum devices, the roster's size, minimum and maximum records per devic
 Unix seconds, how long collection lasts once the quorum has registered). Its canonical
 JSON (sorted keys, compact) is what travels; ``sha256`` of those UTF-8 bytes is the spec hash a
 device checks before it spends any budget, and ``omega_sha256`` is the SHA-256 of Ω‖ξ that it
-recomputes from the frequency spec.
+recomputes from the frequency spec. A study may add refinement rounds after its sketch
+(``refine``) and, with ``--scale auto``, a calibration round 0 before it (``calibration``):
+then its own σ is a placeholder and the sketch round's spec carries the σ round 0 chose
+(:mod:`fedsketch.common.calibration_round`); the ε of every round is in the hashed spec.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ import math
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, fields
 
+from .calibration_round import CalibrationPlan
 from .choices import DEFAULT_MAX_DEVICE_RECORDS
 from .dp.plan import integer_sum_term
 from .dp.samplers import share_rate
@@ -38,9 +42,12 @@ FORMAT = "fedsketch.study/2"
 #: Written for a study with refinement rounds (:mod:`fedsketch.common.refine`): a device that
 #: does not know rounds refuses it rather than budget for its sketch alone.
 REFINED_FORMAT = "fedsketch.study/3"
+#: Written for a study with a calibration round (``--scale auto``,
+#: :mod:`fedsketch.common.calibration_round`): a device that does not know round 0 refuses it.
+CALIBRATED_FORMAT = "fedsketch.study/4"
 #: Also read: studies stored before rosters (their contributors joined the rosters when the
 #: store was migrated).
-READ_FORMATS = ("fedsketch.study/1", FORMAT, REFINED_FORMAT)
+READ_FORMATS = ("fedsketch.study/1", FORMAT, REFINED_FORMAT, CALIBRATED_FORMAT)
 #: Most devices one roster takes.
 MAX_ROSTER = 1_000_000
 
@@ -65,6 +72,7 @@ class StudySpec:
     roster: int | None = None
     collect_seconds: float | None = None
     max_device_records: int | None = None
+    calibration: CalibrationPlan | None = None
 
     def __post_init__(self) -> None:
         d, m = self.sketch.frequencies.d, self.sketch.frequencies.m
@@ -77,6 +85,9 @@ class StudySpec:
                              f"under secure aggregation), got {cap!r}")
         if self.secure_aggregation is not None:
             self._check_secure_aggregation()
+        if self.calibration is not None and self.sketch.frequencies.scale != self.calibration.placeholder:
+            raise ValueError("a study with a calibration round states its sketch's scale as the "
+                             "placeholder √(σ_lo·σ_hi): the sketch round's spec carries σ")
         if not self.name or len(self.name) > 200:
             raise ValueError("a study needs a name of 1 to 200 characters")
         if not math.isfinite(self.sketch.privacy.epsilon):
@@ -134,10 +145,11 @@ class StudySpec:
 
     @property
     def total_epsilon(self) -> float:
-        """ε of the whole study for a device that takes part in every round: the sketch's plus
-        every refinement round's (sequential composition)."""
+        """ε of the whole study for a device that takes part in every round: the calibration
+        round's, the sketch's and every refinement round's (sequential composition)."""
         rounds = 0.0 if self.refine is None else self.refine.total
-        return math.fsum((self.sketch.privacy.epsilon, rounds))
+        cal = 0.0 if self.calibration is None else self.calibration.epsilon
+        return math.fsum((cal, self.sketch.privacy.epsilon, rounds))
 
     def check_new(self) -> None:
         """Rules for a study being created (older stored studies stay readable): ValueError if
@@ -174,6 +186,12 @@ class StudySpec:
         shape = self.min_devices / self.assumptions.min_honest
         check_capacity(self.sum_bound(), self.noise_param(), 2 * self.sketch.frequencies.m,
                        shape=shape)
+        if self.calibration is not None:  # round 0's sum (fedsketch.common.secure_calibration)
+            m0 = self.calibration.m0
+            term = integer_sum_term("complex", self.calibration.epsilon, m0, "replace_one")
+            share_rate(term.epsilon, term.sensitivity)
+            check_capacity(GRID["complex"] * self.secure_aggregation.max_records, term.scale,
+                           2 * m0, shape=shape)
         if self.refine is not None:  # the largest round any coordinator may publish
             for eps in set(self.refine.epsilon):
                 split = round_split(eps, "replace_one", self.sketch.frequencies.d)
@@ -248,11 +266,12 @@ class StudySpec:
                    tuple(hi), **rules)
 
     def to_dict(self) -> dict:
-        """JSON-ready dict (with a ``format`` tag; ``refine``, ``roster``, ``collect_seconds``
-        and ``max_device_records`` only when set, so the spec of a study without them reads,
-        and hashes, as before)."""
+        """JSON-ready dict (with a ``format`` tag; ``refine``, ``calibration``, ``roster``,
+        ``collect_seconds`` and ``max_device_records`` only when set, so the spec of a study
+        without them reads, and hashes, as before)."""
         data = {
-            "format": FORMAT if self.refine is None else REFINED_FORMAT,
+            "format": (CALIBRATED_FORMAT if self.calibration is not None
+                       else FORMAT if self.refine is None else REFINED_FORMAT),
             "name": self.name,
             "sketch": self.sketch.to_dict(),
             "omega_sha256": self.omega_sha256,
@@ -269,6 +288,8 @@ class StudySpec:
         }
         if self.refine is not None:
             data["refine"] = self.refine.to_dict()
+        if self.calibration is not None:
+            data["calibration"] = self.calibration.to_dict()
         for name in ("roster", "collect_seconds", "max_device_records"):
             if getattr(self, name) is not None:
                 data[name] = getattr(self, name)
@@ -314,6 +335,8 @@ class StudySpec:
                 roster=data.get("roster"),  # an integer, or refused by _check_roster
                 collect_seconds=data.get("collect_seconds"),  # a number, or refused
                 max_device_records=data.get("max_device_records"),  # an integer, or refused
+                calibration=(None if data.get("calibration") is None
+                             else CalibrationPlan.from_dict(data["calibration"])),
             )
         except (KeyError, TypeError, OverflowError) as exc:
             raise ValueError(f"incomplete or malformed study spec: {exc!r}") from None

@@ -74,6 +74,9 @@ def test_su_robust_counts_the_runs_above_1_2_for_every_method_and_eps(capsys):
                                      "--eps", "1", "--devices", "4", "--out", ".", "--cache", ".",
                                      "--no-diffprivlib"],
      "| federated ckm + 3 rounds | secure | 4 | 1 |"),
+    ("bench_scale_federated.py", ["--sets", "diamonds", "--rows", "3000", "--seeds", "1",
+                                  "--devices", "4", "--modes", "secure", "--cache", "."],
+     "| diamonds | secure | 1 | auto |"),
 ])
 def test_benchmark_runs_at_a_tiny_size(tmp_path, script, args, row):
     res = subprocess.run([sys.executable, str(BENCHMARKS / script), *args], cwd=tmp_path,

@@ -24,19 +24,19 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n#fedsketch/common/pb/fedsketch.proto\x12\x0c\x66\x65\x64sketch.v1\"A\n\rEnrollRequest\x12\r\n\x05token\x18\x01 \x01(\t\x12\x12\n\npublic_key\x18\x02 \x01(\x0c\x12\r\n\x05label\x18\x03 \x01(\t\"#\n\x0e\x45nrollResponse\x12\x11\n\tdevice_id\x18\x01 \x01(\t\",\n\x12ListStudiesRequest\x12\x16\n\x0einclude_closed\x18\x01 \x01(\x08\"W\n\nDeviceRead\x12\x11\n\tdevice_id\x18\x01 \x01(\t\x12\x10\n\x08study_id\x18\x02 \x01(\t\x12\x11\n\tsigned_at\x18\x03 \x01(\x01\x12\x11\n\tsignature\x18\x04 \x01(\x0c\";\n\x13ListStudiesResponse\x12$\n\x07studies\x18\x01 \x03(\x0b\x32\x13.fedsketch.v1.Study\"\x1c\n\x08StudyRef\x12\x10\n\x08study_id\x18\x01 \x01(\t\"\xe0\x01\n\x05Study\x12\x10\n\x08study_id\x18\x01 \x01(\t\x12\x11\n\tspec_json\x18\x02 \x01(\t\x12\x13\n\x0bspec_sha256\x18\x03 \x01(\t\x12\'\n\x05state\x18\x04 \x01(\x0e\x32\x18.fedsketch.v1.StudyState\x12\"\n\x05stage\x18\x05 \x01(\x0e\x32\x13.fedsketch.v1.Stage\x12\x15\n\rcontributions\x18\x06 \x01(\x05\x12\x0f\n\x07records\x18\x07 \x01(\x01\x12\x0e\n\x06\x64\x65tail\x18\x08 \x01(\t\x12\x12\n\nregistered\x18\t \x01(\x05J\x04\x08\x14\x10\x1e\"n\n\x0cRegistration\x12\x10\n\x08study_id\x18\x01 \x01(\t\x12\x11\n\tdevice_id\x18\x02 \x01(\t\x12\x13\n\x0bspec_sha256\x18\x03 \x01(\t\x12\x11\n\tsignature\x18\x04 \x01(\x0c\x12\x11\n\tjoin_only\x18\x05 \x01(\x08\".\n\nLeaveReply\x12\x0c\n\x04left\x18\x01 \x01(\x08\x12\x12\n\nregistered\x18\x02 \x01(\x05\"q\n\rRegisterReply\x12\x11\n\tduplicate\x18\x01 \x01(\x08\x12\"\n\x05stage\x18\x02 \x01(\x0e\x32\x13.fedsketch.v1.Stage\x12\x12\n\nregistered\x18\x03 \x01(\x05\x12\x15\n\rinput_seconds\x18\x04 \x01(\x01\"\xd1\x01\n\x0c\x43ontribution\x12\x10\n\x08study_id\x18\x01 \x01(\t\x12\x11\n\tdevice_id\x18\x02 \x01(\t\x12\x13\n\x0bspec_sha256\x18\x03 \x01(\t\x12\t\n\x01n\x18\x04 \x01(\x01\x12\x15\n\x0bint32_pairs\x18\x06 \x01(\x0cH\x00\x12\x15\n\x0bint64_pairs\x18\x08 \x01(\x0cH\x00\x12\x15\n\x0bint64_cells\x18\t \x01(\x0cH\x00\x12\x11\n\tsignature\x18\x07 \x01(\x0c\x42\t\n\x07payloadJ\x04\x08\x05\x10\x06J\x04\x08\x14\x10\x1eR\rfloat32_pairs\"1\n\x0bSubmitReply\x12\x11\n\tduplicate\x18\x01 \x01(\x08\x12\x0f\n\x07receipt\x18\x02 \x01(\t\"\xdd\x01\n\x06Result\x12\x10\n\x08study_id\x18\x01 \x01(\t\x12\t\n\x01k\x18\x02 \x01(\x05\x12\t\n\x01\x64\x18\x03 \x01(\x05\x12\x11\n\tcentroids\x18\x04 \x03(\x01\x12\x0f\n\x07weights\x18\x05 \x03(\x01\x12\x10\n\x08residual\x18\x06 \x01(\x01\x12\x0f\n\x07\x64\x65vices\x18\x07 \x01(\x05\x12\x0f\n\x07records\x18\x08 \x01(\x01\x12\x0e\n\x06status\x18\t \x01(\t\x12\x15\n\rstatus_reason\x18\n \x01(\t\x12\t\n\x01z\x18\x0b \x03(\x01\x12\x11\n\tthreshold\x18\x0c \x01(\x01\x12\x0e\n\x06rounds\x18\r \x01(\x05\"\'\n\x12\x43reateStudyRequest\x12\x11\n\tspec_json\x18\x01 \x01(\t\"#\n\x12IssueTokensRequest\x12\r\n\x05\x63ount\x18\x01 \x01(\x05\"\"\n\x10IssueTokensReply\x12\x0e\n\x06tokens\x18\x01 \x03(\t\"\x89\x01\n\rRefusalReport\x12\x10\n\x08study_id\x18\x01 \x01(\t\x12\x11\n\tdevice_id\x18\x02 \x01(\t\x12\x13\n\x0bspec_sha256\x18\x03 \x01(\t\x12+\n\x06reason\x18\x04 \x01(\x0e\x32\x1b.fedsketch.v1.RefusalReason\x12\x11\n\tsignature\x18\x05 \x01(\x0c\"\x1f\n\nRefusalAck\x12\x11\n\tduplicate\x18\x01 \x01(\x08\"0\n\rStatusRequest\x12\x10\n\x08study_id\x18\x01 \x01(\t\x12\r\n\x05limit\x18\x02 \x01(\x05\"^\n\x0bRosterEntry\x12\x11\n\tdevice_id\x18\x01 \x01(\t\x12\r\n\x05label\x18\x02 \x01(\t\x12\x15\n\rregistered_at\x18\x03 \x01(\x01\x12\x16\n\x0e\x63ontributed_at\x18\x04 \x01(\x01\"r\n\x0cRefusalEntry\x12\x11\n\tdevice_id\x18\x01 \x01(\t\x12\r\n\x05label\x18\x02 \x01(\t\x12+\n\x06reason\x18\x03 \x01(\x0e\x32\x1b.fedsketch.v1.RefusalReason\x12\x13\n\x0breported_at\x18\x04 \x01(\x01\"\xef\x02\n\x0bStatusReply\x12\"\n\x05study\x18\x01 \x01(\x0b\x32\x13.fedsketch.v1.Study\x12\x12\n\ncreated_at\x18\x02 \x01(\x01\x12\x13\n\x0bmin_devices\x18\x03 \x01(\x05\x12\x13\n\x0broster_size\x18\x04 \x01(\x05\x12\x11\n\tfilled_at\x18\x05 \x01(\x01\x12\x10\n\x08\x64\x65\x61\x64line\x18\x06 \x01(\x01\x12\x17\n\x0f\x63ollect_seconds\x18\x07 \x01(\x01\x12\x0f\n\x07\x65psilon\x18\x08 \x01(\x01\x12\x11\n\tparent_id\x18\t \x01(\t\x12\r\n\x05round\x18\n \x01(\x05\x12)\n\x06roster\x18\x0b \x03(\x0b\x32\x19.fedsketch.v1.RosterEntry\x12,\n\x08refusals\x18\x0c \x03(\x0b\x32\x1a.fedsketch.v1.RefusalEntry\x12\x0f\n\x07refused\x18\r \x01(\x05\x12#\n\x06rounds\x18\x0e \x03(\x0b\x32\x13.fedsketch.v1.Study\"/\n\x0c\x41uditRequest\x12\r\n\x05limit\x18\x01 \x01(\x05\x12\x10\n\x08study_id\x18\x02 \x01(\t\"G\n\nAuditEntry\x12\n\n\x02\x61t\x18\x01 \x01(\x01\x12\r\n\x05\x61\x63tor\x18\x02 \x01(\t\x12\x0e\n\x06\x61\x63tion\x18\x03 \x01(\t\x12\x0e\n\x06\x64\x65tail\x18\x04 \x01(\t\"7\n\nAuditReply\x12)\n\x07\x65ntries\x18\x01 \x03(\x0b\x32\x18.fedsketch.v1.AuditEntry\"y\n\rSecAggMessage\x12\x10\n\x08study_id\x18\x01 \x01(\t\x12\x11\n\tdevice_id\x18\x02 \x01(\t\x12\"\n\x05stage\x18\x03 \x01(\x0e\x32\x13.fedsketch.v1.Stage\x12\x0c\n\x04\x62ody\x18\x04 \x01(\x0c\x12\x11\n\tsignature\x18\x05 \x01(\x0c\"\x1e\n\tSecAggAck\x12\x11\n\tduplicate\x18\x01 \x01(\x08\"@\n\x0cSecAggBundle\x12\"\n\x05stage\x18\x01 \x01(\x0e\x32\x13.fedsketch.v1.Stage\x12\x0c\n\x04\x62ody\x18\x02 \x01(\x0c*\xbd\x01\n\rRefusalReason\x12\x1e\n\x1aREFUSAL_REASON_UNSPECIFIED\x10\x00\x12\n\n\x06\x42UDGET\x10\x01\x12\n\n\x06POLICY\x10\x02\x12\x13\n\x0fTOO_FEW_RECORDS\x10\x03\x12\x14\n\x10TOO_MANY_RECORDS\x10\x04\x12\x13\n\x0f\x44\x41TA_UNREADABLE\x10\x05\x12\x16\n\x12\x44IMENSION_MISMATCH\x10\x06\x12\x11\n\rSPEC_MISMATCH\x10\x07\x12\t\n\x05OTHER\x10\x08*g\n\nStudyState\x12\x1b\n\x17STUDY_STATE_UNSPECIFIED\x10\x00\x12\x08\n\x04OPEN\x10\x01\x12\x0e\n\nCOLLECTING\x10\x02\x12\x0c\n\x08\x44\x45\x43ODING\x10\x03\x12\x08\n\x04\x44ONE\x10\x04\x12\n\n\x06\x46\x41ILED\x10\x05*\x9e\x01\n\x05Stage\x12\x15\n\x11STAGE_UNSPECIFIED\x10\x00\x12\x0f\n\x0bPLAIN_INPUT\x10\x01\x12\x12\n\x0e\x41\x44VERTISE_KEYS\x10\x02\x12\x0e\n\nSHARE_KEYS\x10\x03\x12\x10\n\x0cMASKED_INPUT\x10\x04\x12\n\n\x06UNMASK\x10\x05\x12\x0c\n\x08REGISTER\x10\x06\x12\x0c\n\x08\x46INISHED\x10\x07\x12\x0f\n\x0b\x43ONSISTENCY\x10\x08\x32\xaa\x05\n\x06\x44\x65vice\x12\x43\n\x06\x45nroll\x12\x1b.fedsketch.v1.EnrollRequest\x1a\x1c.fedsketch.v1.EnrollResponse\x12J\n\x0bListStudies\x12\x18.fedsketch.v1.DeviceRead\x1a!.fedsketch.v1.ListStudiesResponse\x12\x39\n\x08GetStudy\x12\x18.fedsketch.v1.DeviceRead\x1a\x13.fedsketch.v1.Study\x12\x43\n\x08Register\x12\x1a.fedsketch.v1.Registration\x1a\x1b.fedsketch.v1.RegisterReply\x12=\n\x05Leave\x12\x1a.fedsketch.v1.Registration\x1a\x18.fedsketch.v1.LeaveReply\x12?\n\x06Submit\x12\x1a.fedsketch.v1.Contribution\x1a\x19.fedsketch.v1.SubmitReply\x12;\n\tGetResult\x12\x18.fedsketch.v1.DeviceRead\x1a\x14.fedsketch.v1.Result\x12\x42\n\nSecAggSend\x12\x1b.fedsketch.v1.SecAggMessage\x1a\x17.fedsketch.v1.SecAggAck\x12\x46\n\x0bSecAggFetch\x12\x1b.fedsketch.v1.SecAggMessage\x1a\x1a.fedsketch.v1.SecAggBundle\x12\x46\n\rReportRefusal\x12\x1b.fedsketch.v1.RefusalReport\x1a\x18.fedsketch.v1.RefusalAck2\xab\x04\n\x08Operator\x12\x44\n\x0b\x43reateStudy\x12 .fedsketch.v1.CreateStudyRequest\x1a\x13.fedsketch.v1.Study\x12R\n\x0bListStudies\x12 .fedsketch.v1.ListStudiesRequest\x1a!.fedsketch.v1.ListStudiesResponse\x12\x38\n\tShowStudy\x12\x16.fedsketch.v1.StudyRef\x1a\x13.fedsketch.v1.Study\x12\x39\n\tGetResult\x12\x16.fedsketch.v1.StudyRef\x1a\x14.fedsketch.v1.Result\x12\x39\n\nCloseStudy\x12\x16.fedsketch.v1.StudyRef\x1a\x13.fedsketch.v1.Study\x12O\n\x0bIssueTokens\x12 .fedsketch.v1.IssueTokensRequest\x1a\x1e.fedsketch.v1.IssueTokensReply\x12\x45\n\x0bStudyStatus\x12\x1b.fedsketch.v1.StatusRequest\x1a\x19.fedsketch.v1.StatusReply\x12=\n\x05\x41udit\x12\x1a.fedsketch.v1.AuditRequest\x1a\x18.fedsketch.v1.AuditReplyb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n#fedsketch/common/pb/fedsketch.proto\x12\x0c\x66\x65\x64sketch.v1\"A\n\rEnrollRequest\x12\r\n\x05token\x18\x01 \x01(\t\x12\x12\n\npublic_key\x18\x02 \x01(\x0c\x12\r\n\x05label\x18\x03 \x01(\t\"#\n\x0e\x45nrollResponse\x12\x11\n\tdevice_id\x18\x01 \x01(\t\",\n\x12ListStudiesRequest\x12\x16\n\x0einclude_closed\x18\x01 \x01(\x08\"W\n\nDeviceRead\x12\x11\n\tdevice_id\x18\x01 \x01(\t\x12\x10\n\x08study_id\x18\x02 \x01(\t\x12\x11\n\tsigned_at\x18\x03 \x01(\x01\x12\x11\n\tsignature\x18\x04 \x01(\x0c\";\n\x13ListStudiesResponse\x12$\n\x07studies\x18\x01 \x03(\x0b\x32\x13.fedsketch.v1.Study\"\x1c\n\x08StudyRef\x12\x10\n\x08study_id\x18\x01 \x01(\t\"\xe0\x01\n\x05Study\x12\x10\n\x08study_id\x18\x01 \x01(\t\x12\x11\n\tspec_json\x18\x02 \x01(\t\x12\x13\n\x0bspec_sha256\x18\x03 \x01(\t\x12\'\n\x05state\x18\x04 \x01(\x0e\x32\x18.fedsketch.v1.StudyState\x12\"\n\x05stage\x18\x05 \x01(\x0e\x32\x13.fedsketch.v1.Stage\x12\x15\n\rcontributions\x18\x06 \x01(\x05\x12\x0f\n\x07records\x18\x07 \x01(\x01\x12\x0e\n\x06\x64\x65tail\x18\x08 \x01(\t\x12\x12\n\nregistered\x18\t \x01(\x05J\x04\x08\x14\x10\x1e\"n\n\x0cRegistration\x12\x10\n\x08study_id\x18\x01 \x01(\t\x12\x11\n\tdevice_id\x18\x02 \x01(\t\x12\x13\n\x0bspec_sha256\x18\x03 \x01(\t\x12\x11\n\tsignature\x18\x04 \x01(\x0c\x12\x11\n\tjoin_only\x18\x05 \x01(\x08\".\n\nLeaveReply\x12\x0c\n\x04left\x18\x01 \x01(\x08\x12\x12\n\nregistered\x18\x02 \x01(\x05\"q\n\rRegisterReply\x12\x11\n\tduplicate\x18\x01 \x01(\x08\x12\"\n\x05stage\x18\x02 \x01(\x0e\x32\x13.fedsketch.v1.Stage\x12\x12\n\nregistered\x18\x03 \x01(\x05\x12\x15\n\rinput_seconds\x18\x04 \x01(\x01\"\xd1\x01\n\x0c\x43ontribution\x12\x10\n\x08study_id\x18\x01 \x01(\t\x12\x11\n\tdevice_id\x18\x02 \x01(\t\x12\x13\n\x0bspec_sha256\x18\x03 \x01(\t\x12\t\n\x01n\x18\x04 \x01(\x01\x12\x15\n\x0bint32_pairs\x18\x06 \x01(\x0cH\x00\x12\x15\n\x0bint64_pairs\x18\x08 \x01(\x0cH\x00\x12\x15\n\x0bint64_cells\x18\t \x01(\x0cH\x00\x12\x11\n\tsignature\x18\x07 \x01(\x0c\x42\t\n\x07payloadJ\x04\x08\x05\x10\x06J\x04\x08\x14\x10\x1eR\rfloat32_pairs\"1\n\x0bSubmitReply\x12\x11\n\tduplicate\x18\x01 \x01(\x08\x12\x0f\n\x07receipt\x18\x02 \x01(\t\"\xf7\x01\n\x06Result\x12\x10\n\x08study_id\x18\x01 \x01(\t\x12\t\n\x01k\x18\x02 \x01(\x05\x12\t\n\x01\x64\x18\x03 \x01(\x05\x12\x11\n\tcentroids\x18\x04 \x03(\x01\x12\x0f\n\x07weights\x18\x05 \x03(\x01\x12\x10\n\x08residual\x18\x06 \x01(\x01\x12\x0f\n\x07\x64\x65vices\x18\x07 \x01(\x05\x12\x0f\n\x07records\x18\x08 \x01(\x01\x12\x0e\n\x06status\x18\t \x01(\t\x12\x15\n\rstatus_reason\x18\n \x01(\t\x12\t\n\x01z\x18\x0b \x03(\x01\x12\x11\n\tthreshold\x18\x0c \x01(\x01\x12\x0e\n\x06rounds\x18\r \x01(\x05\x12\x18\n\x10\x63\x61libration_json\x18\x0e \x01(\t\"\'\n\x12\x43reateStudyRequest\x12\x11\n\tspec_json\x18\x01 \x01(\t\"#\n\x12IssueTokensRequest\x12\r\n\x05\x63ount\x18\x01 \x01(\x05\"\"\n\x10IssueTokensReply\x12\x0e\n\x06tokens\x18\x01 \x03(\t\"\x89\x01\n\rRefusalReport\x12\x10\n\x08study_id\x18\x01 \x01(\t\x12\x11\n\tdevice_id\x18\x02 \x01(\t\x12\x13\n\x0bspec_sha256\x18\x03 \x01(\t\x12+\n\x06reason\x18\x04 \x01(\x0e\x32\x1b.fedsketch.v1.RefusalReason\x12\x11\n\tsignature\x18\x05 \x01(\x0c\"\x1f\n\nRefusalAck\x12\x11\n\tduplicate\x18\x01 \x01(\x08\"0\n\rStatusRequest\x12\x10\n\x08study_id\x18\x01 \x01(\t\x12\r\n\x05limit\x18\x02 \x01(\x05\"^\n\x0bRosterEntry\x12\x11\n\tdevice_id\x18\x01 \x01(\t\x12\r\n\x05label\x18\x02 \x01(\t\x12\x15\n\rregistered_at\x18\x03 \x01(\x01\x12\x16\n\x0e\x63ontributed_at\x18\x04 \x01(\x01\"r\n\x0cRefusalEntry\x12\x11\n\tdevice_id\x18\x01 \x01(\t\x12\r\n\x05label\x18\x02 \x01(\t\x12+\n\x06reason\x18\x03 \x01(\x0e\x32\x1b.fedsketch.v1.RefusalReason\x12\x13\n\x0breported_at\x18\x04 \x01(\x01\"\xef\x02\n\x0bStatusReply\x12\"\n\x05study\x18\x01 \x01(\x0b\x32\x13.fedsketch.v1.Study\x12\x12\n\ncreated_at\x18\x02 \x01(\x01\x12\x13\n\x0bmin_devices\x18\x03 \x01(\x05\x12\x13\n\x0broster_size\x18\x04 \x01(\x05\x12\x11\n\tfilled_at\x18\x05 \x01(\x01\x12\x10\n\x08\x64\x65\x61\x64line\x18\x06 \x01(\x01\x12\x17\n\x0f\x63ollect_seconds\x18\x07 \x01(\x01\x12\x0f\n\x07\x65psilon\x18\x08 \x01(\x01\x12\x11\n\tparent_id\x18\t \x01(\t\x12\r\n\x05round\x18\n \x01(\x05\x12)\n\x06roster\x18\x0b \x03(\x0b\x32\x19.fedsketch.v1.RosterEntry\x12,\n\x08refusals\x18\x0c \x03(\x0b\x32\x1a.fedsketch.v1.RefusalEntry\x12\x0f\n\x07refused\x18\r \x01(\x05\x12#\n\x06rounds\x18\x0e \x03(\x0b\x32\x13.fedsketch.v1.Study\"/\n\x0c\x41uditRequest\x12\r\n\x05limit\x18\x01 \x01(\x05\x12\x10\n\x08study_id\x18\x02 \x01(\t\"G\n\nAuditEntry\x12\n\n\x02\x61t\x18\x01 \x01(\x01\x12\r\n\x05\x61\x63tor\x18\x02 \x01(\t\x12\x0e\n\x06\x61\x63tion\x18\x03 \x01(\t\x12\x0e\n\x06\x64\x65tail\x18\x04 \x01(\t\"7\n\nAuditReply\x12)\n\x07\x65ntries\x18\x01 \x03(\x0b\x32\x18.fedsketch.v1.AuditEntry\"y\n\rSecAggMessage\x12\x10\n\x08study_id\x18\x01 \x01(\t\x12\x11\n\tdevice_id\x18\x02 \x01(\t\x12\"\n\x05stage\x18\x03 \x01(\x0e\x32\x13.fedsketch.v1.Stage\x12\x0c\n\x04\x62ody\x18\x04 \x01(\x0c\x12\x11\n\tsignature\x18\x05 \x01(\x0c\"\x1e\n\tSecAggAck\x12\x11\n\tduplicate\x18\x01 \x01(\x08\"@\n\x0cSecAggBundle\x12\"\n\x05stage\x18\x01 \x01(\x0e\x32\x13.fedsketch.v1.Stage\x12\x0c\n\x04\x62ody\x18\x02 \x01(\x0c*\xbd\x01\n\rRefusalReason\x12\x1e\n\x1aREFUSAL_REASON_UNSPECIFIED\x10\x00\x12\n\n\x06\x42UDGET\x10\x01\x12\n\n\x06POLICY\x10\x02\x12\x13\n\x0fTOO_FEW_RECORDS\x10\x03\x12\x14\n\x10TOO_MANY_RECORDS\x10\x04\x12\x13\n\x0f\x44\x41TA_UNREADABLE\x10\x05\x12\x16\n\x12\x44IMENSION_MISMATCH\x10\x06\x12\x11\n\rSPEC_MISMATCH\x10\x07\x12\t\n\x05OTHER\x10\x08*g\n\nStudyState\x12\x1b\n\x17STUDY_STATE_UNSPECIFIED\x10\x00\x12\x08\n\x04OPEN\x10\x01\x12\x0e\n\nCOLLECTING\x10\x02\x12\x0c\n\x08\x44\x45\x43ODING\x10\x03\x12\x08\n\x04\x44ONE\x10\x04\x12\n\n\x06\x46\x41ILED\x10\x05*\x9e\x01\n\x05Stage\x12\x15\n\x11STAGE_UNSPECIFIED\x10\x00\x12\x0f\n\x0bPLAIN_INPUT\x10\x01\x12\x12\n\x0e\x41\x44VERTISE_KEYS\x10\x02\x12\x0e\n\nSHARE_KEYS\x10\x03\x12\x10\n\x0cMASKED_INPUT\x10\x04\x12\n\n\x06UNMASK\x10\x05\x12\x0c\n\x08REGISTER\x10\x06\x12\x0c\n\x08\x46INISHED\x10\x07\x12\x0f\n\x0b\x43ONSISTENCY\x10\x08\x32\xaa\x05\n\x06\x44\x65vice\x12\x43\n\x06\x45nroll\x12\x1b.fedsketch.v1.EnrollRequest\x1a\x1c.fedsketch.v1.EnrollResponse\x12J\n\x0bListStudies\x12\x18.fedsketch.v1.DeviceRead\x1a!.fedsketch.v1.ListStudiesResponse\x12\x39\n\x08GetStudy\x12\x18.fedsketch.v1.DeviceRead\x1a\x13.fedsketch.v1.Study\x12\x43\n\x08Register\x12\x1a.fedsketch.v1.Registration\x1a\x1b.fedsketch.v1.RegisterReply\x12=\n\x05Leave\x12\x1a.fedsketch.v1.Registration\x1a\x18.fedsketch.v1.LeaveReply\x12?\n\x06Submit\x12\x1a.fedsketch.v1.Contribution\x1a\x19.fedsketch.v1.SubmitReply\x12;\n\tGetResult\x12\x18.fedsketch.v1.DeviceRead\x1a\x14.fedsketch.v1.Result\x12\x42\n\nSecAggSend\x12\x1b.fedsketch.v1.SecAggMessage\x1a\x17.fedsketch.v1.SecAggAck\x12\x46\n\x0bSecAggFetch\x12\x1b.fedsketch.v1.SecAggMessage\x1a\x1a.fedsketch.v1.SecAggBundle\x12\x46\n\rReportRefusal\x12\x1b.fedsketch.v1.RefusalReport\x1a\x18.fedsketch.v1.RefusalAck2\xab\x04\n\x08Operator\x12\x44\n\x0b\x43reateStudy\x12 .fedsketch.v1.CreateStudyRequest\x1a\x13.fedsketch.v1.Study\x12R\n\x0bListStudies\x12 .fedsketch.v1.ListStudiesRequest\x1a!.fedsketch.v1.ListStudiesResponse\x12\x38\n\tShowStudy\x12\x16.fedsketch.v1.StudyRef\x1a\x13.fedsketch.v1.Study\x12\x39\n\tGetResult\x12\x16.fedsketch.v1.StudyRef\x1a\x14.fedsketch.v1.Result\x12\x39\n\nCloseStudy\x12\x16.fedsketch.v1.StudyRef\x1a\x13.fedsketch.v1.Study\x12O\n\x0bIssueTokens\x12 .fedsketch.v1.IssueTokensRequest\x1a\x1e.fedsketch.v1.IssueTokensReply\x12\x45\n\x0bStudyStatus\x12\x1b.fedsketch.v1.StatusRequest\x1a\x19.fedsketch.v1.StatusReply\x12=\n\x05\x41udit\x12\x1a.fedsketch.v1.AuditRequest\x1a\x18.fedsketch.v1.AuditReplyb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'fedsketch.common.pb.fedsketch_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_REFUSALREASON']._serialized_start=2692
-  _globals['_REFUSALREASON']._serialized_end=2881
-  _globals['_STUDYSTATE']._serialized_start=2883
-  _globals['_STUDYSTATE']._serialized_end=2986
-  _globals['_STAGE']._serialized_start=2989
-  _globals['_STAGE']._serialized_end=3147
+  _globals['_REFUSALREASON']._serialized_start=2718
+  _globals['_REFUSALREASON']._serialized_end=2907
+  _globals['_STUDYSTATE']._serialized_start=2909
+  _globals['_STUDYSTATE']._serialized_end=3012
+  _globals['_STAGE']._serialized_start=3015
+  _globals['_STAGE']._serialized_end=3173
   _globals['_ENROLLREQUEST']._serialized_start=53
   _globals['_ENROLLREQUEST']._serialized_end=118
   _globals['_ENROLLRESPONSE']._serialized_start=120
@@ -62,39 +62,39 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_SUBMITREPLY']._serialized_start=1097
   _globals['_SUBMITREPLY']._serialized_end=1146
   _globals['_RESULT']._serialized_start=1149
-  _globals['_RESULT']._serialized_end=1370
-  _globals['_CREATESTUDYREQUEST']._serialized_start=1372
-  _globals['_CREATESTUDYREQUEST']._serialized_end=1411
-  _globals['_ISSUETOKENSREQUEST']._serialized_start=1413
-  _globals['_ISSUETOKENSREQUEST']._serialized_end=1448
-  _globals['_ISSUETOKENSREPLY']._serialized_start=1450
-  _globals['_ISSUETOKENSREPLY']._serialized_end=1484
-  _globals['_REFUSALREPORT']._serialized_start=1487
-  _globals['_REFUSALREPORT']._serialized_end=1624
-  _globals['_REFUSALACK']._serialized_start=1626
-  _globals['_REFUSALACK']._serialized_end=1657
-  _globals['_STATUSREQUEST']._serialized_start=1659
-  _globals['_STATUSREQUEST']._serialized_end=1707
-  _globals['_ROSTERENTRY']._serialized_start=1709
-  _globals['_ROSTERENTRY']._serialized_end=1803
-  _globals['_REFUSALENTRY']._serialized_start=1805
-  _globals['_REFUSALENTRY']._serialized_end=1919
-  _globals['_STATUSREPLY']._serialized_start=1922
-  _globals['_STATUSREPLY']._serialized_end=2289
-  _globals['_AUDITREQUEST']._serialized_start=2291
-  _globals['_AUDITREQUEST']._serialized_end=2338
-  _globals['_AUDITENTRY']._serialized_start=2340
-  _globals['_AUDITENTRY']._serialized_end=2411
-  _globals['_AUDITREPLY']._serialized_start=2413
-  _globals['_AUDITREPLY']._serialized_end=2468
-  _globals['_SECAGGMESSAGE']._serialized_start=2470
-  _globals['_SECAGGMESSAGE']._serialized_end=2591
-  _globals['_SECAGGACK']._serialized_start=2593
-  _globals['_SECAGGACK']._serialized_end=2623
-  _globals['_SECAGGBUNDLE']._serialized_start=2625
-  _globals['_SECAGGBUNDLE']._serialized_end=2689
-  _globals['_DEVICE']._serialized_start=3150
-  _globals['_DEVICE']._serialized_end=3832
-  _globals['_OPERATOR']._serialized_start=3835
-  _globals['_OPERATOR']._serialized_end=4390
+  _globals['_RESULT']._serialized_end=1396
+  _globals['_CREATESTUDYREQUEST']._serialized_start=1398
+  _globals['_CREATESTUDYREQUEST']._serialized_end=1437
+  _globals['_ISSUETOKENSREQUEST']._serialized_start=1439
+  _globals['_ISSUETOKENSREQUEST']._serialized_end=1474
+  _globals['_ISSUETOKENSREPLY']._serialized_start=1476
+  _globals['_ISSUETOKENSREPLY']._serialized_end=1510
+  _globals['_REFUSALREPORT']._serialized_start=1513
+  _globals['_REFUSALREPORT']._serialized_end=1650
+  _globals['_REFUSALACK']._serialized_start=1652
+  _globals['_REFUSALACK']._serialized_end=1683
+  _globals['_STATUSREQUEST']._serialized_start=1685
+  _globals['_STATUSREQUEST']._serialized_end=1733
+  _globals['_ROSTERENTRY']._serialized_start=1735
+  _globals['_ROSTERENTRY']._serialized_end=1829
+  _globals['_REFUSALENTRY']._serialized_start=1831
+  _globals['_REFUSALENTRY']._serialized_end=1945
+  _globals['_STATUSREPLY']._serialized_start=1948
+  _globals['_STATUSREPLY']._serialized_end=2315
+  _globals['_AUDITREQUEST']._serialized_start=2317
+  _globals['_AUDITREQUEST']._serialized_end=2364
+  _globals['_AUDITENTRY']._serialized_start=2366
+  _globals['_AUDITENTRY']._serialized_end=2437
+  _globals['_AUDITREPLY']._serialized_start=2439
+  _globals['_AUDITREPLY']._serialized_end=2494
+  _globals['_SECAGGMESSAGE']._serialized_start=2496
+  _globals['_SECAGGMESSAGE']._serialized_end=2617
+  _globals['_SECAGGACK']._serialized_start=2619
+  _globals['_SECAGGACK']._serialized_end=2649
+  _globals['_SECAGGBUNDLE']._serialized_start=2651
+  _globals['_SECAGGBUNDLE']._serialized_end=2715
+  _globals['_DEVICE']._serialized_start=3176
+  _globals['_DEVICE']._serialized_end=3858
+  _globals['_OPERATOR']._serialized_start=3861
+  _globals['_OPERATOR']._serialized_end=4416
 # @@protoc_insertion_point(module_scope)

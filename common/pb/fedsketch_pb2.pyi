@@ -195,7 +195,7 @@ class SubmitReply(_message.Message):
     def __init__(self, duplicate: _Optional[bool] = ..., receipt: _Optional[str] = ...) -> None: ...
 
 class Result(_message.Message):
-    __slots__ = ("study_id", "k", "d", "centroids", "weights", "residual", "devices", "records", "status", "status_reason", "z", "threshold", "rounds")
+    __slots__ = ("study_id", "k", "d", "centroids", "weights", "residual", "devices", "records", "status", "status_reason", "z", "threshold", "rounds", "calibration_json")
     STUDY_ID_FIELD_NUMBER: _ClassVar[int]
     K_FIELD_NUMBER: _ClassVar[int]
     D_FIELD_NUMBER: _ClassVar[int]
@@ -209,6 +209,7 @@ class Result(_message.Message):
     Z_FIELD_NUMBER: _ClassVar[int]
     THRESHOLD_FIELD_NUMBER: _ClassVar[int]
     ROUNDS_FIELD_NUMBER: _ClassVar[int]
+    CALIBRATION_JSON_FIELD_NUMBER: _ClassVar[int]
     study_id: str
     k: int
     d: int
@@ -222,7 +223,8 @@ class Result(_message.Message):
     z: _containers.RepeatedScalarFieldContainer[float]
     threshold: float
     rounds: int
-    def __init__(self, study_id: _Optional[str] = ..., k: _Optional[int] = ..., d: _Optional[int] = ..., centroids: _Optional[_Iterable[float]] = ..., weights: _Optional[_Iterable[float]] = ..., residual: _Optional[float] = ..., devices: _Optional[int] = ..., records: _Optional[float] = ..., status: _Optional[str] = ..., status_reason: _Optional[str] = ..., z: _Optional[_Iterable[float]] = ..., threshold: _Optional[float] = ..., rounds: _Optional[int] = ...) -> None: ...
+    calibration_json: str
+    def __init__(self, study_id: _Optional[str] = ..., k: _Optional[int] = ..., d: _Optional[int] = ..., centroids: _Optional[_Iterable[float]] = ..., weights: _Optional[_Iterable[float]] = ..., residual: _Optional[float] = ..., devices: _Optional[int] = ..., records: _Optional[float] = ..., status: _Optional[str] = ..., status_reason: _Optional[str] = ..., z: _Optional[_Iterable[float]] = ..., threshold: _Optional[float] = ..., rounds: _Optional[int] = ..., calibration_json: _Optional[str] = ...) -> None: ...
 
 class CreateStudyRequest(_message.Message):
     __slots__ = ("spec_json",)

@@ -24,6 +24,7 @@ from typing import Annotated
 import typer
 
 from fedsketch.common.choices import (
+    AUTO_FRACTION,
     COLLECT_SECONDS,
     DEADLINE_SECONDS,
     DEFAULT_MAX_DEVICE_RECORDS,
@@ -168,11 +169,10 @@ def create_study(
     d: Annotated[int, typer.Option(help="Dimension of the records.")],
     k: Annotated[int, typer.Option(help="Number of centroids.")],
     bounds: Annotated[str, typer.Option(help="Public box LO:HI or a bounds.json.")],
-    scale: Annotated[float, typer.Option(
-        help="σ in data units (public). Required here, while `sketch` defaults to --scale auto: a "
-             "federated study's private auto scale needs a calibration round across the devices, "
-             "which is not built yet; pick σ from public knowledge of the data's spread, or with "
-             "`fedsketch sketch --scale auto` on data you may spend on.")],
+    scale: Annotated[str, typer.Option(
+        help="σ in data units (public), or 'auto': the study's round 0, in which every device "
+             "releases a private calibration sketch at --auto-fraction of --epsilon and the "
+             "coordinator fits σ from their sum with `sketch --scale auto`'s rule (see below).")],
     epsilon: Annotated[float, typer.Option(help="ε each device spends in all, its sketch and "
                                            "every refinement round (finite, > 0).")],
     token_file: TokenFile = Path("operator.token"),
@@ -225,6 +225,8 @@ def create_study(
                                                     "(sizes the modulus).")] = None,
     degree: Annotated[int | None, typer.Option(help="Neighbours per device (SecAgg+).")] = None,
     stage_timeout: Annotated[float, typer.Option(help="Seconds per stage.")] = 30.0,
+    auto_fraction: Annotated[float, typer.Option(
+        help="Share of --epsilon that round 0 takes with --scale auto.")] = AUTO_FRACTION,
     rounds: Annotated[int, typer.Option(
         help="Refinement rounds after the sketch: private Lloyd steps across the devices, each "
         "a study of its own with its own roster, whose sums are offsets from the centres "
@@ -233,14 +235,23 @@ def create_study(
         help="Share of --epsilon the refinement rounds take together, in equal parts.")]
     = ROUND_SHARE,
     round_seconds: Annotated[float, typer.Option(
-        help="Seconds each refinement round collects at most (it ends sooner once its roster "
-        "has sent).")] = ROUND_SECONDS,
+        help="Seconds each refinement round, and the sketch round after a --scale auto round 0, "
+        "collects at most (it ends sooner once its roster has sent).")] = ROUND_SECONDS,
     expected_records: ExpectedRecordsOpt = None,
     strict: StrictPlanOpt = False,
     as_json: JsonOpt = False,
 ) -> None:
     """Create a study and print its id. A study that could overflow its secure-aggregation
     modulus, or that secure aggregation cannot serve, is refused with the reason.
+
+    With --scale auto, the study starts with round 0: each device releases, once, a private
+    calibration sketch of its records (m0 = 64 frequencies with radii spread over the σ range
+    0.1:10, exact discrete noise at ε_0 = --auto-fraction·ε); the coordinator sums them and picks
+    σ = max(envelope fit, 0.8·typical-direction fit) when the sum is precise enough, else the
+    box's mean half-width / 7 (post-processing only), shows σ and why in `status` and `result`,
+    and opens the sketch round with that σ fixed in its hashed spec. Round 0 without its quorum
+    fails the study before anyone spends on the sketch. The rest, (1 − fraction)·ε, goes to the
+    sketch and refinement rounds as below.
 
     With --rounds T, the sketch's centroids are refined by T private Lloyd rounds across the
     devices once the sketch is decoded; the devices spend --epsilon in all (the sketch
@@ -271,6 +282,7 @@ def create_study(
     --strict refusals."""
     import time
 
+    from fedsketch.common.calibration_round import split_auto
     from fedsketch.common.frequencies import FrequencySpec
     from fedsketch.common.privacy import PrivacySpec
     from fedsketch.common.refine import split_study_epsilon
@@ -279,11 +291,16 @@ def create_study(
     from fedsketch.common.spec import SketchSpec
     from fedsketch.common.study import StudySpec
     from fedsketch.server.cli.bounds import parse_bounds
+    from fedsketch.server.cli.main import parse_scale
 
     with clean_errors():
         lo, hi = parse_bounds(bounds, d)
-        sketch_eps, refine = split_study_epsilon(epsilon, rounds, round_share, round_seconds)
-        sketch = SketchSpec(FrequencySpec(d=d, m=m, scale=scale, law=law, seed=seed), feature,
+        sigma, plan, rest = parse_scale(scale), None, epsilon
+        if sigma is None:
+            plan, rest = split_auto(epsilon, auto_fraction, round_seconds)
+            sigma = plan.placeholder
+        sketch_eps, refine = split_study_epsilon(rest, rounds, round_share, round_seconds)
+        sketch = SketchSpec(FrequencySpec(d=d, m=m, scale=sigma, law=law, seed=seed), feature,
                             r, PrivacySpec(sketch_eps, delta, neighbouring))
         secure = None
         given = [flag for flag, value in (("--max-records", max_records),
@@ -309,12 +326,15 @@ def create_study(
                                 min_devices=min_devices, min_records=min_records,
                                 max_device_records=max_device_records,
                                 deadline=None if deadline is None else time.time() + deadline,
-                                replicates=replicates, secure_aggregation=secure, refine=refine)
+                                replicates=replicates, secure_aggregation=secure, refine=refine,
+                                calibration=plan)
         spec.check_new()
         report_plan(spec, expected_records, strict)
-        if refine is not None:
-            typer.echo(f"ε = {epsilon:g} per device: the sketch {sketch_eps:g}, then {rounds} "
-                       f"refinement rounds of {refine.epsilon[0]:g}", err=True)
+        if refine is not None or plan is not None:
+            parts = ([f"round 0 {plan.epsilon:g}"] if plan else []) + [f"the sketch {sketch_eps:g}"]
+            if refine is not None:
+                parts.append(f"then {rounds} refinement rounds of {refine.epsilon[0]:g}")
+            typer.echo(f"ε = {epsilon:g} per device: {', '.join(parts)}", err=True)
         if secure is not None:
             trust = spec.assumptions
             typer.echo(f"secure aggregation: L = {trust.devices}, D = {trust.dropouts}, "
@@ -361,9 +381,10 @@ def result(
     stderr); for a study with refinement rounds, "refined_rounds" says how many ended with new
     centres, and the identifiability is that of the sketch's start they refined. "noise_norm" is
     the norm the aggregate sketch's noise is expected to have (from the public spec and the
-    released counts, sketch units), and stderr says how much of "residual" it explains. Results
-    are not public: reading one takes the operator token (a device reads the results of the
-    studies it contributed to with its own signature)."""
+    released counts, sketch units), and stderr says how much of "residual" it explains. With
+    --scale auto, "calibration" is round 0's choice of σ and its "explanation" (else null).
+    Results are not public: reading one takes the operator token (a device reads the results of
+    the studies it contributed to with its own signature)."""
     from fedsketch.common.study import StudySpec
 
     with clean_errors():
@@ -378,7 +399,8 @@ def result(
     report_identifiability(res.status, res.status_reason, strict, lambda: typer.echo(json.dumps(
         {"centroids": c, "weights": list(res.weights), "residual": res.residual, "noise_norm": noise_norm,
          "devices": res.devices, "records": res.records, "identifiability": verdict,
-         "refined_rounds": res.rounds})))
+         "refined_rounds": res.rounds,
+         "calibration": json.loads(res.calibration_json) if res.calibration_json else None})))
 
 
 # The operator's view (list, status, audit, close) is a module of its own; importing it registers

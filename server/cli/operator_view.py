@@ -47,8 +47,9 @@ def study_summary(s: pb.Study, parents: dict[str, dict] | None = None) -> dict[s
     whose devices register at its REGISTER stage) and deadline, read from its public spec (a
     round's roster size from its study's, in ``parents`` by id, if there)."""
     spec = json.loads(s.spec_json)
-    if "parent_id" in spec:  # a refinement round's spec (fedsketch.round/2)
-        name = f"round {spec['round']} of {spec['parent_id']}"
+    if "parent_id" in spec:  # a refinement round's (fedsketch.round/2) or sketch round's spec
+        name = (f"round {spec['round']} of {spec['parent_id']}" if "round" in spec else
+                f"sketch round (σ = {spec['sigma']:.4g}) of {spec['parent_id']}")
         roster = (parents or {}).get(spec["parent_id"], {}).get("roster")
     else:
         name, roster = spec["name"], spec.get("roster")
@@ -113,8 +114,11 @@ def status_document(reply: pb.StatusReply) -> dict[str, Any]:
                    "reason": pb.RefusalReason.Name(f.reason), "reported_at": f.reported_at}
                   for f in reply.refusals],
         refused=reply.refused,
-        rounds=[{"round": i, **study_summary(r, {reply.study.study_id: {"roster": reply.roster_size}})}
-                for i, r in enumerate(reply.rounds, start=1)])
+        rounds=[{"round": json.loads(r.spec_json).get("round", 0),  # 0: the sketch round
+                 **study_summary(r, {reply.study.study_id: {"roster": reply.roster_size}})}
+                for r in reply.rounds])
+    specs = [json.loads(r.spec_json) for r in reply.rounds]
+    doc["calibration"] = next((x["calibration"] for x in specs if "sigma" in x), None)  # round 0's
     return doc
 
 
@@ -130,6 +134,8 @@ def _print_status(doc: dict[str, Any]) -> None:
                f"{window}; deadline {when(doc['deadline'])}")
     typer.echo(f"ε per device: {doc['epsilon']:g}"
                + (f" (round {doc['round']} of {doc['parent_id']})" if doc["parent_id"] else ""))
+    if doc["calibration"] is not None:
+        typer.echo(f"round 0 chose {doc['calibration']['explanation']}")
     if doc["devices"]:
         _table(("device", "label", "registered", "contributed"),
                [(d["device_id"], d["label"], when(d["registered_at"]), when(d["contributed_at"]))
@@ -142,7 +148,7 @@ def _print_status(doc: dict[str, Any]) -> None:
         _table(("round", "study", "state", "registered/quorum/roster", "contributed", "detail"),
                [(str(r["round"]), r["study_id"], r["state"],
                  f"{r['registered']}/{r['quorum']}/{r['roster']}", str(r["contributions"]),
-                 r["detail"]) for r in doc["rounds"]], "refinement rounds")
+                 r["detail"]) for r in doc["rounds"]], "rounds (0: the sketch after round 0)")
 
 
 @coordinator_app.command("status")
@@ -162,7 +168,8 @@ def status(
     (label, registered and contributed times); each refusal a device reported, with its
     reason code (BUDGET, POLICY, TOO_FEW_RECORDS, TOO_MANY_RECORDS, DATA_UNREADABLE,
     DIMENSION_MISMATCH, SPEC_MISMATCH, OTHER; devices of earlier releases report none); and
-    the refinement rounds with their states."""
+    the study's rounds with their states: with --scale auto, the σ its round 0 chose and why,
+    and its sketch round (numbered 0), then the refinement rounds."""
     with clean_errors():
         stub, meta = operator_stub(coordinator, ca, insecure, token_file)
         reply = stub.StudyStatus(pb.StatusRequest(study_id=study, limit=limit), metadata=meta,

@@ -55,10 +55,11 @@ def simulate_command(
     = "replace_one",
     r: Annotated[int, typer.Option(help="Entries per record, 1..m (default 1, as in every "
                                    "command; see `sketch --help`).")] = DEFAULT_R,
-    scale: Annotated[float | None, typer.Option(
-        help="σ in data units [default: 2 on the synthetic mixture, whose spread is public; with "
-             "--data required, as in `coordinator create-study`: a federated study's private "
-             "auto scale needs a calibration round, which is not built yet].")] = None,
+    scale: Annotated[str | None, typer.Option(
+        help="σ in data units, or 'auto': the study's round 0, a private calibration release "
+             "of every device at a tenth of --epsilon, chooses σ as `coordinator create-study "
+             "--scale auto` does [default: 2 on the synthetic mixture, whose spread is public; "
+             "with --data required].")] = None,
     partition: Annotated[str, typer.Option(help="iid or dirichlet:ALPHA.")] = "iid",
     processes: Annotated[bool, typer.Option(help="Real daemon processes, not in-process.")]
     = False,
@@ -91,6 +92,7 @@ def simulate_command(
     --partition."""
     from fedsketch.server.bench.metrics import RELATIVE_SSE_MEANING
     from fedsketch.server.cli.bounds import parse_bounds
+    from fedsketch.server.cli.main import parse_scale
     from fedsketch.server.sim.simulate import SimConfig, file_data, run_simulation
 
     with clean_errors():
@@ -100,7 +102,7 @@ def simulate_command(
                 raise ValueError("--bounds sets the box of a --data file; the synthetic mixture's "
                                  "box is fixed")
             records, d = 1_000_000 if records is None else records, 10 if d is None else d
-            scale = 2.0 if scale is None else scale
+            scale = "2" if scale is None else scale
         else:
             if bounds is None:
                 raise ValueError("--data needs the study's public box: --bounds LO:HI")
@@ -114,8 +116,9 @@ def simulate_command(
             records, d = pooled.x.shape
             lo, hi = parse_bounds(bounds, d)
             box = (tuple(map(float, lo)), tuple(map(float, hi)))
+        sigma = parse_scale(scale)  # None: auto
     cfg = SimConfig(devices=devices, records=records, k=k, d=d, m=m, feature=feature,
-                    epsilon=epsilon, delta=delta, neighbouring=neighbouring, r=r, scale=scale,
+                    epsilon=epsilon, delta=delta, neighbouring=neighbouring, r=r, scale=sigma,
                     partition=partition, processes=processes, replicates=replicates, seed=seed,
                     secure_aggregation=secure_aggregation, threshold=threshold,
                     max_dropout=max_dropout, max_colluders=max_colluders, degree=degree,
@@ -133,6 +136,8 @@ def simulate_command(
     table.add_column("value", justify="right")
     table.add_row("relative SSE vs k-means (n_init = 3)", f"{report['relative_sse']:.4f}")
     table.add_row("centroids against the sketch's noise", report["identifiability"]["status"])
+    if (cal := report["calibration"]) is not None:
+        table.add_row("round 0 (σ calibration)", cal["explanation"])
     if (ref := report["refinement"]) is not None:
         table.add_row("relative SSE of the sketch's start", f"{ref['start_relative_sse']:.4f}")
         table.add_row("refinement rounds that ended with new centres",

@@ -41,8 +41,10 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
 from fedsketch.common import signing, wire
-from fedsketch.common.refine import CellsError, RoundSpec, check_cells, is_round
+from fedsketch.common.calibration_round import check_release
+from fedsketch.common.refine import CellsError, RoundSpec, check_cells
 from fedsketch.common.secagg import wire as secagg_wire
+from fedsketch.common.secure_calibration import SecureCalibration, SecureProtocol, secure_protocol
 from fedsketch.common.secure_rounds import SecureRound
 from fedsketch.common.study import StudySpec, spec_sha256
 from fedsketch.common.tls import MAX_MESSAGE_BYTES
@@ -155,8 +157,7 @@ class Coordinator(Roster, Reads, Shared):
         with self._lock:
             spec = self._specs.get(study_id)
         if spec is None:
-            text = self.store.get_study(study_id).spec_json
-            spec = RoundSpec.from_json(text) if is_round(text) else StudySpec.from_json(text)
+            spec = self.refinement.parse(self.store.get_study(study_id).spec_json)
             with self._lock:
                 self._specs[study_id] = spec
         return spec
@@ -199,7 +200,7 @@ class Coordinator(Roster, Reads, Shared):
         with self._lock:
             self._specs[study_id] = spec
             if spec.secure_aggregation is not None:
-                self.rounds[study_id] = self._new_round(study_id, spec)
+                self.rounds[study_id] = self._new_round(study_id, secure_protocol(spec))
         self.store.audit("operator", "create_study", row.study_id)
         return row
 
@@ -230,8 +231,8 @@ class Coordinator(Roster, Reads, Shared):
         return row
 
     def _abandon(self, row: StudyRow, detail: str) -> StudyRow:
-        """Fail a study closed without quorum; a failed refinement round lets its study go on."""
-        failed = self._move(row.study_id, ABANDON, detail)
+        """Fail a study closed without quorum; a failed round lets its study go on."""
+        failed = self._move(row.study_id, ABANDON, self.refinement.failure(row.study_id, detail))
         if row.parent is not None:  # its study's next step, under its claim (_decode)
             self._decoder.submit(self._decode, row.parent)
         return failed
@@ -269,18 +270,17 @@ class Coordinator(Roster, Reads, Shared):
     def _decode(self, study_id: str) -> None:
         """Decode a closed study: a refinement round's cells, or a sketch (whose study then publishes
         its result, or begins its rounds), under its claim (a round's: its study's), if still decoding."""
-        spec = self.spec(study_id)
-        with self.store.claim(spec.parent_id if isinstance(spec, RoundSpec) else study_id):
+        with self.store.claim(self.store.get_study(study_id).parent or study_id):
             if self.store.get_study(study_id).state == "decoding":
-                self._decode_claimed(study_id, spec)
+                self._decode_claimed(study_id, self.spec(study_id))
 
     def _decode_claimed(self, study_id: str, spec: StudySpec | RoundSpec) -> None:
         if isinstance(spec, RoundSpec):
-            self.refinement.decode(study_id, spec)
-            return
+            return self.refinement.decode(study_id, spec)
+        if spec.calibration is not None:  # round 0 closed (or its study resumed)
+            return self.refinement.calibrate(study_id)
         if spec.refine is not None and self.refinement.started(study_id):
-            self.refinement.advance(study_id)
-            return
+            return self.refinement.advance(study_id)
 
         def decode() -> StudyResult:
             m = spec.sketch.frequencies.m
@@ -311,6 +311,8 @@ class Coordinator(Roster, Reads, Shared):
         except Exception as exc:  # a failed decoding fails the study, with the reason
             log.exception("decoding study %s failed", study_id)
             self._settle(study_id, DECODING_FAILED, f"decoding failed: {exc}")
+        if (parent := self.store.get_study(study_id).parent) is not None:  # a sketch round
+            self.refinement.advance(parent)
 
     # --- contributions -------------------------------------------------------------------------
 
@@ -327,8 +329,8 @@ class Coordinator(Roster, Reads, Shared):
         try:
             if isinstance(spec, RoundSpec):
                 check_cells(self.spec(spec.parent_id), spec, c.kind, c.payload, c.n)
-            else:
-                wire.check_payload(spec, c.kind, c.payload, c.n)
+            else:  # the study's sketch, or its round 0
+                check_release(spec, c.kind, c.payload, c.n)
         except (wire.PayloadError, CellsError) as exc:
             raise Refusal(Code.INVALID_ARGUMENT, str(exc)) from None
         receipt = hashlib.sha256(c.payload).hexdigest()
@@ -345,29 +347,32 @@ class Coordinator(Roster, Reads, Shared):
 
     # --- secure aggregation --------------------------------------------------------------------
 
-    def _new_round(self, study_id: str, spec: StudySpec | SecureRound) -> SecAggRound:
-        """The secure-aggregation round of a study, or of a refinement round (whose sum becomes
-        its cells, and whose end, or abort, lets its study go on)."""
+    def _new_round(self, study_id: str, spec: SecureProtocol) -> SecAggRound:
+        """The secure-aggregation round of a study (or sketch round), of a round 0 (σ from its sum)
+        or of a refinement round (its cells); a round's end, or abort, lets its study go on."""
         def finish(total, devices: int, records: float) -> None:
             if not self._settle(study_id, DECODE, "secure aggregate unmasked"):
                 return
             if isinstance(spec, SecureRound):
                 self._decoder.submit(self.refinement.decode_secure, study_id, spec.round, total,
                                      devices, records)
+            elif isinstance(spec, SecureCalibration):  # round 0: σ, then the sketch round
+                self._decoder.submit(self.refinement.calibrate, study_id, (total, devices, records))
             else:
                 self._decoder.submit(self._decode_secure, study_id, total, devices, records)
 
         def fail(reason: str) -> None:
             log.warning("study %s: %s", study_id, reason)
-            self._settle(study_id, ABANDON, reason)
-            if isinstance(spec, SecureRound):
-                self._decoder.submit(self.refinement.advance, spec.round.parent_id)
+            self._settle(study_id, ABANDON, self.refinement.failure(study_id, reason))
+            if (parent := self.store.get_study(study_id).parent) is not None:  # a round's
+                self._decoder.submit(self.refinement.advance, parent)
 
         return SecAggRound(study_id, spec, self.store.device_key, finish, fail)
 
-    def _secure_round_opened(self, round_id: str, rnd: RoundSpec) -> None:
-        """Start the secure-aggregation round of a refinement round just opened."""
-        round_ = self._new_round(round_id, SecureRound(self.spec(rnd.parent_id), rnd))
+    def _secure_round_opened(self, round_id: str, rnd: RoundSpec | None) -> None:
+        """Start the secure round of a refinement round (``rnd`` None: sketch round) just opened."""
+        round_ = self._new_round(round_id, self.spec(round_id) if rnd is None  # a sketch round
+                                 else SecureRound(self.spec(rnd.parent_id), rnd))
         with self._lock:
             self.rounds[round_id] = round_
 

@@ -43,8 +43,9 @@ def status_reply(c: Coordinator, study_id: str, limit: int) -> pb.StatusReply:
         epsilon, collect = spec.epsilon(c.spec(spec.parent_id)), None
         parent, number = spec.parent_id, spec.round
     else:
-        epsilon, collect, parent, number = spec.total_epsilon, spec.collect_seconds, "", 0
-    rounds = sorted(c.store.rounds(study_id), key=lambda r: c.spec(r.study_id).round)
+        # a study, or the sketch round (number 0) of one with a round 0
+        epsilon, collect, parent, number = spec.total_epsilon, spec.collect_seconds, row.parent or "", 0
+    rounds = sorted(c.store.rounds(study_id), key=lambda r: getattr(c.spec(r.study_id), "round", 0))
     refusals, refused = c.store.refusals(study_id, limit)
     return pb.StatusReply(
         study=study_message(row, c.round_of(study_id)), created_at=row.created_at,

@@ -14,6 +14,17 @@ the last one, or once a round fails (its roster never filled, a device missed it
 its decoding failed), the study is published with the centres of the last round that ended with
 new ones (the start if none did): a failed round costs the study its refinement, not its result.
 
+Round 0. A study with a calibration round (``--scale auto``,
+:mod:`fedsketch.common.calibration_round`) collects the devices' calibration releases as its
+own contributions: closed without its quorum it fails like any study, before anyone spent on
+its sketch. Closed with it, it turns ``decoding`` and :meth:`Rounds.calibrate` fits σ from the
+releases' sum (or fails the study with why), records the choice and its explanation in the
+study's detail, and opens the sketch round, a study of its own whose spec carries σ (secure
+aggregation's sum carries one noise draw in all, and the sketch round is secure too). Once that
+round is decoded the study goes on as above (its refinement rounds, or its result); if it
+fails, so does the study. The published result adds ``calibration`` (σ, how it was chosen,
+``explanation``) and ``sketch_round`` (its study id).
+
 Every step runs on the coordinator's one decoder thread and starts by reading the store, so a
 step repeated after a restart (the study is still ``decoding``) does nothing twice: a round is
 opened only if it does not exist yet, and the result is published once.
@@ -26,11 +37,14 @@ import logging
 import secrets
 import time
 from collections.abc import Callable
-from dataclasses import asdict
+from dataclasses import asdict, replace
 
 import numpy as np
 
-from fedsketch.common.refine import RoundSpec, check_cells
+from fedsketch.common.calibration_round import SketchRound, check_calibration, fit_round0, is_sketch_round
+from fedsketch.common.frequencies import draw_frequencies
+from fedsketch.common.refine import RoundSpec, check_cells, is_round
+from fedsketch.common.scale import ScaleCalibration
 from fedsketch.common.secure_rounds import SecureRound
 from fedsketch.common.study import StudySpec, spec_sha256
 from fedsketch.server.decode.pipeline import StudyResult
@@ -44,16 +58,85 @@ ENDED = ("done", "failed")
 
 
 class Rounds:
-    """Refinement rounds over a store. ``spec`` parses a study's spec (cached by the caller),
+    """A study's rounds over a store: round 0 and the sketch round after it, and refinement
+    rounds. ``spec`` parses a study's spec (cached by the caller),
     ``settle`` makes a lifecycle transition from the coordinator's own threads, and
     ``secure_opened(round_id, round)`` starts the secure-aggregation round of a secure study's
-    round once it is stored."""
+    round once it is stored (``round`` None: its sketch round after round 0)."""
 
     def __init__(self, store: Store, spec, settle, secure_opened) -> None:
         self.store = store
         self.spec = spec
         self.settle = settle
         self.secure_opened = secure_opened
+
+    def parse(self, text: str) -> StudySpec | RoundSpec:
+        """A stored spec: a refinement round's, a study's, or for a sketch round the study it
+        collects (:meth:`SketchRound.study` of its study's spec)."""
+        if is_round(text):
+            return RoundSpec.from_json(text)
+        if is_sketch_round(text):
+            rnd = SketchRound.from_json(text)
+            return rnd.study(self.spec(rnd.parent_id))
+        return StudySpec.from_json(text)
+
+    def failure(self, study_id: str, detail: str) -> str:
+        """The detail of a study that failed to collect: ``detail``, said to be its round 0's
+        (before anyone spent on its sketch) if it declares one."""
+        if getattr(self.spec(study_id), "calibration", None) is None:
+            return detail
+        return f"round 0 (σ calibration) failed, nobody spent on the sketch: {detail}"
+
+    def calibrate(self, study_id: str, secure: tuple[np.ndarray, int, float] | None = None) -> None:
+        """Round 0 of the study closed: fit σ from its releases (``secure``: a secure round 0's
+        unmasked sum (2·m0,), its devices and the records they declared, whose noise is
+        devices/h_min shares' worth of one draw) and open its sketch round; or, if that round
+        exists already (a restart), :meth:`advance`. A round 0 whose releases cannot be fitted
+        fails the study with why."""
+        if self._sketch_round(study_id) is not None:
+            self.advance(study_id)
+            return
+        spec = self.spec(study_id)
+        try:
+            if secure is None:
+                releases = [(row.n, check_calibration(spec, row.kind, row.payload, row.n))
+                            for row in self.store.contributions(study_id)]
+                draws = None
+            else:
+                total, devices, records = secure
+                releases = [(records, np.asarray(total, dtype=np.int64).reshape(2, spec.calibration.m0))]
+                draws = devices / spec.assumptions.min_honest
+            self._open_sketch(study_id, fit_round0(spec, releases, draws))
+        except Exception as exc:  # noqa: BLE001 (the study must not stay decoding silently)
+            log.exception("study %s: round 0 failed", study_id)
+            self.settle(study_id, DECODING_FAILED, f"round 0 (σ calibration) failed: {exc}")
+
+    def _open_sketch(self, study_id: str, cal: ScaleCalibration) -> None:
+        """Open the study's sketch round with the σ of ``cal``, fixed and public from now on."""
+        spec: StudySpec = self.spec(study_id)
+        freqs, secure = replace(spec.sketch.frequencies, scale=cal.sigma), spec.secure_aggregation
+        rnd = SketchRound(study_id, self.store.get_study(study_id).spec_sha256, cal.sigma,
+                          draw_frequencies(freqs).sha256,
+                          None if secure else time.time() + spec.calibration.round_seconds,
+                          {**cal.to_dict(), "explanation": cal.explanation}, spec.min_devices,
+                          None if secure is None else asdict(secure))
+        text = rnd.to_json()
+        round_id = "st-" + secrets.token_hex(8)
+        self.store.create_study(round_id, text, spec_sha256(text), rnd.deadline, spec.min_devices,
+                                parent=study_id, roster=spec.roster)
+        if secure is not None:
+            self.secure_opened(round_id, None)
+        self.store.set_state(study_id, "decoding", f"round 0: {cal.explanation}; sketch round "
+                             f"collecting in study {round_id}", expect=("decoding",))
+        log.info("study %s: round 0 chose %s; sketch round opened as %s", study_id,
+                 cal.explanation, round_id)
+
+    def _sketch_round(self, study_id: str) -> tuple[SketchRound, StudyRow] | None:
+        """The study's sketch round and its row, once round 0 opened it."""
+        for row in self.store.rounds(study_id):
+            if is_sketch_round(row.spec_json):
+                return SketchRound.from_json(row.spec_json), row
+        return None
 
     def started(self, study_id: str) -> bool:
         """Whether the study's rounds have begun (its sketch was decoded and round 1 opened)."""
@@ -110,17 +193,37 @@ class Rounds:
             self.settle(study_id, DECODING_FAILED, f"refinement failed: {exc}")
 
     def _rounds(self, study_id: str) -> list[tuple[RoundSpec, StudyRow]]:
-        """The study's rounds in round order (not creation order: clocks can step back)."""
-        return sorted(((self.spec(row.study_id), row) for row in self.store.rounds(study_id)),
-                      key=lambda pair: pair[0].round)
+        """The study's refinement rounds in round order (not creation order: clocks can step
+        back)."""
+        return sorted(((self.spec(row.study_id), row) for row in self.store.rounds(study_id)
+                       if is_round(row.spec_json)), key=lambda pair: pair[0].round)
 
     def _advance(self, study_id: str) -> None:
         if self.store.get_study(study_id).state != "decoding":
             return
+        spec: StudySpec = self.spec(study_id)
+        extra = {}
+        if spec.calibration is not None:  # after round 0, the sketch round
+            found = self._sketch_round(study_id)
+            if found is None or found[1].state not in ENDED:
+                return
+            sketch, row = found
+            if row.state == "failed":
+                self.settle(study_id, DECODING_FAILED,
+                            f"its sketch round (study {row.study_id}) failed: {row.detail}")
+                return
+            extra = {"calibration": sketch.calibration, "sketch_round": row.study_id}
+            start = json.loads(self.store.get_result(row.study_id))
+            if spec.refine is None:
+                self.store.put_result(study_id, json.dumps({**start, **extra}))
+                log.info("study %s published after its sketch round", study_id)
+                return
+            if not self._rounds(study_id):
+                self._open(study_id, 1, first_centroids(spec, np.array(start["centroids"])), start)
+                return
         rounds = self._rounds(study_id)
         if not rounds or rounds[-1][1].state not in ENDED:
             return
-        spec: StudySpec = self.spec(study_id)
         last, row = rounds[-1]
         if row.state == "done" and last.round < spec.refine.rounds:
             result = json.loads(self.store.get_result(row.study_id))
@@ -133,7 +236,7 @@ class Rounds:
                             "detail": row.detail,
                             "result": None if text is None else json.loads(text)})
         start = rounds[0][0].start
-        self.store.put_result(study_id, json.dumps(refined_result(start, summary)))
+        self.store.put_result(study_id, json.dumps({**refined_result(start, summary), **extra}))
         log.info("study %s published after %d refinement rounds", study_id, len(rounds))
 
     def _open(self, study_id: str, number: int, centroids: np.ndarray, start: dict | None) -> None:

@@ -4,6 +4,8 @@ and the operator's view (:mod:`.operator_view`)."""
 
 from __future__ import annotations
 
+import json
+
 from fedsketch.common.pb import fedsketch_pb2 as pb
 from fedsketch.common.study import StudySpec
 from fedsketch.server.service.secure_round import SecAggRound
@@ -37,7 +39,7 @@ def result_message(study_id: str, spec: StudySpec, res: dict) -> pb.Result:
     """The wire form of a study's published result (``StudyResult.to_dict()``, or a refined
     one's) under its spec: centroids row-major in data units, the identifiability verdict (empty
     for a result published before the check existed) and the refinement rounds that ended with
-    new centres."""
+    new centres, and with --scale auto round 0's choice of σ (``calibration``, as JSON)."""
     verdict = res.get("identifiability", {})
     return pb.Result(study_id=study_id, k=spec.k, d=spec.sketch.frequencies.d,
                      centroids=[v for row in res["centroids"] for v in row],
@@ -45,4 +47,5 @@ def result_message(study_id: str, spec: StudySpec, res: dict) -> pb.Result:
                      devices=res["devices"], records=res["records"],
                      status=verdict.get("status", ""), status_reason=verdict.get("reason", ""),
                      z=verdict.get("z", []), threshold=verdict.get("threshold", 0.0),
-                     rounds=res.get("refined_rounds", 0))
+                     rounds=res.get("refined_rounds", 0),
+                     calibration_json=json.dumps(res["calibration"]) if "calibration" in res else "")

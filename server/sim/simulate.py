@@ -36,6 +36,7 @@ import numpy as np
 from fedsketch.client.agent import Agent
 from fedsketch.client.ledger import Ledger
 from fedsketch.client.localdata import LocalData
+from fedsketch.common.calibration_round import split_auto
 from fedsketch.common.dataio import DataSource, load_all
 from fedsketch.common.features import FEATURES
 from fedsketch.common.frequencies import FrequencySpec
@@ -78,7 +79,7 @@ class SimConfig:
     delta: float = 0.0
     neighbouring: str = "replace_one"
     r: int = 1
-    scale: float = 2.0
+    scale: float | None = 2.0
     bound: float = 15.0
     separation: float = 2.5
     partition: str = "iid"
@@ -133,8 +134,10 @@ def split_records(labels: np.ndarray, devices: int, scheme: str,
 
 
 def _study_spec(cfg: SimConfig) -> StudySpec:
-    sketch_eps, refine = split_study_epsilon(cfg.epsilon, cfg.rounds, cfg.round_share)
-    sketch = SketchSpec(FrequencySpec(d=cfg.d, m=cfg.m, scale=cfg.scale, seed=cfg.seed),
+    plan, rest = (None, cfg.epsilon) if cfg.scale is not None else split_auto(cfg.epsilon)
+    sketch_eps, refine = split_study_epsilon(rest, cfg.rounds, cfg.round_share)
+    sketch = SketchSpec(FrequencySpec(d=cfg.d, m=cfg.m, seed=cfg.seed,
+                                      scale=cfg.scale if plan is None else plan.placeholder),
                         cfg.feature, cfg.r, PrivacySpec(sketch_eps, cfg.delta, cfg.neighbouring))
     secure = None
     if cfg.secure_aggregation:
@@ -153,7 +156,7 @@ def _study_spec(cfg: SimConfig) -> StudySpec:
                          f"{', '.join(DROPOUT_STAGES)}")
     spec = StudySpec.create("simulation", sketch, cfg.k, *cfg.public_box, min_devices=cfg.devices,
                             replicates=cfg.replicates, decode_seed=cfg.seed,
-                            secure_aggregation=secure, refine=refine,
+                            secure_aggregation=secure, refine=refine, calibration=plan,
                             max_device_records=cfg.records)  # its devices are honest: any split
     spec.check_new()
     return spec
@@ -221,11 +224,12 @@ def wait_for(watch: Callable[[], pb.Study], states: tuple[int, ...], what: str,
 
 def _in_process(agents: list[Agent], cfg: SimConfig, watch: Callable[[], pb.Study]) -> None:
     """Plain round: passes until every device has contributed (the first fills the roster); with
-    refinement rounds, until the study is done or failed. Secure round: passes until the study is
-    closed, with the chosen devices silent from ``dropout_stage`` on."""
+    later rounds, until the study is done or failed. Secure round: passes until the study is
+    closed (or ends, with later rounds), the chosen devices silent from ``dropout_stage`` on."""
+    later = cfg.rounds or cfg.scale is None  # refinement rounds, or a sketch after round 0
     if not cfg.secure_aggregation:
         pending = set(range(len(agents)))
-        while pending or (cfg.rounds and watch().state not in (pb.DONE, pb.FAILED)):
+        while pending or (later and watch().state not in (pb.DONE, pb.FAILED)):
             sent = False
             for i in range(len(agents)):
                 out = agents[i].step()
@@ -240,7 +244,7 @@ def _in_process(agents: list[Agent], cfg: SimConfig, watch: Callable[[], pb.Stud
     rng = np.random.default_rng(cfg.seed)
     silent = set(rng.choice(len(agents), round(cfg.dropout * len(agents)), replace=False))
     from_rank = DROPOUT_STAGES.index(cfg.dropout_stage) + 1  # REGISTER is rank 0
-    while (s := watch()).state not in (pb.DONE, pb.FAILED) and (cfg.rounds or s.state != pb.DECODING):
+    while (s := watch()).state not in (pb.DONE, pb.FAILED) and (later or s.state != pb.DECODING):
         if s.state == pb.DECODING:  # refinement rounds: the devices that did not drop out
             for i, agent in enumerate(agents):
                 if i not in silent:
@@ -260,7 +264,7 @@ def _processes(target: str, ca: Path, folder: Path, tokens: list[str], x: np.nda
                watch: Callable[[], pb.Study]) -> None:
     """Real ``fedsketch device run`` processes: polling daemons (a plain round's roster fills
     on a first pass, its input comes on a later one), stopped with SIGTERM once the study is
-    closed."""
+    closed (with later rounds: once it ends)."""
     exe = str(Path(sys.executable).with_name("fedsketch"))
     procs = []
     for i, (token, idx) in enumerate(zip(tokens, parts, strict=True)):
@@ -271,7 +275,7 @@ def _processes(target: str, ca: Path, folder: Path, tokens: list[str], x: np.nda
              "--ledger", str(folder / f"device{i}.ledger"), "--budget", repr(epsilon),
              "--token", token, "--label", f"sim-{i}", "--poll", "0.1", "--max-poll", "0.5"],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
-    wait_for(watch, (pb.DONE, pb.FAILED) + (() if cfg.rounds else (pb.DECODING,)),
+    wait_for(watch, (pb.DONE, pb.FAILED) + (() if cfg.rounds or cfg.scale is None else (pb.DECODING,)),
              "the round did not finish", 0.1)
     for p in procs:
         p.send_signal(signal.SIGTERM)
@@ -377,6 +381,7 @@ def run_simulation(cfg: SimConfig, data: Pooled | None = None) -> dict:
     return {
         "relative_sse": sse / ref,
         "refinement": refinement,
+        "calibration": full.get("calibration"),
         "sse_per_n": sse,
         "kmeans_sse_per_n": ref,
         "centroids": centroids.tolist(),

@@ -81,10 +81,11 @@ def test_device_budget_reads_the_ledger_from_the_environment(tmp_path):
     assert json.loads(done.stdout)["sources"]["default"]["epsilon"] == 2
 
 
-def test_help_says_why_create_study_needs_a_scale_and_names_only_repository_files():
+def test_help_says_what_scale_auto_costs_and_how_it_chooses_and_names_only_repository_files():
     text = run("coordinator", "create-study", "--help", env={"COLUMNS": "200"}).stdout
     text = " ".join(text.replace("│", " ").split())  # rich wraps the help inside a box
-    assert "calibration round" in text and "not built yet" in text
+    assert "'auto'" in text and "round 0" in text and "ε_0 = --auto-fraction·ε" in text
+    assert "0.8·typical-direction fit" in text and "box's mean half-width / 7" in text
     for args in (["synth", "gmm", "--help"], ["simulate", "--help"]):
         text = run(*args, env={"COLUMNS": "200"}).stdout
         assert "paper 004" in text and "docs/REFERENCES.md" in text

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from conftest import META, contribute_all, study_spec
 
-from fedsketch.client import agent as agent_module
+from fedsketch.client import round_steps
 from fedsketch.client.agent import Agent
 from fedsketch.client.ledger import Ledger, LedgerError
 from fedsketch.common import signing, wire
@@ -99,7 +99,7 @@ def test_every_value_on_the_wire_and_in_the_aggregate_is_an_integer(coordinator_
         releases.append(release_sketch(*args, **kwargs))
         return releases[-1]
 
-    monkeypatch.setattr(agent_module, "release_sketch", released)
+    monkeypatch.setattr(round_steps, "release_sketch", released)
     agents = [coordinator_round.agent(f"{feature[0]}{relation[0]}{i}", part)
               for i, part in enumerate(np.array_split(data, 2))]
     contribute_all(agents, study.study_id)

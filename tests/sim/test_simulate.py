@@ -73,12 +73,26 @@ def test_simulation_with_refinement_rounds_refines_the_start():
     assert report["relative_sse"] < 1.03 < ref["start_relative_sse"]
 
 
+@pytest.mark.parametrize("secure", [False, True])
+def test_simulation_with_scale_auto_runs_round_0_first(secure):
+    """--scale auto: the study's round 0 picks σ (its report says how) and the sketch round that
+    follows decodes close to k-means; under secure aggregation too (the driver keeps stepping
+    the devices once round 0 has closed)."""
+    cfg = SimConfig(devices=4, records=30_000, k=3, d=3, m=60, epsilon=20.0, r=60, scale=None,
+                    separation=3.0, replicates=2, secure_aggregation=secure,
+                    stage_timeout=30.0)  # a stage ends once every device sent; no dropouts here
+    report = run_simulation(cfg)
+    cal = report["calibration"]
+    assert cal["reliable"] and cal["epsilon"] == pytest.approx(2.0) and 0.1 < cal["sigma"] < 10
+    assert report["devices"] == 4 and report["relative_sse"] < 1.15
+
+
 @pytest.mark.slow
 def test_simulation_with_daemon_processes_json():
     res = subprocess.run(
         [FEDSKETCH, "simulate", "--devices", "2", "--records", "20000", "--k", "3", "--d", "3",
-         "--m", "60", "--r", "60", "--scale", "1.5", "--epsilon", "20", "--feature", "quantized",
-         "--replicates", "2", "--processes", "--json"],
+         "--m", "60", "--r", "60", "--scale", "auto", "--rounds", "0", "--epsilon", "20",
+         "--feature", "quantized", "--replicates", "2", "--processes", "--json"],
         capture_output=True, text=True, timeout=300)
     assert res.returncode == 0, res.stderr
     report = json.loads(res.stdout)
@@ -86,6 +100,7 @@ def test_simulation_with_daemon_processes_json():
         report)
     assert report["devices"] == 2 and report["config"]["processes"] is True
     assert report["relative_sse"] < 1.3
+    assert report["calibration"]["reliable"]  # round 0 ran, then the daemons sent the sketch
 
 
 def test_simulate_refuses_bad_arguments():
