@@ -2,11 +2,13 @@
 ``--insecure``) describe, and what a failure on it means, in words that name the option to check.
 
 ``--coordinator`` names one coordinator (HOST:PORT) or several that serve one database
-(``coordinator serve --shared``): a comma-separated list of IP:PORT, or one DNS name whose
-records list them. Calls are spread over the addresses by gRPC's ``round_robin`` policy, one
-call to the next ready address; a list is verified under TLS against its first address, which
-every coordinator's certificate must therefore name (one certificate naming every address, as
-``certs init --host IP1 --host IP2`` makes, does).
+(``coordinator serve --shared``): a comma-separated list of IP:PORT, whose calls gRPC's
+``round_robin`` policy spreads over the addresses (each call to the next ready one), verified
+under TLS against the list's first address, which every coordinator's certificate must
+therefore name (one certificate naming every address, as ``certs init --host IP1 --host IP2``
+makes, does). A DNS name with several records keeps gRPC's default ``pick_first``: one address
+at a time, the next when it fails (so a name that resolves to a closed ::1 beside a live
+127.0.0.1 still reports the live one's TLS error, not a refused connection).
 
 gRPC reports a failed connection as UNAVAILABLE with the TLS library's text (BoringSSL's error
 stack, ending in ": OK"). :func:`describe` recognizes the usual causes in that text:
@@ -49,9 +51,8 @@ class Link:
         if self.ca is not None and self.insecure:
             raise ValueError("--ca and --insecure exclude each other")
         target, authority = grpc_target(self.target)
-        options = [("grpc.lb_policy_name", "round_robin")]
-        if authority is not None:
-            options.append(("grpc.default_authority", authority))
+        options = [] if authority is None else [("grpc.lb_policy_name", "round_robin"),
+                                                ("grpc.default_authority", authority)]
         try:
             return secure_channel(target, self.ca, insecure=self.insecure, options=options)
         except ValueError as exc:
