@@ -11,7 +11,7 @@ Study lifecycle (each row is one :class:`Transition` below; nothing else moves a
     COLLECT          open              -> collecting  its first contribution is stored
     DECODE           open | collecting -> decoding    closed with quorum, or secure aggregate unmasked
     ABANDON          open | collecting -> failed      closed without quorum; secure aggregation
-                                                      aborted or cut by a coordinator restart
+                                                      aborted
     PUBLISH          decoding          -> done        its result is stored
     DECODING_FAILED  decoding          -> failed      the decoder raised
 
@@ -129,6 +129,31 @@ class ContributionRow:
     payload_sha256: str
     signature: bytes
     received_at: float
+
+
+@dataclass(frozen=True)
+class StageMessageRow:
+    """One device's message of one secure-aggregation stage (its proto ``Stage`` number), as
+    received (the bytes its signature covers), and when (Unix seconds)."""
+
+    stage: int
+    device_id: str
+    body: bytes
+    received_at: float
+
+
+@dataclass(frozen=True)
+class SecureRoundRow:
+    """A secure-aggregation round's progress: the stage open since ``opened_at`` (Unix
+    seconds), and once the round has ended, ``ended`` True with, if it unmasked, the unmasked
+    sum ``total`` (little-endian int64 words) of ``devices`` devices declaring ``records``."""
+
+    stage: int
+    opened_at: float
+    ended: bool = False
+    total: bytes | None = None
+    devices: int = 0
+    records: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -311,6 +336,44 @@ class Store(ABC):
                   study_ids: tuple[str, ...] = ()) -> list[tuple[float, str, str, str]]:
         """The newest ``limit`` audit rows as (at, actor, action, detail), newest last; with
         ``study_ids``, only rows whose detail names one of them."""
+
+    # secure aggregation: a round's stage messages and progress, so a restart resumes it
+
+    @abstractmethod
+    def add_stage_message(self, study_id: str, stage: int, device_id: str, body: bytes) -> bool:
+        """Keep one stage message in one transaction, at most one per (study, stage, device):
+        True if stored; False for an identical re-send (nothing written, in any state), so a
+        device whose acknowledgement was lost learns that its bytes are kept. Never replaced:
+        StoreError 'conflict' for different bytes. 'not_found' for an unknown study or device;
+        'failed_precondition' unless the study is in ``ACCEPTING``. The caller (the round)
+        admits only its roster and the open stage, and gRPC caps each body, so a study holds at
+        most (stages × roster) rows of bounded size."""
+
+    @abstractmethod
+    def stage_messages(self, study_id: str) -> list[StageMessageRow]:
+        """The study's kept stage messages, in order of arrival (ties by stage, then device id);
+        empty for an unknown study or once its round ended."""
+
+    @abstractmethod
+    def open_stage(self, study_id: str, stage: int, opened_at: float) -> None:
+        """Record in one transaction that the study's round has ``stage`` open since
+        ``opened_at`` (replacing the stage recorded before). StoreError 'not_found' for an unknown
+        study; 'failed_precondition' unless it is in ``ACCEPTING``."""
+
+    @abstractmethod
+    def secure_round(self, study_id: str) -> SecureRoundRow | None:
+        """The study's round as :meth:`open_stage` and :meth:`end_secure_round` left it (stage 0
+        if it ended before any was opened), or None if neither was called for it."""
+
+    @abstractmethod
+    def end_secure_round(self, study_id: str, detail: str, total: bytes | None = None,
+                         devices: int = 0, records: float = 0.0) -> StudyRow:
+        """End the study's round in one transaction and return the study: with
+        ``total`` (the unmasked sum) it is kept with ``devices`` and ``records`` and the study
+        makes its DECODE transition; without, its ABANDON transition. Either way with ``detail``,
+        and the stage messages are deleted (the progress row stays, ``ended``). StoreError
+        'not_found' for an unknown study; 'failed_precondition' unless it is in ``ACCEPTING``
+        (nothing written). Audited."""
 
     # what the operator watches
 

@@ -7,8 +7,9 @@ is what makes a returned write survive a SIGKILL. All SQL lives in this module.
 A file is marked as a fedsketch store by ``PRAGMA application_id`` and versioned by ``PRAGMA
 user_version`` (``SCHEMA_VERSION``); any other file is refused before it is modified. Schema 1
 (before rosters) is migrated when opened: every device that had contributed to a study joins
-its roster, so open studies go on where they were; schemas 2 to 4 are migrated too
-(:mod:`.sqlite_schema`). The operator's reads, and refusals, are in :mod:`.sqlite_operator`.
+its roster, so open studies go on where they were; schemas 2 to 6 are migrated too
+(:mod:`.sqlite_schema`). The operator's reads, and refusals, are in :mod:`.sqlite_operator`;
+secure-aggregation rounds in :mod:`.sqlite_secure`.
 """
 
 from __future__ import annotations
@@ -46,6 +47,7 @@ from fedsketch.server.store.sqlite_schema import (
     schema_version,
     study_row,
 )
+from fedsketch.server.store.sqlite_secure import SecureRounds
 
 _COORDINATOR = "coordinator"  # audit actor for writes not made on behalf of a device
 
@@ -54,7 +56,7 @@ def _sha256_hex(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
-class SQLiteStore(OperatorReads, Store):
+class SQLiteStore(OperatorReads, SecureRounds, Store):
     """The coordinator's state in one SQLite file; one connection is shared under a lock, so
     calls are serialized."""
 
