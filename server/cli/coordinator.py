@@ -96,8 +96,11 @@ def serve(
     """Serve the Device and Operator gRPC services until SIGTERM or SIGINT.
 
     Logs one line on stderr for each enrollment, registration, leave, contribution, refusal a
-    device reports, close request and state change (``event=...`` with ids, states, reason
-    codes and counts; never a payload), and for each decoding. Every request is parsed from raw
+    device reports, close request, secure-aggregation stage and state change (``event=...`` with
+    ids, states, reason codes and counts; never a payload), and for each decoding. Started on a
+    database it served before, it resumes where it stopped: studies left decoding are decoded
+    again (a secure one from its stored unmasked sum) and secure-aggregation rounds go on at the
+    stage they were in, their deadlines counted from when each stage opened. Every request is parsed from raw
     bytes under its method's size limit; malformed input is refused with INVALID_ARGUMENT. An
     internal error answers INTERNAL with a short error id, logged here with its traceback."""
     from fedsketch.common.tls import server_credentials
@@ -201,7 +204,8 @@ def create_study(
     max_records: Annotated[int | None, typer.Option(help="Public bound on the total records "
                                                     "(sizes the modulus).")] = None,
     degree: Annotated[int | None, typer.Option(help="Neighbours per device (SecAgg+).")] = None,
-    stage_timeout: Annotated[float, typer.Option(help="Seconds per stage.")] = 30.0,
+    stage_timeout: Annotated[float, typer.Option(help="Seconds per stage, from when it opened "
+                                                 "(a coordinator restart does not reset it).")] = 30.0,
     rounds: Annotated[int, typer.Option(
         help="Refinement rounds after the sketch: private Lloyd steps across the devices, each "
         "a study of its own with its own roster; 0: the sketch alone.")] = ROUNDS,

@@ -17,7 +17,9 @@ transaction that records its spend, that it may send: that answer is an input ti
 :data:`TICKET_SECONDS`, and a close requested (deadline or operator) while tickets are
 outstanding waits until their contributions arrive or the tickets expire, giving no new one.
 Decoding runs on a worker thread so that a submission is answered at once; a coordinator that
-restarts re-decodes any study it left in ``decoding`` and closes studies whose deadline passed.
+restarts re-decodes any study it left in ``decoding`` (a secure one from its stored unmasked
+sum), resumes secure-aggregation rounds at the stage they were in (:mod:`.secure_round`) and
+closes studies whose deadline passed.
 A study with refinement rounds stays ``decoding`` after its sketch while its rounds, studies of
 their own, run (:mod:`.rounds`); a round study that ends lets its study go on.
 
@@ -42,16 +44,15 @@ from concurrent.futures import ThreadPoolExecutor
 
 from fedsketch.common import signing, wire
 from fedsketch.common.refine import CellsError, RoundSpec, check_cells, is_round
-from fedsketch.common.secagg import wire as secagg_wire
-from fedsketch.common.secure_rounds import SecureRound
 from fedsketch.common.study import StudySpec, spec_sha256
 from fedsketch.common.tls import MAX_MESSAGE_BYTES
-from fedsketch.server.decode.pipeline import StudyResult, decode_sketch, decode_study, integer_sketch
+from fedsketch.server.decode.pipeline import StudyResult, decode_study
 from fedsketch.server.errors import Code, Refusal
-from fedsketch.server.service.messages import StageMessage, Submission
+from fedsketch.server.service.messages import Submission
 from fedsketch.server.service.roster import Roster
 from fedsketch.server.service.rounds import Rounds
 from fedsketch.server.service.secure_round import SecAggRound
+from fedsketch.server.service.secure_studies import SecureStudies
 from fedsketch.server.store.base import (
     ABANDON,
     ACCEPTING,
@@ -74,7 +75,7 @@ MAX_TOKENS = 100_000
 MAX_SKETCH_BYTES = MAX_MESSAGE_BYTES - 4096
 
 
-class Coordinator(Roster):
+class Coordinator(SecureStudies, Roster):
     """Study lifecycle and validation, shared by the device and operator services."""
 
     def __init__(self, store: Store) -> None:
@@ -88,16 +89,15 @@ class Coordinator(Roster):
         self.refinement = Rounds(store, self.spec, self._settle, self._secure_round_opened)
 
     def start(self) -> None:
-        """Resume interrupted decodings, fail interrupted secure-aggregation rounds (their
-        state, and the devices', was in memory), and start the deadline watcher."""
+        """Resume interrupted decodings (a secure study's from its stored unmasked sum) and
+        secure-aggregation rounds (rebuilt from the store), and start the deadline watcher."""
         for row in self.store.list_studies(("decoding",)):
-            self._decoder.submit(self._decode, row.study_id)
-        for row in self.store.list_studies(ACCEPTING):
-            if self.spec(row.study_id).secure_aggregation is not None:
-                self._settle(row.study_id, ABANDON, "the coordinator restarted during "
-                             "secure aggregation; the round cannot resume")
-                if row.parent is not None:  # a refinement round: its study goes on
-                    self._decoder.submit(self.refinement.advance, row.parent)
+            kept = self.store.secure_round(row.study_id)
+            if kept is not None and kept.total is not None:
+                self._decoder.submit(self._decode_unmasked, row.study_id, kept)
+            else:
+                self._decoder.submit(self._decode, row.study_id)
+        self._resume_rounds()
         self._watcher.start()
 
     def stop(self) -> None:
@@ -280,15 +280,6 @@ class Coordinator(Roster):
 
         self._publish(study_id, decode)
 
-    def _decode_secure(self, study_id: str, total, devices: int, records: float) -> None:
-        def decode() -> StudyResult:
-            spec = self.spec(study_id)
-            m = spec.sketch.frequencies.m
-            return decode_sketch(spec, integer_sketch(spec, total.reshape(2, m), records), devices,
-                                 records, draws=devices / spec.assumptions.min_honest)
-
-        self._publish(study_id, decode)
-
     def _publish(self, study_id: str, decode: Callable[[], StudyResult]) -> None:
         """Store ``decode()``'s result (the study becomes done), or begin the study's refinement
         rounds from it, or fail the study with why."""
@@ -333,59 +324,3 @@ class Coordinator(Roster):
                 except Refusal:
                     pass  # another submission closed it first
         return not stored, receipt
-
-    # --- secure aggregation --------------------------------------------------------------------
-
-    def _new_round(self, study_id: str, spec: StudySpec | SecureRound) -> SecAggRound:
-        """The secure-aggregation round of a study, or of a refinement round (whose sum becomes
-        its cells, and whose end, or abort, lets its study go on)."""
-        def finish(total, devices: int, records: float) -> None:
-            if not self._settle(study_id, DECODE, "secure aggregate unmasked"):
-                return
-            if isinstance(spec, SecureRound):
-                self._decoder.submit(self.refinement.decode_secure, study_id, spec.round, total,
-                                     devices, records)
-            else:
-                self._decoder.submit(self._decode_secure, study_id, total, devices, records)
-
-        def fail(reason: str) -> None:
-            log.warning("study %s: %s", study_id, reason)
-            self._settle(study_id, ABANDON, reason)
-            if isinstance(spec, SecureRound):
-                self._decoder.submit(self.refinement.advance, spec.round.parent_id)
-
-        return SecAggRound(study_id, spec, self.store.device_key, finish, fail)
-
-    def _secure_round_opened(self, round_id: str, rnd: RoundSpec) -> None:
-        """Start the secure-aggregation round of a refinement round just opened."""
-        round_ = self._new_round(round_id, SecureRound(self.spec(rnd.parent_id), rnd))
-        with self._lock:
-            self.rounds[round_id] = round_
-
-    def _round(self, study_id: str) -> SecAggRound:
-        """The running round of a study (not_found / failed_precondition). A round exists only
-        for a created study, so the store is read only when none is found."""
-        with self._lock:
-            found = self.rounds.get(study_id)
-        if found is None:
-            self.store.get_study(study_id)  # not_found for an unknown study
-            raise Refusal(Code.FAILED_PRECONDITION,
-                          f"study {study_id} has no secure-aggregation round running")
-        return found
-
-    def _authenticate(self, msg: StageMessage) -> None:
-        """Check a stage message's signature against the device's enrolled key."""
-        key = self._enrolled_key(msg.device_id)
-        digest = secagg_wire.message_digest(msg.study_id, msg.device_id, msg.stage, msg.body)
-        if not signing.verify(key, digest, msg.signature):
-            raise Refusal(Code.UNAUTHENTICATED, "invalid signature on a stage message")
-
-    def send_stage(self, msg: StageMessage) -> bool:
-        """Hand one authenticated stage message to its round; True for an identical re-send."""
-        self._authenticate(msg)
-        return self._round(msg.study_id).receive(msg.device_id, msg.stage, msg.body)
-
-    def fetch_stage(self, msg: StageMessage) -> bytes:
-        """What the round routes to the (authenticated) device for the open stage."""
-        self._authenticate(msg)
-        return self._round(msg.study_id).fetch(msg.device_id, msg.stage)

@@ -1,0 +1,114 @@
+"""A secure-aggregation round rebuilt from the store (:meth:`SecAggRound.resume`) is the round
+the coordinator holds in memory, after every message of every stage; a coordinator restarted on
+the store in the middle of a secure refinement round resumes it, and the study ends with every
+round (real TLS on loopback, in-process devices that keep their sessions across the restart).
+The same with real processes and SIGKILL: ``test_secure_crash.py``."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import time
+
+import numpy as np
+import pytest
+from conftest import OPERATOR_TOKEN
+from test_secagg_round import secure_spec, spy_total
+from test_secure_refine import secure_refined, sketch_all_four
+
+from fedsketch.common.pb import fedsketch_pb2 as pb
+from fedsketch.common.pb import fedsketch_pb2_grpc as pb_grpc
+from fedsketch.common.secagg import wire as sw
+from fedsketch.common.synthetic import gmm
+from fedsketch.common.tls import secure_channel, server_credentials
+from fedsketch.server.service.api import build_server
+from fedsketch.server.service.secure_round import SecAggRound
+
+
+@pytest.fixture(scope="module")
+def parts():
+    x, _, _ = gmm(8_000, 3, 3, 3.0, seed=11)
+    return np.array_split(x, 4)
+
+
+def state(r: SecAggRound) -> tuple:
+    """Everything a round routes, decides or waits on."""
+    return (r.stage, {s: {u: digest for u, (digest, _) in box.items()} for s, box in r._inbox.items()},
+            r._outbox, r._shared_body, r._params, r._records, r._survivors)
+
+
+def test_a_round_rebuilt_from_the_store_is_the_round_in_memory(coordinator_round, parts):
+    """After each device's step, from REGISTER to the unmasked sum, a round resumed from the
+    store routes the same bytes, holds the same messages and waits for the same deadline (REGISTER:
+    its first registration, stored a moment before the round read its clock); once over, the
+    store holds the sum the coordinator decoded, and the study is decoded from it."""
+    r = coordinator_round
+    study = r.create(secure_spec(4, timeout=60.0)).study_id
+    live = r.coordinator.rounds[study]
+    seen = spy_total(r, study)
+    agents = [r.agent(f"r{i}", part) for i, part in enumerate(parts)]
+    compared = set()
+    stop = time.monotonic() + 60
+    while not live.finished:
+        assert time.monotonic() < stop
+        for a in agents:
+            a.step()
+            if live.finished:
+                break
+            resumed = SecAggRound.resume(study, live.spec, r.store, None, None)
+            assert state(resumed) == state(live)
+            assert math.isclose(resumed.deadline, live.deadline, abs_tol=0.5)
+            compared.add(live.stage)
+    assert compared == set(sw.STAGES)
+    assert r.wait(study).state == pb.DONE
+    kept = r.store.secure_round(study)
+    assert kept.ended and (kept.devices, kept.records) == (seen["devices"], seen["records"]) == (
+        4, 8_000.0)
+    assert np.array_equal(np.frombuffer(kept.total, "<i8"), seen["total"])
+    assert r.store.stage_messages(study) == []
+
+
+def test_a_coordinator_restarted_during_a_secure_refinement_round_resumes_it(coordinator_round,
+                                                                            parts):
+    """Round 1 of a secure study with two rounds: the coordinator stops once round 1's SHARE_KEYS
+    is open and one device's shares are kept; a new coordinator on the same store (a new port,
+    the devices' sessions kept) finishes round 1 and round 2, each device spending once on the
+    sketch and each round."""
+    r = coordinator_round
+    created = r.create(secure_refined(50.0))
+    study = created.study_id
+    agents = [r.agent(f"f{i}", part, budget=500.0) for i, part in enumerate(parts)]
+    sketch_all_four(r, created, agents)
+    def at_share_keys() -> bool:
+        rounds = r.store.rounds(study)
+        kept = rounds and r.store.secure_round(rounds[0].study_id)
+        return bool(kept) and kept.stage == pb.SHARE_KEYS and any(
+            m.stage == pb.SHARE_KEYS for m in r.store.stage_messages(rounds[0].study_id))
+
+    stop = time.monotonic() + 60
+    while not at_share_keys():  # checked after each step: the fourth device's shares close it
+        assert time.monotonic() < stop
+        for a in agents:
+            a.step()
+            if at_share_keys():
+                break
+    r.coordinator.stop()  # the fixture's server and coordinator end; the store stays
+    server, restarted, port = build_server(
+        r.store, hashlib.sha256(OPERATOR_TOKEN.encode()).hexdigest(), "127.0.0.1:0",
+        server_credentials(r.certs.server_cert, r.certs.server_key))
+    try:
+        for a in agents:
+            a.stub = pb_grpc.DeviceStub(secure_channel(f"localhost:{port}", r.certs.ca_cert))
+        while r.store.get_study(study).state != "done":
+            assert time.monotonic() < stop + 60
+            for a in agents:
+                a.step()
+            time.sleep(0.02)
+    finally:
+        server.stop(grace=None).wait()
+        restarted.stop()
+    assert [row.state for row in r.store.rounds(study)] == ["done", "done"]
+    assert json.loads(r.store.get_result(study))["refined_rounds"] == 2
+    for a in agents:
+        assert sorted(s.round for s in a.ledger.spends()) == [0, 1, 2]
