@@ -11,6 +11,7 @@ import json
 import math
 import time
 
+import grpc
 import numpy as np
 import pytest
 from conftest import OPERATOR_TOKEN
@@ -42,7 +43,8 @@ def test_a_round_rebuilt_from_the_store_is_the_round_in_memory(coordinator_round
     """After each device's step, from REGISTER to the unmasked sum, a round resumed from the
     store routes the same bytes, holds the same messages and waits for the same deadline (REGISTER:
     its first registration, stored a moment before the round read its clock); once over, the
-    store holds the sum the coordinator decoded, and the study is decoded from it."""
+    store holds the sum the coordinator decoded, the sum of the inputs before the masks that
+    the devices recorded in their ledgers."""
     r = coordinator_round
     study = r.create(secure_spec(4, timeout=60.0)).study_id
     live = r.coordinator.rounds[study]
@@ -66,6 +68,8 @@ def test_a_round_rebuilt_from_the_store_is_the_round_in_memory(coordinator_round
     assert kept.ended and (kept.devices, kept.records) == (seen["devices"], seen["records"]) == (
         4, 8_000.0)
     assert np.array_equal(np.frombuffer(kept.total, "<i8"), seen["total"])
+    premasks = [np.frombuffer(a.ledger.find(study).premask, "<i8") for a in agents]
+    assert np.array_equal(sum(premasks), seen["total"])  # each device's x + e, as it recorded it
     assert r.store.stage_messages(study) == []
 
 
@@ -112,3 +116,46 @@ def test_a_coordinator_restarted_during_a_secure_refinement_round_resumes_it(coo
     assert json.loads(r.store.get_result(study))["refined_rounds"] == 2
     for a in agents:
         assert sorted(s.round for s in a.ledger.spends()) == [0, 1, 2]
+
+
+class Unavailable(grpc.RpcError):
+    """What a device sees when the coordinator dies after storing its message, before the ack."""
+
+    def code(self) -> grpc.StatusCode:
+        return grpc.StatusCode.UNAVAILABLE
+
+    def details(self) -> str:
+        return "connection lost"
+
+
+def test_a_device_whose_acks_are_lost_resends_the_same_bytes_and_stays_in(coordinator_round,
+                                                                          parts):
+    """One device loses the acknowledgement of its message at every stage (the call fails with
+    UNAVAILABLE after the coordinator kept it): its next pass re-sends the same bytes, which the
+    round acknowledges as a re-send, so it stays in the round and its input is in the sum."""
+    r = coordinator_round
+    study = r.create(secure_spec(4, timeout=10.0)).study_id
+    seen = spy_total(r, study)
+    agents = [r.agent(f"l{i}", part) for i, part in enumerate(parts)]
+    flaky, sent = agents[0], {}
+    send = flaky._stage_send
+
+    def lose_first_ack(identity, study_id, stage, body):
+        send(identity, study_id, stage, body)
+        sent.setdefault(stage, []).append(body)
+        if len(sent[stage]) == 1:
+            raise Unavailable()
+
+    flaky._stage_send = lose_first_ack
+    stop = time.monotonic() + 60
+    while r.store.get_study(study).state in ("open", "collecting"):
+        assert time.monotonic() < stop
+        for a in agents:
+            try:
+                a.step()
+            except grpc.RpcError as exc:  # the daemon logs it and tries again after a backoff,
+                assert a is flaky and exc.code() == grpc.StatusCode.UNAVAILABLE
+                a.step()  # here before the others move the stage on
+    assert r.wait(study).state == pb.DONE
+    assert set(sent) == set(sw.STAGES) and all(len(b) == 2 and b[0] == b[1] for b in sent.values())
+    assert seen["devices"] == 4 and flaky.ledger.find(study).acked_at is not None
