@@ -164,16 +164,19 @@ class SecAggRound:
         return set(self._outbox)
 
     def receive(self, device_id: str, stage: int, body: bytes) -> bool:
-        """Store one stage message; True for an identical re-send. Closes the stage when full."""
+        """Store one stage message; True for an identical re-send, also of a stage that has
+        closed since (its acknowledgement was lost) while the round runs. Closes the stage when
+        full."""
         with self._lock:
-            self._check_open(stage)
-            inbox = self._inbox[stage]
             digest = hashlib.sha256(body).digest()
-            if device_id in inbox:
-                if inbox[device_id][0] == digest:
+            held = self._inbox.get(stage, {}).get(device_id)
+            if held is not None:
+                if held[0] == digest:
                     return True
                 raise Refusal(Code.CONFLICT,
                               f"device {device_id} already sent a different {pb.Stage.Name(stage)}")
+            self._check_open(stage)
+            inbox = self._inbox[stage]
             expected = self._expected()
             if expected is not None and device_id not in expected:
                 raise Refusal(Code.PERMISSION_DENIED,

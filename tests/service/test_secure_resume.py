@@ -23,6 +23,7 @@ from fedsketch.common.pb import fedsketch_pb2_grpc as pb_grpc
 from fedsketch.common.secagg import wire as sw
 from fedsketch.common.synthetic import gmm
 from fedsketch.common.tls import secure_channel, server_credentials
+from fedsketch.server.errors import Code, Refusal
 from fedsketch.server.service.api import build_server
 from fedsketch.server.service.secure_round import SecAggRound
 
@@ -42,7 +43,8 @@ def state(r: SecAggRound) -> tuple:
 def test_a_round_rebuilt_from_the_store_is_the_round_in_memory(coordinator_round, parts):
     """After each device's step, from REGISTER to the unmasked sum, a round resumed from the
     store routes the same bytes, holds the same messages and waits for the same deadline (REGISTER:
-    its first registration, stored a moment before the round read its clock); once over, the
+    its first registration, stored a moment before the round read its clock), and a message re-sent
+    to a stage that closed since is acknowledged again (different bytes refused); once over, the
     store holds the sum the coordinator decoded, the sum of the inputs before the masks that
     the devices recorded in their ledgers."""
     r = coordinator_round
@@ -62,6 +64,12 @@ def test_a_round_rebuilt_from_the_store_is_the_round_in_memory(coordinator_round
             assert state(resumed) == state(live)
             assert math.isclose(resumed.deadline, live.deadline, abs_tol=0.5)
             compared.add(live.stage)
+            if live.stage == pb.SHARE_KEYS:  # a REGISTER whose ack was lost, sent again
+                first = r.store.stage_messages(study)[0]
+                assert live.receive(first.device_id, pb.REGISTER, first.body) is True
+                with pytest.raises(Refusal) as late:
+                    live.receive(first.device_id, pb.REGISTER, b'{"n":1}')
+                assert late.value.code == Code.CONFLICT
     assert compared == set(sw.STAGES)
     assert r.wait(study).state == pb.DONE
     kept = r.store.secure_round(study)
