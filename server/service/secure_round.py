@@ -63,6 +63,12 @@ from fedsketch.server.store.base import SecureRoundRow, StageMessageRow, Store
 log = logging.getLogger("fedsketch.coordinator")
 
 
+#: Most bytes of an ADVERTISE_KEYS or CONSISTENCY message, and of a SHARE_KEYS or UNMASK message
+#: per roster device: about 5 times what an honest device sends (an advert about 250 bytes; per
+#: peer a device id and a base64 ciphertext, about 420 bytes, or share, about 210).
+STAGE_BYTES = 2048
+
+
 class SecAggRound:
     """One study's round: a sketch study's (``spec`` a StudySpec) or a refinement round's (a
     :class:`~fedsketch.common.secure_rounds.SecureRound`), kept in ``store`` as it goes
@@ -217,9 +223,16 @@ class SecAggRound:
     def _parse(self, stage: int, body: bytes) -> object:
         """The content of a stage message, parsed once on arrival (lock held); Refusal
         INVALID_ARGUMENT if malformed, so one device's bad bytes never abort the round of the
-        others."""
+        others, or longer than the stage's :data:`STAGE_BYTES` (per roster device at SHARE_KEYS
+        and UNMASK), so what the store keeps of a round stays proportional to what honest
+        devices send (a MASKED_INPUT has exactly the round's words, a REGISTER its schema)."""
         if stage == pb.REGISTER:
             return self._records_of(body)
+        most = STAGE_BYTES * (len(self._params.device_ids) if stage in (pb.SHARE_KEYS, pb.UNMASK)
+                              else 1)
+        if stage != pb.MASKED_INPUT and len(body) > most:
+            raise Refusal(Code.INVALID_ARGUMENT, f"malformed {pb.Stage.Name(stage)} message: "
+                          f"{len(body):,} bytes, more than this round takes ({most:,})")
         try:
             if stage == pb.ADVERTISE_KEYS:
                 return sw.advert_from_json(sw.load(body))

@@ -43,8 +43,9 @@ def state(r: SecAggRound) -> tuple:
 def test_a_round_rebuilt_from_the_store_is_the_round_in_memory(coordinator_round, parts):
     """After each device's step, from REGISTER to the unmasked sum, a round resumed from the
     store routes the same bytes, holds the same messages and waits for the same deadline (REGISTER:
-    its first registration, stored a moment before the round read its clock), and a message re-sent
-    to a stage that closed since is acknowledged again (different bytes refused); once over, the
+    its first registration, stored a moment before the round read its clock), a message re-sent
+    to a stage that closed since is acknowledged again (different bytes refused) and one larger
+    than the stage allows is refused and not kept; once over, the
     store holds the sum the coordinator decoded, the sum of the inputs before the masks that
     the devices recorded in their ledgers."""
     r = coordinator_round
@@ -65,7 +66,13 @@ def test_a_round_rebuilt_from_the_store_is_the_round_in_memory(coordinator_round
             assert math.isclose(resumed.deadline, live.deadline, abs_tol=0.5)
             compared.add(live.stage)
             if live.stage == pb.SHARE_KEYS:  # a REGISTER whose ack was lost, sent again
-                first = r.store.stage_messages(study)[0]
+                kept = r.store.stage_messages(study)
+                bloated = sw.dump(dict.fromkeys(live._params.device_ids, "A" * 2100))
+                with pytest.raises(Refusal, match=r"more than this round takes \(8,192\)"):
+                    live.receive(next(u for u in live._params.device_ids
+                                      if u not in live._inbox[pb.SHARE_KEYS]), pb.SHARE_KEYS, bloated)
+                assert r.store.stage_messages(study) == kept  # refused: nothing kept
+                first = kept[0]
                 assert live.receive(first.device_id, pb.REGISTER, first.body) is True
                 with pytest.raises(Refusal) as late:
                     live.receive(first.device_id, pb.REGISTER, b'{"n":1}')
