@@ -32,8 +32,12 @@ given each stage's messages, and the routed bundles are canonical JSON, so
 :meth:`SecAggRound.resume` rebuilds a round from the store by replaying every closed stage's
 messages: a coordinator restarted at any point gives every device the same bytes as before and
 resumes the open stage, whose deadline stays ``stage_timeout`` after it opened (REGISTER's after
-its first registration), and a restart while decoding decodes the stored sum again. The
-devices' secrets are theirs: a device rides through the coordinator's restart by retrying its
+its first registration), and a restart while decoding decodes the stored sum again. A device
+sends one message per stage, kept once: an identical re-send is acknowledged again (also once
+its stage has closed, while the round runs: its first acknowledgement may have been lost in a
+restart), different bytes are refused (CONFLICT), and so is a message longer than its stage
+needs (:data:`STAGE_BYTES`), so the store holds at most a bounded message per stage and roster
+device; the messages are deleted when the round ends. The devices' secrets are theirs: a device rides through the coordinator's restart by retrying its
 calls (:mod:`fedsketch.client.secure_steps`).
 
 Stages are the protocol's ``Stage`` numbers (:data:`fedsketch.common.secagg.wire.STAGES`): each
