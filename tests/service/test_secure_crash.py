@@ -10,7 +10,8 @@ continued. For the decoding, the gate is continued before the kill, and the kill
 store shows the study decoding with its unmasked sum and no result yet (the decoder takes about
 a second at m = 1000). Each round must end done, with the stored sum equal to the sum of the
 inputs before the masks that the devices' ledgers recorded with their spends, every device that
-spent counted in it, and the published centroids equal to an offline decode of that sum."""
+spent counted in it, the published centroids equal to an offline decode of that sum, and the
+serve log showing each stage opened once (a resumed stage is not opened again)."""
 
 from __future__ import annotations
 
@@ -215,4 +216,7 @@ def test_a_coordinator_killed_at_each_stage_resumes_and_the_round_completes(flee
     offline = decode_sketch(spec, integer_sketch(spec, total.reshape(2, m), records), devices,
                             records, draws=devices / spec.assumptions.min_honest)
     assert result["devices"] == DEVICES
+    log = fleet.c.log.read_text()  # each stage opened once, before or after the restart
+    assert [log.count(f"event=stage study={study} stage={pb.Stage.Name(s)}")
+            for s in sw.STAGES[1:]] == [1] * (len(sw.STAGES) - 1)
     np.testing.assert_allclose(result["centroids"], offline.centroids, rtol=1e-9, atol=1e-9)
