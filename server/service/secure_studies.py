@@ -40,15 +40,25 @@ class SecureStudies:
 
     def _resume_rounds(self) -> None:
         """Rebuild every secure-aggregation round the store holds as running (a study or a
-        refinement round still accepting), at the stage it was in (:meth:`SecAggRound.resume`)."""
+        refinement round still accepting), at the stage it was in (:meth:`SecAggRound.resume`).
+        A round that cannot be rebuilt (its kept messages no longer pass this coordinator's
+        checks) fails its study with the reason, and the others resume."""
         for row in self.store.list_studies(ACCEPTING):
             spec = self.spec(row.study_id)
-            if spec.secure_aggregation is not None:
-                protocol = spec if row.parent is None else SecureRound(self.spec(row.parent), spec)
-                round_ = SecAggRound.resume(row.study_id, protocol, self.store,
-                                            *self._round_ends(row.study_id, protocol))
-                with self._lock:
-                    self.rounds[row.study_id] = round_
+            if spec.secure_aggregation is None:
+                continue
+            protocol = spec if row.parent is None else SecureRound(self.spec(row.parent), spec)
+            finish, fail = self._round_ends(row.study_id, protocol)
+            try:
+                round_ = SecAggRound.resume(row.study_id, protocol, self.store, finish, fail)
+            except Exception as exc:  # noqa: BLE001 (one study's round, not the coordinator)
+                log.exception("study %s: its secure round cannot be resumed", row.study_id)
+                reason = f"the secure-aggregation round could not be resumed after a restart: {exc}"
+                self.store.end_secure_round(row.study_id, reason)
+                fail(reason)
+                continue
+            with self._lock:
+                self.rounds[row.study_id] = round_
 
     def _decode_unmasked(self, study_id: str, kept: SecureRoundRow) -> None:
         """Decode a secure study, or a secure refinement round, from its stored unmasked sum

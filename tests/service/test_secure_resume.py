@@ -25,6 +25,7 @@ from fedsketch.common.synthetic import gmm
 from fedsketch.common.tls import secure_channel, server_credentials
 from fedsketch.server.errors import Code, Refusal
 from fedsketch.server.service.api import build_server
+from fedsketch.server.service.coordinator import Coordinator
 from fedsketch.server.service.secure_round import SecAggRound
 
 
@@ -174,3 +175,27 @@ def test_a_device_whose_acks_are_lost_resends_the_same_bytes_and_stays_in(coordi
     assert r.wait(study).state == pb.DONE
     assert set(sent) == set(sw.STAGES) and all(len(b) == 2 and b[0] == b[1] for b in sent.values())
     assert seen["devices"] == 4 and flaky.ledger.find(study).acked_at is not None
+
+
+def test_a_round_that_cannot_be_rebuilt_fails_its_study_and_the_coordinator_starts(
+        coordinator_round, parts):
+    """A kept REGISTER that this coordinator's checks refuse (here written past them, straight
+    into the store): the restarted coordinator fails that study with the reason, resumes the
+    other secure study and serves."""
+    r = coordinator_round
+    broken = r.create(secure_spec(4, timeout=60.0)).study_id
+    fine = r.create(secure_spec(4, timeout=60.0)).study_id
+    agents = [r.agent(f"b{i}", part, budget=5000.0) for i, part in enumerate(parts[:2])]
+    agents[0].step()  # registers with both studies
+    device = agents[1].ledger.identity().device_id
+    r.store.add_stage_message(broken, pb.REGISTER, device, b'{"n": -5}')
+    r.coordinator.stop()
+    restarted = Coordinator(r.store)
+    restarted.start()
+    try:
+        row = r.store.get_study(broken)
+        assert row.state == "failed" and "could not be resumed after a restart" in row.detail
+        assert restarted.round_of(fine).stage == pb.REGISTER
+        assert len(restarted.round_of(fine)._inbox[pb.REGISTER]) == 1
+    finally:
+        restarted.stop()
