@@ -48,7 +48,8 @@ def test_a_round_rebuilt_from_the_store_is_the_round_in_memory(coordinator_round
     to a stage that closed since is acknowledged again (different bytes refused) and one larger
     than the stage allows is refused and not kept; once over, the
     store holds the sum the coordinator decoded, the sum of the inputs before the masks that
-    the devices recorded in their ledgers."""
+    the devices recorded in their ledgers. Devices in the round poll often (``waiting``) until it
+    ends."""
     r = coordinator_round
     study = r.create(secure_spec(4, timeout=60.0)).study_id
     live = r.coordinator.rounds[study]
@@ -79,7 +80,11 @@ def test_a_round_rebuilt_from_the_store_is_the_round_in_memory(coordinator_round
                     live.receive(first.device_id, pb.REGISTER, b'{"n":1}')
                 assert late.value.code == Code.CONFLICT
     assert compared == set(sw.STAGES)
+    assert all(a.waiting for a in agents)  # in a live round: the daemon polls at its base rate
     assert r.wait(study).state == pb.DONE
+    for a in agents:
+        a.step()  # the study is no longer listed: the session ends
+        assert not a.waiting
     kept = r.store.secure_round(study)
     assert kept.ended and (kept.devices, kept.records) == (seen["devices"], seen["records"]) == (
         4, 8_000.0)
