@@ -22,9 +22,10 @@ roster keeps taking devices up to its ``capacity`` (the spec's ``roster``, at le
 so devices that never send do not stop the study. The stage a device sees (REGISTER, then
 PLAIN_INPUT) follows from ``filled_at``, so it needs no state of its own.
 
-The store makes COLLECT and PUBLISH itself, inside the write that causes them; the coordinator
-makes the others with ``Store.set_state(..., expect=t.sources)``, a compare-and-set, so a study
-that moved meanwhile (two closes racing) is left alone and the loser is refused.
+The store makes COLLECT and PUBLISH itself, inside the write that causes them, and a secure
+round's DECODE or ABANDON in :meth:`Store.end_secure_round`; the coordinator makes the others with
+``Store.set_state(..., expect=t.sources)``, a compare-and-set, so a study that moved meanwhile
+(two closes racing) is left alone and the loser is refused.
 """
 
 from __future__ import annotations
