@@ -342,13 +342,11 @@ class Store(ABC):
 
     @abstractmethod
     def add_stage_message(self, study_id: str, stage: int, device_id: str, body: bytes) -> bool:
-        """Keep one stage message in one transaction, at most one per (study, stage, device):
-        True if stored; False for an identical re-send (nothing written, in any state), so a
-        device whose acknowledgement was lost learns that its bytes are kept. Never replaced:
-        StoreError 'conflict' for different bytes. 'not_found' for an unknown study or device;
-        'failed_precondition' unless the study is in ``ACCEPTING``. The caller (the round)
-        admits only its roster and the open stage, and gRPC caps each body, so a study holds at
-        most (stages × roster) rows of bounded size."""
+        """Keep one stage message, one per (study, stage, device): True if stored; False for an
+        identical re-send (nothing written, in any state); never replaced: StoreError 'conflict'
+        for other bytes, 'not_found' for an unknown study or device, 'failed_precondition' unless
+        the study is in ``ACCEPTING``. The round admits only its roster, the open stage and
+        bounded bodies, so a study holds at most (stages × roster) rows of bounded size."""
 
     @abstractmethod
     def stage_messages(self, study_id: str) -> list[StageMessageRow]:
@@ -369,12 +367,11 @@ class Store(ABC):
     @abstractmethod
     def end_secure_round(self, study_id: str, detail: str, total: bytes | None = None,
                          devices: int = 0, records: float = 0.0) -> StudyRow:
-        """End the study's round in one transaction and return the study: with
-        ``total`` (the unmasked sum) it is kept with ``devices`` and ``records`` and the study
-        makes its DECODE transition; without, its ABANDON transition. Either way with ``detail``,
-        and the stage messages are deleted (the progress row stays, ``ended``). StoreError
-        'not_found' for an unknown study; 'failed_precondition' unless it is in ``ACCEPTING``
-        (nothing written). Audited."""
+        """End the study's round in one transaction and return the study: ``total`` (the unmasked
+        sum) is kept with ``devices`` and ``records`` and the study makes its DECODE transition;
+        without it, ABANDON; either way with ``detail``, and the stage messages are deleted (the
+        progress row stays, ``ended``). StoreError 'not_found' for an unknown study,
+        'failed_precondition' unless it is in ``ACCEPTING`` (nothing written). Audited."""
 
     # what the operator watches
 
