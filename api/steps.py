@@ -81,8 +81,7 @@ def sketch(data: Records, *, epsilon: float = 1.0, delta: float = 0.0,
     tally = Tally()
     made = plan.run(chunks, box, tally=tally)
     if made.calibration is not None and not made.calibration.reliable:
-        warnings.warn(f"scale='auto': {made.calibration.explanation}".replace("--scale", "scale="),
-                      stacklevel=2)
+        warnings.warn(f"scale='auto': {_in_api_words(made.calibration.explanation)}", stacklevel=2)
     if tally.clipped:
         warnings.warn(f"{tally.clipped:,} of {tally.records:,} records lay outside the box and were clipped "
                       "into it (this count is not private; it is not stored)", stacklevel=2)
@@ -220,6 +219,13 @@ def _as_array(data: object) -> np.ndarray:
     return data.to_numpy(dtype=np.float64, na_value=np.nan)
 
 
+def _in_api_words(text: str) -> str:
+    """``text`` (written for the CLI) with the command-line options named as this API's arguments."""
+    for option, argument in (("--scale", "scale="), ("--bounds", "bounds=")):
+        text = text.replace(option, argument)
+    return text
+
+
 def _checked(x: np.ndarray, first_row: int) -> np.ndarray:
     """``x`` if it is a 2-D array of finite real numbers (records × dimensions); else ValueError
     naming the problem (and the first bad row, counted from ``first_row``)."""
@@ -229,8 +235,8 @@ def _checked(x: np.ndarray, first_row: int) -> np.ndarray:
         raise ValueError(f"records must be a 2-D array (records × dimensions), got shape {x.shape}")
     finite = np.isfinite(x).all(axis=1)
     if not finite.all():
-        raise ValueError(f"record {first_row + int(np.argmin(finite))} holds a NaN or an infinity, which "
-                         "no clipping can map into a box; fix or drop that record")
+        raise ValueError(f"row index {first_row + int(np.argmin(finite))} (counted from 0) holds a NaN or an "
+                         "infinity, which no clipping can map into a box; fix or drop that record")
     return x
 
 

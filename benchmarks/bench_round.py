@@ -7,18 +7,19 @@
    (``--studies``, 4) and keeps ``--inflight`` (32) calls in flight with gRPC futures. Peer: a
    bare gRPC echo server (same TLS, same message bytes, no work), the transport's ceiling here.
 2. Growth (``--growth``, instead of 1 and 3): the Submit rate into one study that already holds
-   K stored contributions, for each K of ``--stored`` (800 and 8000): the store file is filled
+   K stored contributions, for each K of ``--stored`` (1000 and 20000): the store file is filled
    once per K through the Store API (enrolled devices, a roster of K + ``--window`` + 1, K
    contributions), copied for each of ``--runs`` runs, and a fresh coordinator on the copy takes
-   ``--window`` (400) more pre-signed contributions; the rate at 8000 over the rate at 800 is 1
-   when a Submit costs O(1) in the stored contributions.
+   ``--window`` (2000) more pre-signed contributions; the rate at 20000 over the rate at 1000 is 1
+   when a Submit costs O(1) in the stored contributions. Each run also sends the same window
+   through the bare TLS echo peer, so the load of the moment shows in the peer too.
 3. Scale: ``simulate`` with ``--sim-devices`` (1000) in-process devices sharing
    ``--sim-records`` (N = 10^6, so 10^3 records each) against the same N on 20 devices: the
    study must complete; the ratio is the cost of 50× more devices.
 
 Usage: python benchmarks/bench_round.py [--runs 3] [--devices 500] [--studies 4] [--inflight 32]
     [--sim-devices 1000] [--sim-records 1000000]
-       python benchmarks/bench_round.py --growth [--runs 3] [--stored 800 8000] [--window 400]
+       python benchmarks/bench_round.py --growth [--runs 3] [--stored 1000 20000] [--window 2000]
 A smoke run: --runs 1 --devices 5 --studies 1 --sim-devices 40 --sim-records 20000
 (growth: --growth --runs 1 --stored 10 20 --window 5).
 """
@@ -140,18 +141,23 @@ def filled_store(path: Path, stored: int, window: int) -> list[pb.Contribution]:
     return msgs
 
 
-def growth(runs: int, sizes: list[int], window: int, inflight: int) -> dict[int, list[float]]:
+def growth(runs: int, sizes: list[int], window: int,
+           inflight: int) -> tuple[dict[int, list[float]], dict[int, list[float]]]:
     """Submit rates (contributions/s) of ``window`` contributions into a study already holding
-    K contributions, for each K in ``sizes``, ``runs`` times each on a fresh copy of its file."""
+    K contributions, for each K in ``sizes`` in turn, ``runs`` times each on a fresh copy of its file;
+    and the bare echo's rate for the same messages right after each run."""
     rates: dict[int, list[float]] = {k: [] for k in sizes}
+    echoes: dict[int, list[float]] = {k: [] for k in sizes}
     with tempfile.TemporaryDirectory() as tmp:
         base = Path(tmp)
         init_certs(base / "certs", ["localhost", "127.0.0.1"])
+        msgs: dict[int, list[pb.Contribution]] = {}
         for k in sizes:
             t = time.perf_counter()
-            msgs = filled_store(base / f"filled-{k}.db", k, window)
+            msgs[k] = filled_store(base / f"filled-{k}.db", k, window)
             print(f"filled {k} contributions in {time.perf_counter() - t:.0f} s", flush=True)
-            for run in range(runs):
+        for run in range(runs):  # the sizes take turns, so a change in the machine's load hits all
+            for k in sizes:
                 folder = base / f"run-{k}-{run}"
                 folder.mkdir()
                 shutil.copytree(base / "certs", folder / "certs")
@@ -159,13 +165,16 @@ def growth(runs: int, sizes: list[int], window: int, inflight: int) -> dict[int,
                 proc, target, _ = start_coordinator(folder)
                 try:
                     channel = secure_channel(target, folder / "certs/ca.pem")
-                    rates[k].append(blast(pb_grpc.DeviceStub(channel).Submit, msgs, inflight))
+                    rates[k].append(blast(pb_grpc.DeviceStub(channel).Submit, msgs[k], inflight))
                     channel.close()
                 finally:
                     proc.terminate()
                     proc.wait()
-                print(f"run {run}: {window} Submits after {k} stored: {rates[k][-1]:.0f}/s", flush=True)
-    return rates
+                echoes[k].append(echo_rate(folder, msgs[k], inflight))
+                shutil.rmtree(folder)
+                print(f"run {run}: {window} Submits after {k} stored: {rates[k][-1]:.0f}/s "
+                      f"(echo {echoes[k][-1]:.0f}/s)", flush=True)
+    return rates, echoes
 
 
 def blast(call, msgs: list, inflight: int) -> float:
@@ -244,19 +253,20 @@ def main() -> None:
                     help="records N of both simulations, split over their devices (default: %(default)s)")
     ap.add_argument("--growth", action="store_true",
                     help="measure only the Submit rate against the stored contributions (item 2)")
-    ap.add_argument("--stored", type=int, nargs="+", default=[800, 8000],
+    ap.add_argument("--stored", type=int, nargs="+", default=[1000, 20000],
                     help="contributions a study holds before the measured window (default: %(default)s)")
-    ap.add_argument("--window", type=int, default=400,
+    ap.add_argument("--window", type=int, default=2000,
                     help="contributions sent and timed after them (default: %(default)s)")
     args = ap.parse_args()
     if args.growth:
-        rates = growth(args.runs, args.stored, args.window, args.inflight)
+        rates, echoes = growth(args.runs, args.stored, args.window, args.inflight)
         first = statistics.median(rates[args.stored[0]])
-        print(f"\n| stored contributions | Submits/s (median of {args.runs}; runs) | "
-              f"against {args.stored[0]} |\n|---|---|---|")
+        print(f"\n| stored contributions | Submits/s (median of {args.runs}; runs) | against "
+              f"{args.stored[0]} | bare TLS echo/s (median) | Submits / echo |\n|---|---|---|---|---|")
         for k, r in rates.items():
-            print(f"| {k} | {statistics.median(r):.0f} ({', '.join(f'{x:.0f}' for x in r)}) | "
-                  f"{statistics.median(r) / first:.2f} |")
+            o, p = statistics.median(r), statistics.median(echoes[k])
+            print(f"| {k} | {o:.0f} ({', '.join(f'{x:.0f}' for x in r)}) | {o / first:.2f} | "
+                  f"{p:.0f} | {o / p:.2f} |")
         return
     ours, peer = ingest(args.runs, args.devices, args.studies, args.inflight)
     t_many, many = timed_simulation(args.sim_devices, args.sim_records)

@@ -56,6 +56,7 @@ import grpc
 from fedsketch.common import signing, wire
 from fedsketch.common.box import Box, Tally
 from fedsketch.common.cli import printable
+from fedsketch.common.device_reads import signed_read
 from fedsketch.common.frequencies import draw_frequencies
 from fedsketch.common.pb import fedsketch_pb2 as pb
 from fedsketch.common.pb import fedsketch_pb2_grpc as pb_grpc
@@ -131,7 +132,7 @@ class Agent(SecureSteps, RosterSteps):
             else:
                 out.resent.append(spend.study_id)
         self._settle()
-        studies = self.stub.ListStudies(pb.ListStudiesRequest(), timeout=RPC_TIMEOUT).studies
+        studies = self.stub.ListStudies(self._read(identity, "ListStudies"), timeout=RPC_TIMEOUT).studies
         listed = {study.study_id for study in studies}
         self._sessions = {sid: s for sid, s in self._sessions.items() if sid in listed}
         mine = [r for r in self.ledger.joined() if r.source == self.source]  # not another daemon's
@@ -156,6 +157,12 @@ class Agent(SecureSteps, RosterSteps):
                 log.warning("refused study %s: %s", printable(study.study_id), reason)
         self._report_refusals(identity, listed)  # at the pass's end, whatever each took
         return out
+
+    @staticmethod
+    def _read(identity: Identity, method: str, study_id: str = "") -> pb.DeviceRead:
+        """The device's signed read of ``method`` (the coordinator shows studies and results
+        only to enrolled devices, each what it may read)."""
+        return signed_read(identity.private_key, identity.device_id, method, study_id)
 
     def _check(self, study: pb.Study) -> Admitted | str:
         """Steps 1–2 of the module docstring: the study, its box and the data version opened for
@@ -194,12 +201,13 @@ class Agent(SecureSteps, RosterSteps):
         except ValueError as exc:
             return Declined(f"unreadable round spec: {exc}", pb.SPEC_MISMATCH)
         try:
-            parent = self.stub.GetStudy(pb.StudyRef(study_id=rnd.parent_id), timeout=RPC_TIMEOUT)
+            parent = self.stub.GetStudy(self._read(self.ledger.identity(), "GetStudy", rnd.parent_id),
+                                        timeout=RPC_TIMEOUT)
         except grpc.RpcError as exc:
-            if exc.code() != grpc.StatusCode.NOT_FOUND:
+            if exc.code() != grpc.StatusCode.PERMISSION_DENIED:
                 raise
-            return Declined(f"the round's study {rnd.parent_id} is unknown to the coordinator",
-                            pb.SPEC_MISMATCH)
+            return Declined(f"the round's study {rnd.parent_id} is unknown to the coordinator, or "
+                            "this device is not on its roster", pb.SPEC_MISMATCH)
         if parent.spec_sha256 != rnd.parent_sha256 or spec_sha256(parent.spec_json) != rnd.parent_sha256:
             return Declined("the round's study does not have the spec hash the round names", pb.SPEC_MISMATCH)
         try:
@@ -357,13 +365,16 @@ class Agent(SecureSteps, RosterSteps):
     def _settle(self) -> None:
         """Record the final state (DONE or FAILED) of studies this device spent on, once they end,
         so that ``fedsketch device budget`` can show what each spend bought."""
+        identity = self.ledger.identity()
         for spend in self.ledger.unsettled():
             try:
-                study = self.stub.GetStudy(pb.StudyRef(study_id=spend.study_id), timeout=RPC_TIMEOUT)
+                study = self.stub.GetStudy(self._read(identity, "GetStudy", spend.study_id),
+                                           timeout=RPC_TIMEOUT)
             except grpc.RpcError as exc:
-                if exc.code() != grpc.StatusCode.NOT_FOUND:
+                if exc.code() != grpc.StatusCode.PERMISSION_DENIED:
                     raise
-                self.ledger.set_final_state(spend.study_id, "UNKNOWN to the coordinator")
+                self.ledger.set_final_state(spend.study_id,
+                                            "UNKNOWN to the coordinator, or not readable by this device")
                 continue
             if study.state in (pb.DONE, pb.FAILED):
                 self.ledger.set_final_state(spend.study_id, pb.StudyState.Name(study.state))

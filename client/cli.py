@@ -205,7 +205,10 @@ def device_run(
     header: Annotated[bool | None, header_option("FEDSKETCH_HEADER")] = None,
     columns: Annotated[str | None, columns_option("FEDSKETCH_COLUMNS")] = None,
 ) -> None:
-    """Enroll once, then poll for studies; sketch, record the spend, sign and submit."""
+    """Enroll once, then poll for studies; sketch, record the spend, sign and submit. The
+    device signs its reads of studies too (the coordinator shows each device only the studies
+    it may join and the results of the studies it contributed to), and the coordinator takes
+    them within 5 minutes of its own clock: keep this machine's clock set."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):

@@ -19,8 +19,14 @@ a study is signed over
     SHA-256("fedsketch/refusal/v1" ‖ L(study_id) ‖ L(device_id) ‖ L(spec_sha256) ‖ u32le(reason))
 
 (reason: the ``RefusalReason`` code of ``proto/fedsketch.proto``), so nobody can report a
-refusal in a device's name. The coordinator verifies all four against the public key registered
-at enrollment.
+refusal in a device's name. A device's read of studies or of a result (``DeviceRead`` in
+``proto/fedsketch.proto``) is signed over
+
+    SHA-256("fedsketch/read/v1" ‖ L(method) ‖ L(device_id) ‖ L(study_id) ‖ f64le(signed_at))
+
+(method: the RPC's name, "ListStudies", "GetStudy" or "GetResult"; study_id "" for a list;
+signed_at: Unix seconds), so a read signed for one method, study or moment is no other. The
+coordinator verifies all five against the public key registered at enrollment.
 """
 
 from __future__ import annotations
@@ -36,6 +42,7 @@ DOMAIN = b"fedsketch/contribution/v1"
 REGISTRATION_DOMAIN = b"fedsketch/registration/v1"
 LEAVE_DOMAIN = b"fedsketch/leave/v1"
 REFUSAL_DOMAIN = b"fedsketch/refusal/v1"
+READ_DOMAIN = b"fedsketch/read/v1"
 PUBLIC_KEY_BYTES = 32
 SIGNATURE_BYTES = 64
 
@@ -72,6 +79,15 @@ def refusal_digest(study_id: str, device_id: str, spec_sha256: str, reason: int)
     ``RefusalReason`` number (0 ≤ reason < 2^32)."""
     h = hashlib.sha256(REFUSAL_DOMAIN)
     for part in (field(study_id), field(device_id), field(spec_sha256), struct.pack("<I", reason)):
+        h.update(part)
+    return h.digest()
+
+
+def read_digest(method: str, device_id: str, study_id: str, signed_at: float) -> bytes:
+    """The 32-byte digest a device's signed read covers (module docstring): ``method`` the RPC's
+    name, ``study_id`` "" for a list, ``signed_at`` Unix seconds."""
+    h = hashlib.sha256(READ_DOMAIN)
+    for part in (field(method), field(device_id), field(study_id), struct.pack("<d", signed_at)):
         h.update(part)
     return h.digest()
 

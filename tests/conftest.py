@@ -14,6 +14,7 @@ import pytest
 from fedsketch.client.agent import Agent
 from fedsketch.client.ledger import Ledger
 from fedsketch.client.localdata import LocalData
+from fedsketch.common.device_reads import signed_read
 from fedsketch.common.frequencies import FrequencySpec
 from fedsketch.common.pb import fedsketch_pb2 as pb
 from fedsketch.common.pb import fedsketch_pb2_grpc as pb_grpc
@@ -70,6 +71,10 @@ class Round:
         agent.ensure_enrolled(self.target, self.tokens(1)[0], name)
         return agent
 
+    def result(self, study_id: str) -> pb.Result:
+        """The study's published result, read with the operator's credential."""
+        return self.operator().GetResult(pb.StudyRef(study_id=study_id), metadata=META)
+
     def wait(self, study_id: str, timeout: float = 120.0) -> pb.Study:
         """The study once it is done or failed."""
         stop = time.monotonic() + timeout
@@ -102,6 +107,13 @@ def study_spec(d: int = 3, k: int = 3, m: int = 60, epsilon: float = 50.0,
     sketch = SketchSpec(FrequencySpec(d=d, m=m, scale=1.5, seed=1), feature, m if r is None else r,
                         PrivacySpec(epsilon, 0.0, neighbouring))
     return StudySpec.create(name, sketch, k, [-10.0] * d, [10.0] * d, replicates=2, **rules)
+
+
+def signed(agent: Agent, method: str, study_id: str = "", at: float | None = None) -> pb.DeviceRead:
+    """The agent's device read of ``method`` ("ListStudies", "GetStudy", "GetResult"; study_id ""
+    for a list), signed with its enrolled key now (or at ``at``, Unix seconds)."""
+    identity = agent.ledger.identity()
+    return signed_read(identity.private_key, identity.device_id, method, study_id, at)
 
 
 #: Bound at import: a test may disable numpy's generators to show that privacy noise never uses them.

@@ -86,6 +86,18 @@ class ListStudiesRequest(_message.Message):
     include_closed: bool
     def __init__(self, include_closed: _Optional[bool] = ...) -> None: ...
 
+class DeviceRead(_message.Message):
+    __slots__ = ("device_id", "study_id", "signed_at", "signature")
+    DEVICE_ID_FIELD_NUMBER: _ClassVar[int]
+    STUDY_ID_FIELD_NUMBER: _ClassVar[int]
+    SIGNED_AT_FIELD_NUMBER: _ClassVar[int]
+    SIGNATURE_FIELD_NUMBER: _ClassVar[int]
+    device_id: str
+    study_id: str
+    signed_at: float
+    signature: bytes
+    def __init__(self, device_id: _Optional[str] = ..., study_id: _Optional[str] = ..., signed_at: _Optional[float] = ..., signature: _Optional[bytes] = ...) -> None: ...
+
 class ListStudiesResponse(_message.Message):
     __slots__ = ("studies",)
     STUDIES_FIELD_NUMBER: _ClassVar[int]

@@ -41,12 +41,12 @@ class DeviceStub:
                 _registered_method=True)
         self.ListStudies = channel.unary_unary(
                 '/fedsketch.v1.Device/ListStudies',
-                request_serializer=fedsketch_dot_common_dot_pb_dot_fedsketch__pb2.ListStudiesRequest.SerializeToString,
+                request_serializer=fedsketch_dot_common_dot_pb_dot_fedsketch__pb2.DeviceRead.SerializeToString,
                 response_deserializer=fedsketch_dot_common_dot_pb_dot_fedsketch__pb2.ListStudiesResponse.FromString,
                 _registered_method=True)
         self.GetStudy = channel.unary_unary(
                 '/fedsketch.v1.Device/GetStudy',
-                request_serializer=fedsketch_dot_common_dot_pb_dot_fedsketch__pb2.StudyRef.SerializeToString,
+                request_serializer=fedsketch_dot_common_dot_pb_dot_fedsketch__pb2.DeviceRead.SerializeToString,
                 response_deserializer=fedsketch_dot_common_dot_pb_dot_fedsketch__pb2.Study.FromString,
                 _registered_method=True)
         self.Register = channel.unary_unary(
@@ -66,7 +66,7 @@ class DeviceStub:
                 _registered_method=True)
         self.GetResult = channel.unary_unary(
                 '/fedsketch.v1.Device/GetResult',
-                request_serializer=fedsketch_dot_common_dot_pb_dot_fedsketch__pb2.StudyRef.SerializeToString,
+                request_serializer=fedsketch_dot_common_dot_pb_dot_fedsketch__pb2.DeviceRead.SerializeToString,
                 response_deserializer=fedsketch_dot_common_dot_pb_dot_fedsketch__pb2.Result.FromString,
                 _registered_method=True)
         self.SecAggSend = channel.unary_unary(
@@ -97,14 +97,17 @@ class DeviceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def ListStudies(self, request, context):
-        """Studies a device may contribute to (state OPEN or COLLECTING).
+        """The studies this device may join that accept contributions (state OPEN or COLLECTING): open
+        studies, and the refinement rounds of studies whose roster it is on. Signed read, study_id "".
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def GetStudy(self, request, context):
-        """One study's public spec (canonical JSON) and its SHA-256.
+        """One study's spec (canonical JSON) and its SHA-256, in any state, for a device that may join
+        it (as ListStudies), is on its roster, or is on the roster of the study whose refinement
+        round it is. Signed read.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -137,7 +140,8 @@ class DeviceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def GetResult(self, request, context):
-        """The published result of a study (FAILED_PRECONDITION until it is DONE).
+        """The published result of a study this device contributed to (to its sketch or one of its
+        refinement rounds); FAILED_PRECONDITION until it is DONE. Signed read.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -178,12 +182,12 @@ def add_DeviceServicer_to_server(servicer, server):
             ),
             'ListStudies': grpc.unary_unary_rpc_method_handler(
                     servicer.ListStudies,
-                    request_deserializer=fedsketch_dot_common_dot_pb_dot_fedsketch__pb2.ListStudiesRequest.FromString,
+                    request_deserializer=fedsketch_dot_common_dot_pb_dot_fedsketch__pb2.DeviceRead.FromString,
                     response_serializer=fedsketch_dot_common_dot_pb_dot_fedsketch__pb2.ListStudiesResponse.SerializeToString,
             ),
             'GetStudy': grpc.unary_unary_rpc_method_handler(
                     servicer.GetStudy,
-                    request_deserializer=fedsketch_dot_common_dot_pb_dot_fedsketch__pb2.StudyRef.FromString,
+                    request_deserializer=fedsketch_dot_common_dot_pb_dot_fedsketch__pb2.DeviceRead.FromString,
                     response_serializer=fedsketch_dot_common_dot_pb_dot_fedsketch__pb2.Study.SerializeToString,
             ),
             'Register': grpc.unary_unary_rpc_method_handler(
@@ -203,7 +207,7 @@ def add_DeviceServicer_to_server(servicer, server):
             ),
             'GetResult': grpc.unary_unary_rpc_method_handler(
                     servicer.GetResult,
-                    request_deserializer=fedsketch_dot_common_dot_pb_dot_fedsketch__pb2.StudyRef.FromString,
+                    request_deserializer=fedsketch_dot_common_dot_pb_dot_fedsketch__pb2.DeviceRead.FromString,
                     response_serializer=fedsketch_dot_common_dot_pb_dot_fedsketch__pb2.Result.SerializeToString,
             ),
             'SecAggSend': grpc.unary_unary_rpc_method_handler(
@@ -274,7 +278,7 @@ class Device:
             request,
             target,
             '/fedsketch.v1.Device/ListStudies',
-            fedsketch_dot_common_dot_pb_dot_fedsketch__pb2.ListStudiesRequest.SerializeToString,
+            fedsketch_dot_common_dot_pb_dot_fedsketch__pb2.DeviceRead.SerializeToString,
             fedsketch_dot_common_dot_pb_dot_fedsketch__pb2.ListStudiesResponse.FromString,
             options,
             channel_credentials,
@@ -301,7 +305,7 @@ class Device:
             request,
             target,
             '/fedsketch.v1.Device/GetStudy',
-            fedsketch_dot_common_dot_pb_dot_fedsketch__pb2.StudyRef.SerializeToString,
+            fedsketch_dot_common_dot_pb_dot_fedsketch__pb2.DeviceRead.SerializeToString,
             fedsketch_dot_common_dot_pb_dot_fedsketch__pb2.Study.FromString,
             options,
             channel_credentials,
@@ -409,7 +413,7 @@ class Device:
             request,
             target,
             '/fedsketch.v1.Device/GetResult',
-            fedsketch_dot_common_dot_pb_dot_fedsketch__pb2.StudyRef.SerializeToString,
+            fedsketch_dot_common_dot_pb_dot_fedsketch__pb2.DeviceRead.SerializeToString,
             fedsketch_dot_common_dot_pb_dot_fedsketch__pb2.Result.FromString,
             options,
             channel_credentials,
@@ -527,6 +531,11 @@ class OperatorStub:
                 request_serializer=fedsketch_dot_common_dot_pb_dot_fedsketch__pb2.StudyRef.SerializeToString,
                 response_deserializer=fedsketch_dot_common_dot_pb_dot_fedsketch__pb2.Study.FromString,
                 _registered_method=True)
+        self.GetResult = channel.unary_unary(
+                '/fedsketch.v1.Operator/GetResult',
+                request_serializer=fedsketch_dot_common_dot_pb_dot_fedsketch__pb2.StudyRef.SerializeToString,
+                response_deserializer=fedsketch_dot_common_dot_pb_dot_fedsketch__pb2.Result.FromString,
+                _registered_method=True)
         self.CloseStudy = channel.unary_unary(
                 '/fedsketch.v1.Operator/CloseStudy',
                 request_serializer=fedsketch_dot_common_dot_pb_dot_fedsketch__pb2.StudyRef.SerializeToString,
@@ -566,6 +575,13 @@ class OperatorServicer:
 
     def ShowStudy(self, request, context):
         """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetResult(self, request, context):
+        """The published result of any study (FAILED_PRECONDITION until it is DONE).
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
@@ -615,6 +631,11 @@ def add_OperatorServicer_to_server(servicer, server):
                     servicer.ShowStudy,
                     request_deserializer=fedsketch_dot_common_dot_pb_dot_fedsketch__pb2.StudyRef.FromString,
                     response_serializer=fedsketch_dot_common_dot_pb_dot_fedsketch__pb2.Study.SerializeToString,
+            ),
+            'GetResult': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetResult,
+                    request_deserializer=fedsketch_dot_common_dot_pb_dot_fedsketch__pb2.StudyRef.FromString,
+                    response_serializer=fedsketch_dot_common_dot_pb_dot_fedsketch__pb2.Result.SerializeToString,
             ),
             'CloseStudy': grpc.unary_unary_rpc_method_handler(
                     servicer.CloseStudy,
@@ -718,6 +739,33 @@ class Operator:
             '/fedsketch.v1.Operator/ShowStudy',
             fedsketch_dot_common_dot_pb_dot_fedsketch__pb2.StudyRef.SerializeToString,
             fedsketch_dot_common_dot_pb_dot_fedsketch__pb2.Study.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetResult(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/fedsketch.v1.Operator/GetResult',
+            fedsketch_dot_common_dot_pb_dot_fedsketch__pb2.StudyRef.SerializeToString,
+            fedsketch_dot_common_dot_pb_dot_fedsketch__pb2.Result.FromString,
             options,
             channel_credentials,
             insecure,

@@ -102,7 +102,9 @@ def serve(
     again (a secure one from its stored unmasked sum) and secure-aggregation rounds go on at the
     stage they were in, their deadlines counted from when each stage opened. Every request is parsed from raw
     bytes under its method's size limit; malformed input is refused with INVALID_ARGUMENT. An
-    internal error answers INTERNAL with a short error id, logged here with its traceback."""
+    internal error answers INTERNAL with a short error id, logged here with its traceback.
+    Studies and results are not public: the operator token reads them all, an enrolled device
+    (signing each read) the studies it may join and the results of those it contributed to."""
     from fedsketch.common.tls import server_credentials
     from fedsketch.server.cli.logformat import configure
     from fedsketch.server.service.api import build_server
@@ -329,11 +331,9 @@ def tokens(
 def result(
     coordinator: Target,
     study: Annotated[str, typer.Argument(help="Study id.")],
+    token_file: TokenFile = Path("operator.token"),
     ca: CaOpt = None,
     insecure: InsecureOpt = False,
-    token_file: Annotated[Path | None, typer.Option(
-        "--token-file", envvar="FEDSKETCH_OPERATOR_TOKEN_FILE",
-        help="Accepted as in every operator command, and not read: a result is public.")] = None,
     strict: Annotated[bool, typer.Option(
         help=f"Exit with status {NOT_IDENTIFIABLE_EXIT} when the centroids cannot be told from the "
              "aggregate sketch's noise.")] = False,
@@ -343,14 +343,16 @@ def result(
     stderr); for a study with refinement rounds, "refined_rounds" says how many ended with new
     centres, and the identifiability is that of the sketch's start they refined. "noise_norm" is
     the norm the aggregate sketch's noise is expected to have (from the public spec and the
-    released counts, sketch units), and stderr says how much of "residual" it explains."""
-    from fedsketch.common.pb import fedsketch_pb2_grpc as pb_grpc
+    released counts, sketch units), and stderr says how much of "residual" it explains. Results
+    are not public: reading one takes the operator token (a device reads the results of the
+    studies it contributed to with its own signature)."""
     from fedsketch.common.study import StudySpec
 
     with clean_errors():
-        stub = pb_grpc.DeviceStub(connect(coordinator, ca, insecure))
-        res = stub.GetResult(pb.StudyRef(study_id=study), timeout=30)
-        spec = StudySpec.from_json(stub.GetStudy(pb.StudyRef(study_id=study), timeout=30).spec_json)
+        stub, meta = operator_stub(coordinator, ca, insecure, token_file)
+        res = stub.GetResult(pb.StudyRef(study_id=study), metadata=meta, timeout=30)
+        spec = StudySpec.from_json(stub.ShowStudy(pb.StudyRef(study_id=study), metadata=meta,
+                                                  timeout=30).spec_json)
     noise_norm = result_noise(spec, res.residual, res.devices, res.records)
     c = [list(res.centroids[i * res.d:(i + 1) * res.d]) for i in range(res.k)]
     verdict = {"status": res.status, "reason": res.status_reason, "z": list(res.z),

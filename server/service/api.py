@@ -8,7 +8,8 @@ the store's) into a status with its message (:data:`.handlers.STATUS`), and anyt
 into INTERNAL with an error id that the coordinator logs with the traceback. Messages larger
 than the transport's limit are refused by gRPC itself (RESOURCE_EXHAUSTED). Operator calls need
 ``authorization: Bearer <token>`` metadata matching the operator token (UNAUTHENTICATED without
-one, PERMISSION_DENIED for a wrong one).
+one, PERMISSION_DENIED for a wrong one); a device reads studies and results with a signed read
+(``DeviceRead``), judged by :mod:`.reads`, which says who reads what.
 """
 
 from __future__ import annotations
@@ -27,16 +28,23 @@ from fedsketch.server.service.coordinator import Coordinator
 from fedsketch.server.service.events import EventStore
 from fedsketch.server.service.handlers import add_service
 from fedsketch.server.service.messages import (
+    ReadMessage,
     RefusalMessage,
     RegistrationMessage,
     StageMessage,
     Submission,
 )
 from fedsketch.server.service.operator_view import REASONS, audit_reply, status_reply
-from fedsketch.server.service.study_wire import STUDY_STATES, plain_stage, study_message
+from fedsketch.server.service.study_wire import STUDY_STATES, plain_stage, result_message, study_message
 from fedsketch.server.store.base import Store
 
 __all__ = ["STUDY_STATES", "DeviceService", "OperatorService", "build_server"]
+
+
+def _read(method: str, request: pb.DeviceRead) -> ReadMessage:
+    """The signed read of a Device ``method`` (:mod:`.reads` judges it)."""
+    return ReadMessage(method, request.device_id, request.study_id, request.signed_at,
+                       request.signature)
 
 
 def _stage_message(request: pb.SecAggMessage) -> StageMessage:
@@ -63,13 +71,14 @@ class DeviceService:
                                                          request.label))
 
     def ListStudies(self, request, context):  # noqa: N802
-        """Studies that accept contributions."""
-        rows = self.c.studies()
+        """The accepting studies the signing device may join."""
+        rows = self.c.read_studies(_read("ListStudies", request))
         return pb.ListStudiesResponse(studies=[study_message(r, self.c.round_of(r.study_id)) for r in rows])
 
     def GetStudy(self, request, context):  # noqa: N802
-        """One study."""
-        return study_message(self.c.study(request.study_id), self.c.round_of(request.study_id))
+        """One study the signing device may read."""
+        row = self.c.read_study(_read("GetStudy", request))
+        return study_message(row, self.c.round_of(row.study_id))
 
     def Register(self, request, context):  # noqa: N802
         """Join a plain study's roster."""
@@ -113,17 +122,8 @@ class DeviceService:
         return pb.RefusalAck(duplicate=duplicate)
 
     def GetResult(self, request, context):  # noqa: N802
-        """The published result of a done study."""
-        spec, res = self.c.result(request.study_id)
-        verdict = res.get("identifiability", {})
-        return pb.Result(study_id=request.study_id, k=spec.k,
-                         d=spec.sketch.frequencies.d,
-                         centroids=[v for row in res["centroids"] for v in row],
-                         weights=res["weights"], residual=res["residual"],
-                         devices=res["devices"], records=res["records"],
-                         status=verdict.get("status", ""), status_reason=verdict.get("reason", ""),
-                         z=verdict.get("z", []), threshold=verdict.get("threshold", 0.0),
-                         rounds=res.get("refined_rounds", 0))
+        """The published result of a done study the signing device contributed to."""
+        return result_message(request.study_id, *self.c.read_result(_read("GetResult", request)))
 
 
 class OperatorService:
@@ -136,7 +136,8 @@ class OperatorService:
     def _authorize(self, context) -> None:
         header = dict(context.invocation_metadata()).get("authorization", "")
         if not header.startswith("Bearer "):
-            raise Refusal(Code.UNAUTHENTICATED, "operator credential required")
+            raise Refusal(Code.UNAUTHENTICATED, "operator credential required: "
+                          "`authorization: Bearer <operator token>` metadata")
         digest = hashlib.sha256(header[len("Bearer "):].encode()).hexdigest()
         if not hmac.compare_digest(digest, self._token_sha256):
             raise Refusal(Code.PERMISSION_DENIED, "bad operator credential")
@@ -153,6 +154,10 @@ class OperatorService:
     def ShowStudy(self, request, context):  # noqa: N802
         self._authorize(context)
         return study_message(self.c.study(request.study_id), self.c.round_of(request.study_id))
+
+    def GetResult(self, request, context):  # noqa: N802
+        self._authorize(context)
+        return result_message(request.study_id, *self.c.result(request.study_id))
 
     def CloseStudy(self, request, context):  # noqa: N802
         self._authorize(context)

@@ -49,6 +49,7 @@ from fedsketch.common.tls import MAX_MESSAGE_BYTES
 from fedsketch.server.decode.pipeline import StudyResult, decode_study
 from fedsketch.server.errors import Code, Refusal
 from fedsketch.server.service.messages import Submission
+from fedsketch.server.service.reads import Reads
 from fedsketch.server.service.roster import Roster
 from fedsketch.server.service.rounds import Rounds
 from fedsketch.server.service.secure_round import SecAggRound
@@ -75,7 +76,7 @@ MAX_TOKENS = 100_000
 MAX_SKETCH_BYTES = MAX_MESSAGE_BYTES - 4096
 
 
-class Coordinator(SecureStudies, Roster):
+class Coordinator(SecureStudies, Roster, Reads):
     """Study lifecycle and validation, shared by the device and operator services."""
 
     def __init__(self, store: Store) -> None:

@@ -76,6 +76,7 @@ MAX_REQUEST_BYTES: dict[str, int] = {
     "Operator/CreateStudy": SPEC_BYTES,
     "Operator/ListStudies": ENVELOPE_BYTES,
     "Operator/ShowStudy": ENVELOPE_BYTES,
+    "Operator/GetResult": ENVELOPE_BYTES,
     "Operator/CloseStudy": ENVELOPE_BYTES,
     "Operator/IssueTokens": ENVELOPE_BYTES,
     "Operator/StudyStatus": ENVELOPE_BYTES,

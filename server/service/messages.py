@@ -54,3 +54,16 @@ class RefusalMessage:
     reason: str
     code: int
     signature: bytes
+
+
+@dataclass(frozen=True)
+class ReadMessage:
+    """One device's signed read (``DeviceRead``) of the Device service's ``method``
+    ("ListStudies", "GetStudy" or "GetResult"); ``study_id`` "" for a list, ``signed_at`` Unix
+    seconds."""
+
+    method: str
+    device_id: str
+    study_id: str
+    signed_at: float
+    signature: bytes

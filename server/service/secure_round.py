@@ -97,7 +97,7 @@ class SecAggRound:
         self._outbox: dict[str, bytes] = {}
         self._shared_body: bytes | None = None
         self._records: dict[str, float] = {}  # the roster's declared record counts
-        self._survivors: tuple[str, ...] = ()
+        self._survivors: tuple[str, ...] = ()  # whose masked input arrived (MASKED_INPUT closed)
         self._aggregator: Aggregator | None = None
         self._params: SecAggParams | None = None
         #: Wall seconds the coordinator spent closing each stage (routing, unmasking).
@@ -346,3 +346,10 @@ class SecAggRound:
         keys = {u: self._store.device_key(u) for u in roster}
         self._aggregator = Aggregator(self._params, keys)
         self._shared_body = sw.dump(sw.params_to_json(self._params, keys, records))
+
+    def members(self) -> dict[str, bool]:
+        """The round's roster once REGISTER closed, each device mapped to whether its masked
+        input is in the sum (known once MASKED_INPUT closed); empty before. What decides which
+        studies and results a device may read (:mod:`.reads`)."""
+        with self._lock:
+            return {u: u in self._survivors for u in self._records}

@@ -1,9 +1,11 @@
-"""A study as the wire shows it: the ``Study`` message of a store row, shared by the Device and
-Operator services (:mod:`.api`) and the operator's view (:mod:`.operator_view`)."""
+"""A study and its result as the wire shows them: the ``Study`` message of a store row and the
+``Result`` message of a published result, shared by the Device and Operator services (:mod:`.api`)
+and the operator's view (:mod:`.operator_view`)."""
 
 from __future__ import annotations
 
 from fedsketch.common.pb import fedsketch_pb2 as pb
+from fedsketch.common.study import StudySpec
 from fedsketch.server.service.secure_round import SecAggRound
 from fedsketch.server.store.base import ACCEPTING, STATES, StudyRow
 
@@ -29,3 +31,18 @@ def study_message(row: StudyRow, secure_round: SecAggRound | None = None) -> pb.
                     state=STUDY_STATES[row.state], stage=stage,
                     contributions=row.contributions, records=row.records, detail=row.detail,
                     registered=row.registered)
+
+
+def result_message(study_id: str, spec: StudySpec, res: dict) -> pb.Result:
+    """The wire form of a study's published result (``StudyResult.to_dict()``, or a refined
+    one's) under its spec: centroids row-major in data units, the identifiability verdict (empty
+    for a result published before the check existed) and the refinement rounds that ended with
+    new centres."""
+    verdict = res.get("identifiability", {})
+    return pb.Result(study_id=study_id, k=spec.k, d=spec.sketch.frequencies.d,
+                     centroids=[v for row in res["centroids"] for v in row],
+                     weights=res["weights"], residual=res["residual"],
+                     devices=res["devices"], records=res["records"],
+                     status=verdict.get("status", ""), status_reason=verdict.get("reason", ""),
+                     z=verdict.get("z", []), threshold=verdict.get("threshold", 0.0),
+                     rounds=res.get("refined_rounds", 0))

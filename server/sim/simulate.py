@@ -336,7 +336,6 @@ def run_simulation(cfg: SimConfig, data: Pooled | None = None) -> dict:
         loop = loopback_coordinator(stack, folder)
         store, target, operator, meta = loop.store, loop.target, loop.operator, loop.meta
         certs = loop.certs
-        op_channel = loop.channel
         tokens = list(operator.IssueTokens(pb.IssueTokensRequest(count=cfg.devices),
                                            metadata=meta).tokens)
         study = operator.CreateStudy(pb.CreateStudyRequest(spec_json=spec.to_json()),
@@ -364,7 +363,7 @@ def run_simulation(cfg: SimConfig, data: Pooled | None = None) -> dict:
         s = wait_for(watch, (pb.DONE, pb.FAILED), "the coordinator did not finish decoding", 0.05)
         if s.state == pb.FAILED:
             raise RuntimeError(f"the study failed: {s.detail}")
-        res = pb_grpc.DeviceStub(op_channel).GetResult(pb.StudyRef(study_id=study.study_id))
+        res = operator.GetResult(pb.StudyRef(study_id=study.study_id), metadata=meta)
         seconds["decode"] = time.perf_counter() - t
         full = json.loads(store.get_result(study.study_id))
     centroids = np.asarray(res.centroids).reshape(res.k, res.d)

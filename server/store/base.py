@@ -280,6 +280,13 @@ class Store(ABC):
         roster full and holding the device, and the device has not contributed yet."""
 
     @abstractmethod
+    def memberships(self, device_id: str, study_ids: tuple[str, ...]) -> dict[str, bool]:
+        """For each of ``study_ids`` whose roster holds ``device_id``: whether the device
+        contributed to it (a contribution is only taken from a roster device, which cannot leave
+        once it has contributed). Studies it is not in, unknown studies and an unknown device are
+        absent. Read only; what decides which studies and results a device may read."""
+
+    @abstractmethod
     def outstanding(self, study_id: str, now: float) -> int:
         """How many roster devices hold a ticket live at ``now`` and have not contributed."""
 

@@ -1,7 +1,8 @@
 """What the operator watches, read from (and, for refusals, written to) the SQLite store: a
 study's roster with labels and contribution times, the refusals devices reported, and the audit
-log. A mixin of :class:`~fedsketch.server.store.sqlite.SQLiteStore`, which provides the
-connection (``_tx``, ``_query``), the audit writer ``_log`` and the study reader ``_study``."""
+log; and the memberships that decide what a device may read. A mixin of
+:class:`~fedsketch.server.store.sqlite.SQLiteStore`, which provides the connection (``_tx``,
+``_query``), the audit writer ``_log`` and the study reader ``_study``."""
 
 from __future__ import annotations
 
@@ -23,10 +24,19 @@ FROM refusals AS f JOIN devices AS d ON d.device_id = f.device_id
 WHERE f.study_id = ? ORDER BY f.reported_at, f.device_id LIMIT ?
 """
 
+#: The studies among a list whose roster holds a device, and whether it contributed to each (by
+#: the primary keys (study_id, device_id) of both tables; "{ids}" is one "?" per study).
+MEMBERSHIPS_SQL = """
+SELECT r.study_id, c.device_id IS NOT NULL
+FROM registrations AS r
+LEFT JOIN contributions AS c ON c.study_id = r.study_id AND c.device_id = r.device_id
+WHERE r.device_id = ? AND r.study_id IN ({ids})
+"""
+
 
 class OperatorReads:
-    """The operator's reads of :class:`~fedsketch.server.store.base.Store` over SQLite, and
-    :meth:`add_refusal`."""
+    """The operator's reads of :class:`~fedsketch.server.store.base.Store` over SQLite,
+    :meth:`add_refusal` and :meth:`memberships`."""
 
     def add_refusal(self, study_id: str, device_id: str, reason: str) -> bool:
         if reason not in REFUSAL_REASONS:
@@ -50,6 +60,13 @@ class OperatorReads:
         rows = [RefusalRow(*row) for row in self._query(REFUSALS_SQL, (study_id, limit))]
         total = self._query("SELECT COUNT(*) FROM refusals WHERE study_id = ?", (study_id,))[0][0]
         return rows, total
+
+    def memberships(self, device_id: str, study_ids: tuple[str, ...]) -> dict[str, bool]:
+        if not study_ids:
+            return {}
+        rows = self._query(MEMBERSHIPS_SQL.format(ids=", ".join("?" * len(study_ids))),
+                           (device_id, *study_ids))
+        return {study_id: bool(contributed) for study_id, contributed in rows}
 
     def audit_log(self, limit: int = 100,
                   study_ids: tuple[str, ...] = ()) -> list[tuple[float, str, str, str]]:

@@ -123,7 +123,7 @@ def test_a_dataframe_is_read_column_by_column(mixture):
         sketch(frame.assign(name="clinic"), **args)
     holed = frame.astype("Float64")
     holed.loc[3, "b"] = None
-    with pytest.raises(ValueError, match="record 3 holds a NaN"):
+    with pytest.raises(ValueError, match=r"row index 3 \(counted from 0\) holds a NaN"):
         sketch(holed, **args)
 
 
@@ -205,9 +205,17 @@ def test_noise_alone_warns_not_identifiable():
     assert out.identifiability.status == "not identifiable"
 
 
+def test_an_unreliable_auto_scale_warns_in_the_apis_words():
+    x = np.random.default_rng(1).uniform(-1, 1, size=(300, 2))
+    with pytest.warns(UserWarning, match="scale='auto'") as caught:
+        sketch(x, epsilon=0.01, m=40, scale="auto")
+    text = " ".join(str(w.message) for w in caught if "scale='auto'" in str(w.message))
+    assert "too noisy" in text and "bounds=" in text and "--" not in text
+
+
 @pytest.mark.parametrize(("data", "kwargs", "message"), [
-    (np.array([[0.0, 1.0], [np.nan, 2.0]]), {}, "record 1 holds a NaN"),
-    ([np.zeros((3, 2)), np.array([[0.0, np.inf]])], {}, "record 3 holds a NaN or an infinity"),
+    (np.array([[0.0, 1.0], [np.nan, 2.0]]), {}, "row index 1 (counted from 0) holds a NaN"),
+    ([np.zeros((3, 2)), np.array([[0.0, np.inf]])], {}, "row index 3 (counted from 0) holds a NaN or an"),
     (np.zeros(5), {}, "2-D array"),
     (np.array([["a", "b"]]), {}, "real numbers"),
     ((c for c in [np.zeros((3, 2))]), {}, "one-shot iterator"),

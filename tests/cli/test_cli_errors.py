@@ -68,7 +68,8 @@ def test_a_wrong_ca_is_named(served, tmp_path):
     failed_in_words(run(*args), f"the coordinator at {target}",
                     f"is not signed by the CA in --ca {other.ca_cert}")
     failed_in_words(run("coordinator", "result", "S", "--coordinator", target, "--ca",
-                        str(other.ca_cert)), f"is not signed by the CA in --ca {other.ca_cert}")
+                        str(other.ca_cert), "--token-file", str(token)),
+                    f"is not signed by the CA in --ca {other.ca_cert}")
     verbose = run("--verbose", *args)
     assert verbose.returncode == 1
     assert "is not signed by the CA in --ca" in verbose.stderr

@@ -11,14 +11,13 @@ import time
 import grpc
 import numpy as np
 import pytest
-from conftest import study_spec
+from conftest import signed, study_spec
 from typer.testing import CliRunner
 
 from fedsketch.client.agent import Agent
 from fedsketch.client.ledger import DEFAULT_SOURCE, Ledger
 from fedsketch.client.localdata import LocalData
 from fedsketch.client.policy import Policy
-from fedsketch.common.pb import fedsketch_pb2 as pb
 from fedsketch.common.refine import RefineSpec, is_round
 from fedsketch.server.bench.metrics import split
 from fedsketch.server.cli.main import app
@@ -100,7 +99,7 @@ def test_a_round_reservation_is_not_counted_twice(coordinator_round, records, tm
         assert time.monotonic() < stop, "round 1 never opened"
         out = victim.step()
         assert bee.study_id not in out.refused, out.refused
-        round1 = next((s.study_id for s in victim.stub.ListStudies(pb.ListStudiesRequest()).studies
+        round1 = next((s.study_id for s in victim.stub.ListStudies(signed(victim, "ListStudies")).studies
                        if is_round(s.spec_json)), None)
         time.sleep(0.1)
     victim.step()

@@ -92,7 +92,7 @@ def test_a_hostile_count_is_refused_and_the_study_completes_from_the_honest(
     honest_x = np.concatenate(parts[:3])
     if neighbouring == "replace_one":
         assert s.records == honest_x.shape[0]
-    res = r.device_stub().GetResult(pb.StudyRef(study_id=study.study_id))
+    res = r.result(study.study_id)
     centroids = np.asarray(res.centroids).reshape(res.k, res.d)
     ref = sse_per_n(split(honest_x), sklearn_kmeans_centroids(honest_x, 3))
     assert sse_per_n(split(honest_x), centroids) / ref < 1.15
@@ -139,7 +139,7 @@ def test_a_hostile_register_is_refused_alone_and_the_secure_round_completes(coor
     refused(b'{"n":4500}', "above the study's max_records 10,000")
     s = drive(r, study.study_id, honest)
     assert s.state == pb.DONE, s.detail
-    res = r.device_stub().GetResult(pb.StudyRef(study_id=study.study_id))
+    res = r.result(study.study_id)
     assert res.records == 9_000 and res.devices == 3
     assert rnd._params is None or ident.device_id not in rnd._params.device_ids
     for agent in honest:
@@ -159,7 +159,7 @@ def test_a_device_whose_count_would_pass_the_secure_total_is_refused_alone(coord
     assert "above the study's max_records 10,000" in reason, reason
     s = drive(r, study.study_id, agents[:3])
     assert s.state == pb.DONE, s.detail
-    res = r.device_stub().GetResult(pb.StudyRef(study_id=study.study_id))
+    res = r.result(study.study_id)
     assert res.records == 9_000 and res.devices == 3
     assert agents[3].ledger.spends() == [] and all(len(a.ledger.spends()) == 1 for a in agents[:3])
 

@@ -9,7 +9,7 @@ import time
 import grpc
 import numpy as np
 import pytest
-from conftest import META, study_spec
+from conftest import META, signed, study_spec
 
 from fedsketch.client.policy import Policy
 from fedsketch.common import signing
@@ -52,7 +52,7 @@ def test_two_rounds_refine_the_sketch_and_every_device_spends_each_once(coordina
     study = r.create(spec)
     agents = [r.agent(f"d{i}", part) for i, part in enumerate(np.array_split(data, 4))]
     assert drive(r, agents, study.study_id).state == pb.DONE
-    res = r.device_stub().GetResult(pb.StudyRef(study_id=study.study_id))
+    res = r.result(study.study_id)
     assert res.rounds == 2 and res.devices == 4
     clipped = np.clip(data, -10.0, 10.0)  # what the study's box lets the mechanism see
     ref = sse_per_n(split(clipped), sklearn_kmeans_centroids(clipped, 3))
@@ -74,10 +74,19 @@ def test_two_rounds_refine_the_sketch_and_every_device_spends_each_once(coordina
             counts, _ = decode_cells(c.payload, *shape)
             assert c.kind == CELLS_KIND and c.n == counts.sum()
         with pytest.raises(grpc.RpcError) as info:
-            r.device_stub().GetResult(pb.StudyRef(study_id=row.study_id))
+            r.result(row.study_id)
         assert info.value.code() == grpc.StatusCode.FAILED_PRECONDITION
     full = json.loads(r.store.get_result(study.study_id))
     assert full["refined_rounds"] == 2 and len(full["start_centroids"]) == 3
+    # a device reads its study's result and the centres each round published; an outsider neither
+    assert agents[0].stub.GetResult(signed(agents[0], "GetResult", study.study_id)) == res
+    outsider = r.agent("outsider", data[:10])
+    for row in rounds:
+        assert agents[0].stub.GetStudy(signed(agents[0], "GetStudy", row.study_id)).spec_json == row.spec_json
+        for method in ("GetStudy", "GetResult"):
+            with pytest.raises(grpc.RpcError) as info:
+                getattr(outsider.stub, method)(signed(outsider, method, row.study_id))
+            assert info.value.code() == grpc.StatusCode.PERMISSION_DENIED
     assert full["identifiability"]["status"] == res.status == "identified"
 
 
@@ -141,6 +150,7 @@ def test_a_device_refuses_a_round_that_does_not_fit_its_study(coordinator_round,
     parent = r.create(refined_spec())
     rid = plant_round(r, parent, **changes)
     a = r.agent("checker", data[:100])
+    r.store.register(parent.study_id, a.ledger.identity().device_id)  # it sees the study's rounds
     assert reason in a.step().refused[rid]
     assert r.store.get_study(rid).registered == 0
 
@@ -179,6 +189,7 @@ def test_a_round_opened_twice_is_released_once(coordinator_round, data):
     r = coordinator_round
     parent = r.create(study_spec(refine=RefineSpec((1.0, 1.0)), min_devices=1))
     a = r.agent("once", data[:500])
+    r.store.register(parent.study_id, a.ledger.identity().device_id)  # it sees the study's rounds
     first = plant_round(r, parent, min_devices=1, centroids=((0.0, 0.0, 0.0), (1.0, 1.0, 1.0)))
     assert first in a.step().submitted
     second = plant_round(r, parent, min_devices=1, centroids=((2.0, 0.0, 0.0), (1.0, 1.0, 1.0)))

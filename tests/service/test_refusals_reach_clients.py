@@ -9,7 +9,7 @@ from concurrent.futures import ThreadPoolExecutor
 import grpc
 import pytest
 import typer
-from conftest import study_spec
+from conftest import META, study_spec
 
 from fedsketch.common.cli import clean_errors
 from fedsketch.common.frequencies import FrequencySpec
@@ -50,7 +50,7 @@ def test_the_command_line_prints_an_internal_error_with_its_id(coordinator_round
 
     monkeypatch.setattr(coordinator_round.coordinator, "study", broken)
     with pytest.raises(typer.Exit), clean_errors():
-        coordinator_round.device_stub().GetStudy(pb.StudyRef(study_id="st-1"), timeout=20)
+        coordinator_round.operator().ShowStudy(pb.StudyRef(study_id="st-1"), metadata=META, timeout=20)
     err = capsys.readouterr().err
     assert err.startswith("error: INTERNAL: internal error ")
     assert "coordinator's log" in err and "a bug" not in err
@@ -71,7 +71,7 @@ def test_the_command_line_escapes_a_hostile_coordinator_s_message(capsys):
     try:
         with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
             with pytest.raises(typer.Exit), clean_errors():
-                pb_grpc.DeviceStub(channel).GetStudy(pb.StudyRef(study_id="st-1"), timeout=20)
+                pb_grpc.DeviceStub(channel).GetStudy(pb.DeviceRead(study_id="st-1"), timeout=20)
     finally:
         server.stop(None).wait()
     err = capsys.readouterr().err

@@ -44,7 +44,7 @@ def test_four_devices_decode_close_to_kmeans(coordinator_round, data):
     contribute_all(agents, study.study_id)
     s = coordinator_round.wait(study.study_id)
     assert s.state == pb.DONE and s.contributions == 4 and s.records == 60_000
-    res = coordinator_round.device_stub().GetResult(pb.StudyRef(study_id=study.study_id))
+    res = coordinator_round.result(study.study_id)
     centroids = np.asarray(res.centroids).reshape(res.k, res.d)
     ref = sse_per_n(split(data), sklearn_kmeans_centroids(data, 3))
     assert sse_per_n(split(data), centroids) / ref < 1.1
@@ -70,7 +70,7 @@ def test_a_study_whose_centroids_are_noise_says_so(coordinator_round, data, monk
     agents = [coordinator_round.agent(f"t{i}", data[i * 40:(i + 1) * 40]) for i in range(4)]
     contribute_all(agents, study.study_id)
     assert coordinator_round.wait(study.study_id).state == pb.DONE
-    res = coordinator_round.device_stub().GetResult(pb.StudyRef(study_id=study.study_id))
+    res = coordinator_round.result(study.study_id)
     assert res.status == "not identifiable"
     assert "cannot be told from noise" in res.status_reason and max(res.z) <= res.threshold
     assert calls == [(160, 4)]
@@ -266,7 +266,9 @@ def test_operator_calls_need_the_credential(coordinator_round, metadata, code):
     op = coordinator_round.operator()
     for call, request in ((op.IssueTokens, pb.IssueTokensRequest(count=1)),
                           (op.CreateStudy, pb.CreateStudyRequest(spec_json=study_spec().to_json())),
-                          (op.ListStudies, pb.ListStudiesRequest())):
+                          (op.ListStudies, pb.ListStudiesRequest()),
+                          (op.ShowStudy, pb.StudyRef(study_id="st-0")),
+                          (op.GetResult, pb.StudyRef(study_id="st-0"))):
         with pytest.raises(grpc.RpcError) as err:
             call(request, metadata=metadata, timeout=10)
         assert err.value.code() == code
@@ -288,7 +290,7 @@ def test_client_without_the_ca_is_refused(coordinator_round, tmp_path):
     stranger = init_certs(tmp_path / "other", ["localhost"])
     stub = pb_grpc.DeviceStub(secure_channel(coordinator_round.target, stranger.ca_cert))
     with pytest.raises(grpc.RpcError) as err:
-        stub.ListStudies(pb.ListStudiesRequest(), timeout=5)
+        stub.ListStudies(pb.DeviceRead(), timeout=5)
     assert err.value.code() == grpc.StatusCode.UNAVAILABLE
 
 
@@ -324,7 +326,7 @@ def test_deadline_without_quorum_fails_and_operator_close_decodes(coordinator_ro
     s = coordinator_round.wait(failing.study_id, timeout=10)
     assert s.state == pb.FAILED and "1 of 3 devices" in s.detail
     with pytest.raises(grpc.RpcError) as err:
-        coordinator_round.device_stub().GetResult(pb.StudyRef(study_id=failing.study_id))
+        coordinator_round.result(failing.study_id)
     assert err.value.code() == grpc.StatusCode.FAILED_PRECONDITION
     coordinator_round.operator().CloseStudy(pb.StudyRef(study_id=closing.study_id), metadata=META)
     assert coordinator_round.wait(closing.study_id).state == pb.DONE

@@ -115,8 +115,7 @@ def device(c: CoordinatorProcess, data: Path, ledger: Path, token: str | None = 
 def wait_done(c: CoordinatorProcess, study: str) -> dict:
     stop = time.monotonic() + 120
     while time.monotonic() < stop:
-        res = cli("coordinator", "result", study, "--coordinator", c.target, "--ca",
-                  str(c.certs / "ca.pem"), check=False)
+        res = c.op("result", study, check=False)
         if res.returncode == 0:
             return json.loads(res.stdout)
         time.sleep(0.2)

@@ -11,7 +11,7 @@ from dataclasses import replace
 import grpc
 import numpy as np
 import pytest
-from conftest import META
+from conftest import META, signed
 
 from fedsketch.client import daemon, secure_steps
 from fedsketch.client.agent import Agent
@@ -170,8 +170,13 @@ def test_dropouts_at_masked_input_complete_and_spend_only_for_submitters(coordin
     agents = [coordinator_round.agent(f"d{i}", parts[i]) for i in range(8)]
     s = drive(coordinator_round, study.study_id, agents, silent={1, 5})
     assert s.state == pb.DONE, s.detail
-    res = coordinator_round.device_stub().GetResult(pb.StudyRef(study_id=study.study_id))
+    res = coordinator_round.result(study.study_id)
     assert res.devices == 6
+    # a device whose masked input is in the sum reads the result; one silent since MASKED_INPUT not
+    assert agents[0].stub.GetResult(signed(agents[0], "GetResult", study.study_id)) == res
+    with pytest.raises(grpc.RpcError) as err:
+        agents[1].stub.GetResult(signed(agents[1], "GetResult", study.study_id))
+    assert err.value.code() == grpc.StatusCode.PERMISSION_DENIED
     assert judged == [6 / 5] and res.status == "identified"  # six shares of 1/h_min of a draw
     for i, agent in enumerate(agents):
         assert len(agent.ledger.spends()) == (0 if i in {1, 5} else 1)
@@ -212,7 +217,7 @@ def test_a_device_whose_data_changed_after_register_drops_out_unspent(coordinato
     assert [len(a.ledger.spends()) for a in agents] == [1, 1, 1, 0, 0]
     assert "changed while it was in use" in caplog.text
     assert "the data changed since REGISTER" in caplog.text
-    res = coordinator_round.device_stub().GetResult(pb.StudyRef(study_id=study.study_id))
+    res = coordinator_round.result(study.study_id)
     assert res.devices == 3
 
 
@@ -223,7 +228,7 @@ def test_too_few_submitters_abort_and_release_nothing(coordinator_round, parts):
     s = drive(coordinator_round, study.study_id, agents, silent={0, 1})
     assert s.state == pb.FAILED and "only 4 masked inputs, fewer than the 5" in s.detail
     with pytest.raises(grpc.RpcError) as err:
-        coordinator_round.device_stub().GetResult(pb.StudyRef(study_id=study.study_id))
+        coordinator_round.result(study.study_id)
     assert err.value.code() == grpc.StatusCode.FAILED_PRECONDITION
     assert [len(a.ledger.spends()) for a in agents] == [0, 0, 1, 1, 1, 1]
     assert coordinator_round.coordinator.rounds[study.study_id].held_messages() == 0
