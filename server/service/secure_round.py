@@ -116,6 +116,17 @@ class SecAggRound:
             r._replay(store.secure_round(study_id), store.stage_messages(study_id))
         return r
 
+    @classmethod
+    def ended(cls, study_id: str, spec: StudySpec | SecureRound, store: Store,
+              members: dict[str, bool]) -> SecAggRound:
+        """A round that ended before a restart, as the store kept it: finished, answering
+        :meth:`members` (its roster, and whose masked input is in the sum) and nothing else."""
+        r = cls(study_id, spec, store, lambda *_: None, lambda _: None)
+        r._records = dict.fromkeys(members, 0.0)  # the roster; the counts served only the sum
+        r._survivors = tuple(sorted(u for u, counted in members.items() if counted))
+        r._end()
+        return r
+
     def _replay(self, row: SecureRoundRow | None, messages: list[StageMessageRow]) -> None:
         """:meth:`resume`'s work (lock held)."""
         at = pb.REGISTER if row is None else row.stage
@@ -321,11 +332,13 @@ class SecAggRound:
         accepting states meanwhile is left as it is."""
         survivors = self._survivors if total is not None else ()
         records = sum(self._records[u] for u in survivors)
+        members = {u: u in self._survivors for u in self._records}  # as members() answers
         self._end()
         try:
             self._store.end_secure_round(
                 self.study_id, reason or "secure aggregate unmasked",
-                None if total is None else total.astype("<i8").tobytes(), len(survivors), records)
+                None if total is None else total.astype("<i8").tobytes(), len(survivors), records,
+                members)
         except Refusal as exc:
             log.warning("study %s: its secure round ended, but the study did not move (%s)",
                         self.study_id, exc)

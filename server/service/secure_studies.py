@@ -40,14 +40,23 @@ class SecureStudies:
 
     def _resume_rounds(self) -> None:
         """Rebuild every secure-aggregation round the store holds as running (a study or a
-        refinement round still accepting), at the stage it was in (:meth:`SecAggRound.resume`).
-        A round that cannot be rebuilt (its kept messages no longer pass this coordinator's
-        checks) fails its study with the reason, and the others resume."""
-        for row in self.store.list_studies(ACCEPTING):
+        refinement round still accepting), at the stage it was in (:meth:`SecAggRound.resume`),
+        and, for who may read what (:mod:`.reads`), the roster of every round that had ended
+        (:meth:`SecAggRound.ended`). A round that cannot be rebuilt (its kept messages no
+        longer pass this coordinator's checks) fails its study with the reason; the others
+        resume."""
+        for row in self.store.list_studies():
             spec = self.spec(row.study_id)
             if spec.secure_aggregation is None:
                 continue
             protocol = spec if row.parent is None else SecureRound(self.spec(row.parent), spec)
+            if row.state not in ACCEPTING:
+                kept = self.store.secure_round(row.study_id)
+                if kept is not None and kept.members is not None:
+                    with self._lock:
+                        self.rounds[row.study_id] = SecAggRound.ended(
+                            row.study_id, protocol, self.store, kept.members)
+                continue
             finish, fail = self._round_ends(row.study_id, protocol)
             try:
                 round_ = SecAggRound.resume(row.study_id, protocol, self.store, finish, fail)

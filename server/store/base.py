@@ -134,8 +134,7 @@ class ContributionRow:
 
 @dataclass(frozen=True)
 class StageMessageRow:
-    """One device's message of one secure-aggregation stage (its proto ``Stage`` number), as
-    received (the bytes its signature covers), and when (Unix seconds)."""
+    """A device's message of a secure stage (proto ``Stage`` number), as received, and when."""
 
     stage: int
     device_id: str
@@ -145,9 +144,9 @@ class StageMessageRow:
 
 @dataclass(frozen=True)
 class SecureRoundRow:
-    """A secure-aggregation round's progress: the stage open since ``opened_at`` (Unix
-    seconds), and once the round has ended, ``ended`` True with, if it unmasked, the unmasked
-    sum ``total`` (little-endian int64 words) of ``devices`` devices declaring ``records``."""
+    """A secure round's progress: the stage open since ``opened_at`` (Unix seconds); once it
+    ended, ``ended``, its roster as ``members`` (device → whether its masked input is in the sum)
+    and, if it unmasked, the sum ``total`` (int64 LE words) of ``devices`` declaring ``records``."""
 
     stage: int
     opened_at: float
@@ -155,6 +154,7 @@ class SecureRoundRow:
     total: bytes | None = None
     devices: int = 0
     records: float = 0.0
+    members: dict[str, bool] | None = None
 
 
 @dataclass(frozen=True)
@@ -373,11 +373,12 @@ class Store(ABC):
 
     @abstractmethod
     def end_secure_round(self, study_id: str, detail: str, total: bytes | None = None,
-                         devices: int = 0, records: float = 0.0) -> StudyRow:
+                         devices: int = 0, records: float = 0.0,
+                         members: dict[str, bool] | None = None) -> StudyRow:
         """End the study's round in one transaction and return the study: ``total`` (the unmasked
         sum) is kept with ``devices`` and ``records`` and the study makes its DECODE transition;
-        without it, ABANDON; either way with ``detail``, and the stage messages are deleted (the
-        progress row stays, ``ended``). StoreError 'not_found' for an unknown study,
+        without it, ABANDON; either way with ``detail`` and ``members``, and the stage messages
+        are deleted (the progress row stays, ``ended``). StoreError 'not_found' for an unknown study,
         'failed_precondition' unless it is in ``ACCEPTING`` (nothing written). Audited."""
 
     # what the operator watches

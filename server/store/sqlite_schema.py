@@ -32,8 +32,9 @@ creates it.
 Schema 7 keeps a secure-aggregation round where a restarted coordinator can resume it:
 ``stage_messages``, each device's message of each stage as received (one row per study, stage
 and device: :meth:`~fedsketch.server.store.base.Store.add_stage_message`), and ``secure_rounds``,
-each round's open stage, when it opened, and once it has unmasked, its sum (int64 words), the
-devices in it and their declared records. :func:`migrate_v6` creates both.
+each round's open stage, when it opened, and once it has ended its roster (JSON: device →
+whether its masked input is in the sum) and, if it unmasked, its sum (int64 words), the devices
+in it and their declared records. :func:`migrate_v6` creates both.
 """
 
 from __future__ import annotations
@@ -93,7 +94,8 @@ SECURE_ROUNDS = """CREATE TABLE secure_rounds (
         ended INTEGER NOT NULL DEFAULT 0,
         total BLOB,
         devices INTEGER NOT NULL DEFAULT 0,
-        records REAL NOT NULL DEFAULT 0.0)"""
+        records REAL NOT NULL DEFAULT 0.0,
+        members TEXT)"""
 
 SCHEMA = (
     """CREATE TABLE devices (

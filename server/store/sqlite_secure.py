@@ -7,6 +7,7 @@ round where it was (:mod:`fedsketch.server.service.secure_round`). A mixin of
 
 from __future__ import annotations
 
+import json
 import sqlite3
 import time
 
@@ -66,23 +67,26 @@ class SecureRounds:
                       "opened_at = excluded.opened_at", (study_id, stage, opened_at))
 
     def secure_round(self, study_id: str) -> SecureRoundRow | None:
-        rows = self._query("SELECT stage, opened_at, ended, total, devices, records "
+        rows = self._query("SELECT stage, opened_at, ended, total, devices, records, members "
                            "FROM secure_rounds WHERE study_id = ?", (study_id,))
         if not rows:
             return None
-        stage, opened_at, ended, total, devices, records = rows[0]
-        return SecureRoundRow(stage, opened_at, bool(ended), total, devices, float(records))
+        stage, opened_at, ended, total, devices, records, members = rows[0]
+        return SecureRoundRow(stage, opened_at, bool(ended), total, devices, float(records),
+                              None if members is None else json.loads(members))
 
     def end_secure_round(self, study_id: str, detail: str, total: bytes | None = None,
-                         devices: int = 0, records: float = 0.0) -> StudyRow:
+                         devices: int = 0, records: float = 0.0,
+                         members: dict[str, bool] | None = None) -> StudyRow:
         transition = ABANDON if total is None else DECODE
         with self._tx() as c:
             current = self._accepting(c, study_id).state
             c.execute("INSERT INTO secure_rounds (study_id, stage, opened_at) VALUES (?, 0, ?) "
                       "ON CONFLICT (study_id) DO NOTHING", (study_id, time.time()))
-            c.execute("UPDATE secure_rounds SET ended = 1, total = ?, devices = ?, records = ? "
-                      "WHERE study_id = ?",
-                      (None if total is None else bytes(total), devices, records, study_id))
+            c.execute("UPDATE secure_rounds SET ended = 1, total = ?, devices = ?, records = ?, "
+                      "members = ? WHERE study_id = ?",
+                      (None if total is None else bytes(total), devices, records,
+                       None if members is None else json.dumps(members, sort_keys=True), study_id))
             c.execute("DELETE FROM stage_messages WHERE study_id = ?", (study_id,))
             c.execute("UPDATE studies SET state = ?, detail = ? WHERE study_id = ?",
                       (transition.target, detail, study_id))

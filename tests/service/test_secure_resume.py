@@ -64,7 +64,7 @@ def test_a_round_rebuilt_from_the_store_is_the_round_in_memory(coordinator_round
             if live.finished:
                 break
             resumed = SecAggRound.resume(study, live.spec, r.store, None, None)
-            assert state(resumed) == state(live)
+            assert state(resumed) == state(live) and resumed.members() == live.members()
             assert math.isclose(resumed.deadline, live.deadline, abs_tol=0.5)
             compared.add(live.stage)
             if live.stage == pb.SHARE_KEYS:  # a REGISTER whose ack was lost, sent again
@@ -99,7 +99,8 @@ def test_a_coordinator_restarted_during_a_secure_refinement_round_resumes_it(coo
     """Round 1 of a secure study with two rounds: the coordinator stops once round 1's SHARE_KEYS
     is open and one device's shares are kept; a new coordinator on the same store (a new port,
     the devices' sessions kept) finishes round 1 and round 2, each device spending once on the
-    sketch and each round."""
+    sketch and each round. The sketch's round, over before the restart, keeps its roster (who may
+    read the study and its rounds)."""
     r = coordinator_round
     created = r.create(secure_refined(50.0))
     study = created.study_id
@@ -118,11 +119,15 @@ def test_a_coordinator_restarted_during_a_secure_refinement_round_resumes_it(coo
             a.step()
             if at_share_keys():
                 break
+    sketch_members = r.coordinator.round_of(study).members()
+    assert sorted(sketch_members) == sorted(a.ledger.identity().device_id for a in agents)
     r.coordinator.stop()  # the fixture's server and coordinator end; the store stays
     server, restarted, port = build_server(
         r.store, hashlib.sha256(OPERATOR_TOKEN.encode()).hexdigest(), "127.0.0.1:0",
         server_credentials(r.certs.server_cert, r.certs.server_key))
     try:
+        # the sketch's round had ended: its roster is the store's, so its devices still read it
+        assert restarted.round_of(study).members() == sketch_members
         for a in agents:
             a.stub = pb_grpc.DeviceStub(secure_channel(f"localhost:{port}", r.certs.ca_cert))
         while r.store.get_study(study).state != "done":

@@ -56,11 +56,12 @@ def test_an_unmasked_round_keeps_its_sum_moves_to_decoding_and_drops_its_message
     store.add_stage_message("s", 6, a, b'{"n":5}')
     store.open_stage("s", 5, 300.0)
     total = (-(2**40)).to_bytes(8, "little", signed=True) + (7).to_bytes(8, "little")
-    row = store.end_secure_round("s", "secure aggregate unmasked", total, 3, 1234.0)
+    row = store.end_secure_round("s", "secure aggregate unmasked", total, 3, 1234.0,
+                                 {a: True, "dev-gone": False})
     assert (row.state, row.detail) == ("decoding", "secure aggregate unmasked")
     kept = store.secure_round("s")
-    assert (kept.stage, kept.ended, kept.total, kept.devices, kept.records) == (5, True, total, 3,
-                                                                                1234.0)
+    assert (kept.stage, kept.ended, kept.total, kept.devices, kept.records, kept.members) == (
+        5, True, total, 3, 1234.0, {a: True, "dev-gone": False})
     assert store.stage_messages("s") == []
     assert any(e[2] == "end_secure_round" and "open -> decoding" in e[3] for e in store.audit_log())
     # over: no second end, no message, no stage; an identical re-send of a dropped message is
@@ -78,7 +79,7 @@ def test_an_aborted_round_fails_its_study_even_before_any_stage_opened(store):
     row = store.end_secure_round("s", "secure aggregation aborted at REGISTER: too few")
     assert (row.state, row.detail) == ("failed", "secure aggregation aborted at REGISTER: too few")
     kept = store.secure_round("s")
-    assert (kept.stage, kept.ended, kept.total) == (0, True, None)
+    assert (kept.stage, kept.ended, kept.total, kept.members) == (0, True, None, None)
     assert store.stage_messages("s") == []
 
 
