@@ -8,7 +8,7 @@ STAMP  := $(VENV)/.installed
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[dev,bench]'
+	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[dev,bench,postgres]'
 	touch $(STAMP)
 
 demo: $(STAMP)

@@ -23,11 +23,12 @@ Relative SSE = SSE(C)/SSE(scikit-learn KMeans, n_init = 10) on the standardized 
 
 Usage: python benchmarks/bench_realdata_federated.py [--sets flights,diamonds] [--eps 0.1,0.5,1,2]
            [--devices 20,100] [--modes secure,local] [--seeds 3] [--rounds 3] [--share 0.8]
-           [--rows N] [--no-diffprivlib] [--out DIR] [--cache DIR]
+           [--rows N] [--no-diffprivlib] [--out DIR] [--cache DIR] [--plot-only]
 (--devices 0: the central rows only.)
 (--rows: a random subset of N rows of each set, for a quick run.) Prints one table per set and
-writes the rows as JSON to DIR/federated_<set>.json (default benchmarks/plots); --cache: where the
-raw sets are kept between runs (default benchmarks/out/realdata).
+writes the rows as JSON to DIR/federated_<set>.json (default benchmarks/plots) and their plot to
+DIR/federated_<set>.png; --plot-only redraws the plots from the JSON already in DIR; --cache:
+where the raw sets are kept between runs (default benchmarks/out/realdata).
 """
 
 from __future__ import annotations
@@ -118,6 +119,44 @@ def print_table(rows: list[dict]) -> None:
               f"{r['seconds']:.1f} | {r['runs']} |")
 
 
+def plot(rows: list[dict], path: Path) -> None:
+    """Relative SSE against ε (log-log): one line per (row, noise, L) with its [min, max] band;
+    the target of issue 11 (1.05) as a dotted line."""
+    import matplotlib
+    import matplotlib.ticker
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7.5, 4.8))
+    keys = sorted({(r["row"], r["mode"], r["devices"]) for r in rows},
+                  key=lambda key: (not key[0].startswith("central"), key))
+    for row, mode, n_devices in keys:
+        cells = sorted((r["epsilon"], r["median"], r["min"], r["max"]) for r in rows
+                       if (r["row"], r["mode"], r["devices"]) == (row, mode, n_devices))
+        e, med, lo, hi = (np.array(c) for c in zip(*cells, strict=True))
+        label = row if mode == "central" else f"{row}, {mode}, L = {n_devices}"
+        style = {"central": ("s", "--"), "secure": ("o", "-"), "local": ("^", ":")}[mode]
+        ax.plot(e, med, marker=style[0], ls=style[1], label=label,
+                lw=2.2 if mode == "central" else 1.4)
+        ax.fill_between(e, lo, hi, alpha=0.12)
+    ax.axhline(1.05, color="grey", lw=0.8, ls=":")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.yaxis.set_major_formatter(matplotlib.ticker.ScalarFormatter())
+    ax.yaxis.set_minor_formatter(matplotlib.ticker.ScalarFormatter())
+    ax.set_xlabel("ε per device in all (replace-one)")
+    ax.set_ylabel("relative SSE (sklearn KMeans, n_init = 10)")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=7)
+    r0 = rows[0]
+    ax.set_title(f"{r0['set']}: n = {r0['n']}, T = {r0['rounds']} rounds taking {r0['share']:g} "
+                 f"of ε, box ±{realdata.BOX:g} sd", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--sets", default="flights,diamonds")
@@ -131,9 +170,14 @@ def main() -> None:
     p.add_argument("--no-diffprivlib", action="store_true")
     p.add_argument("--out", type=Path, default=HERE / "plots")
     p.add_argument("--cache", type=Path, default=HERE / "out" / "realdata")
+    p.add_argument("--plot-only", action="store_true")
     args = p.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     for name in args.sets.split(","):
+        if args.plot_only:
+            rows = json.loads((args.out / f"federated_{name}.json").read_text(encoding="utf-8"))
+            plot(rows, args.out / f"federated_{name}.png")
+            continue
         t = time.perf_counter()
         rows = run_set(name, [float(e) for e in args.eps.split(",")],
                        [int(v) for v in args.devices.split(",")], args.modes.split(","),
@@ -143,6 +187,7 @@ def main() -> None:
         print(f"\n({time.perf_counter() - t:.0f} s)")
         (args.out / f"federated_{name}.json").write_text(json.dumps(rows, indent=1),
                                                           encoding="utf-8")
+        plot(rows, args.out / f"federated_{name}.png")
 
 
 if __name__ == "__main__":

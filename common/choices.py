@@ -42,6 +42,11 @@ ROUND_SECONDS = 900.0
 #: loses) taking 0.8 of the study's ε together, the sketch the rest.
 ROUNDS = 3
 ROUND_SHARE = 0.8
+#: A round's sums are of each record's offset from its cell's centre, clipped to ±ROUND_RADIUS·h_l
+#: (h the box half-widths): the noise of the sums scales with the radius, clipping biases only
+#: the records that far from their centre. Half the half-width: on diamonds (ε = 0.5, L = 100,
+#: secure) the median relative SSE went from 1.11 to 1.04, flights unchanged (RESULTS.md §8).
+ROUND_RADIUS = 0.5
 
 #: The stages of secure aggregation, in order: the values of
 #: :class:`fedsketch.common.secagg.protocol.Stage` (tests/test_cli_startup.py holds them equal).

@@ -32,7 +32,10 @@ if TYPE_CHECKING:
 EXPECTED: tuple[type[BaseException], ...] = (ValueError, OSError, ImportError)
 
 Target = Annotated[str, typer.Option("--coordinator", envvar="FEDSKETCH_COORDINATOR",
-                                      help="Coordinator HOST:PORT.")]
+                                      help="Coordinator HOST:PORT; for coordinators sharing one "
+                                      "database (serve --shared), IP:PORT,IP:PORT,... or a DNS name "
+                                      "listing them: calls go round robin, and under TLS every "
+                                      "certificate must name the first address.")]
 CaOpt = Annotated[Path | None, typer.Option("--ca", envvar="FEDSKETCH_CA",
                                             help="CA certificate (PEM) to trust: the ca.pem of the "
                                             "`certs init` that made the coordinator's certificate "

@@ -1,6 +1,13 @@
 """The command line's link to a coordinator: the channel the options (``--coordinator``, ``--ca``,
 ``--insecure``) describe, and what a failure on it means, in words that name the option to check.
 
+``--coordinator`` names one coordinator (HOST:PORT) or several that serve one database
+(``coordinator serve --shared``): a comma-separated list of IP:PORT, or one DNS name whose
+records list them. Calls are spread over the addresses by gRPC's ``round_robin`` policy, one
+call to the next ready address; a list is verified under TLS against its first address, which
+every coordinator's certificate must therefore name (one certificate naming every address, as
+``certs init --host IP1 --host IP2`` makes, does).
+
 gRPC reports a failed connection as UNAVAILABLE with the TLS library's text (BoringSSL's error
 stack, ending in ": OK"). :func:`describe` recognizes the usual causes in that text:
 
@@ -16,6 +23,7 @@ to check).
 
 from __future__ import annotations
 
+import ipaddress
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -40,16 +48,48 @@ class Link:
 
         if self.ca is not None and self.insecure:
             raise ValueError("--ca and --insecure exclude each other")
+        target, authority = grpc_target(self.target)
+        options = [("grpc.lb_policy_name", "round_robin")]
+        if authority is not None:
+            options.append(("grpc.default_authority", authority))
         try:
-            return secure_channel(self.target, self.ca, insecure=self.insecure)
+            return secure_channel(target, self.ca, insecure=self.insecure, options=options)
         except ValueError as exc:
             raise ValueError(f"--ca {exc}") from None
 
     @property
     def host(self) -> str:
-        """The host part of ``target`` (brackets of an IPv6 literal removed)."""
-        host = self.target.rpartition(":")[0] or self.target
+        """The host part of ``target``'s first address (brackets of an IPv6 literal removed)."""
+        first = self.target.split(",")[0].strip()
+        host = first.rpartition(":")[0] or first
         return host.removeprefix("[").removesuffix("]")
+
+
+def grpc_target(target: str) -> tuple[str, str | None]:
+    """gRPC's target for ``--coordinator`` and the TLS name to verify, None for the target's own.
+
+    One address passes as it is (a DNS name's records are all used). A comma-separated list of
+    IP:PORT becomes ``ipv4:IP:PORT,…`` (or ``ipv6:[IP]:PORT,…``), verified against its first IP;
+    ValueError names the entry that is not an IP:PORT of the list's one family."""
+    entries = [entry.strip() for entry in target.split(",")]
+    if len(entries) == 1:
+        return target, None
+    families = set()
+    for entry in entries:
+        host, _, port = entry.rpartition(":")
+        try:
+            ip = ipaddress.ip_address(host.removeprefix("[").removesuffix("]"))
+            if not 0 < int(port) < 65536 or (ip.version == 6) != host.startswith("["):
+                raise ValueError
+        except ValueError:
+            raise ValueError(f"--coordinator {target!r}: {entry!r} is not IP:PORT ([IP]:PORT for IPv6); a "
+                             "list of coordinators takes IP addresses, and host names go in one DNS "
+                             "name whose records list every coordinator") from None
+        families.add(ip.version)
+    if len(families) > 1:
+        raise ValueError(f"--coordinator {target!r} mixes IPv4 and IPv6 addresses; list one family")
+    first = entries[0].rpartition(":")[0]
+    return f"ipv{families.pop()}:{','.join(entries)}", first
 
 
 def describe(code: str, details: str, link: Link | None) -> str:

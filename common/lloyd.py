@@ -94,12 +94,15 @@ def su_split(eps_t: float, d: int) -> tuple[float, float]:
     return c * eps_t / (d + c), eps_t / (d + c)
 
 
-def exact_cell_stats(chunks: Iterable[np.ndarray], centroids: np.ndarray,
-                     h: np.ndarray) -> tuple[np.ndarray, np.ndarray, int]:
+def exact_cell_stats(chunks: Iterable[np.ndarray], centroids: np.ndarray, h: np.ndarray,
+                     relative: bool = False) -> tuple[np.ndarray, np.ndarray, int]:
     """The exact integer statistics of one Lloyd step over shifted records streamed in ``chunks``
     (rows, d), coordinate l in [−h_l, h_l]: every record goes to its nearest of ``centroids``
-    (k, d) and is encoded on the grid g_l = h_l/STEPS. Returns (N (k,) records, T (k, d) steps,
-    both int64, and the records read). ValueError past ``grid.MAX_ROWS`` records."""
+    (k, d) and is encoded on the grid g_l = h_l/STEPS, clipped to ±STEPS; with ``relative``, its
+    offset x − c_j from that centroid instead, so ``h`` is then the public radius the offsets are
+    clipped to. Either way an encoded coordinate lies in [−STEPS, STEPS]. Returns (N (k,)
+    records, T (k, d) steps, both int64, and the records read). ValueError past
+    ``grid.MAX_ROWS`` records."""
     k, d = centroids.shape
     counts = np.zeros(k, dtype=np.int64)
     sums = np.zeros((k, d), dtype=np.int64)
@@ -108,8 +111,10 @@ def exact_cell_stats(chunks: Iterable[np.ndarray], centroids: np.ndarray,
     for chunk in chunks:
         rows += chunk.shape[0]
         grid.check_rows(rows)
-        labels, _ = nearest(np.asarray(chunk, dtype=np.float64), centroids)
-        n_j, t_j = cluster_stats(grid.encode(chunk, g), labels, k)  # exact: < 2^53 per chunk
+        x = np.asarray(chunk, dtype=np.float64)
+        labels, _ = nearest(x, centroids)
+        values = x - centroids[labels] if relative else chunk
+        n_j, t_j = cluster_stats(grid.encode(values, g), labels, k)  # exact: < 2^53 per chunk
         counts += n_j.astype(np.int64)
         sums += t_j.astype(np.int64)
     return counts, sums, rows

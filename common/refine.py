@@ -2,12 +2,17 @@
 
 A study may declare T refinement rounds (:class:`RefineSpec`, part of its hashed spec): after
 the sketch round is decoded into a start C_0, round t = 1..T publishes centres C_{t−1} (K × d,
-data units) in a round study of its own (:class:`RoundSpec`, ``fedsketch.round/1``), and every
+data units) in a round study of its own (:class:`RoundSpec`, ``fedsketch.round/2``), and every
 device on that round's roster releases, once, for its records clipped into the study's public
-box and shifted by its centre c (coordinate l then in [−h_l, h_l]):
+box (half-widths h_l), each in the cell of its nearest centre c_j:
 
     N~_j = N_j + DLap(ε_count/f)          records in the cell of centre j  (sensitivity 1)
-    T~_jl = Σ_{i ∈ j} rint((x_il − c_l)/g_l) + DLap(ε_dim/f)   steps, g_l = h_l/STEPS  (sensitivity STEPS)
+    T~_jl = Σ_{i ∈ j} rint(clip(x_il − c_jl, −r_l, r_l)/g_l) + DLap(ε_dim/f)   steps (sensitivity STEPS)
+
+with r_l = ρ·h_l the study's public radius (ρ = :attr:`RefineSpec.radius`, a fraction fixed in
+the spec, not read from data) and g_l = r_l/STEPS: each record's offset from its centre, clipped.
+The noise of a mean offset, in data units, scales with r, not with the box; clipping only biases
+records farther than r from their centre (the coordinator's step toward them is shorter).
 
 with (ε_count, ε_dim) Su et al.'s split of the round's ε_t (:func:`round_split`,
 :func:`~fedsketch.common.lloyd.su_split`) and f the relation factor (2 under replace-one: a
@@ -36,7 +41,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 from .box import Box, Tally
-from .choices import ROUND_SECONDS, ROUND_SHARE
+from .choices import ROUND_RADIUS, ROUND_SECONDS, ROUND_SHARE
 from .dp.calibration import dlap_param, noise_radius
 from .dp.grid import STEPS
 from .lloyd import add_cell_noise, exact_cell_stats, relation_factor, su_split
@@ -44,12 +49,14 @@ from .secagg import MAX_BITS, modulus_bits
 from .spec import canonical_json
 
 #: Written and read: the spec of one refinement round.
-ROUND_FORMAT = "fedsketch.round/1"
+ROUND_FORMAT = "fedsketch.round/2"
 #: The payload kind of a round release (``Contribution.int64_cells``).
 CELLS_KIND = "int64_cells"
 #: Most refinement rounds a study may declare, and most centres one round may publish.
 MAX_ROUNDS = 20
 MAX_CENTRES = 4096
+#: Largest radius fraction ρ: offsets within the box never exceed twice its half-widths.
+MAX_RADIUS = 2.0
 
 
 class CellsError(ValueError):
@@ -59,10 +66,13 @@ class CellsError(ValueError):
 @dataclass(frozen=True)
 class RefineSpec:
     """The refinement rounds a study declares: ``epsilon`` the ε of each round in order (T =
-    its length, each finite and > 0), ``round_seconds`` how long each round collects at most."""
+    its length, each finite and > 0), ``round_seconds`` how long each round collects at most,
+    ``radius`` ρ in (0, MAX_RADIUS]: each offset coordinate l is clipped to ±ρ·h_l (module
+    docstring)."""
 
     epsilon: tuple[float, ...]
     round_seconds: float = ROUND_SECONDS
+    radius: float = ROUND_RADIUS
 
     def __post_init__(self) -> None:
         eps = tuple(float(e) for e in self.epsilon)
@@ -73,8 +83,10 @@ class RefineSpec:
         if not (isinstance(self.round_seconds, (int, float)) and math.isfinite(self.round_seconds)
                 and self.round_seconds > 0):
             raise ValueError(f"round_seconds must be finite and > 0, got {self.round_seconds!r}")
+        check_radius(self.radius)
         object.__setattr__(self, "epsilon", eps)
         object.__setattr__(self, "round_seconds", float(self.round_seconds))
+        object.__setattr__(self, "radius", float(self.radius))
 
     @property
     def rounds(self) -> int:
@@ -93,14 +105,25 @@ class RefineSpec:
 
     def to_dict(self) -> dict:
         """JSON-ready form."""
-        return {"epsilon": list(self.epsilon), "round_seconds": self.round_seconds}
+        return {"epsilon": list(self.epsilon), "round_seconds": self.round_seconds,
+                "radius": self.radius}
 
     @classmethod
     def from_dict(cls, data: dict) -> RefineSpec:
-        """Parse; ValueError or TypeError for anything malformed."""
+        """Parse; ValueError or TypeError for anything malformed. A spec written before the
+        radius was declared reads as ρ = 1 (offsets clipped to the box's half-widths)."""
         if not isinstance(data, dict) or not isinstance(data.get("epsilon"), list):
             raise ValueError("refine must be an object with an epsilon list")
-        return cls(tuple(data["epsilon"]), data.get("round_seconds", ROUND_SECONDS))
+        return cls(tuple(data["epsilon"]), data.get("round_seconds", ROUND_SECONDS),
+                   data.get("radius", 1.0))
+
+
+def check_radius(radius: object) -> None:
+    """ValueError unless ``radius`` is a number in (0, MAX_RADIUS]."""
+    if not (isinstance(radius, (int, float)) and not isinstance(radius, bool)
+            and 0 < radius <= MAX_RADIUS):
+        raise ValueError(f"the rounds' radius must be a fraction of the box's half-widths in "
+                         f"(0, {MAX_RADIUS:g}], got {radius!r}")
 
 
 def split_study_epsilon(epsilon: float, rounds: int, share: float = ROUND_SHARE,
@@ -130,9 +153,10 @@ class RoundSpec:
     """Round ``round`` (1..T) of the study ``parent_id`` whose spec hashes to ``parent_sha256``:
     the centres (K, d) it publishes (data units), its quorum and deadline (Unix seconds; None
     under secure aggregation, which runs by stage timeouts), on round 1 the sketch round's public
-    result (``start``: what the study's result reports of it), and the study's secure
+    result (``start``: what the study's result reports of it), the study's secure
     aggregation as its spec states it (a dict; None for a plain study): a secure study's rounds
-    are collected securely too (:mod:`fedsketch.common.secure_rounds`)."""
+    are collected securely too (:mod:`fedsketch.common.secure_rounds`), and the study's radius
+    fraction ρ (:class:`RefineSpec`), so that a device computes its cells from the round alone."""
 
     parent_id: str
     parent_sha256: str
@@ -142,8 +166,10 @@ class RoundSpec:
     deadline: float | None
     start: dict | None = None
     secure_aggregation: dict | None = None
+    radius: float = ROUND_RADIUS
 
     def __post_init__(self) -> None:
+        check_radius(self.radius)
         cents = tuple(tuple(float(v) for v in row) for row in self.centroids)
         if not 1 <= len(cents) <= MAX_CENTRES or len({len(row) for row in cents}) != 1:
             raise ValueError(f"a round publishes 1 to {MAX_CENTRES} centres of one dimension")
@@ -158,6 +184,7 @@ class RoundSpec:
         if len(self.parent_sha256) != 64 or not self.parent_id:
             raise ValueError("a round names its study and that study's spec hash")
         object.__setattr__(self, "centroids", cents)
+        object.__setattr__(self, "radius", float(self.radius))
 
     @property
     def shape(self) -> tuple[int, int]:
@@ -178,7 +205,7 @@ class RoundSpec:
     def check_parent(self, parent) -> None:
         """ValueError unless this round fits ``parent`` (a
         :class:`~fedsketch.common.study.StudySpec`): the study declares this round, the centres
-        have its d and lie in its box, and the quorum is the study's. A device checks it before
+        have its d and lie in its box, and the quorum and radius are the study's. A device checks it before
         it registers; the centres themselves are the coordinator's choice (any public centres
         give the same privacy)."""
         if parent.refine is None or self.round > parent.refine.rounds:
@@ -194,6 +221,9 @@ class RoundSpec:
         if self.min_devices != parent.min_devices:
             raise ValueError(f"the round asks a quorum of {self.min_devices}, the study "
                              f"{parent.min_devices}")
+        if self.radius != parent.refine.radius:
+            raise ValueError(f"the round's radius is {self.radius:g}, the study's "
+                             f"{parent.refine.radius:g}")
         secure = None if parent.secure_aggregation is None else asdict(parent.secure_aggregation)
         if self.secure_aggregation != secure:
             raise ValueError("the round's secure aggregation is not the study's")
@@ -205,7 +235,8 @@ class RoundSpec:
                                "centroids": [list(r) for r in self.centroids],
                                "min_devices": self.min_devices, "deadline": self.deadline,
                                "start": self.start,
-                               "secure_aggregation": self.secure_aggregation})
+                               "secure_aggregation": self.secure_aggregation,
+                               "radius": self.radius})
 
     @classmethod
     def from_json(cls, text: str) -> RoundSpec:
@@ -213,14 +244,17 @@ class RoundSpec:
         try:
             data = json.loads(text)
             if not isinstance(data, dict) or data.get("format") != ROUND_FORMAT:
-                raise ValueError(f"a round spec must be a {ROUND_FORMAT} object")
+                found = data.get("format") if isinstance(data, dict) else None
+                raise ValueError(f"a round spec must be a {ROUND_FORMAT} object, got {found!r}"
+                                 + (" (an earlier release's rounds, whose sums this release no "
+                                    "longer computes)" if found == "fedsketch.round/1" else ""))
             start, secure = data.get("start"), data.get("secure_aggregation")
             if any(v is not None and not isinstance(v, dict) for v in (start, secure)):
                 raise ValueError("a round's start and secure aggregation must be objects")
             return cls(str(data["parent_id"]), str(data["parent_sha256"]), data["round"],
                        tuple(tuple(r) for r in data["centroids"]), data["min_devices"],
                        None if data["deadline"] is None else float(data["deadline"]), start,
-                       secure)
+                       secure, data["radius"])
         except (KeyError, TypeError, OverflowError, json.JSONDecodeError, RecursionError) as exc:
             # RecursionError: JSON nested deeper than the interpreter's stack
             raise ValueError(f"incomplete or malformed round spec: {exc!r}") from None
@@ -243,17 +277,19 @@ def cells_bits(max_records: int, split: tuple[float, float], k: int, d: int,
 
 
 def is_round(spec_json: str) -> bool:
-    """Whether a spec's JSON is a round's (cheap: no validation)."""
-    return f'"format":"{ROUND_FORMAT}"' in spec_json
+    """Whether a spec's JSON is a round's, of this release's format or an earlier one (cheap: no
+    validation; :meth:`RoundSpec.from_json` refuses an earlier one with the reason)."""
+    return '"format":"fedsketch.round/' in spec_json
 
 
 def round_cells(box: Box, rnd: RoundSpec, chunks: Iterable[np.ndarray],
                 tally: Tally | None = None) -> tuple[np.ndarray, np.ndarray, int]:
     """The exact statistics of the round's cells for records streamed in ``chunks``, clipped
-    into the study's ``box`` and centred: (N (K,) records, T (K, d) grid steps, records read),
-    :func:`~fedsketch.common.lloyd.exact_cell_stats` for the round's centres."""
+    into the study's ``box``: (N (K,) records, T (K, d) grid steps of g_l = r_l/STEPS, records
+    read), :func:`~fedsketch.common.lloyd.exact_cell_stats` of the offsets from the round's
+    centres clipped to the radius r = ρ·h (module docstring)."""
     return exact_cell_stats(box.centred(chunks, tally), np.array(rnd.centroids) - box.center,
-                            box.half)
+                            rnd.radius * box.half, relative=True)
 
 
 def release_cells(parent, rnd: RoundSpec, chunks: Iterable[np.ndarray],

@@ -1,4 +1,5 @@
-"""Shared fixtures: a real coordinator over TLS on loopback, with a real SQLite store."""
+"""Shared fixtures: a real coordinator over TLS on loopback, with a real SQLite store, and a real
+PostgreSQL server for the session with a fresh database per test (:mod:`pgtest`)."""
 
 from __future__ import annotations
 
@@ -34,6 +35,45 @@ META = (("authorization", f"Bearer {OPERATOR_TOKEN}"),)
 @pytest.fixture(scope="session")
 def certs(tmp_path_factory) -> CertPaths:
     return init_certs(tmp_path_factory.mktemp("certs"), ["localhost", "127.0.0.1"])
+
+
+@pytest.fixture(scope="session")
+def postgres_server():
+    """One PostgreSQL server for the whole run, started on first use, stopped at the end."""
+    from pgtest import TestServer
+
+    server = TestServer()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def postgres_url(postgres_server) -> str:
+    """The URL of an empty database of its own for this test (dropped after it)."""
+    name = postgres_server.fresh_database()
+    yield postgres_server.url(name)
+    postgres_server.drop_database(name)
+
+
+#: Where a fresh store of each backend lives, by name: every store test runs on each.
+BACKENDS = {
+    "sqlite": lambda request, tmp_path: f"sqlite:///{tmp_path / 'store.db'}",
+    "postgres": lambda request, tmp_path: request.getfixturevalue("postgres_url"),
+}
+
+
+@pytest.fixture(params=sorted(BACKENDS))
+def store_url(request, tmp_path) -> str:
+    """Where an empty store lives, once for each backend."""
+    return BACKENDS[request.param](request, tmp_path)
+
+
+@pytest.fixture
+def store(store_url) -> Store:
+    """An empty store, once for each backend."""
+    s = open_store(store_url)
+    yield s
+    s.close()
 
 
 @dataclass

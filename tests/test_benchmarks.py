@@ -80,6 +80,8 @@ def test_benchmark_runs_at_a_tiny_size(tmp_path, script, args, row):
                          capture_output=True, text=True, timeout=300)
     assert res.returncode == 0, res.stderr[-2000:]
     assert any(line.startswith(row) for line in res.stdout.splitlines()), res.stdout[-2000:]
+    if script == "bench_realdata_federated.py":  # its plot, drawn from its JSON
+        assert (tmp_path / "federated_diamonds.png").stat().st_size > 0
 
 
 @pytest.mark.parametrize(("family", "n", "d", "k", "names", "kw"), [

@@ -14,8 +14,9 @@ import pytest
 from fedsketch.common.choices import SECAGG_STAGES
 from fedsketch.server.sim.simulate import DROPOUT_STAGES
 
-#: Top-level packages no start-up path may load (grpc_tools and sklearn are dev/bench extras).
-HEAVY = ("numpy", "scipy", "grpc", "grpc_tools", "sklearn", "pyarrow")
+#: Top-level packages no start-up path may load (grpc_tools and sklearn are dev/bench extras,
+#: psycopg the PostgreSQL store's, in the postgres extra).
+HEAVY = ("numpy", "scipy", "grpc", "grpc_tools", "sklearn", "pyarrow", "psycopg", "psycopg_pool")
 
 RUN = """
 import json, sys
@@ -44,6 +45,7 @@ def loaded(args: list[str], cwd) -> tuple[int, set[str]]:
 @pytest.mark.parametrize("args", [
     ["--help"], ["--version"], ["sketch", "--help"], ["synth", "gmm", "--help"],
     ["simulate", "--help"], ["compare", "--help"], ["coordinator", "create-study", "--help"],
+    ["coordinator", "serve", "--help"],
     ["device", "run", "--help"], ["certs", "init", "--help"],
 ])
 def test_help_and_version_load_nothing_heavy(args, tmp_path):

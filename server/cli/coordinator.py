@@ -74,8 +74,14 @@ def operator_stub(target: str, ca: Path | None, insecure: bool, token_file: Path
 
 @coordinator_app.command("serve")
 def serve(
-    db: Annotated[Path, typer.Option(envvar="FEDSKETCH_DB",
-                                     help="SQLite state file (created if missing).")],
+    db: Annotated[str, typer.Option(
+        envvar="FEDSKETCH_DB", metavar="<path|url>",
+        help="Where the coordinator's state lives: a SQLite file (created if missing; one "
+        "coordinator per file), or a PostgreSQL database, postgresql://[USER@]HOST[:PORT]/DATABASE "
+        "(needs the postgres extra; tables created in an empty database); one coordinator "
+        "serves one database, as one file, unless each is started with --shared. Leave the "
+        "password out of the URL: it is read from PGPASSWORD or the password file (PGPASSFILE, "
+        "default ~/.pgpass), and never printed.")],
     listen: Annotated[str, typer.Option(envvar="FEDSKETCH_LISTEN", help="HOST:PORT to listen on.")] = (
         "127.0.0.1:7443"),
     cert: Annotated[Path | None, typer.Option(envvar="FEDSKETCH_CERT",
@@ -89,6 +95,13 @@ def serve(
                                              "missing.")] = Path("operator.token"),
     port_file: Annotated[Path | None, typer.Option(help="Write the bound port here once "
                                                    "serving (for port 0).")] = None,
+    shared: Annotated[bool, typer.Option(
+        "--shared", envvar="FEDSKETCH_SHARED",
+        help="Serve a PostgreSQL --db together with other coordinators started with --shared "
+        "(behind one address, or with devices split between them): any of them takes any "
+        "device's message, and each study is closed, decoded and published once. Plain "
+        "studies only: these coordinators refuse secure-aggregation studies, whose rounds "
+        "live in one process's memory.")] = False,
     log_format: Annotated[str, typer.Option(
         envvar="FEDSKETCH_LOG_FORMAT", help="How stderr's log lines are written: 'text' "
         "(key=value pairs) or 'json' (one JSON object a line).")] = "text",
@@ -108,7 +121,7 @@ def serve(
     from fedsketch.common.tls import server_credentials
     from fedsketch.server.cli.logformat import configure
     from fedsketch.server.service.api import build_server
-    from fedsketch.server.store import open_store
+    from fedsketch.server.store import open_store, sqlite_path
     from fedsketch.server.store.filelock import hold_exclusive
 
     log = logging.getLogger("fedsketch.coordinator")
@@ -119,11 +132,19 @@ def serve(
         if not insecure and (cert is None or key is None):
             raise ValueError("TLS needs both --cert and --key")
         creds = None if insecure else server_credentials(cert, key)
-        for option, path in (("--db", db), ("--token-file", token_file)):
+        db_file = sqlite_path(db)  # None: a PostgreSQL database, which coordinators may share
+        files = ([] if db_file is None else [("--db", Path(db_file))]) + [("--token-file", token_file)]
+        for option, path in files:
             if not path.parent.is_dir():  # before the store is created
                 raise ValueError(f"{option} {path}: folder {path.parent} does not exist")
-        hold_exclusive(os.fspath(db))  # first: a database another coordinator serves is refused
+        if db_file is not None and shared:
+            raise ValueError(f"--shared needs a postgresql:// --db; {db} is a SQLite file, which "
+                             "one coordinator serves")
+        if db_file is not None:
+            hold_exclusive(db_file)  # first: a file another coordinator serves is refused
         store = open_store(db)
+        if db_file is None:
+            store.hold(shared)
         if not token_file.exists():
             fd = os.open(token_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
             with os.fdopen(fd, "w") as fh:
@@ -210,7 +231,8 @@ def create_study(
                                                  "(a coordinator restart does not reset it).")] = 30.0,
     rounds: Annotated[int, typer.Option(
         help="Refinement rounds after the sketch: private Lloyd steps across the devices, each "
-        "a study of its own with its own roster; 0: the sketch alone.")] = ROUNDS,
+        "a study of its own with its own roster, whose sums are offsets from the centres "
+        "clipped to half the box; 0: the sketch alone.")] = ROUNDS,
     round_share: Annotated[float, typer.Option(
         help="Share of --epsilon the refinement rounds take together, in equal parts.")]
     = ROUND_SHARE,

@@ -47,7 +47,7 @@ def study_summary(s: pb.Study, parents: dict[str, dict] | None = None) -> dict[s
     whose devices register at its REGISTER stage) and deadline, read from its public spec (a
     round's roster size from its study's, in ``parents`` by id, if there)."""
     spec = json.loads(s.spec_json)
-    if "parent_id" in spec:  # a refinement round's spec (fedsketch.round/1)
+    if "parent_id" in spec:  # a refinement round's spec (fedsketch.round/2)
         name = f"round {spec['round']} of {spec['parent_id']}"
         roster = (parents or {}).get(spec["parent_id"], {}).get("roster")
     else:

@@ -44,7 +44,9 @@ def simulate_command(
     epsilon: Annotated[float, typer.Option(help="ε per device in all, sketch and refinement "
                                            "rounds (each device's budget; finite, > 0).")] = 1.0,
     rounds: Annotated[int, typer.Option(help="Refinement rounds after the sketch (private Lloyd "
-                                        "steps across the devices); 0: the sketch alone.")]
+                                        "steps across the devices; sums of offsets from the "
+                                        "centres clipped to half the box); 0: the sketch "
+                                        "alone.")]
     = ROUNDS,
     round_share: Annotated[float, typer.Option(help="Share of --epsilon the rounds take "
                                                "together.")] = ROUND_SHARE,

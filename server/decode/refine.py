@@ -7,7 +7,10 @@ centralized mechanisms, ``fedsketch.server.bench.kmeans``, seeded with CKM's sta
 
 * T = 1: one Lloyd step from the sketch's k centres C_0;
 * T ≥ 2: rounds 1..T−1 run over K' = OVERSEED·k centres, C_0 and K' − k sphere-packing centres
-  (data-independent, from the study's decode seed); after each of rounds 1..T−2 the centres at
+  (data-independent, from the study's decode seed) packed in the central part of the box,
+  [c − ρ·h, c + ρ·h] for its centre c, half-widths h and the rounds' radius fraction ρ (a public
+  box leaves a margin around the data; packed in the whole box, most of them landed where no
+  record is, measured in RESULTS.md §8); after each of rounds 1..T−2 the centres at
   noise level move beside heavy ones (:func:`.overseed.relocate_unreliable`); after round T−1 the K' centres
   are reduced to k by weighted k-means on their noisy counts (:func:`.overseed.reduce_centroids`); round T is
   one Lloyd step on those k.
@@ -16,12 +19,13 @@ Over-seeding is what makes Lloyd from a noisy start robust (measured in the cent
 centres from CKM's start fall into local optima on real data, five per cluster do not).
 
 Round t sums the devices' integer releases, N~ = Σ_devices N~_j (records) and T~ = Σ T~_j (grid
-steps of g_l = h_l/STEPS), and moves each centre to the mean of its cell,
-c_j = clip(c + g·T~_j/max(N~_j, 1), lo, hi) (data units). With local noise every device added its
-own DLap draw, so the summed count carries D of them: standard deviation √(2D)·b for the Laplace
-scale b = 1/ε_count. A cell whose summed count is at noise level (:func:`~fedsketch.common.lloyd.
-excess_counts` with scale b·√D ≤ 0, the rule of ``dplloyd-su-overseed``) keeps its centre: its
-mean would be noise.
+steps of g_l = r_l/STEPS, r = ρ·h the round's radius), and moves each centre by the mean offset of
+its cell, c_j ← clip(c_j + clip(g·T~_j/max(N~_j, 1), −r, r), lo, hi) (data units; an honest mean
+offset lies within ±r, so the inner clip only bounds the noise of a light cell). With local
+noise every device added its own DLap draw, so the summed count carries D of them: standard
+deviation √(2D)·b for the Laplace scale b = 1/ε_count. A cell whose summed count is at noise
+level (:func:`~fedsketch.common.lloyd.excess_counts` with scale b·√D ≤ 0, the rule of
+``dplloyd-su-overseed``) keeps its centre: its mean would be noise.
 """
 
 from __future__ import annotations
@@ -32,8 +36,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from fedsketch.common.box import Box
+from fedsketch.common.dp import grid
 from fedsketch.common.dp.calibration import laplace_scale
-from fedsketch.common.lloyd import centroids_from_stats, excess_counts, nearest
+from fedsketch.common.lloyd import excess_counts, nearest
 from fedsketch.common.refine import RoundSpec
 from fedsketch.common.study import StudySpec
 from fedsketch.server.decode.overseed import (
@@ -70,12 +75,13 @@ def _rng(parent: StudySpec, number: int) -> np.random.Generator:
 
 
 def first_centroids(parent: StudySpec, start: np.ndarray) -> np.ndarray:
-    """Round 1's centres (module docstring): C_0, then for T ≥ 2 the sphere-packing ones."""
+    """Round 1's centres (module docstring): C_0, then for T ≥ 2 the sphere-packing ones within
+    ρ·h of the box centre."""
     if parent.refine.rounds == 1:
         return start
     box = Box(parent.lo, parent.hi)
     packed, _ = sphere_packing_init((OVERSEED - 1) * parent.k, box.d, _rng(parent, 0))
-    return np.vstack([start, packed * box.half + box.center])
+    return np.vstack([start, packed * (parent.refine.radius * box.half) + box.center])
 
 
 def _weights(counts: np.ndarray) -> np.ndarray:
@@ -103,7 +109,9 @@ def next_centroids(parent: StudySpec, rnd: RoundSpec,
     scale = laplace_scale(1.0, eps_count) * math.sqrt(draws)
     kept = excess_counts(counts, scale) <= 0
     old = np.array(rnd.centroids) - box.center
-    new = np.where(kept[:, None], old, centroids_from_stats(counts, sums, h))
+    r = rnd.radius * h
+    shift = np.clip(sums * grid.step(r) / np.maximum(counts, 1)[:, None], -r, r)
+    new = np.where(kept[:, None], old, np.clip(old + shift, -h, h))
     weights = _weights(counts)
     rounds, k = parent.refine.rounds, parent.k
     if rnd.round < rounds - 1:

@@ -54,6 +54,7 @@ from fedsketch.server.service.roster import Roster
 from fedsketch.server.service.rounds import Rounds
 from fedsketch.server.service.secure_round import SecAggRound
 from fedsketch.server.service.secure_studies import SecureStudies
+from fedsketch.server.service.shared import Shared
 from fedsketch.server.store.base import (
     ABANDON,
     ACCEPTING,
@@ -76,7 +77,7 @@ MAX_TOKENS = 100_000
 MAX_SKETCH_BYTES = MAX_MESSAGE_BYTES - 4096
 
 
-class Coordinator(SecureStudies, Roster, Reads):
+class Coordinator(SecureStudies, Roster, Reads, Shared):
     """Study lifecycle and validation, shared by the device and operator services."""
 
     def __init__(self, store: Store) -> None:
@@ -93,11 +94,7 @@ class Coordinator(SecureStudies, Roster, Reads):
         """Resume interrupted decodings (a secure study's from its stored unmasked sum) and
         secure-aggregation rounds (rebuilt from the store), and start the deadline watcher."""
         for row in self.store.list_studies(("decoding",)):
-            kept = self.store.secure_round(row.study_id)
-            if kept is not None and kept.total is not None:
-                self._decoder.submit(self._decode_unmasked, row.study_id, kept)
-            else:
-                self._decoder.submit(self._decode, row.study_id)
+            self._decoder.submit(self._decode, row.study_id)
         self._resume_rounds()
         self._watcher.start()
 
@@ -183,6 +180,7 @@ class Coordinator(SecureStudies, Roster, Reads):
                 raise ValueError(f"m = {m} is too large: a device's sketch (2m·{width} bytes) "
                                  f"would not fit one {MAX_MESSAGE_BYTES}-byte message")
             expected = StudySpec.create(spec.name, spec.sketch, spec.k, spec.lo, spec.hi)
+            self._check_shareable(spec)
         except ValueError as exc:
             raise Refusal(Code.INVALID_ARGUMENT, f"bad study spec: {exc}") from None
         except MemoryError:  # the m × d frequencies, drawn to check omega_sha256
@@ -230,8 +228,8 @@ class Coordinator(SecureStudies, Roster, Reads):
     def _abandon(self, row: StudyRow, detail: str) -> StudyRow:
         """Fail a study closed without quorum; a failed refinement round lets its study go on."""
         failed = self._move(row.study_id, ABANDON, detail)
-        if row.parent is not None:
-            self._decoder.submit(self.refinement.advance, row.parent)
+        if row.parent is not None:  # its study's next step, under its claim (_decode)
+            self._decoder.submit(self._decode, row.parent)
         return failed
 
     def result(self, study_id: str) -> tuple[StudySpec, dict]:
@@ -249,6 +247,7 @@ class Coordinator(SecureStudies, Roster, Reads):
     def _watch(self) -> None:
         while not self._stop.wait(WATCH_INTERVAL):
             now = time.time()
+            self._sweep(now)  # shared coordinators: studies left decoding by one that died
             with self._lock:
                 rounds = list(self.rounds.values())
             for r in rounds:
@@ -264,9 +263,18 @@ class Coordinator(SecureStudies, Roster, Reads):
     # --- decoding ------------------------------------------------------------------------------
 
     def _decode(self, study_id: str) -> None:
-        """Decode a closed study: a refinement round's cells, or a sketch (whose study then
-        publishes its result, or begins its rounds if it declares them and has not yet)."""
+        """Decode a closed study: a refinement round's cells, or a sketch (whose study then publishes
+        its result, or begins its rounds), under its claim (a round's: its study's), if still decoding."""
         spec = self.spec(study_id)
+        with self.store.claim(spec.parent_id if isinstance(spec, RoundSpec) else study_id):
+            if self.store.get_study(study_id).state == "decoding":
+                self._decode_claimed(study_id, spec)
+
+    def _decode_claimed(self, study_id: str, spec: StudySpec | RoundSpec) -> None:
+        kept = self.store.secure_round(study_id)
+        if kept is not None and kept.total is not None:  # never the plain decoder: no contributions
+            self._decode_unmasked(study_id, kept)
+            return
         if isinstance(spec, RoundSpec):
             self.refinement.decode(study_id, spec)
             return

@@ -147,7 +147,7 @@ class Rounds:
         rnd = RoundSpec(study_id, row.spec_sha256, number, tuple(map(tuple, centroids.tolist())),
                         spec.min_devices,
                         None if secure else time.time() + spec.refine.round_seconds, start,
-                        None if secure is None else asdict(secure))
+                        None if secure is None else asdict(secure), spec.refine.radius)
         text = rnd.to_json()
         round_id = "st-" + secrets.token_hex(8)
         self.store.create_study(round_id, text, spec_sha256(text), rnd.deadline, rnd.min_devices,

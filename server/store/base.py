@@ -2,9 +2,10 @@
 
 Everything the coordinator persists or refuses is named here once: the study
 states and the transitions between them, the row types, and the abstract :class:`Store` that a
-backend implements (:mod:`fedsketch.server.store.sqlite` today). The service and the store raise
-the same :class:`~fedsketch.server.errors.Refusal`; only the gRPC layer (:mod:`fedsketch.server.service.api`)
-turns its code into a status, so neither of them depends on the transport.
+backend implements (:mod:`fedsketch.server.store.sql`, on SQLite or PostgreSQL). The service and
+the store raise the same :class:`~fedsketch.server.errors.Refusal`; only the gRPC layer
+(:mod:`fedsketch.server.service.api`) turns its code into a status, so neither of them depends
+on the transport.
 
 Study lifecycle (each row is one :class:`Transition` below; nothing else moves a study)::
 
@@ -26,11 +27,15 @@ The store makes COLLECT and PUBLISH itself, inside the write that causes them, a
 round's DECODE or ABANDON in :meth:`Store.end_secure_round`; the coordinator makes the others with
 ``Store.set_state(..., expect=t.sources)``, a compare-and-set, so a study that moved meanwhile
 (two closes racing) is left alone and the loser is refused.
+
+The module runs past 400 lines because the contract is one: every method a backend implements,
+each with the semantics, refusals and transactions every backend must keep, read in one place.
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -189,9 +194,24 @@ class Store(ABC):
     Times are float Unix seconds (``time.time()``); tokens are kept only as SHA-256 digests.
     """
 
+    #: Whether other coordinator processes may serve this store at the same time (a PostgreSQL
+    #: database served with ``--shared``); a SQLite file has one coordinator.
+    shared: bool = False
+
     @abstractmethod
     def close(self) -> None:
         """Release the backend; the store must not be used afterwards."""
+
+    @abstractmethod
+    def claim(self, key: str) -> AbstractContextManager[None]:
+        """Hold the claim on ``key`` (the coordinator's: a study id) for the ``with`` block,
+        waiting while another thread or process holding the store has it; released when the
+        block ends, or when the process holding it dies. Writes nothing."""
+
+    @abstractmethod
+    def claimed(self, key: str) -> bool:
+        """Whether some thread or process holds (or, on SQLite, waits for) the claim on ``key``
+        now; by the time it returns that may have changed."""
 
     # enrollment
 

@@ -1,62 +1,50 @@
 """The coordinator's durable state in one SQLite file in WAL mode: :class:`SQLiteStore`.
 
-It implements :class:`fedsketch.server.store.base.Store` (the contract: transactions, refusals,
-the study lifecycle); every write is committed with ``synchronous=FULL`` before it returns, which
-is what makes a returned write survive a SIGKILL. All SQL lives in this module.
+It is the shared :class:`fedsketch.server.store.sql.SQLStore` over one connection; every write
+is committed with ``synchronous=FULL`` before it returns, which is what makes a returned write
+survive a SIGKILL. One process writes at a time (``BEGIN IMMEDIATE``), whatever the ``_tx`` key.
 
 A file is marked as a fedsketch store by ``PRAGMA application_id`` and versioned by ``PRAGMA
 user_version`` (``SCHEMA_VERSION``); any other file is refused before it is modified. Schema 1
 (before rosters) is migrated when opened: every device that had contributed to a study joins
-its roster, so open studies go on where they were; schemas 2 to 6 are migrated too
-(:mod:`.sqlite_schema`). The operator's reads, and refusals, are in :mod:`.sqlite_operator`;
-secure-aggregation rounds in :mod:`.sqlite_secure`.
+its roster, so open studies go on where they were; schemas 2 to 5 are migrated too
+(:mod:`.schema`, where both backends' tables and migrations are).
 """
 
 from __future__ import annotations
 
-import hashlib
 import os
-import secrets
 import sqlite3
 import threading
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
 from fedsketch.server.errors import Code
-from fedsketch.server.store.base import (
-    ACCEPTING,
-    COLLECT,
-    KINDS,
-    PUBLISH,
-    STATES,
-    ContributionRow,
-    Store,
-    StoreError,
-    StudyRow,
-)
-from fedsketch.server.store.sqlite_operator import OperatorReads
-from fedsketch.server.store.sqlite_schema import (
-    APPLICATION_ID,
-    CONTRIBUTION_COLUMNS,
-    OUTSTANDING_SQL,
-    SCHEMA,
-    SCHEMA_VERSION,
-    STUDY_SQL,
-    migrate,
-    schema_version,
-    study_row,
-)
-from fedsketch.server.store.sqlite_secure import SecureRounds
+from fedsketch.server.store.base import StoreError
+from fedsketch.server.store.schema import APPLICATION_ID, SCHEMA_VERSION, migrate
+from fedsketch.server.store.sql import COORDINATOR, SQLStore
 
-_COORDINATOR = "coordinator"  # audit actor for writes not made on behalf of a device
+__all__ = ["APPLICATION_ID", "SCHEMA_VERSION", "SQLiteStore", "schema_version"]
 
 
-def _sha256_hex(text: str) -> str:
-    return hashlib.sha256(text.encode()).hexdigest()
+def schema_version(c: sqlite3.Connection, path: str) -> int:
+    """The store's schema version, 0 for an empty database (to be created); StoreError
+    'failed_precondition' unless it is a fedsketch store of a version this code reads (1 to
+    SCHEMA_VERSION; older ones are migrated by :func:`.schema.migrate`)."""
+    app_id = c.execute("PRAGMA application_id").fetchone()[0]
+    version = c.execute("PRAGMA user_version").fetchone()[0]
+    if app_id == 0 and c.execute("SELECT COUNT(*) FROM sqlite_master").fetchone()[0] == 0:
+        return 0
+    if app_id != APPLICATION_ID:
+        raise StoreError(Code.FAILED_PRECONDITION, f"{path} is SQLite but not a fedsketch store")
+    if not 1 <= version <= SCHEMA_VERSION:
+        newer = " (the file was written by a newer fedsketch)" if version > SCHEMA_VERSION else ""
+        raise StoreError(Code.FAILED_PRECONDITION, f"{path} has store schema version {version}; "
+                         f"this fedsketch reads 1 to {SCHEMA_VERSION}{newer}")
+    return version
 
 
-class SQLiteStore(OperatorReads, SecureRounds, Store):
+class SQLiteStore(SQLStore):
     """The coordinator's state in one SQLite file; one connection is shared under a lock, so
     calls are serialized."""
 
@@ -71,6 +59,7 @@ class SQLiteStore(OperatorReads, SecureRounds, Store):
         """
         self.path = os.fspath(path)
         self._lock = threading.Lock()
+        self._claims: dict[str, tuple[threading.Lock, int]] = {}  # key: (lock, holders and waiters)
         try:
             os.close(os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600))
             self._conn = sqlite3.connect(
@@ -96,16 +85,15 @@ class SQLiteStore(OperatorReads, SecureRounds, Store):
         with self._tx() as c:
             version = schema_version(c, self.path)  # again under the write lock: another process won?
             if version == 0:
-                for statement in SCHEMA:
-                    c.execute(statement)
                 c.execute(f"PRAGMA application_id={APPLICATION_ID}")
             for change in migrate(c, version):
-                self._log(c, _COORDINATOR, "migrate", change)
+                self._log(c, COORDINATOR, "migrate", change)
             c.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
 
     @contextmanager
-    def _tx(self) -> Iterator[sqlite3.Connection]:
-        """Hold the lock for one write transaction: committed on normal exit, rolled back on any error."""
+    def _tx(self, key: str = COORDINATOR) -> Iterator[sqlite3.Connection]:
+        """Hold the lock for one write transaction: committed on normal exit, rolled back on any
+        error. Every write is serialized, whatever its ``key``."""
         with self._lock:
             self._conn.execute("BEGIN IMMEDIATE")
             try:
@@ -116,279 +104,33 @@ class SQLiteStore(OperatorReads, SecureRounds, Store):
                     self._conn.execute("ROLLBACK")
                 raise
 
-    def _query(self, sql: str, params: tuple = ()) -> list[tuple]:
+    @contextmanager
+    def _reading(self) -> Iterator[sqlite3.Connection]:
         with self._lock:
-            return self._conn.execute(sql, params).fetchall()
+            yield self._conn
 
-    @staticmethod
-    def _log(c: sqlite3.Connection, actor: str, action: str, detail: str) -> None:
-        c.execute("INSERT INTO audit (at, actor, action, detail) VALUES (?, ?, ?, ?)",
-                  (time.time(), actor, action, detail))
+    @contextmanager
+    def claim(self, key: str) -> Iterator[None]:
+        """One process serves a SQLite file (:mod:`.filelock`): a claim is a lock of this one,
+        kept while some thread holds or waits for it."""
+        with self._lock:
+            lock, users = self._claims.get(key, (threading.Lock(), 0))
+            self._claims[key] = (lock, users + 1)
+        try:
+            with lock:
+                yield
+        finally:
+            with self._lock:
+                users = self._claims[key][1] - 1
+                if users:
+                    self._claims[key] = (lock, users)
+                else:
+                    del self._claims[key]
 
-    @staticmethod
-    def _study(c: sqlite3.Connection, study_id: str) -> StudyRow:
-        row = c.execute(STUDY_SQL.format(where="WHERE s.study_id = ?"), (study_id,)).fetchone()
-        if row is None:
-            raise StoreError(Code.NOT_FOUND, f"no study {study_id!r}")
-        return study_row(row)
+    def claimed(self, key: str) -> bool:
+        with self._lock:
+            return key in self._claims
 
     def close(self) -> None:
         with self._lock:
             self._conn.close()
-
-    # enrollment
-
-    def add_tokens(self, tokens: list[str]) -> None:
-        if any(not t for t in tokens):
-            raise ValueError("enrollment tokens must be non-empty")
-        now = time.time()
-        with self._tx() as c:
-            c.executemany(
-                "INSERT OR IGNORE INTO tokens (token_sha256, added_at) VALUES (?, ?)",
-                [(_sha256_hex(t), now) for t in tokens],
-            )
-            self._log(c, _COORDINATOR, "add_tokens", f"{len(tokens)} tokens")
-
-    def enroll(self, token: str, public_key: bytes, label: str) -> str:
-        public_key = bytes(public_key)
-        if len(public_key) != 32:
-            raise ValueError(f"public key must be 32 bytes, got {len(public_key)}")
-        digest = _sha256_hex(token)
-        device_id = "dev-" + secrets.token_hex(8)
-        now = time.time()
-        with self._tx() as c:
-            token = c.execute("SELECT used_by FROM tokens WHERE token_sha256 = ?", (digest,)).fetchone()
-            if token is None:
-                raise StoreError(Code.PERMISSION_DENIED, "unknown or already used enrollment token")
-            if (enrolled := token[0]) is not None:  # a lost reply: the same key may ask again
-                if c.execute("SELECT 1 FROM devices WHERE device_id = ? AND public_key = ?",
-                             (enrolled, public_key)).fetchone():
-                    return enrolled
-                raise StoreError(Code.PERMISSION_DENIED, "unknown or already used enrollment token")
-            if c.execute("SELECT 1 FROM devices WHERE public_key = ?", (public_key,)).fetchone():
-                raise StoreError(Code.CONFLICT, "this public key is already enrolled")
-            c.execute("INSERT INTO devices (device_id, public_key, label, enrolled_at) VALUES (?, ?, ?, ?)",
-                      (device_id, public_key, label, now))
-            c.execute("UPDATE tokens SET used_by = ?, used_at = ? WHERE token_sha256 = ?",
-                      (device_id, now, digest))
-            self._log(c, device_id, "enroll", f"label={label!r}")
-        return device_id
-
-    def device_key(self, device_id: str) -> bytes | None:
-        rows = self._query("SELECT public_key FROM devices WHERE device_id = ?", (device_id,))
-        return rows[0][0] if rows else None
-
-    # studies
-
-    def create_study(
-        self, study_id: str, spec_json: str, spec_sha256: str, deadline: float | None, min_devices: int,
-        parent: str | None = None, roster: int | None = None,
-    ) -> StudyRow:
-        with self._tx() as c:
-            if c.execute("SELECT 1 FROM studies WHERE study_id = ?", (study_id,)).fetchone():
-                raise StoreError(Code.CONFLICT, f"study {study_id!r} already exists")
-            if parent is not None:
-                self._study(c, parent)  # not_found for an unknown parent
-            c.execute(
-                "INSERT INTO studies (study_id, spec_json, spec_sha256, state, detail, created_at, deadline,"
-                " min_devices, parent, roster) VALUES (?, ?, ?, ?, '', ?, ?, ?, ?, ?)",
-                (study_id, spec_json, spec_sha256, STATES[0], time.time(), deadline, min_devices, parent,
-                 roster),
-            )
-            self._log(c, _COORDINATOR, "create_study", f"study {study_id!r} spec_sha256 {spec_sha256}")
-            return self._study(c, study_id)
-
-    def get_study(self, study_id: str) -> StudyRow:
-        with self._lock:
-            return self._study(self._conn, study_id)
-
-    def list_studies(self, states: tuple[str, ...] | None = None) -> list[StudyRow]:
-        where = "" if states is None else f"WHERE s.state IN ({', '.join('?' * len(states))})"
-        return [study_row(r) for r in self._query(STUDY_SQL.format(where=where), tuple(states or ()))]
-
-    def rounds(self, parent: str) -> list[StudyRow]:
-        return [study_row(r) for r in self._query(STUDY_SQL.format(where="WHERE s.parent = ?"),
-                                                   (parent,))]
-
-    def set_state(
-        self, study_id: str, state: str, detail: str = "", expect: tuple[str, ...] | None = None
-    ) -> StudyRow:
-        if state not in STATES:
-            raise ValueError(f"unknown study state {state!r}; expected one of {STATES}")
-        with self._tx() as c:
-            current = self._study(c, study_id).state
-            if expect is not None and current not in expect:
-                raise StoreError(
-                    Code.FAILED_PRECONDITION, f"study {study_id!r} is {current!r}, expected one of {expect}"
-                )
-            c.execute(
-                "UPDATE studies SET state = ?, detail = ? WHERE study_id = ?", (state, detail, study_id)
-            )
-            change = f"study {study_id!r}: {current} -> {state} {detail}".rstrip()
-            self._log(c, _COORDINATOR, "set_state", change)
-            return self._study(c, study_id)
-
-    # rosters
-
-    def register(self, study_id: str, device_id: str) -> tuple[bool, StudyRow]:
-        with self._tx() as c:
-            study = self._study(c, study_id)
-            if not c.execute("SELECT 1 FROM devices WHERE device_id = ?", (device_id,)).fetchone():
-                raise StoreError(Code.NOT_FOUND, f"no enrolled device {device_id!r}")
-            if self._in_roster(c, study_id, device_id):
-                return False, study
-            if study.state not in ACCEPTING or study.closing is not None:
-                state = "closing" if study.state in ACCEPTING else repr(study.state)
-                raise StoreError(Code.FAILED_PRECONDITION,
-                                 f"study {study_id!r} is {state} and takes no registrations")
-            if study.registered >= study.capacity:
-                raise StoreError(Code.FAILED_PRECONDITION, f"the roster of study {study_id!r} is "
-                                 f"full ({study.registered} devices)")
-            now = time.time()
-            c.execute("INSERT INTO registrations (study_id, device_id, registered_at) VALUES (?, ?, ?)",
-                      (study_id, device_id, now))
-            c.execute("UPDATE studies SET registered = registered + 1 WHERE study_id = ?", (study_id,))
-            if study.filled_at is None and study.registered + 1 >= study.min_devices:
-                c.execute("UPDATE studies SET filled_at = ? WHERE study_id = ?", (now, study_id))
-            self._log(c, device_id, "register", f"study {study_id!r}")
-            return True, self._study(c, study_id)
-
-    def leave(self, study_id: str, device_id: str) -> tuple[bool, StudyRow]:
-        with self._tx() as c:
-            study = self._study(c, study_id)
-            if study.state not in ACCEPTING:
-                raise StoreError(Code.FAILED_PRECONDITION, f"study {study_id!r} is {study.state!r}")
-            if self._contributed(c, study_id, device_id):
-                raise StoreError(Code.FAILED_PRECONDITION, f"device {device_id!r} contributed to "
-                                 f"study {study_id!r}: a release cannot be withdrawn")
-            if self._holds_ticket(c, study_id, device_id):
-                raise StoreError(Code.ABORTED, f"device {device_id!r} holds an input "
-                                 "ticket (it may have spent): it cannot leave until the ticket ends")
-            if not self._in_roster(c, study_id, device_id):
-                return False, study
-            c.execute("DELETE FROM registrations WHERE study_id = ? AND device_id = ?",
-                      (study_id, device_id))
-            c.execute("UPDATE studies SET registered = registered - 1 WHERE study_id = ?", (study_id,))
-            self._log(c, device_id, "leave", f"study {study_id!r}")
-            return True, self._study(c, study_id)
-
-    def ticket(self, study_id: str, device_id: str, seconds: float) -> float:
-        with self._tx() as c:
-            study = self._study(c, study_id)
-            if (study.state not in ACCEPTING or study.closing is not None or not study.roster_full
-                    or not self._in_roster(c, study_id, device_id)
-                    or self._contributed(c, study_id, device_id)):
-                return 0.0
-            c.execute("UPDATE registrations SET ticket_until = ? WHERE study_id = ? AND device_id = ?",
-                      (time.time() + seconds, study_id, device_id))
-            return float(seconds)
-
-    def outstanding(self, study_id: str, now: float) -> int:
-        return self._query(OUTSTANDING_SQL, (study_id, now))[0][0]
-
-    def request_close(self, study_id: str, reason: str) -> StudyRow:
-        with self._tx() as c:
-            study = self._study(c, study_id)
-            if study.state not in ACCEPTING:
-                raise StoreError(Code.FAILED_PRECONDITION, f"study {study_id!r} is {study.state!r}")
-            if study.closing is None:
-                c.execute("UPDATE studies SET close_requested = ?, detail = ? WHERE study_id = ?",
-                          (reason, f"closing ({reason}): waiting for the devices told to send",
-                           study_id))
-                self._log(c, _COORDINATOR, "request_close", f"study {study_id!r}: {reason}")
-            return self._study(c, study_id)
-
-    @staticmethod
-    def _in_roster(c: sqlite3.Connection, study_id: str, device_id: str) -> bool:
-        return c.execute("SELECT 1 FROM registrations WHERE study_id = ? AND device_id = ?",
-                         (study_id, device_id)).fetchone() is not None
-
-    @staticmethod
-    def _contributed(c: sqlite3.Connection, study_id: str, device_id: str) -> bool:
-        return c.execute("SELECT 1 FROM contributions WHERE study_id = ? AND device_id = ?",
-                         (study_id, device_id)).fetchone() is not None
-
-    @staticmethod
-    def _holds_ticket(c: sqlite3.Connection, study_id: str, device_id: str) -> bool:
-        return c.execute("SELECT 1 FROM registrations WHERE study_id = ? AND device_id = ? AND "
-                         "ticket_until > ?", (study_id, device_id, time.time())).fetchone() is not None
-
-    # contributions
-
-    def add_contribution(self, row: ContributionRow) -> bool:
-        if row.kind not in KINDS:
-            raise ValueError(f"unknown contribution kind {row.kind!r}; expected one of {KINDS}")
-        with self._tx() as c:
-            study = self._study(c, row.study_id)
-            state = study.state
-            if not c.execute("SELECT 1 FROM devices WHERE device_id = ?", (row.device_id,)).fetchone():
-                raise StoreError(Code.NOT_FOUND, f"no enrolled device {row.device_id!r}")
-            prior = c.execute(
-                "SELECT payload_sha256, n FROM contributions WHERE study_id = ? AND device_id = ?",
-                (row.study_id, row.device_id),
-            ).fetchone()
-            if prior is not None:  # checked before the state: a lost ack is re-acknowledged
-                if prior == (row.payload_sha256, row.n):
-                    return False
-                raise StoreError(
-                    Code.CONFLICT,
-                    f"device {row.device_id!r} already contributed different bytes to study {row.study_id!r}",
-                )
-            if state not in ACCEPTING:
-                message = f"study {row.study_id!r} is {state!r} and accepts no contributions"
-                raise StoreError(Code.FAILED_PRECONDITION, message)
-            if not self._in_roster(c, row.study_id, row.device_id):
-                raise StoreError(Code.PERMISSION_DENIED, f"device {row.device_id!r} is not in the "
-                                 f"roster of study {row.study_id!r}")
-            if not study.roster_full:
-                raise StoreError(Code.FAILED_PRECONDITION, f"study {row.study_id!r} is still "
-                                 f"registering ({study.registered} of {study.min_devices} devices)")
-            if study.closing is not None and not self._holds_ticket(c, row.study_id, row.device_id):
-                raise StoreError(Code.FAILED_PRECONDITION, f"study {row.study_id!r} is closing and "
-                                 f"takes input only from devices holding a live input ticket")
-            c.execute(
-                f"INSERT INTO contributions ({CONTRIBUTION_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                (row.study_id, row.device_id, row.n, row.kind, bytes(row.payload), row.payload_sha256,
-                 bytes(row.signature), row.received_at),
-            )
-            c.execute("UPDATE studies SET contributed = contributed + 1, records = records + ?, state = ? "
-                      "WHERE study_id = ?",
-                      (row.n, COLLECT.target if state in COLLECT.sources else state, row.study_id))
-            self._log(
-                c, row.device_id, "contribute",
-                f"study {row.study_id!r} n={row.n} payload_sha256 {row.payload_sha256}",
-            )
-            return True
-
-    def contributions(self, study_id: str) -> list[ContributionRow]:
-        rows = self._query(
-            f"SELECT {CONTRIBUTION_COLUMNS} FROM contributions WHERE study_id = ?"
-            " ORDER BY received_at, device_id",
-            (study_id,),
-        )
-        return [ContributionRow(*r) for r in rows]
-
-    # results
-
-    def put_result(self, study_id: str, result_json: str) -> None:
-        with self._tx() as c:
-            current = self._study(c, study_id).state
-            if c.execute("SELECT 1 FROM results WHERE study_id = ?", (study_id,)).fetchone():
-                raise StoreError(Code.CONFLICT, f"study {study_id!r} already has a result")
-            if current not in PUBLISH.sources:
-                raise StoreError(Code.FAILED_PRECONDITION, f"study {study_id!r} is {current!r}, not decoding")
-            c.execute("INSERT INTO results (study_id, result_json, created_at) VALUES (?, ?, ?)",
-                      (study_id, result_json, time.time()))
-            c.execute("UPDATE studies SET state = ?, detail = '' WHERE study_id = ?",
-                      (PUBLISH.target, study_id))
-            self._log(c, _COORDINATOR, "put_result", f"study {study_id!r}: {current} -> {PUBLISH.target}")
-
-    def get_result(self, study_id: str) -> str | None:
-        rows = self._query("SELECT result_json FROM results WHERE study_id = ?", (study_id,))
-        return rows[0][0] if rows else None
-
-    # audit log
-
-    def audit(self, actor: str, action: str, detail: str) -> None:
-        with self._tx() as c:
-            self._log(c, actor, action, detail)

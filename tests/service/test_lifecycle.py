@@ -1,5 +1,6 @@
 """The coordinator's own threads (start-up, the decoder, a secure round's end) make lifecycle
-transitions as compare-and-sets: a study that already moved is left alone and nothing raises."""
+transitions as compare-and-sets: a study that already moved is left alone and nothing raises
+(on each store backend)."""
 
 from __future__ import annotations
 
@@ -12,8 +13,8 @@ from fedsketch.server.store import open_store
 from fedsketch.server.store.base import ABANDON, DECODE, DECODING_FAILED
 
 
-def test_a_background_transition_on_a_study_that_moved_is_skipped_and_logged(tmp_path, caplog):
-    store = open_store(tmp_path / "c.db")
+def test_a_background_transition_on_a_study_that_moved_is_skipped_and_logged(store_url, caplog):
+    store = open_store(store_url)
     coordinator = Coordinator(store)
     try:
         study = coordinator.create(study_spec().to_json()).study_id

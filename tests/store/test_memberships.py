@@ -1,12 +1,13 @@
 """Store.memberships, what decides which studies and results a device may read
-(``server/service/reads.py``): run against every backend through test_store's ``store`` fixture."""
+(``server/service/reads.py``): run against every backend through the ``store`` fixture of
+tests/conftest.py."""
 
 from __future__ import annotations
 
-from test_store import contribution, enroll, payload, store  # noqa: F401 (store: the fixture)
+from test_store import contribution, enroll, payload
 
 
-def test_memberships_name_the_rosters_holding_a_device_and_whether_it_contributed(store):  # noqa: F811
+def test_memberships_name_the_rosters_holding_a_device_and_whether_it_contributed(store):
     a, b = enroll(store, 1), enroll(store, 2)
     store.create_study("sa", "{}", "h", None, 1)
     store.create_study("sb", "{}", "h", None, 2)

@@ -14,13 +14,6 @@ from fedsketch.server.store import StoreError, open_store
 from fedsketch.server.store.sqlite import SCHEMA_VERSION
 
 
-@pytest.fixture
-def store(tmp_path):
-    s = open_store(tmp_path / "store.db")
-    yield s
-    s.close()
-
-
 def test_a_refusal_is_kept_once_with_its_reason_and_audited(store):
     a, b = enroll(store, 1), enroll(store, 2)
     store.create_study("s", "{}", "0" * 64, None, 2)

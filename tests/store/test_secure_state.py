@@ -2,25 +2,17 @@
 stage messages (one per study, stage and device; an identical re-send is acknowledged, a
 different one refused, never replaced), the open stage and when it opened, and the round's end
 (the unmasked sum with the study's move to decoding, or its failure), plus the schema-6 → 7
-migration. The contract runs against every backend of ``test_store.BACKENDS``."""
+migration. The contract runs against every backend (the ``store`` fixture of conftest.py)."""
 
 from __future__ import annotations
 
 import sqlite3
 
-import pytest
-from test_store import BACKENDS, back_to_schema_6, enroll, refusal
+from test_store import back_to_schema_6, enroll, refusal
 
 from fedsketch.server.errors import Code
 from fedsketch.server.store import open_store
 from fedsketch.server.store.sqlite import SCHEMA_VERSION
-
-
-@pytest.fixture(params=sorted(BACKENDS))
-def store(request, tmp_path):
-    s = open_store(BACKENDS[request.param](tmp_path))
-    yield s
-    s.close()
 
 
 def test_a_stage_message_is_kept_once_and_never_replaced(store):

@@ -1,7 +1,9 @@
 """The coordinator store. The contract every backend keeps (enrollment, idempotent
 contributions, compare-and-set, the lifecycle, results, concurrent writers) runs against each
-backend through the ``store`` fixture; the tests that open a SQLite file themselves (schema,
-foreign and newer files, durability across a real SIGKILL) stay SQLite-only."""
+backend (SQLite, and PostgreSQL on the tests' own server) through the ``store`` fixture of
+``tests/conftest.py``; the tests that open a SQLite file themselves (schema, foreign and newer
+files, durability across a real SIGKILL) stay SQLite-only, and ``test_postgres_store.py`` has
+their PostgreSQL counterparts."""
 
 from __future__ import annotations
 
@@ -22,9 +24,6 @@ from fedsketch.server.store import ContributionRow, SQLiteStore, Store, StoreErr
 from fedsketch.server.store.filelock import hold_exclusive
 from fedsketch.server.store.sqlite import SCHEMA_VERSION
 
-#: Where a fresh store of each backend lives, by name: a second backend adds an entry here.
-BACKENDS = {"sqlite": lambda tmp_path: f"sqlite:///{tmp_path / 'store.db'}"}
-
 
 def key(i: int) -> bytes:
     return hashlib.sha256(b"key%d" % i).digest()
@@ -43,13 +42,6 @@ def contribution(study: str, device: str, data: bytes, n: float = 10.0) -> Contr
     return ContributionRow(
         study, device, n, "int64_pairs", data, hashlib.sha256(data).hexdigest(), b"sig", time.time()
     )
-
-
-@pytest.fixture(params=sorted(BACKENDS))
-def store(request, tmp_path):
-    s = open_store(BACKENDS[request.param](tmp_path))
-    yield s
-    s.close()
 
 
 def refusal(fn, *args) -> StoreError:
@@ -285,7 +277,7 @@ def test_open_store_picks_the_backend_from_a_path_or_url(tmp_path, monkeypatch):
         assert isinstance(s, SQLiteStore)
         s.close()
     assert sorted(p.name for p in tmp_path.glob("*.db")) == ["a.db", "a:b.db"]
-    for url, words in (("postgresql://db.example/fedsketch", "unsupported"),
+    for url, words in (("mysql://me:secret@db.example/fedsketch", "unsupported store URL scheme 'mysql'"),
                        ("sqlite://host/a.db", "bad SQLite"), ("sqlite://", "bad SQLite")):
         with pytest.raises(ValueError, match=words):
             open_store(url)

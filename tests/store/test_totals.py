@@ -1,7 +1,8 @@
 """A study's totals (contributions, records Σn, registered) are kept in its row, in the
 transaction that changes them: they equal a recount of the rows after any mix of writes, a
-restart, a migration from schema 4 and a SIGKILL, and the Submit and poll paths read them
-without counting rows (the statements the store runs are traced on its own connection)."""
+restart, a migration from schema 4 and a SIGKILL (on each backend, but the migration), and the
+Submit and poll paths read them without counting rows (the statements the store runs are traced
+on its own SQLite connection)."""
 
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ from fedsketch.common import signing, wire
 from fedsketch.server.service.coordinator import Coordinator
 from fedsketch.server.service.messages import Submission
 from fedsketch.server.store import SQLiteStore, open_store
-from fedsketch.server.store.sqlite_schema import OUTSTANDING_SQL
+from fedsketch.server.store.schema import OUTSTANDING_SQL
 
 RECOUNT = """SELECT s.study_id,
     (SELECT COUNT(*) FROM contributions AS c WHERE c.study_id = s.study_id),
@@ -31,21 +32,22 @@ RECOUNT = """SELECT s.study_id,
 FROM studies AS s ORDER BY s.study_id"""
 
 
-def recounted(path) -> list[tuple]:
-    """(study, contributions, records, registered) of every study, counted from the rows."""
-    raw = sqlite3.connect(path)
+def recounted(where) -> list[tuple]:
+    """(study, contributions, records, registered) of every study, counted from the rows by a
+    store of its own on ``where`` (a path or URL)."""
+    store = open_store(where)
     try:
-        return raw.execute(RECOUNT).fetchall()
+        return store._query(RECOUNT)
     finally:
-        raw.close()
+        store.close()
 
 
 def totals(store) -> list[tuple]:
     return sorted((r.study_id, r.contributions, r.records, r.registered) for r in store.list_studies())
 
 
-def test_totals_equal_a_recount_after_every_kind_of_write_and_a_restart(tmp_path):
-    path = tmp_path / "store.db"
+def test_totals_equal_a_recount_after_every_kind_of_write_and_a_restart(store_url):
+    path = store_url
     store = open_store(path)
     devs = [enroll(store, i) for i in range(6)]
     store.create_study("s", "{}", "0" * 64, None, 2, roster=5)
@@ -180,10 +182,10 @@ for i in range(100000):
 """
 
 
-def test_a_sigkill_cannot_split_a_contribution_from_its_totals(tmp_path):
+def test_a_sigkill_cannot_split_a_contribution_from_its_totals(store_url):
     """A writer of one study killed mid-stream: the totals equal the recount of what it stored
     (at least every acknowledged contribution), since each is in its row's transaction."""
-    path = tmp_path / "store.db"
+    path = store_url
     proc = subprocess.Popen([sys.executable, "-c", CHILD, str(path)], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
     watchdog = threading.Timer(30, proc.kill)

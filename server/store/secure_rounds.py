@@ -1,14 +1,14 @@
-"""Secure-aggregation rounds in the SQLite store: each device's stage messages and each round's
-progress (open stage, when it opened, the unmasked sum), so a restarted coordinator resumes a
-round where it was (:mod:`fedsketch.server.service.secure_round`). A mixin of
-:class:`~fedsketch.server.store.sqlite.SQLiteStore`, which provides the connection (``_tx``,
-``_query``), the audit writer ``_log`` and the study reader ``_study``; the contract is
-:class:`~fedsketch.server.store.base.Store`'s."""
+"""Secure-aggregation rounds in the SQL store, for every backend: each device's stage messages
+and each round's progress (open stage, when it opened, its roster and the unmasked sum once it
+ended), so a restarted coordinator resumes a round where it was
+(:mod:`fedsketch.server.service.secure_round`). A mixin of
+:class:`~fedsketch.server.store.sql.SQLStore`, which provides the write transactions (``_tx``,
+keyed by the study), ``_query``, the audit writer ``_log`` and the study reader ``_study``; the
+contract is :class:`~fedsketch.server.store.base.Store`'s."""
 
 from __future__ import annotations
 
 import json
-import sqlite3
 import time
 
 from fedsketch.server.errors import Code
@@ -21,14 +21,15 @@ from fedsketch.server.store.base import (
     StoreError,
     StudyRow,
 )
+from fedsketch.server.store.schema import Connection
 
 _ACTOR = "coordinator"
 
 
 class SecureRounds:
-    """The secure-aggregation methods of :class:`~fedsketch.server.store.base.Store` over SQLite."""
+    """The secure-aggregation methods of :class:`~fedsketch.server.store.base.Store` in SQL."""
 
-    def _accepting(self, c: sqlite3.Connection, study_id: str) -> StudyRow:
+    def _accepting(self, c: Connection, study_id: str) -> StudyRow:
         """The study (not_found), refused 'failed_precondition' unless it is in ``ACCEPTING``."""
         study = self._study(c, study_id)
         if study.state not in ACCEPTING:
@@ -38,7 +39,7 @@ class SecureRounds:
 
     def add_stage_message(self, study_id: str, stage: int, device_id: str, body: bytes) -> bool:
         body = bytes(body)
-        with self._tx() as c:
+        with self._tx(study_id) as c:
             self._study(c, study_id)  # not_found for an unknown study
             prior = c.execute("SELECT body FROM stage_messages WHERE study_id = ? AND stage = ? "
                               "AND device_id = ?", (study_id, stage, device_id)).fetchone()
@@ -60,7 +61,7 @@ class SecureRounds:
         return [StageMessageRow(*row) for row in rows]
 
     def open_stage(self, study_id: str, stage: int, opened_at: float) -> None:
-        with self._tx() as c:
+        with self._tx(study_id) as c:
             self._accepting(c, study_id)
             c.execute("INSERT INTO secure_rounds (study_id, stage, opened_at) VALUES (?, ?, ?) "
                       "ON CONFLICT (study_id) DO UPDATE SET stage = excluded.stage, "
@@ -79,7 +80,7 @@ class SecureRounds:
                          devices: int = 0, records: float = 0.0,
                          members: dict[str, bool] | None = None) -> StudyRow:
         transition = ABANDON if total is None else DECODE
-        with self._tx() as c:
+        with self._tx(study_id) as c:
             current = self._accepting(c, study_id).state
             c.execute("INSERT INTO secure_rounds (study_id, stage, opened_at) VALUES (?, 0, ?) "
                       "ON CONFLICT (study_id) DO NOTHING", (study_id, time.time()))

@@ -1,8 +1,9 @@
-"""What the operator watches, read from (and, for refusals, written to) the SQLite store: a
-study's roster with labels and contribution times, the refusals devices reported, and the audit
-log; and the memberships that decide what a device may read. A mixin of
-:class:`~fedsketch.server.store.sqlite.SQLiteStore`, which provides the connection (``_tx``,
-``_query``), the audit writer ``_log`` and the study reader ``_study``."""
+"""What the operator watches, read from (and, for refusals, written to) the store: a study's
+roster with labels and contribution times, the refusals devices reported, and the audit log;
+and the memberships that decide what a device may read. A mixin of
+:class:`~fedsketch.server.store.sql.SQLStore`, which provides the connection (``_tx``,
+``_query``), the audit writer ``_log`` and the study reader ``_study``; the SQL is the shared
+dialect of :mod:`.schema`."""
 
 from __future__ import annotations
 
@@ -35,13 +36,13 @@ WHERE r.device_id = ? AND r.study_id IN ({ids})
 
 
 class OperatorReads:
-    """The operator's reads of :class:`~fedsketch.server.store.base.Store` over SQLite,
-    :meth:`add_refusal` and :meth:`memberships`."""
+    """The operator's reads of :class:`~fedsketch.server.store.base.Store`, :meth:`add_refusal`
+    and :meth:`memberships`."""
 
     def add_refusal(self, study_id: str, device_id: str, reason: str) -> bool:
         if reason not in REFUSAL_REASONS:
             raise ValueError(f"unknown refusal reason {reason!r}; expected one of {REFUSAL_REASONS}")
-        with self._tx() as c:
+        with self._tx(study_id) as c:
             self._study(c, study_id)  # not_found for an unknown study
             if not c.execute("SELECT 1 FROM devices WHERE device_id = ?", (device_id,)).fetchone():
                 raise StoreError(Code.NOT_FOUND, f"no enrolled device {device_id!r}")

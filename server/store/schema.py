@@ -1,5 +1,16 @@
-"""The SQL layout of :class:`fedsketch.server.store.sqlite.SQLiteStore`: its tables (schema
-version :data:`SCHEMA_VERSION`), the queries that read rows back, and the schema-1 migration.
+"""The store's SQL layout, for every backend: its tables (schema version :data:`SCHEMA_VERSION`),
+the queries that read rows back, and the migrations from each older schema, in one ordered list
+(:func:`migrate`).
+
+The SQL is written once, in SQLite's spelling; :func:`postgres_sql` turns a statement into
+PostgreSQL's, the one place where the two dialects differ (types, placeholders, one function).
+A new store runs :data:`SCHEMA`, an older one runs the steps of :func:`migrate` from its version
+on, in the backend's write transaction, and then records :data:`SCHEMA_VERSION` (SQLite in
+``PRAGMA user_version``, PostgreSQL in the table ``fedsketch_store``). To add schema N+1: append
+its tables to :data:`SCHEMA`, write ``migrate_vN(c)`` creating them (from the same constants),
+append ``(migrate_vN, "what changed")`` to the steps, and set ``SCHEMA_VERSION = N + 1``; both
+backends then create and migrate alike. A PostgreSQL store is created at schema 6 or later, so
+the steps before (below: table rebuilds that only SQLite needs) only ever run on SQLite files.
 
 Schema 2 adds ``registrations``, a plain study's roster (:meth:`~fedsketch.server.store.base.
 Store.register`) with each member's input ticket (``ticket_until``, Unix seconds:
@@ -39,14 +50,50 @@ in it and their declared records. :func:`migrate_v6` creates both.
 
 from __future__ import annotations
 
-import sqlite3
+import functools
+import re
+from typing import Any, Protocol
 
-from fedsketch.server.errors import Code
-from fedsketch.server.store.base import KINDS, STATES, StoreError, StudyRow
+from fedsketch.server.store.base import KINDS, STATES, StudyRow
 
 SCHEMA_VERSION = 7
 
-APPLICATION_ID = 0x46534B53  # "FSKS" in the SQLite header
+#: Marks a database as a fedsketch store: SQLite's ``PRAGMA application_id`` ("FSKS" in the file
+#: header), PostgreSQL's ``fedsketch_store.application_id``.
+APPLICATION_ID = 0x46534B53
+
+
+class Connection(Protocol):
+    """What the store's SQL runs on: ``sqlite3.Connection``, or the PostgreSQL store's adapter
+    (:class:`fedsketch.server.store.postgres.PostgresConnection`), with ``?`` placeholders."""
+
+    def execute(self, sql: str, params: tuple | list = ()) -> Any: ...
+
+    def executemany(self, sql: str, rows: list[tuple]) -> Any: ...
+
+
+#: SQLite's spelling -> PostgreSQL's, in table definitions (CREATE and ALTER statements): 8-byte
+#: floats, byte strings, a generated key, and text compared byte by byte as SQLite does.
+_POSTGRES_DDL = (
+    (re.compile(r"\bINTEGER PRIMARY KEY AUTOINCREMENT\b"), "BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY"),
+    (re.compile(r"\bREAL\b"), "DOUBLE PRECISION"),
+    (re.compile(r"\bBLOB\b"), "BYTEA"),
+    (re.compile(r"\bTEXT\b"), 'TEXT COLLATE "C"'),
+)
+
+
+@functools.lru_cache(maxsize=512)
+def postgres_sql(sql: str) -> str:
+    """``sql`` (SQLite's spelling, ``?`` placeholders) in PostgreSQL's: ``%s`` placeholders,
+    ``strpos`` for ``instr`` (the same arguments), and in a CREATE or ALTER statement the types
+    of :data:`_POSTGRES_DDL`. The store's SQL holds no ``%`` and no ``?`` inside a literal."""
+    if "%" in sql:
+        raise ValueError(f"a literal % in store SQL would be read as a placeholder: {sql!r}")
+    out = sql.replace("?", "%s").replace("instr(", "strpos(")
+    if re.match(r"\s*(CREATE|ALTER)\b", out, re.IGNORECASE):
+        for pattern, spelling in _POSTGRES_DDL:
+            out = pattern.sub(spelling, out)
+    return out
 
 
 def sql_list(values: tuple[str, ...]) -> str:
@@ -154,23 +201,6 @@ FROM studies AS s
 ORDER BY s.created_at, s.study_id
 """
 
-def schema_version(c: sqlite3.Connection, path: str) -> int:
-    """The store's schema version, 0 for an empty database (to be created); StoreError
-    'failed_precondition' unless it is a fedsketch store of a version this code reads (1 to
-    SCHEMA_VERSION; older ones are migrated by :func:`migrate`)."""
-    app_id = c.execute("PRAGMA application_id").fetchone()[0]
-    version = c.execute("PRAGMA user_version").fetchone()[0]
-    if app_id == 0 and c.execute("SELECT COUNT(*) FROM sqlite_master").fetchone()[0] == 0:
-        return 0
-    if app_id != APPLICATION_ID:
-        raise StoreError(Code.FAILED_PRECONDITION, f"{path} is SQLite but not a fedsketch store")
-    if not 1 <= version <= SCHEMA_VERSION:
-        newer = " (the file was written by a newer fedsketch)" if version > SCHEMA_VERSION else ""
-        raise StoreError(Code.FAILED_PRECONDITION, f"{path} has store schema version {version}; "
-                         f"this fedsketch reads 1 to {SCHEMA_VERSION}{newer}")
-    return version
-
-
 def study_row(row: tuple) -> StudyRow:
     """A row of :data:`STUDY_SQL` as a :class:`StudyRow`."""
     return StudyRow(*row[:9], records=float(row[9]), registered=row[10], closing=row[11],
@@ -180,7 +210,7 @@ def study_row(row: tuple) -> StudyRow:
 CONTRIBUTION_COLUMNS = "study_id, device_id, n, kind, payload, payload_sha256, signature, received_at"
 
 
-def migrate_v1(c: sqlite3.Connection) -> None:
+def migrate_v1(c: Connection) -> None:
     """Schema 1 → 2 inside the caller's write transaction (module docstring)."""
     c.execute(REGISTRATIONS)
     c.execute("ALTER TABLE studies ADD COLUMN close_requested TEXT")
@@ -188,7 +218,7 @@ def migrate_v1(c: sqlite3.Connection) -> None:
               "SELECT study_id, device_id, received_at FROM contributions")
 
 
-def migrate_v2(c: sqlite3.Connection) -> None:
+def migrate_v2(c: Connection) -> None:
     """Schema 2 → 3 inside the caller's write transaction (module docstring)."""
     c.execute("ALTER TABLE studies ADD COLUMN parent TEXT REFERENCES studies(study_id)")
     c.execute("CREATE INDEX studies_by_parent ON studies(parent)")
@@ -200,7 +230,7 @@ def migrate_v2(c: sqlite3.Connection) -> None:
     c.execute("CREATE INDEX contributions_by_time ON contributions(study_id, received_at)")
 
 
-def migrate_v3(c: sqlite3.Connection) -> None:
+def migrate_v3(c: Connection) -> None:
     """Schema 3 → 4 inside the caller's write transaction (module docstring)."""
     c.execute("ALTER TABLE studies ADD COLUMN roster INTEGER")
     c.execute("ALTER TABLE studies ADD COLUMN filled_at REAL")
@@ -209,7 +239,7 @@ def migrate_v3(c: sqlite3.Connection) -> None:
               "registrations AS r WHERE r.study_id = studies.study_id)")
 
 
-def migrate_v4(c: sqlite3.Connection) -> None:
+def migrate_v4(c: Connection) -> None:
     """Schema 4 → 5 inside the caller's write transaction (module docstring)."""
     c.execute("ALTER TABLE studies ADD COLUMN contributed INTEGER NOT NULL DEFAULT 0")
     c.execute("ALTER TABLE studies ADD COLUMN records REAL NOT NULL DEFAULT 0.0")
@@ -222,20 +252,24 @@ def migrate_v4(c: sqlite3.Connection) -> None:
     c.execute("CREATE INDEX registrations_by_ticket ON registrations(study_id, ticket_until)")
 
 
-def migrate_v5(c: sqlite3.Connection) -> None:
+def migrate_v5(c: Connection) -> None:
     """Schema 5 → 6 inside the caller's write transaction (module docstring)."""
     c.execute(REFUSALS)
 
 
-def migrate_v6(c: sqlite3.Connection) -> None:
+def migrate_v6(c: Connection) -> None:
     """Schema 6 → 7 inside the caller's write transaction (module docstring)."""
     c.execute(STAGE_MESSAGES)
     c.execute(SECURE_ROUNDS)
 
 
-def migrate(c: sqlite3.Connection, version: int) -> list[str]:
-    """Bring a schema-``version`` store (0: just created) to :data:`SCHEMA_VERSION` inside the
-    caller's write transaction; what each step changed, for the audit log."""
+def migrate(c: Connection, version: int) -> list[str]:
+    """Bring a schema-``version`` store (0: empty, created here from :data:`SCHEMA`) to
+    :data:`SCHEMA_VERSION` inside the caller's write transaction; what each step changed, for
+    the audit log."""
+    if version == 0:
+        for statement in SCHEMA:
+            c.execute(statement)
     steps = ((migrate_v1, "contributors joined their studies' rosters"),
              (migrate_v2, "studies may have refinement rounds"),
              (migrate_v3, "rosters may be larger than the quorum"),
