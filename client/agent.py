@@ -99,9 +99,11 @@ class Agent(SecureSteps, RosterSteps, RoundChecks):
 
     @property
     def waiting(self) -> bool:
-        """Whether the device holds a live reservation of its source: it joined a roster that is
-        not full yet (it should poll often)."""
-        return any(r.source == self.source for r in self.ledger.reservations())
+        """Whether the device should poll often: it holds a live reservation of its source (it
+        joined a roster that is not full yet), or takes part in a secure-aggregation round that
+        is still listed (each stage needs a pass before its timeout)."""
+        return (any(not s.left for s in self._sessions.values())
+                or any(r.source == self.source for r in self.ledger.reservations()))
 
     def ensure_enrolled(self, coordinator: str, token: str | None, label: str) -> Identity:
         """The stored identity, or a new Ed25519 key enrolled with ``token``."""

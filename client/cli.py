@@ -197,7 +197,9 @@ def device_run(
     = None,
     label: Annotated[str, typer.Option(envvar="FEDSKETCH_LABEL", help="Name shown to operators.")] = "",
     once: Annotated[bool, typer.Option(help="One pass over the open studies, then exit.")] = False,
-    poll: Annotated[float, typer.Option(envvar="FEDSKETCH_POLL", help="Base poll interval (s).")] = 2.0,
+    poll: Annotated[float, typer.Option(envvar="FEDSKETCH_POLL", help="Base poll interval (s): "
+                                              "the rate while the device waits in a roster or "
+                                              "takes part in a secure round.")] = 2.0,
     max_poll: Annotated[float, typer.Option(envvar="FEDSKETCH_MAX_POLL",
                                             help="Longest poll interval (s).")] = 60.0,
     header: Annotated[bool | None, header_option("FEDSKETCH_HEADER")] = None,

@@ -2,8 +2,9 @@
 
 One loop around :class:`fedsketch.client.agent.Agent`. Each pass re-sends unacknowledged
 releases, then handles every open study once. While the device waits in a roster that is not
-full yet (its reservation of the study is live: :attr:`Agent.waiting`) it polls every ``poll``
-seconds (with jitter), so it sends soon after input opens.
+full yet (its reservation of the study is live: :attr:`Agent.waiting`), and while it takes part
+in a secure-aggregation round, it polls every ``poll`` seconds (with jitter), so it sends soon
+after input opens, and answers each stage before the stage's timeout.
 After a pass that did nothing, or a pass that failed (coordinator unreachable, an RPC
 refused), the next poll waits ``min(max_poll, poll·2^failures)`` seconds times a uniform jitter
 in [0.5, 1.5), so many devices do not poll in lock-step. Enrolling is retried the same way

@@ -301,7 +301,8 @@ class Ledger(Reservations, IdentityStore):
     def record_spend(self, *, study_id: str, study_name: str, source: str, epsilon: float,
                      delta: float, n: float, kind: str, payload: bytes, spec_sha256: str,
                      recheck: Callable[[], str | None] | None = None, parent: str | None = None,
-                     round: int = 0, study_epsilon: float | None = None) -> Spend:
+                     round: int = 0, study_epsilon: float | None = None,
+                     premask: bytes | None = None) -> Spend:
         """Record the release of ``payload`` for ``study_id`` in one committed transaction; call it
         BEFORE sending, and send only the bytes of the returned Spend.
 
@@ -310,7 +311,8 @@ class Ledger(Reservations, IdentityStore):
         if the owner's policy declines ε or the budget cannot cover it (:func:`.fits`, for ε and
         for δ; for a refinement ``round`` of the study ``parent``, the owner's largest ε per study
         caps what that study has taken in all, and LedgerError if that round was released
-        already, under any study id). The checks run inside the write transaction,
+        already, under any study id). ``premask``: a masked release's input before its masks
+        (:mod:`.ledger_schema`, schema 5). The checks run inside the write transaction,
         last ``recheck()`` (the agent asks the coordinator whether the study still takes this
         device's input): a reason from it raises LedgerError. A refusal, or any exception from
         ``recheck``, writes nothing."""
@@ -325,7 +327,8 @@ class Ledger(Reservations, IdentityStore):
                       delta=float(delta), n=float(n), kind=kind, payload=payload,
                       payload_sha256=hashlib.sha256(payload).hexdigest(), spec_sha256=spec_sha256,
                       spent_at=time.time(), acked_at=None, receipt=None, final_state=None,
-                      parent=parent, round=round, study_epsilon=study_epsilon)
+                      parent=parent, round=round, study_epsilon=study_epsilon,
+                      premask=None if premask is None else bytes(premask))
         with self._write() as db:
             if db.execute("SELECT 1 FROM spends WHERE study_id = ?", (study_id,)).fetchone():
                 raise LedgerError(f"the device already released a sketch for study {study_id!r}; "
@@ -336,10 +339,11 @@ class Ledger(Reservations, IdentityStore):
                 raise BudgetExceeded(f"study {study_id!r}: {why}")
             if recheck is not None and (why := recheck()) is not None:
                 raise LedgerError(f"study {study_id!r}: {why}; nothing was spent")
-            db.execute(f"INSERT INTO spends ({SPEND_COLUMNS}) VALUES ({', '.join('?' * 17)})",
+            db.execute(f"INSERT INTO spends ({SPEND_COLUMNS}) VALUES ({', '.join('?' * 18)})",
                        (spend.study_id, spend.study_name, spend.source, spend.epsilon, spend.delta,
                         spend.n, spend.kind, spend.payload, spend.payload_sha256, spend.spec_sha256,
-                        spend.spent_at, None, None, None, parent, round, study_epsilon))
+                        spend.spent_at, None, None, None, parent, round, study_epsilon,
+                        spend.premask))
         return spend
 
     def mark_acked(self, study_id: str, receipt: str) -> None:

@@ -44,7 +44,8 @@ class Spend:
     released record count ``n``, the exact payload bytes to (re-)send, when it was spent and
     acknowledged (Unix seconds), the study's final state once the device has learnt it, and for
     a refinement round the study it belongs to (``parent``) and its number (0: a sketch); on a
-    sketch of a study with rounds, the study's whole ε."""
+    sketch of a study with rounds, the study's whole ε; for a masked (secure-aggregation)
+    release, the device's input before the masks (int64 words; None otherwise)."""
 
     study_id: str
     study_name: str
@@ -63,6 +64,7 @@ class Spend:
     parent: str | None = None
     round: int = 0
     study_epsilon: float | None = None
+    premask: bytes | None = None
 
 
 @dataclass(frozen=True)

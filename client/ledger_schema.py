@@ -1,4 +1,12 @@
-"""The ledger's SQLite layout: schema version 4, and the one-time migrations from schemas 1 to 3.
+"""The ledger's SQLite layout: schema version 5, and the one-time migrations from schemas 1 to 4.
+
+Schema 5 adds ``spends.premask``: for a secure-aggregation release (``secagg_masked``), the
+device's input before the masks, x + e (its exact integer input plus its noise share, int64
+little-endian words), recorded in the same transaction as the masked bytes it sent. The
+coordinator's unmasked sum is the sum of these over the devices it counted, so the owner can
+check what the release was; NULL for a plain release, whose payload is its input. It is the
+device's own data, as the records are, and never leaves the device. :func:`migrate_v4` adds the
+column.
 
 Schema 4 adds the ``reservations`` table: the studies whose roster the device joined, with the
 (ε, δ) it sets aside for each until it spends on it, leaves it, or the reservation expires
@@ -31,7 +39,7 @@ from .policy import Policy
 
 log = logging.getLogger("fedsketch.device")
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 FORMAT = "fedsketch.ledger"
 #: The source of a device that declares no other.
 DEFAULT_SOURCE = "default"
@@ -73,7 +81,8 @@ CREATE TABLE spends (
     final_state    TEXT,
     parent         TEXT,
     round          INTEGER NOT NULL DEFAULT 0,
-    study_epsilon  REAL
+    study_epsilon  REAL,
+    premask        BLOB
 );
 CREATE INDEX spends_by_source ON spends (source);
 CREATE TABLE reservations (
@@ -96,7 +105,7 @@ CREATE TABLE identity (
 
 V2_COLUMNS = ("study_id, study_name, source, epsilon, delta, n, kind, payload, payload_sha256, "
               "spec_sha256, spent_at, acked_at, receipt, final_state")
-SPEND_COLUMNS = V2_COLUMNS + ", parent, round, study_epsilon"
+SPEND_COLUMNS = V2_COLUMNS + ", parent, round, study_epsilon, premask"
 
 
 def create_schema(db: sqlite3.Connection, *, skip: tuple[str, ...] = (),
@@ -200,6 +209,15 @@ def migrate_v3(db: sqlite3.Connection) -> None:
                "device joined, and the budget set aside for them, are kept in the ledger")
 
 
+def migrate_v4(db: sqlite3.Connection) -> None:
+    """Schema 4 → 5 (module docstring), inside the caller's write transaction: every existing
+    spend has no pre-mask input recorded (NULL)."""
+    db.execute("ALTER TABLE spends ADD COLUMN premask BLOB")
+    set_settings(db, schema_version="5")
+    log_change(db, "migrate", None, None, None, "schema 4 → 5: a secure-aggregation release "
+               "keeps the device's input before the masks")
+
+
 def drop_out_of_box(db: sqlite3.Connection, settings: dict[str, str]) -> str | None:
     """Remove the ``out_of_box`` key that the first schema-2 release stored in the policy, inside
     the caller's write transaction (logged); the old value, or None if there was none.
@@ -229,13 +247,15 @@ def upgrade(db: sqlite3.Connection, path: str) -> None:
         log.warning("%s: migrated from schema 1; its budget is what it had spent, so "
                     "nothing remains until `fedsketch device raise-budget`", path)
         return
-    if version not in ("2", "3", str(SCHEMA_VERSION)):
+    if version not in ("2", "3", "4", str(SCHEMA_VERSION)):
         raise LedgerError(f"{path} has ledger schema version {version!r}; this code reads "
                           f"versions 1 to {SCHEMA_VERSION} (written by a newer fedsketch?)")
     if version == "2":
         migrate_v2(db)
     if version in ("2", "3"):
         migrate_v3(db)
+    if version in ("2", "3", "4"):
+        migrate_v4(db)
     if drop_out_of_box(db, settings) == "refuse":
         log.warning("%s: the owner's policy out-of-box = refuse is no longer offered "
                     "(the refusal would reveal the records); records are clipped", path)

@@ -16,8 +16,18 @@ UNMASK.
   list implies, against the consistency quorum of signatures on it
   (:meth:`fedsketch.common.secagg.Client.unmask`).
 
-A device that drops before MASKED_INPUT spends nothing. The round's state lives in memory: a
-restart drops out.
+A device that drops before MASKED_INPUT spends nothing.
+
+Riding through a coordinator restart (the coordinator keeps the round in its store and resumes
+it: :mod:`fedsketch.server.service.secure_round`): a call that fails for a reason other than a
+final refusal (UNAVAILABLE while the coordinator is down) propagates, the daemon retries the
+pass with backoff (:func:`fedsketch.client.daemon.backoff`), and each stage's reply is computed
+once and kept in the session, so a retry re-sends the same bytes (a second computation would
+draw new keys, masks or shares, which the round refuses as a conflict); the masked input is
+re-sent from the ledger, byte-identical. The round's secrets (keys, masks, the peers' shares)
+live in the daemon's memory only: a *device* restart drops out of the round, unspent before
+MASKED_INPUT; after it, the recorded masked input is re-sent and counts (the peers' shares
+unmask it), and the device is never asked for a second one (the ledger refuses a second spend).
 """
 
 from __future__ import annotations
@@ -58,7 +68,8 @@ SECURE_KIND = "secagg_masked"
 class Session:
     """This device's part in one secure-aggregation round (in memory: a restart drops out): of a
     study's sketch or round 0, or of one of its refinement rounds or its sketch round
-    (``round``; for a sketch round ``spec`` is the study it collects)."""
+    (``round``; for a sketch round ``spec`` is the study it collects). ``replies``: each stage's
+    message as computed (once), re-sent as is until the coordinator takes it."""
 
     spec: StudySpec
     box: Box
@@ -68,6 +79,7 @@ class Session:
     done: set[int] = field(default_factory=set)
     left: bool = False
     round: RoundSpec | SketchRound | None = None
+    replies: dict[int, bytes] = field(default_factory=dict)
 
     @property
     def epsilon(self) -> float:
@@ -100,23 +112,45 @@ class SecureSteps:
         sid, stage = study.study_id, study.stage
         session = self._sessions.get(sid)
         if stage == pb.REGISTER:
-            if session is not None:
+            if session is None:
+                admitted = self._check(study)
+                if isinstance(admitted, str):
+                    return admitted
+                if isinstance(n := self._count(admitted), str):
+                    return n
+                session = self._sessions[sid] = Session(admitted.spec, admitted.box, admitted.data,
+                                                        n, round=admitted.round)
+                session.replies[pb.REGISTER] = sw.register_body(n)
+            if pb.REGISTER in session.done:
                 return None
-            admitted = self._check(study)
-            if isinstance(admitted, str):
-                return admitted
-            if isinstance(n := self._count(admitted), str):
-                return n
-            if (refused := self._stage_refused(identity, sid, pb.REGISTER, sw.register_body(n))) is not None:
+            if (refused := self._stage_refused(identity, sid, pb.REGISTER,
+                                               session.replies[pb.REGISTER])) is not None:
+                del self._sessions[sid]
                 return refused
-            self._sessions[sid] = Session(admitted.spec, admitted.box, admitted.data, n,
-                                          round=admitted.round)
+            session.done.add(pb.REGISTER)
             return None
         if session is None or stage in session.done or session.left:
             return None
         if stage != pb.ADVERTISE_KEYS and session.client is None:
             session.left = True  # the round went on without this device's keys
             return None
+        if stage not in session.replies:
+            reply = self._stage_reply(identity, study, session, out)
+            if not isinstance(reply, bytes):
+                return reply
+            session.replies[stage] = reply
+        if (refused := self._stage_refused(identity, sid, stage, session.replies[stage])) is not None:
+            session.left = True
+            return refused
+        session.done.add(stage)
+        return None
+
+    def _stage_reply(self, identity: Identity, study: pb.Study, session: Session,
+                     out: Outcome) -> bytes | str | None:
+        """This device's message for the open stage, computed from what the coordinator routes
+        to it; or, with nothing to send, the reason it refuses (None: nothing to do this pass;
+        at MASKED_INPUT, whose release goes through the ledger, also None once it is sent)."""
+        sid, stage = study.study_id, study.stage
         try:
             body = self._stage_fetch(identity, sid, stage)
         except grpc.RpcError as exc:
@@ -150,11 +184,7 @@ class SecureSteps:
         except (SecAggAbort, ValueError) as exc:
             session.left = True
             return Declined(f"secure aggregation: {exc}", pb.OTHER)
-        if (refused := self._stage_refused(identity, sid, stage, reply)) is not None:
-            session.left = True
-            return refused
-        session.done.add(stage)
-        return None
+        return reply
 
     def _stage_refused(self, identity: Identity, study_id: str, stage: int, body: bytes) -> str | None:
         """Send a stage message: None once taken, or the coordinator's reason if it refuses the
@@ -173,7 +203,8 @@ class SecureSteps:
     def _masked_input(self, identity: Identity, study: pb.Study, session: Session,
                       inbox: dict[str, bytes], out: Outcome) -> str | None:
         """Sketch (or, in a refinement round, count and sum the cells), add a noise share, mask,
-        commit the spend with the bytes, then send.
+        commit the spend with the bytes (and the input before the masks, x + e, which the
+        coordinator's unmasked sum adds up), then send.
 
         The shares of h_min = L − D − C devices add up to the release's integer-sum term
         (MECHANISMS §4.2, :mod:`fedsketch.common.secagg.trust`,
@@ -191,11 +222,12 @@ class SecureSteps:
                             f"{n} read now); nothing was spent", pb.DATA_UNREADABLE)
         log_clipped(study.study_id, tally)
         y = session.client.masked_input(x, inbox, noise)
+        premask = (np.asarray(x, np.int64) + np.asarray(noise, np.int64)).astype("<i8").tobytes()
         try:
             spend = self.ledger.record_spend(
                 study_id=study.study_id, source=self.source, epsilon=session.epsilon, delta=0.0,
                 n=float(n), kind=SECURE_KIND, payload=sw.masked_to_bytes(y),
-                spec_sha256=study.spec_sha256, **spend_labels(spec, session.round))
+                spec_sha256=study.spec_sha256, premask=premask, **spend_labels(spec, session.round))
         except (BudgetExceeded, LedgerError) as exc:
             session.left = True
             return Declined(str(exc), pb.BUDGET) if isinstance(exc, BudgetExceeded) else str(exc)

@@ -159,12 +159,17 @@ def secure_channel(
 
     ``insecure=True`` is the explicit plaintext opt-out and makes an unencrypted channel; it cannot
     be combined with a ``ca`` (ValueError). Send and receive are capped at
-    :data:`MAX_MESSAGE_BYTES`; ``options`` (gRPC channel arguments as ``(key, value)`` pairs) are
-    added to these and override them on equal keys.
+    :data:`MAX_MESSAGE_BYTES`. A lost connection is tried again after 0.5 s, then with gRPC's
+    backoff (× 1.6, jittered) up to 10 s apart (gRPC's default grows to 120 s), so a device
+    reaches a restarted coordinator within seconds, in time for the stage it resumes.
+    ``options`` (gRPC channel arguments as ``(key, value)`` pairs) are added to these and
+    override them on equal keys.
     """
     merged = {
         "grpc.max_send_message_length": MAX_MESSAGE_BYTES,
         "grpc.max_receive_message_length": MAX_MESSAGE_BYTES,
+        "grpc.initial_reconnect_backoff_ms": 500,
+        "grpc.max_reconnect_backoff_ms": 10_000,
     }
     merged.update(options or [])
     channel_options = list(merged.items())

@@ -23,23 +23,10 @@ from typing import Annotated
 
 import typer
 
-from fedsketch.common.choices import (
-    AUTO_FRACTION,
-    COLLECT_SECONDS,
-    DEADLINE_SECONDS,
-    DEFAULT_MAX_DEVICE_RECORDS,
-    DEFAULT_R,
-    FEATURES,
-    LAWS,
-    NEIGHBOURING,
-    ROUND_SECONDS,
-    ROUND_SHARE,
-    ROUNDS,
-)
-from fedsketch.common.cli import CaOpt, InsecureOpt, JsonOpt, Target, connect
+from fedsketch.common.cli import CaOpt, InsecureOpt, Target, connect
 from fedsketch.common.pb import fedsketch_pb2 as pb
 from fedsketch.server.cli.errors import NOT_IDENTIFIABLE_EXIT, clean_errors, report_identifiability
-from fedsketch.server.cli.planning import ExpectedRecordsOpt, StrictPlanOpt, report_plan, result_noise
+from fedsketch.server.cli.planning import result_noise
 
 coordinator_app = typer.Typer(no_args_is_help=True, help="Run and operate a coordinator.")
 
@@ -110,8 +97,11 @@ def serve(
     """Serve the Device and Operator gRPC services until SIGTERM or SIGINT.
 
     Logs one line on stderr for each enrollment, registration, leave, contribution, refusal a
-    device reports, close request and state change (``event=...`` with ids, states, reason
-    codes and counts; never a payload), and for each decoding. Every request is parsed from raw
+    device reports, close request, secure-aggregation stage and state change (``event=...`` with
+    ids, states, reason codes and counts; never a payload), and for each decoding. Started on a
+    database it served before, it resumes where it stopped: studies left decoding are decoded
+    again (a secure one from its stored unmasked sum) and secure-aggregation rounds go on at the
+    stage they were in, their deadlines counted from when each stage opened. Every request is parsed from raw
     bytes under its method's size limit; malformed input is refused with INVALID_ARGUMENT. An
     internal error answers INTERNAL with a short error id, logged here with its traceback.
     Studies and results are not public: the operator token reads them all, an enrolled device
@@ -160,193 +150,6 @@ def serve(
     server.stop(grace=5).wait()
     coordinator.stop()
     store.close()
-
-
-@coordinator_app.command("create-study")
-def create_study(
-    coordinator: Target,
-    name: Annotated[str, typer.Option(help="Study name.")],
-    d: Annotated[int, typer.Option(help="Dimension of the records.")],
-    k: Annotated[int, typer.Option(help="Number of centroids.")],
-    bounds: Annotated[str, typer.Option(help="Public box LO:HI or a bounds.json.")],
-    scale: Annotated[str, typer.Option(
-        help="σ in data units (public), or 'auto': the study's round 0, in which every device "
-             "releases a private calibration sketch at --auto-fraction of --epsilon and the "
-             "coordinator fits σ from their sum with `sketch --scale auto`'s rule (see below).")],
-    epsilon: Annotated[float, typer.Option(help="ε each device spends in all, its sketch and "
-                                           "every refinement round (finite, > 0).")],
-    token_file: TokenFile = Path("operator.token"),
-    ca: CaOpt = None,
-    insecure: InsecureOpt = False,
-    m: Annotated[int, typer.Option(help="Frequencies.")] = 1000,
-    feature: Annotated[str, typer.Option(help=f"{', '.join(FEATURES)}.")] = "complex",
-    law: Annotated[str, typer.Option(help=f"{', '.join(LAWS)}.")] = "adapted_radius",
-    seed: Annotated[int, typer.Option(help="Public seed of Ω and ξ.")] = 0,
-    r: Annotated[int, typer.Option(help="Entries per record, 1..m (default 1, as in every "
-                                   "command; see `sketch --help`).")] = DEFAULT_R,
-    delta: Annotated[float, typer.Option(help="δ (> 0: Gaussian).")] = 0.0,
-    neighbouring: Annotated[str, typer.Option(help=f"{' or '.join(NEIGHBOURING)}.")] = (
-        "replace_one"),
-    min_devices: Annotated[int, typer.Option(help="Quorum: the fewest devices whose releases "
-                                             "the study decodes.")] = 1,
-    roster: Annotated[int | None, typer.Option(
-        help="Most devices the roster takes (at least --min-devices, the default). Devices "
-        "start once the quorum has registered; later ones may still join, so a roster device "
-        "that never sends does not fail the study.")] = None,
-    collect_seconds: Annotated[float | None, typer.Option(
-        help="Seconds the study collects once its quorum has registered; then it decodes if "
-        f"--min-devices have sent, else fails. Default {COLLECT_SECONDS:g} for a plain study; "
-        "not with --secure-aggregation, whose stages end by --stage-timeout.")] = None,
-    min_records: Annotated[int, typer.Option(
-        help="Records a device needs (replace-one only: under add/remove n is private).")] = 1,
-    max_device_records: Annotated[int | None, typer.Option(
-        help="Public cap on the records one device may hold, so the most weight one device "
-        "(hostile or not) carries in the average; a device with more refuses the study, saying "
-        f"why, and spends nothing. Default {DEFAULT_MAX_DEVICE_RECORDS:,} (under "
-        "--secure-aggregation at most --max-records).")] = None,
-    deadline: Annotated[float | None, typer.Option(
-        help="Seconds from now after which the study stops collecting, whatever else (then it "
-        "decodes if --min-devices have sent, else fails); it closes sooner once its whole roster "
-        f"has sent. Default {DEADLINE_SECONDS:g} (a week) for a plain study, so one whose quorum "
-        "never registers ends; not with --secure-aggregation.")] = None,
-    replicates: Annotated[int, typer.Option(help="CL-OMPR replicates.")] = 3,
-    secure_aggregation: Annotated[bool, typer.Option(
-        "--secure-aggregation", help="Secure aggregation with distributed DLap noise "
-        "(replace-one, pure ε).")] = False,
-    max_dropout: Annotated[float | None, typer.Option(
-        help="Fraction of the --min-devices roster that may drop out (secure aggregation; "
-        "required): D = ⌈fraction·L⌉.")] = None,
-    max_colluders: Annotated[float | None, typer.Option(
-        help="Fraction that may collude with the coordinator (secure aggregation; required): "
-        "C = ⌈fraction·L⌉.")] = None,
-    threshold: Annotated[int | None, typer.Option(
-        help="Shamir threshold t (default: the smallest safe one).")] = None,
-    max_records: Annotated[int | None, typer.Option(help="Public bound on the total records "
-                                                    "(sizes the modulus).")] = None,
-    degree: Annotated[int | None, typer.Option(help="Neighbours per device (SecAgg+).")] = None,
-    stage_timeout: Annotated[float, typer.Option(help="Seconds per stage.")] = 30.0,
-    auto_fraction: Annotated[float, typer.Option(
-        help="Share of --epsilon that round 0 takes with --scale auto.")] = AUTO_FRACTION,
-    rounds: Annotated[int, typer.Option(
-        help="Refinement rounds after the sketch: private Lloyd steps across the devices, each "
-        "a study of its own with its own roster, whose sums are offsets from the centres "
-        "clipped to half the box; 0: the sketch alone.")] = ROUNDS,
-    round_share: Annotated[float, typer.Option(
-        help="Share of --epsilon the refinement rounds take together, in equal parts.")]
-    = ROUND_SHARE,
-    round_seconds: Annotated[float, typer.Option(
-        help="Seconds each refinement round, and the sketch round after a --scale auto round 0, "
-        "collects at most (it ends sooner once its roster has sent).")] = ROUND_SECONDS,
-    expected_records: ExpectedRecordsOpt = None,
-    strict: StrictPlanOpt = False,
-    as_json: JsonOpt = False,
-) -> None:
-    """Create a study and print its id. A study that could overflow its secure-aggregation
-    modulus, or that secure aggregation cannot serve, is refused with the reason.
-
-    With --scale auto, the study starts with round 0: each device releases, once, a private
-    calibration sketch of its records (m0 = 64 frequencies with radii spread over the σ range
-    0.1:10, exact discrete noise at ε_0 = --auto-fraction·ε); the coordinator sums them and picks
-    σ = max(envelope fit, 0.8·typical-direction fit) when the sum is precise enough, else the
-    box's mean half-width / 7 (post-processing only), shows σ and why in `status` and `result`,
-    and opens the sketch round with that σ fixed in its hashed spec. Round 0 without its quorum
-    fails the study before anyone spends on the sketch. The rest, (1 − fraction)·ε, goes to the
-    sketch and refinement rounds as below.
-
-    With --rounds T, the sketch's centroids are refined by T private Lloyd rounds across the
-    devices once the sketch is decoded; the devices spend --epsilon in all (the sketch
-    (1 − share)·ε, each round share·ε/T), and the result is published after the last round.
-
-    Secure aggregation states its assumptions. Of the L = --min-devices roster, at most
-    D = ⌈max-dropout·L⌉ devices drop out and at most C = ⌈max-colluders·L⌉ collude with the
-    coordinator. Then: (1) every device adds 1/h_min of one discrete-Laplace draw,
-    h_min = L − D − C; the sum is unmasked only over a survivor list of at least L − D masked
-    inputs, of which at most C shares are known to the coordinator, so at least h_min unknown
-    shares, one full draw, protect the sum (refused if h_min < 1); (2) a coordinator that tells
-    a device and some of its neighbours that it survived, and the other neighbours that it
-    dropped, could collect both of its secrets and unmask it alone, unless 2t > |N(u)| + 1 +
-    colluders among them (|N(u)| = L − 1, or --degree, plus one when the degree and the roster
-    are odd); (3) t must be small enough that D dropouts leave t share holders in every
-    neighbourhood, so a round within its assumptions finishes; (4) devices reveal shares only
-    against q = ⌊(p + C)/2⌋ + 1 signatures on the survivor list from a public committee of
-    p = min(L, 2D + C + 1) devices, so the list is unique, which needs L > 2D + C (implied by
-    2 and 3); (5) a sparse graph needs --degree > C + D, or a device whose neighbours all
-    collude or drop would be read alone. Devices take the enrolled keys from the
-    coordinator: against one that deviates, (4) and (5) hold only if the keys are the
-    devices' own. The chosen D, C, h_min and t are printed on stderr.
-
-    With --expected-records n, the planner (fedsketch.common.planner) predicts on stderr the z
-    (noise standard deviations) at which each centroid's atom should stand in the aggregate of
-    --min-devices sketches of n records, against the threshold the decoder will hold it to, and
-    says "expected to work", "doubtful" or "hopeless"; the last two are warnings, and with
-    --strict refusals."""
-    import time
-
-    from fedsketch.common.calibration_round import split_auto
-    from fedsketch.common.frequencies import FrequencySpec
-    from fedsketch.common.privacy import PrivacySpec
-    from fedsketch.common.refine import split_study_epsilon
-    from fedsketch.common.secagg.spec import SecAggSpec
-    from fedsketch.common.secagg.trust import Assumptions
-    from fedsketch.common.spec import SketchSpec
-    from fedsketch.common.study import StudySpec
-    from fedsketch.server.cli.bounds import parse_bounds
-    from fedsketch.server.cli.main import parse_scale
-
-    with clean_errors():
-        lo, hi = parse_bounds(bounds, d)
-        sigma, plan, rest = parse_scale(scale), None, epsilon
-        if sigma is None:
-            plan, rest = split_auto(epsilon, auto_fraction, round_seconds)
-            sigma = plan.placeholder
-        sketch_eps, refine = split_study_epsilon(rest, rounds, round_share, round_seconds)
-        sketch = SketchSpec(FrequencySpec(d=d, m=m, scale=sigma, law=law, seed=seed), feature,
-                            r, PrivacySpec(sketch_eps, delta, neighbouring))
-        secure = None
-        given = [flag for flag, value in (("--max-records", max_records),
-                                          ("--max-dropout", max_dropout),
-                                          ("--max-colluders", max_colluders),
-                                          ("--threshold", threshold), ("--degree", degree))
-                 if value is not None]
-        if secure_aggregation:
-            if max_records is None or max_dropout is None or max_colluders is None:
-                raise ValueError("--secure-aggregation needs --max-records, and the assumptions "
-                                 "--max-dropout and --max-colluders (fractions of the devices; "
-                                 "see --help)")
-            secure = SecAggSpec.assuming(
-                Assumptions.from_fractions(min_devices, max_dropout, max_colluders), max_records,
-                degree, stage_timeout, threshold)
-        elif given:
-            raise ValueError(f"{', '.join(given)} apply to --secure-aggregation only")
-        if secure is None:
-            collect_seconds = COLLECT_SECONDS if collect_seconds is None else collect_seconds
-            deadline = DEADLINE_SECONDS if deadline is None else deadline
-        spec = StudySpec.create(name, sketch, k, lo.tolist(), hi.tolist(), roster=roster,
-                                collect_seconds=collect_seconds,
-                                min_devices=min_devices, min_records=min_records,
-                                max_device_records=max_device_records,
-                                deadline=None if deadline is None else time.time() + deadline,
-                                replicates=replicates, secure_aggregation=secure, refine=refine,
-                                calibration=plan)
-        spec.check_new()
-        report_plan(spec, expected_records, strict)
-        if refine is not None or plan is not None:
-            parts = ([f"round 0 {plan.epsilon:g}"] if plan else []) + [f"the sketch {sketch_eps:g}"]
-            if refine is not None:
-                parts.append(f"then {rounds} refinement rounds of {refine.epsilon[0]:g}")
-            typer.echo(f"ε = {epsilon:g} per device: {', '.join(parts)}", err=True)
-        if secure is not None:
-            trust = spec.assumptions
-            typer.echo(f"secure aggregation: L = {trust.devices}, D = {trust.dropouts}, "
-                       f"C = {trust.colluders}, h_min = {trust.min_honest}, "
-                       f"t = {secure.threshold}", err=True)
-        stub, meta = operator_stub(coordinator, ca, insecure, token_file)
-        study = stub.CreateStudy(pb.CreateStudyRequest(spec_json=spec.to_json()), metadata=meta,
-                                 timeout=30)
-    if as_json:
-        typer.echo(json.dumps({"study_id": study.study_id, "spec": json.loads(spec.to_json())}))
-        return
-    typer.echo(study.study_id)
 
 
 @coordinator_app.command("tokens")
@@ -403,6 +206,6 @@ def result(
          "calibration": json.loads(res.calibration_json) if res.calibration_json else None})))
 
 
-# The operator's view (list, status, audit, close) is a module of its own; importing it registers
-# its commands on coordinator_app.
-from fedsketch.server.cli import operator_view  # noqa: E402, F401
+# create-study and the operator's view (list, status, audit, close) are modules of their own;
+# importing them registers their commands on coordinator_app.
+from fedsketch.server.cli import create_study, operator_view  # noqa: E402, F401

@@ -17,7 +17,9 @@ transaction that records its spend, that it may send: that answer is an input ti
 :data:`TICKET_SECONDS`, and a close requested (deadline or operator) while tickets are
 outstanding waits until their contributions arrive or the tickets expire, giving no new one.
 Decoding runs on a worker thread so that a submission is answered at once; a coordinator that
-restarts re-decodes any study it left in ``decoding`` and closes studies whose deadline passed.
+restarts re-decodes any study it left in ``decoding`` (a secure one from its stored unmasked
+sum), resumes secure-aggregation rounds at the stage they were in (:mod:`.secure_round`) and
+closes studies whose deadline passed.
 A study with refinement rounds stays ``decoding`` after its sketch while its rounds, studies of
 their own, run (:mod:`.rounds`); a round study that ends lets its study go on.
 
@@ -43,18 +45,17 @@ from concurrent.futures import ThreadPoolExecutor
 from fedsketch.common import signing, wire
 from fedsketch.common.calibration_round import check_release
 from fedsketch.common.refine import CellsError, RoundSpec, check_cells
-from fedsketch.common.secagg import wire as secagg_wire
-from fedsketch.common.secure_calibration import SecureCalibration, SecureProtocol, secure_protocol
-from fedsketch.common.secure_rounds import SecureRound
+from fedsketch.common.secure_calibration import secure_protocol
 from fedsketch.common.study import StudySpec, spec_sha256
 from fedsketch.common.tls import MAX_MESSAGE_BYTES
-from fedsketch.server.decode.pipeline import StudyResult, decode_sketch, decode_study, integer_sketch
+from fedsketch.server.decode.pipeline import StudyResult, decode_study
 from fedsketch.server.errors import Code, Refusal
-from fedsketch.server.service.messages import StageMessage, Submission
+from fedsketch.server.service.messages import Submission
 from fedsketch.server.service.reads import Reads
 from fedsketch.server.service.roster import Roster
 from fedsketch.server.service.rounds import Rounds
 from fedsketch.server.service.secure_round import SecAggRound
+from fedsketch.server.service.secure_studies import SecureStudies
 from fedsketch.server.service.shared import Shared
 from fedsketch.server.store.base import (
     ABANDON,
@@ -78,7 +79,7 @@ MAX_TOKENS = 100_000
 MAX_SKETCH_BYTES = MAX_MESSAGE_BYTES - 4096
 
 
-class Coordinator(Roster, Reads, Shared):
+class Coordinator(SecureStudies, Roster, Reads, Shared):
     """Study lifecycle and validation, shared by the device and operator services."""
 
     def __init__(self, store: Store) -> None:
@@ -92,16 +93,11 @@ class Coordinator(Roster, Reads, Shared):
         self.refinement = Rounds(store, self.spec, self._settle, self._secure_round_opened)
 
     def start(self) -> None:
-        """Resume interrupted decodings, fail interrupted secure-aggregation rounds (their
-        state, and the devices', was in memory), and start the deadline watcher."""
+        """Resume interrupted decodings (a secure study's from its stored unmasked sum) and
+        secure-aggregation rounds (rebuilt from the store), and start the deadline watcher."""
         for row in self.store.list_studies(("decoding",)):
             self._decoder.submit(self._decode, row.study_id)
-        for row in self.store.list_studies(ACCEPTING):
-            if self.spec(row.study_id).secure_aggregation is not None:
-                self._settle(row.study_id, ABANDON, "the coordinator restarted during "
-                             "secure aggregation; the round cannot resume")
-                if row.parent is not None:  # a refinement round: its study goes on
-                    self._decoder.submit(self.refinement.advance, row.parent)
+        self._resume_rounds()
         self._watcher.start()
 
     def stop(self) -> None:
@@ -275,6 +271,10 @@ class Coordinator(Roster, Reads, Shared):
                 self._decode_claimed(study_id, self.spec(study_id))
 
     def _decode_claimed(self, study_id: str, spec: StudySpec | RoundSpec) -> None:
+        kept = self.store.secure_round(study_id)
+        if kept is not None and kept.total is not None:  # never the plain decoder: no contributions
+            self._decode_unmasked(study_id, kept)
+            return
         if isinstance(spec, RoundSpec):
             return self.refinement.decode(study_id, spec)
         if spec.calibration is not None:  # round 0 closed (or its study resumed)
@@ -286,15 +286,6 @@ class Coordinator(Roster, Reads, Shared):
             m = spec.sketch.frequencies.m
             return decode_study(spec, ((r.n, wire.decode(r.kind, r.payload, m))
                                        for r in self.store.contributions(study_id)))
-
-        self._publish(study_id, decode)
-
-    def _decode_secure(self, study_id: str, total, devices: int, records: float) -> None:
-        def decode() -> StudyResult:
-            spec = self.spec(study_id)
-            m = spec.sketch.frequencies.m
-            return decode_sketch(spec, integer_sketch(spec, total.reshape(2, m), records), devices,
-                                 records, draws=devices / spec.assumptions.min_honest)
 
         self._publish(study_id, decode)
 
@@ -344,62 +335,3 @@ class Coordinator(Roster, Reads, Shared):
                 except Refusal:
                     pass  # another submission closed it first
         return not stored, receipt
-
-    # --- secure aggregation --------------------------------------------------------------------
-
-    def _new_round(self, study_id: str, spec: SecureProtocol) -> SecAggRound:
-        """The secure-aggregation round of a study (or sketch round), of a round 0 (σ from its sum)
-        or of a refinement round (its cells); a round's end, or abort, lets its study go on."""
-        def finish(total, devices: int, records: float) -> None:
-            if not self._settle(study_id, DECODE, "secure aggregate unmasked"):
-                return
-            if isinstance(spec, SecureRound):
-                self._decoder.submit(self.refinement.decode_secure, study_id, spec.round, total,
-                                     devices, records)
-            elif isinstance(spec, SecureCalibration):  # round 0: σ, then the sketch round
-                self._decoder.submit(self.refinement.calibrate, study_id, (total, devices, records))
-            else:
-                self._decoder.submit(self._decode_secure, study_id, total, devices, records)
-
-        def fail(reason: str) -> None:
-            log.warning("study %s: %s", study_id, reason)
-            self._settle(study_id, ABANDON, self.refinement.failure(study_id, reason))
-            if (parent := self.store.get_study(study_id).parent) is not None:  # a round's
-                self._decoder.submit(self.refinement.advance, parent)
-
-        return SecAggRound(study_id, spec, self.store.device_key, finish, fail)
-
-    def _secure_round_opened(self, round_id: str, rnd: RoundSpec | None) -> None:
-        """Start the secure round of a refinement round (``rnd`` None: sketch round) just opened."""
-        round_ = self._new_round(round_id, self.spec(round_id) if rnd is None  # a sketch round
-                                 else SecureRound(self.spec(rnd.parent_id), rnd))
-        with self._lock:
-            self.rounds[round_id] = round_
-
-    def _round(self, study_id: str) -> SecAggRound:
-        """The running round of a study (not_found / failed_precondition). A round exists only
-        for a created study, so the store is read only when none is found."""
-        with self._lock:
-            found = self.rounds.get(study_id)
-        if found is None:
-            self.store.get_study(study_id)  # not_found for an unknown study
-            raise Refusal(Code.FAILED_PRECONDITION,
-                          f"study {study_id} has no secure-aggregation round running")
-        return found
-
-    def _authenticate(self, msg: StageMessage) -> None:
-        """Check a stage message's signature against the device's enrolled key."""
-        key = self._enrolled_key(msg.device_id)
-        digest = secagg_wire.message_digest(msg.study_id, msg.device_id, msg.stage, msg.body)
-        if not signing.verify(key, digest, msg.signature):
-            raise Refusal(Code.UNAUTHENTICATED, "invalid signature on a stage message")
-
-    def send_stage(self, msg: StageMessage) -> bool:
-        """Hand one authenticated stage message to its round; True for an identical re-send."""
-        self._authenticate(msg)
-        return self._round(msg.study_id).receive(msg.device_id, msg.stage, msg.body)
-
-    def fetch_stage(self, msg: StageMessage) -> bytes:
-        """What the round routes to the (authenticated) device for the open stage."""
-        self._authenticate(msg)
-        return self._round(msg.study_id).fetch(msg.device_id, msg.stage)

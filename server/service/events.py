@@ -17,6 +17,7 @@ refusal     a device reported why it declined: ``study``, ``device``, ``reason``
 closing     a close was requested and waits for devices holding an input ticket: ``study``,
             ``reason``
 state       a study changed state: ``study``, ``state`` (the new one), ``detail``
+stage       a secure-aggregation stage opened: ``study``, ``stage`` (its name)
 ==========  ===================================================================================
 
 Idempotent re-sends (a registration, contribution or refusal the store already held) log
@@ -30,6 +31,7 @@ import logging
 import threading
 from typing import Any
 
+from fedsketch.common.pb import fedsketch_pb2 as pb
 from fedsketch.server.store.base import COLLECT, ContributionRow, Store, StudyRow
 
 log = logging.getLogger("fedsketch.events")
@@ -114,3 +116,14 @@ class EventStore:
     def put_result(self, study_id: str, result_json: str) -> None:
         self._store.put_result(study_id, result_json)
         emit("state", study=study_id, state="done", detail="")
+
+    def open_stage(self, study_id: str, stage: int, opened_at: float) -> None:
+        self._store.open_stage(study_id, stage, opened_at)
+        emit("stage", study=study_id, stage=pb.Stage.Name(stage))
+
+    def end_secure_round(self, study_id: str, *args: Any, **kwargs: Any) -> StudyRow:
+        row = self._store.end_secure_round(study_id, *args, **kwargs)
+        with self._lock:
+            self._open.discard(study_id)
+        emit("state", study=study_id, state=row.state, detail=row.detail)
+        return row

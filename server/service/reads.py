@@ -17,8 +17,9 @@ Study details (spec, state, counts, failure detail) and results (centroids) are 
 
   "on the roster" is the store's roster (:meth:`~fedsketch.server.store.base.Store.memberships`)
   for a plain study, and for a secure-aggregation study its round's roster once REGISTER closed
-  ("contributed": its masked input arrived), which lives in the coordinator's memory
-  (:meth:`~fedsketch.server.service.secure_round.SecAggRound.members`);
+  ("contributed": its masked input arrived), held by the round
+  (:meth:`~fedsketch.server.service.secure_round.SecAggRound.members`), which the store keeps
+  across a coordinator restart, running or ended;
 * anyone else is refused: no signature, an unenrolled device, a bad signature or one signed
   outside the freshness window is UNAUTHENTICATED, with what the call needs.
 

@@ -8,8 +8,8 @@ study; its spec carries C_0 and, for the result, the sketch's public outcome). A
 like any plain study, with the study's quorum and roster size and a deadline ``round_seconds``
 away, and closes as soon as its whole roster has sent; a secure study's round runs secure
 aggregation instead (by stage timeouts, over the round's cells:
-:mod:`fedsketch.common.secure_rounds`), and a coordinator restart during it fails that round
-only. A round that ends ``done`` holds the next centres and opens the next round; after
+:mod:`fedsketch.common.secure_rounds`), which a restarted coordinator resumes from its store
+(:mod:`.secure_round`). A round that ends ``done`` holds the next centres and opens the next round; after
 the last one, or once a round fails (its roster never filled, a device missed its deadline, or
 its decoding failed), the study is published with the centres of the last round that ended with
 new ones (the start if none did): a failed round costs the study its refinement, not its result.

@@ -23,8 +23,23 @@ threshold at any stage, with fewer than L − D registered devices (nobody has s
 than L − D masked inputs (the unknown shares could add up to less than one DLap(a)) or fewer
 signatures on Y than the consistency quorum, the study fails and nothing is released.
 
-State lives in memory: a coordinator that restarts during a round fails the study (the devices'
-secrets are gone too); only the result is durable.
+Durability: every stage message is kept in the store (:meth:`Store.add_stage_message
+<fedsketch.server.store.base.Store.add_stage_message>`) before it is acknowledged, every stage
+that opens is recorded with when it opened, and the unmasked sum is stored, with the devices in
+it and their declared records, in the transaction that moves the study to decoding
+(:meth:`~fedsketch.server.store.base.Store.end_secure_round`). The Aggregator is deterministic
+given each stage's messages, and the routed bundles are canonical JSON, so
+:meth:`SecAggRound.resume` rebuilds a round from the store by replaying every closed stage's
+messages: a coordinator restarted at any point gives every device the same bytes as before and
+resumes the open stage, whose deadline stays ``stage_timeout`` after it opened (REGISTER's after
+its first registration), and a restart while decoding decodes the stored sum again. A device
+sends one message per stage, kept once: an identical re-send is acknowledged again (also once
+its stage has closed, while the round runs: its first acknowledgement may have been lost in a
+restart), different bytes are refused (CONFLICT), and so is a message longer than its stage
+needs (:data:`STAGE_BYTES`), so the store holds at most a bounded message per stage and roster
+device; the messages are deleted when the round ends. The devices' secrets are theirs: a device
+rides through the coordinator's restart by retrying its calls
+(:mod:`fedsketch.client.secure_steps`).
 
 Stages are the protocol's ``Stage`` numbers (:data:`fedsketch.common.secagg.wire.STAGES`): each
 stage message's signature covers its number, so they are part of the wire contract rather than a
@@ -34,6 +49,7 @@ transport detail. Refusals carry domain codes; :mod:`.api` turns them into gRPC 
 from __future__ import annotations
 
 import hashlib
+import logging
 import math
 import threading
 import time
@@ -47,21 +63,31 @@ from fedsketch.common.secagg import wire as sw
 from fedsketch.common.secure_rounds import SecureRound
 from fedsketch.common.study import StudySpec
 from fedsketch.server.errors import Code, Refusal
+from fedsketch.server.store.base import SecureRoundRow, StageMessageRow, Store
+
+log = logging.getLogger("fedsketch.coordinator")
+
+
+#: Most bytes of an ADVERTISE_KEYS or CONSISTENCY message, and of a SHARE_KEYS or UNMASK message
+#: per roster device: about 5 times what an honest device sends (an advert about 250 bytes; per
+#: peer a device id and a base64 ciphertext, about 420 bytes, or share, about 210).
+STAGE_BYTES = 2048
 
 
 class SecAggRound:
     """One study's round: a sketch study's (``spec`` a StudySpec) or a refinement round's (a
-    :class:`~fedsketch.common.secure_rounds.SecureRound`). ``finish(total, devices, records)``
-    gets the unmasked integer sum (the payload's words, int64) when UNMASK closes;
-    ``fail(reason)`` is called when the round aborts."""
+    :class:`~fedsketch.common.secure_rounds.SecureRound`), kept in ``store`` as it goes
+    (module docstring). ``finish(total, devices, records)`` gets the unmasked integer sum (the
+    payload's words, int64) once it is stored and the study is decoding; ``fail(reason)`` is
+    called once an abort is stored (the study failed)."""
 
-    def __init__(self, study_id: str, spec: StudySpec | SecureRound, keys: Callable[[str], bytes | None],
+    def __init__(self, study_id: str, spec: StudySpec | SecureRound, store: Store,
                  finish: Callable[[np.ndarray, int, float], None],
                  fail: Callable[[str], None]) -> None:
         self.study_id = study_id
         self.spec = spec
         self.sa = spec.secure_aggregation
-        self._keys = keys
+        self._store = store
         self._finish, self._fail = finish, fail
         self._lock = threading.Lock()
         self.stage = pb.REGISTER
@@ -76,6 +102,50 @@ class SecAggRound:
         self._params: SecAggParams | None = None
         #: Wall seconds the coordinator spent closing each stage (routing, unmasking).
         self.stage_seconds: dict[str, float] = {}
+
+    @classmethod
+    def resume(cls, study_id: str, spec: StudySpec | SecureRound, store: Store,
+               finish: Callable[[np.ndarray, int, float], None],
+               fail: Callable[[str], None]) -> SecAggRound:
+        """The round as the store holds it, at the stage it was in: every closed stage's kept
+        messages replayed in order of arrival, the open stage's taken back, its deadline
+        ``stage_timeout`` after it opened (REGISTER: after the first registration). A stage
+        that was full when the coordinator stopped closes now."""
+        r = cls(study_id, spec, store, finish, fail)
+        with r._lock:
+            r._replay(store.secure_round(study_id), store.stage_messages(study_id))
+        return r
+
+    @classmethod
+    def ended(cls, study_id: str, spec: StudySpec | SecureRound, store: Store,
+              members: dict[str, bool]) -> SecAggRound:
+        """A round that ended before a restart, as the store kept it: finished, answering
+        :meth:`members` (its roster, and whose masked input is in the sum) and nothing else."""
+        r = cls(study_id, spec, store, lambda *_: None, lambda _: None)
+        r._records = dict.fromkeys(members, 0.0)  # the roster; the counts served only the sum
+        r._survivors = tuple(sorted(u for u, counted in members.items() if counted))
+        r._end()
+        return r
+
+    def _replay(self, row: SecureRoundRow | None, messages: list[StageMessageRow]) -> None:
+        """:meth:`resume`'s work (lock held)."""
+        at = pb.REGISTER if row is None else row.stage
+        for stage in sw.STAGES[:sw.STAGES.index(at) + 1]:
+            for m in messages:
+                if m.stage == stage:
+                    self._inbox[stage][m.device_id] = (hashlib.sha256(m.body).digest(),
+                                                       self._parse(stage, m.body))
+            if stage != at:
+                self._advance(replaying=True)
+                if self.finished:
+                    return
+        if at == pb.REGISTER:
+            first = [m.received_at for m in messages if m.stage == pb.REGISTER]
+            self.deadline = min(first) + self.sa.stage_timeout if first else math.inf
+        else:
+            self.deadline = row.opened_at + self.sa.stage_timeout
+        if self._full():
+            self._advance()
 
     @property
     def finished(self) -> bool:
@@ -116,29 +186,36 @@ class SecAggRound:
         return set(self._outbox)
 
     def receive(self, device_id: str, stage: int, body: bytes) -> bool:
-        """Store one stage message; True for an identical re-send. Closes the stage when full."""
+        """Store one stage message; True for an identical re-send, also of a stage that has
+        closed since (its acknowledgement was lost) while the round runs. Closes the stage when
+        full."""
         with self._lock:
-            self._check_open(stage)
-            inbox = self._inbox[stage]
             digest = hashlib.sha256(body).digest()
-            if device_id in inbox:
-                if inbox[device_id][0] == digest:
+            held = self._inbox.get(stage, {}).get(device_id)
+            if held is not None:
+                if held[0] == digest:
                     return True
                 raise Refusal(Code.CONFLICT,
                               f"device {device_id} already sent a different {pb.Stage.Name(stage)}")
+            self._check_open(stage)
+            inbox = self._inbox[stage]
             expected = self._expected()
             if expected is not None and device_id not in expected:
                 raise Refusal(Code.PERMISSION_DENIED,
                               f"device {device_id} is not in this round's roster")
             parsed = self._parse(stage, body)  # a malformed message is refused, not kept
+            self._store.add_stage_message(self.study_id, stage, device_id, body)  # before the ack
             if stage == pb.REGISTER and not inbox:
                 self.deadline = time.time() + self.sa.stage_timeout
             inbox[device_id] = (digest, parsed)
-            full = (len(inbox) >= self.spec.min_devices if expected is None
-                    else set(inbox) >= expected)
-            if full:
+            if self._full():
                 self._advance()
             return False
+
+    def _full(self) -> bool:
+        """Whether every device the open stage expects has sent (REGISTER: ``min_devices``)."""
+        inbox, expected = self._inbox[self.stage], self._expected()
+        return len(inbox) >= self.spec.min_devices if expected is None else set(inbox) >= expected
 
     def _records_of(self, body: bytes) -> float:
         """The record count n a REGISTER message declares (lock held); Refusal
@@ -162,9 +239,16 @@ class SecAggRound:
     def _parse(self, stage: int, body: bytes) -> object:
         """The content of a stage message, parsed once on arrival (lock held); Refusal
         INVALID_ARGUMENT if malformed, so one device's bad bytes never abort the round of the
-        others."""
+        others, or longer than the stage's :data:`STAGE_BYTES` (per roster device at SHARE_KEYS
+        and UNMASK), so what the store keeps of a round stays proportional to what honest
+        devices send (a MASKED_INPUT has exactly the round's words, a REGISTER its schema)."""
         if stage == pb.REGISTER:
             return self._records_of(body)
+        most = STAGE_BYTES * (len(self._params.device_ids) if stage in (pb.SHARE_KEYS, pb.UNMASK)
+                              else 1)
+        if stage != pb.MASKED_INPUT and len(body) > most:
+            raise Refusal(Code.INVALID_ARGUMENT, f"malformed {pb.Stage.Name(stage)} message: "
+                          f"{len(body):,} bytes, more than this round takes ({most:,})")
         try:
             if stage == pb.ADVERTISE_KEYS:
                 return sw.advert_from_json(sw.load(body))
@@ -199,8 +283,10 @@ class SecAggRound:
             if not self.finished and now >= self.deadline:
                 self._advance()
 
-    def _advance(self) -> None:
-        """Close the open stage (lock held) and open the next, or finish or fail the round."""
+    def _advance(self, replaying: bool = False) -> None:
+        """Close the open stage (lock held) and open the next, or finish or fail the round, each
+        stored before anyone can see it; ``replaying``: a stage closed before a restart, whose
+        next stage the store already records."""
         closing = self.stage
         parsed = {u: content for u, (_, content) in self._inbox[closing].items()}
         started = time.perf_counter()
@@ -224,21 +310,43 @@ class SecAggRound:
                 self._outbox = dict.fromkeys(requests, body)
             else:
                 total = self._aggregator.collect_unmask(parsed)
-                self._end()
                 self.stage_seconds[pb.Stage.Name(closing)] = time.perf_counter() - started
-                records = sum(self._records[u] for u in self._survivors)
-                self._finish(total, len(self._survivors), records)
+                self._conclude(total)
                 return
         except (SecAggAbort, ValueError) as exc:
             rejected = "" if self._aggregator is None else "; ".join(
                 f"{u}: {why}" for u, why in self._aggregator.rejected.items())
-            self._end()
-            self._fail(f"secure aggregation aborted at {pb.Stage.Name(closing)}: {exc}"
-                       + (f" (rejected: {rejected})" if rejected else ""))
+            self._conclude(None, f"secure aggregation aborted at {pb.Stage.Name(closing)}: {exc}"
+                           + (f" (rejected: {rejected})" if rejected else ""))
             return
         self.stage_seconds[pb.Stage.Name(closing)] = time.perf_counter() - started
         self.stage = sw.STAGES[sw.STAGES.index(closing) + 1]
-        self.deadline = time.time() + self.sa.stage_timeout
+        if not replaying:
+            now = time.time()
+            self._store.open_stage(self.study_id, self.stage, now)
+            self.deadline = now + self.sa.stage_timeout
+
+    def _conclude(self, total: np.ndarray | None, reason: str = "") -> None:
+        """End the round (lock held): store the unmasked ``total`` (the study decodes) or the
+        abort's ``reason`` (the study fails), then tell the coordinator. A study that left its
+        accepting states meanwhile is left as it is."""
+        survivors = self._survivors if total is not None else ()
+        records = sum(self._records[u] for u in survivors)
+        members = {u: u in self._survivors for u in self._records}  # as members() answers
+        self._end()
+        try:
+            self._store.end_secure_round(
+                self.study_id, reason or "secure aggregate unmasked",
+                None if total is None else total.astype("<i8").tobytes(), len(survivors), records,
+                members)
+        except Refusal as exc:
+            log.warning("study %s: its secure round ended, but the study did not move (%s)",
+                        self.study_id, exc)
+            return
+        if total is None:
+            self._fail(reason)
+        else:
+            self._finish(total, len(survivors), records)
 
     def _open_round(self, records_of: dict[str, float]) -> None:
         roster = sorted(records_of)
@@ -248,7 +356,7 @@ class SecAggRound:
             self._params = self.spec.round_params(self.study_id, tuple(roster))
         except ValueError as exc:
             raise SecAggAbort(f"{exc}; nobody has spent anything") from None
-        keys = {u: self._keys(u) for u in roster}
+        keys = {u: self._store.device_key(u) for u in roster}
         self._aggregator = Aggregator(self._params, keys)
         self._shared_body = sw.dump(sw.params_to_json(self._params, keys, records))
 

@@ -12,7 +12,7 @@ Study lifecycle (each row is one :class:`Transition` below; nothing else moves a
     COLLECT          open              -> collecting  its first contribution is stored
     DECODE           open | collecting -> decoding    closed with quorum, or secure aggregate unmasked
     ABANDON          open | collecting -> failed      closed without quorum; secure aggregation
-                                                      aborted or cut by a coordinator restart
+                                                      aborted
     PUBLISH          decoding          -> done        its result is stored
     DECODING_FAILED  decoding          -> failed      the decoder raised
 
@@ -23,9 +23,13 @@ roster keeps taking devices up to its ``capacity`` (the spec's ``roster``, at le
 so devices that never send do not stop the study. The stage a device sees (REGISTER, then
 PLAIN_INPUT) follows from ``filled_at``, so it needs no state of its own.
 
-The store makes COLLECT and PUBLISH itself, inside the write that causes them; the coordinator
-makes the others with ``Store.set_state(..., expect=t.sources)``, a compare-and-set, so a study
-that moved meanwhile (two closes racing) is left alone and the loser is refused.
+The store makes COLLECT and PUBLISH itself, inside the write that causes them, and a secure
+round's DECODE or ABANDON in :meth:`Store.end_secure_round`; the coordinator makes the others with
+``Store.set_state(..., expect=t.sources)``, a compare-and-set, so a study that moved meanwhile
+(two closes racing) is left alone and the loser is refused.
+
+The module runs past 400 lines because the contract is one: every method a backend implements,
+each with the semantics, refusals and transactions every backend must keep, read in one place.
 """
 
 from __future__ import annotations
@@ -131,6 +135,31 @@ class ContributionRow:
     payload_sha256: str
     signature: bytes
     received_at: float
+
+
+@dataclass(frozen=True)
+class StageMessageRow:
+    """A device's message of a secure stage (proto ``Stage`` number), as received, and when."""
+
+    stage: int
+    device_id: str
+    body: bytes
+    received_at: float
+
+
+@dataclass(frozen=True)
+class SecureRoundRow:
+    """A secure round's progress: the stage open since ``opened_at`` (Unix seconds); once it
+    ended, ``ended``, its roster as ``members`` (device → whether its masked input is in the sum)
+    and, if it unmasked, the sum ``total`` (int64 LE words) of ``devices`` declaring ``records``."""
+
+    stage: int
+    opened_at: float
+    ended: bool = False
+    total: bytes | None = None
+    devices: int = 0
+    records: float = 0.0
+    members: dict[str, bool] | None = None
 
 
 @dataclass(frozen=True)
@@ -335,6 +364,42 @@ class Store(ABC):
                   study_ids: tuple[str, ...] = ()) -> list[tuple[float, str, str, str]]:
         """The newest ``limit`` audit rows as (at, actor, action, detail), newest last; with
         ``study_ids``, only rows whose detail names one of them."""
+
+    # secure aggregation: a round's stage messages and progress, so a restart resumes it
+
+    @abstractmethod
+    def add_stage_message(self, study_id: str, stage: int, device_id: str, body: bytes) -> bool:
+        """Keep one stage message, one per (study, stage, device): True if stored; False for an
+        identical re-send (nothing written, in any state); never replaced: StoreError 'conflict'
+        for other bytes, 'not_found' for an unknown study or device, 'failed_precondition' unless
+        the study is in ``ACCEPTING``. The round admits only its roster, the open stage and
+        bounded bodies, so a study holds at most (stages × roster) rows of bounded size."""
+
+    @abstractmethod
+    def stage_messages(self, study_id: str) -> list[StageMessageRow]:
+        """The study's kept stage messages, in order of arrival (ties by stage, then device id);
+        empty for an unknown study or once its round ended."""
+
+    @abstractmethod
+    def open_stage(self, study_id: str, stage: int, opened_at: float) -> None:
+        """Record in one transaction that the study's round has ``stage`` open since
+        ``opened_at`` (replacing the stage recorded before). StoreError 'not_found' for an unknown
+        study; 'failed_precondition' unless it is in ``ACCEPTING``."""
+
+    @abstractmethod
+    def secure_round(self, study_id: str) -> SecureRoundRow | None:
+        """The study's round as :meth:`open_stage` and :meth:`end_secure_round` left it (stage 0
+        if it ended before any was opened), or None if neither was called for it."""
+
+    @abstractmethod
+    def end_secure_round(self, study_id: str, detail: str, total: bytes | None = None,
+                         devices: int = 0, records: float = 0.0,
+                         members: dict[str, bool] | None = None) -> StudyRow:
+        """End the study's round in one transaction and return the study: ``total`` (the unmasked
+        sum) is kept with ``devices`` and ``records`` and the study makes its DECODE transition;
+        without it, ABANDON; either way with ``detail`` and ``members``, and the stage messages
+        are deleted (the progress row stays, ``ended``). StoreError 'not_found' for an unknown study,
+        'failed_precondition' unless it is in ``ACCEPTING`` (nothing written). Audited."""
 
     # what the operator watches
 

@@ -39,6 +39,13 @@ reads only those.
 Schema 6 adds ``refusals``, the reason each device reported when it declined a study (one row
 per study and device: :meth:`~fedsketch.server.store.base.Store.add_refusal`); :func:`migrate_v5`
 creates it.
+
+Schema 7 keeps a secure-aggregation round where a restarted coordinator can resume it:
+``stage_messages``, each device's message of each stage as received (one row per study, stage
+and device: :meth:`~fedsketch.server.store.base.Store.add_stage_message`), and ``secure_rounds``,
+each round's open stage, when it opened, and once it has ended its roster (JSON: device →
+whether its masked input is in the sum) and, if it unmasked, its sum (int64 words), the devices
+in it and their declared records. :func:`migrate_v6` creates both.
 """
 
 from __future__ import annotations
@@ -49,7 +56,7 @@ from typing import Any, Protocol
 
 from fedsketch.server.store.base import KINDS, STATES, StudyRow
 
-SCHEMA_VERSION = 6
+SCHEMA_VERSION = 7
 
 #: Marks a database as a fedsketch store: SQLite's ``PRAGMA application_id`` ("FSKS" in the file
 #: header), PostgreSQL's ``fedsketch_store.application_id``.
@@ -119,6 +126,24 @@ REFUSALS = """CREATE TABLE refusals (
         reported_at REAL NOT NULL,
         PRIMARY KEY (study_id, device_id))"""
 
+STAGE_MESSAGES = """CREATE TABLE stage_messages (
+        study_id TEXT NOT NULL REFERENCES studies(study_id),
+        stage INTEGER NOT NULL,
+        device_id TEXT NOT NULL REFERENCES devices(device_id),
+        body BLOB NOT NULL,
+        received_at REAL NOT NULL,
+        PRIMARY KEY (study_id, stage, device_id))"""
+
+SECURE_ROUNDS = """CREATE TABLE secure_rounds (
+        study_id TEXT PRIMARY KEY REFERENCES studies(study_id),
+        stage INTEGER NOT NULL,
+        opened_at REAL NOT NULL,
+        ended INTEGER NOT NULL DEFAULT 0,
+        total BLOB,
+        devices INTEGER NOT NULL DEFAULT 0,
+        records REAL NOT NULL DEFAULT 0.0,
+        members TEXT)"""
+
 SCHEMA = (
     """CREATE TABLE devices (
         device_id TEXT PRIMARY KEY,
@@ -162,6 +187,8 @@ SCHEMA = (
         action TEXT NOT NULL,
         detail TEXT NOT NULL)""",
     REFUSALS,
+    STAGE_MESSAGES,
+    SECURE_ROUNDS,
 )
 
 #: Studies with their totals as stored (O(1) per study: no row of another table is read).
@@ -230,6 +257,12 @@ def migrate_v5(c: Connection) -> None:
     c.execute(REFUSALS)
 
 
+def migrate_v6(c: Connection) -> None:
+    """Schema 6 → 7 inside the caller's write transaction (module docstring)."""
+    c.execute(STAGE_MESSAGES)
+    c.execute(SECURE_ROUNDS)
+
+
 def migrate(c: Connection, version: int) -> list[str]:
     """Bring a schema-``version`` store (0: empty, created here from :data:`SCHEMA`) to
     :data:`SCHEMA_VERSION` inside the caller's write transaction; what each step changed, for
@@ -241,7 +274,8 @@ def migrate(c: Connection, version: int) -> list[str]:
              (migrate_v2, "studies may have refinement rounds"),
              (migrate_v3, "rosters may be larger than the quorum"),
              (migrate_v4, "studies keep their totals (contributions, records, registered)"),
-             (migrate_v5, "devices may report why they declined a study"))
+             (migrate_v5, "devices may report why they declined a study"),
+             (migrate_v6, "secure-aggregation rounds are kept and resume after a restart"))
     done = []
     for old, (step, what) in enumerate(steps, start=1):
         if 1 <= version <= old:

@@ -10,7 +10,8 @@ lifecycle) in the SQL of :mod:`.schema`, over the two things a backend provides:
   PostgreSQL backend each key's writes (a transaction-scoped advisory lock).
 - ``_reading()``, a connection for reads, which see every write that returned.
 
-The operator's reads, and refusals, are in :mod:`.operator_reads`.
+The operator's reads, and refusals, are in :mod:`.operator_reads`; secure-aggregation rounds in
+:mod:`.secure_rounds`.
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ from fedsketch.server.store.schema import (
     Connection,
     study_row,
 )
+from fedsketch.server.store.secure_rounds import SecureRounds
 
 COORDINATOR = "coordinator"  # audit actor for writes not made on behalf of a device
 #: The ``_tx`` key of enrollments (they check a key's uniqueness across tokens) and of tokens.
@@ -51,7 +53,7 @@ def _sha256_hex(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
-class SQLStore(OperatorReads, Store):
+class SQLStore(OperatorReads, SecureRounds, Store):
     """The coordinator's state in a SQL database; a backend subclasses it with its connections."""
 
     @abstractmethod

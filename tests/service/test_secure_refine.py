@@ -1,6 +1,7 @@
 """Refinement rounds of a secure-aggregation study (fedsketch.common.secure_rounds): each round's
 cells go through secure aggregation, the unmasked sum is the devices' exact cells plus shares of
-one discrete-Laplace draw, and a coordinator restart costs the round, not the study."""
+one discrete-Laplace draw; a coordinator restart during a round resumes it
+(``test_secure_resume.py``)."""
 
 from __future__ import annotations
 
@@ -22,7 +23,6 @@ from fedsketch.common.secagg.trust import Assumptions
 from fedsketch.common.secure_rounds import SecureRound
 from fedsketch.common.synthetic import gmm
 from fedsketch.server.bench.metrics import split
-from fedsketch.server.service.coordinator import Coordinator
 
 #: Su's ρ, restated (MECHANISMS §6.2).
 RHO = 0.225
@@ -132,31 +132,6 @@ def test_secure_rounds_are_sized_at_creation():
     with pytest.raises(ValueError, match="exceeds 1024"):
         secure_refined(1e5)
     assert secure_refined(1.0, max_records=10**6).refine.rounds == 2
-
-
-def test_a_restart_during_a_secure_round_costs_that_round_only(coordinator_round, parts):
-    """Round 1's secure aggregation lives in memory: a coordinator restarted on the same store
-    fails it (nobody has sent a masked input) and publishes the study with the sketch's start."""
-    r = coordinator_round
-    study = r.create(secure_refined(1.0))
-    agents = [r.agent(f"t{i}", part) for i, part in enumerate(parts)]
-    sketch_all_four(r, study, agents)
-    while not r.store.rounds(study.study_id):
-        time.sleep(0.02)
-    restarted = Coordinator(r.store)
-    restarted.start()
-    try:
-        stop = time.monotonic() + 60
-        while r.store.get_study(study.study_id).state != "done":
-            assert time.monotonic() < stop
-            time.sleep(0.05)
-    finally:
-        restarted.stop()
-    (row,) = r.store.rounds(study.study_id)
-    assert row.state == "failed" and "restarted during secure aggregation" in row.detail
-    res = json.loads(r.store.get_result(study.study_id))
-    assert res["refined_rounds"] == 0 and res["centroids"] == res["start_centroids"]
-    assert all(s.round == 0 for a in agents for s in a.ledger.spends())
 
 
 def test_a_secure_round_with_dropouts_completes(coordinator_round, parts):

@@ -88,8 +88,17 @@ V2_CONTRIBUTIONS = """CREATE TABLE contributions (
     received_at REAL NOT NULL, PRIMARY KEY (study_id, device_id))"""
 
 
+def back_to_schema_6(raw: sqlite3.Connection) -> None:
+    """Rewrite a current store file as schema 6 wrote it: no ``stage_messages``, no
+    ``secure_rounds``."""
+    raw.execute("DROP TABLE stage_messages")
+    raw.execute("DROP TABLE secure_rounds")
+    raw.execute("PRAGMA user_version = 6")
+
+
 def back_to_schema_5(raw: sqlite3.Connection) -> None:
-    """Rewrite a current store file as schema 5 wrote it: no ``refusals``."""
+    """Rewrite a current store file as schema 5 wrote it: no ``refusals`` (nor schema 7's tables)."""
+    back_to_schema_6(raw)
     raw.execute("DROP TABLE refusals")
     raw.execute("PRAGMA user_version = 5")
 
