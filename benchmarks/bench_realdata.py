@@ -136,13 +136,7 @@ def print_table(rows: list[dict]) -> None:
 def plot(rows: list[dict], path: Path) -> None:
     """Relative SSE against ε (log-log), one line per private method with its [min, max] band, and
     the non-private rows as horizontal lines."""
-    import matplotlib
-    import matplotlib.ticker
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(6.5, 4.2))
+    plt, fig, ax = realdata.sse_figure((6.5, 4.2))
     for method in dict.fromkeys(r["method"] for r in rows):
         cells = sorted((r["epsilon"], r["median"], r["min"], r["max"]) for r in rows if r["method"] == method)
         if math.isinf(cells[0][0]):
@@ -152,20 +146,9 @@ def plot(rows: list[dict], path: Path) -> None:
         e, med, lo, hi = (np.array(c) for c in zip(*cells, strict=True))
         ax.plot(e, med, "o-", label=method)
         ax.fill_between(e, lo, hi, alpha=0.2)
-    ax.set_xscale("log")
-    ax.set_yscale("log")
-    ax.yaxis.set_major_formatter(matplotlib.ticker.ScalarFormatter())
-    ax.yaxis.set_minor_formatter(matplotlib.ticker.ScalarFormatter())
-    ax.set_xlabel("ε (add/remove)")
-    ax.set_ylabel("relative SSE (sklearn KMeans, n_init = 10)")
-    ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=8)
     r0 = rows[0]
-    ax.set_title(f"{r0['set']}: n = {r0['n']}, d = {r0['d']}, k = {r0['k']}", fontsize=10)
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    realdata.save_sse_figure(plt, fig, ax, "ε (add/remove)",
+                             f"{r0['set']}: n = {r0['n']}, d = {r0['d']}, k = {r0['k']}", path, 8)
 
 
 def main() -> None:

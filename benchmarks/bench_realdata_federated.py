@@ -122,13 +122,7 @@ def print_table(rows: list[dict]) -> None:
 def plot(rows: list[dict], path: Path) -> None:
     """Relative SSE against ε (log-log): one line per (row, noise, L) with its [min, max] band;
     the target of issue 11 (1.05) as a dotted line."""
-    import matplotlib
-    import matplotlib.ticker
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(7.5, 4.8))
+    plt, fig, ax = realdata.sse_figure((7.5, 4.8))
     keys = sorted({(r["row"], r["mode"], r["devices"]) for r in rows},
                   key=lambda key: (not key[0].startswith("central"), key))
     for row, mode, n_devices in keys:
@@ -141,20 +135,10 @@ def plot(rows: list[dict], path: Path) -> None:
                 lw=2.2 if mode == "central" else 1.4)
         ax.fill_between(e, lo, hi, alpha=0.12)
     ax.axhline(1.05, color="grey", lw=0.8, ls=":")
-    ax.set_xscale("log")
-    ax.set_yscale("log")
-    ax.yaxis.set_major_formatter(matplotlib.ticker.ScalarFormatter())
-    ax.yaxis.set_minor_formatter(matplotlib.ticker.ScalarFormatter())
-    ax.set_xlabel("ε per device in all (replace-one)")
-    ax.set_ylabel("relative SSE (sklearn KMeans, n_init = 10)")
-    ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=7)
     r0 = rows[0]
-    ax.set_title(f"{r0['set']}: n = {r0['n']}, T = {r0['rounds']} rounds taking {r0['share']:g} "
-                 f"of ε, box ±{realdata.BOX:g} sd", fontsize=10)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    realdata.save_sse_figure(plt, fig, ax, "ε per device in all (replace-one)",
+                             f"{r0['set']}: n = {r0['n']}, T = {r0['rounds']} rounds taking "
+                             f"{r0['share']:g} of ε, box ±{realdata.BOX:g} sd", path, 7)
 
 
 def main() -> None:

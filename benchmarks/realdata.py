@@ -125,3 +125,34 @@ def load(name: str, cache: Path | None = None) -> RealSet:
             path.parent.mkdir(parents=True, exist_ok=True)
             np.save(path, raw)
     return RealSet(name, standardize(raw), k, source)
+
+
+def sse_figure(size: tuple[float, float]):
+    """(pyplot, figure, axes) for a plot of relative SSE against ε, drawn off-screen."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=size)
+    return plt, fig, ax
+
+
+def save_sse_figure(plt, fig, ax, xlabel: str, title: str, path: Path, legend_size: int) -> None:
+    """Finish a :func:`sse_figure`: log-log axes with plain tick labels, the relative-SSE label,
+    a grid, the legend and ``title``; written to ``path`` (its folder made) and closed."""
+    import matplotlib.ticker
+
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.yaxis.set_major_formatter(matplotlib.ticker.ScalarFormatter())
+    ax.yaxis.set_minor_formatter(matplotlib.ticker.ScalarFormatter())
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel("relative SSE (sklearn KMeans, n_init = 10)")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=legend_size)
+    ax.set_title(title, fontsize=10)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=120)
+    plt.close(fig)

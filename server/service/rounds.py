@@ -120,14 +120,7 @@ class Rounds:
                           None if secure else time.time() + spec.calibration.round_seconds,
                           {**cal.to_dict(), "explanation": cal.explanation}, spec.min_devices,
                           None if secure is None else asdict(secure))
-        text = rnd.to_json()
-        round_id = "st-" + secrets.token_hex(8)
-        self.store.create_study(round_id, text, spec_sha256(text), rnd.deadline, spec.min_devices,
-                                parent=study_id, roster=spec.roster)
-        if secure is not None:
-            self.secure_opened(round_id, None)
-        self.store.set_state(study_id, "decoding", f"round 0: {cal.explanation}; sketch round "
-                             f"collecting in study {round_id}", expect=("decoding",))
+        round_id = self._child(study_id, rnd, None, f"round 0: {cal.explanation}; sketch round")
         log.info("study %s: round 0 chose %s; sketch round opened as %s", study_id,
                  cal.explanation, round_id)
 
@@ -251,13 +244,22 @@ class Rounds:
                         spec.min_devices,
                         None if secure else time.time() + spec.refine.round_seconds, start,
                         None if secure is None else asdict(secure), spec.refine.radius)
+        round_id = self._child(study_id, rnd, rnd, f"refinement round {number} of {spec.refine.rounds}:")
+        log.info("study %s: refinement round %d opened as %s", study_id, number, round_id)
+
+    def _child(self, study_id: str, rnd: SketchRound | RoundSpec, refinement: RoundSpec | None,
+               what: str) -> str:
+        """Create the study's round ``rnd`` as a child study (its own id, the study's quorum and
+        roster), start its secure round if the study has secure aggregation (``refinement``:
+        the refinement round's spec, None for a sketch round), and say in the study's detail
+        ("``what`` collecting in study ID") where it collects; the round's id."""
+        spec: StudySpec = self.spec(study_id)
         text = rnd.to_json()
         round_id = "st-" + secrets.token_hex(8)
-        self.store.create_study(round_id, text, spec_sha256(text), rnd.deadline, rnd.min_devices,
+        self.store.create_study(round_id, text, spec_sha256(text), rnd.deadline, spec.min_devices,
                                 parent=study_id, roster=spec.roster)
-        if secure is not None:
-            self.secure_opened(round_id, rnd)
-        self.store.set_state(study_id, "decoding", f"refinement round {number} of "
-                             f"{spec.refine.rounds}: collecting in study {round_id}",
+        if spec.secure_aggregation is not None:
+            self.secure_opened(round_id, refinement)
+        self.store.set_state(study_id, "decoding", f"{what} collecting in study {round_id}",
                              expect=("decoding",))
-        log.info("study %s: refinement round %d opened as %s", study_id, number, round_id)
+        return round_id
