@@ -93,12 +93,27 @@ class Coordinator(SecureStudies, Roster, Reads, Shared):
         self.refinement = Rounds(store, self.spec, self._settle, self._secure_round_opened)
 
     def start(self) -> None:
-        """Resume interrupted decodings (a secure study's from its stored unmasked sum) and
-        secure-aggregation rounds (rebuilt from the store), and start the deadline watcher."""
+        """Fail the running studies this release cannot read, resume interrupted decodings (a
+        secure study's from its stored unmasked sum) and secure-aggregation rounds (rebuilt from
+        the store), and start the deadline watcher."""
+        self._retire_unreadable()
         for row in self.store.list_studies(("decoding",)):
             self._decoder.submit(self._decode, row.study_id)
         self._resume_rounds()
         self._watcher.start()
+
+    def _retire_unreadable(self) -> None:
+        """Fail each running study whose spec this release does not read (a refinement round in
+        an earlier release's format, fedsketch.round/1), with why, so that it neither stops the
+        coordinator nor stays open; finished ones keep their state and result."""
+        for row in self.store.list_studies((*ACCEPTING, "decoding")):
+            try:
+                self.spec(row.study_id)
+            except ValueError as exc:
+                log.warning("study %s: its spec is unreadable here: %s", row.study_id, exc)
+                self._settle(row.study_id, ABANDON if row.state in ACCEPTING else DECODING_FAILED,
+                             f"this coordinator does not read the study's spec, written by an earlier "
+                             f"release ({exc})")
 
     def stop(self) -> None:
         """Stop the watcher and wait for a running decoding to finish."""

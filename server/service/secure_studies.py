@@ -46,7 +46,10 @@ class SecureStudies:
         longer pass this coordinator's checks) fails its study with the reason; the others
         resume."""
         for row in self.store.list_studies():
-            spec = self.spec(row.study_id)
+            try:
+                spec = self.spec(row.study_id)
+            except ValueError:  # an earlier release's round: failed at start-up, or finished
+                continue
             if spec.secure_aggregation is None:
                 continue
             protocol = (SecureRound(self.spec(row.parent), spec) if isinstance(spec, RoundSpec)
