@@ -167,6 +167,9 @@ class SQLiteFiles:
         """Where the store of K stored contributions is filled."""
         return str(self.base / f"filled-{k}.db")
 
+    def settle(self, k: int) -> None:
+        """Nothing: SQLite does no work of its own between commits."""
+
     def copy(self, k: int, folder: Path) -> str:
         """A copy of the filled store of K, for one run in ``folder``."""
         shutil.copy(self.empty(k), folder / "c.db")
@@ -185,7 +188,8 @@ class PostgresDatabases:
     like SQLite's synchronous=FULL). The database of K is filled with ``synchronous_commit=off``
     (a per-database setting, which a copy does not inherit) and copied per run with
     ``CREATE DATABASE … TEMPLATE … STRATEGY FILE_COPY``, which checkpoints: the copy is on disk
-    before its coordinator starts."""
+    before its coordinator starts. Each filled database is vacuumed and analyzed once, so that
+    no run's copy starts with autovacuum's work on the fill still to do."""
 
     def __init__(self) -> None:
         sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
@@ -198,6 +202,12 @@ class PostgresDatabases:
         self.server.execute(f"CREATE DATABASE filled_{k}")
         self.server.execute(f"ALTER DATABASE filled_{k} SET synchronous_commit = off")
         return self.server.url(f"filled_{k}")
+
+    def settle(self, k: int) -> None:
+        import psycopg  # the postgres extra, as the store itself
+
+        with psycopg.connect(self.server.url(f"filled_{k}"), autocommit=True) as conn:
+            conn.execute("VACUUM ANALYZE")
 
     def copy(self, k: int, folder: Path) -> str:
         self.runs += 1
@@ -250,6 +260,7 @@ def growth(runs: int, sizes: list[int], window: int, inflight: int, db: str,
             for k in sizes:
                 t = time.perf_counter()
                 msgs[k] = filled_store(stores.empty(k), k, window)
+                stores.settle(k)
                 print(f"filled {k} contributions in {time.perf_counter() - t:.0f} s", flush=True)
             for run in range(runs):  # the cases take turns, so a change in the machine's load hits all
                 for k, n in cases:
