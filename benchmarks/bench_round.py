@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import os
 import shutil
 import statistics
 import subprocess
@@ -171,8 +172,11 @@ class SQLiteFiles:
         """Nothing: SQLite does no work of its own between commits."""
 
     def copy(self, k: int, folder: Path) -> str:
-        """A copy of the filled store of K, for one run in ``folder``."""
+        """A copy of the filled store of K, for one run in ``folder``, on disk before it returns
+        (else the kernel writes the copy back during the timed window, a cost growing with K)."""
         shutil.copy(self.empty(k), folder / "c.db")
+        with (folder / "c.db").open("rb+") as copy:
+            os.fsync(copy.fileno())
         return str(folder / "c.db")
 
     def drop(self, db: str) -> None:
