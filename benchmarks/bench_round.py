@@ -7,12 +7,16 @@
    (``--studies``, 4) and keeps ``--inflight`` (32) calls in flight with gRPC futures. Peer: a
    bare gRPC echo server (same TLS, same message bytes, no work), the transport's ceiling here.
 2. Growth (``--growth``, instead of 1 and 3): the Submit rate into one study that already holds
-   K stored contributions, for each K of ``--stored`` (1000 and 20000): the store file is filled
+   K stored contributions, for each K of ``--stored`` (1000 and 20000): the store is filled
    once per K through the Store API (enrolled devices, a roster of K + ``--window`` + 1, K
-   contributions), copied for each of ``--runs`` runs, and a fresh coordinator on the copy takes
+   contributions), copied for each of ``--runs`` runs, and fresh coordinators on the copy take
    ``--window`` (2000) more pre-signed contributions; the rate at 20000 over the rate at 1000 is 1
    when a Submit costs O(1) in the stored contributions. Each run also sends the same window
-   through the bare TLS echo peer, so the load of the moment shows in the peer too.
+   through the bare TLS echo peer, so the load of the moment shows in the peer too. The store
+   (``--db``) is a SQLite file, or a database of a PostgreSQL server the benchmark starts (fsync
+   on); on PostgreSQL, each count of ``--coordinators`` (1, 2) is measured in turn: that many
+   ``coordinator serve`` processes (``--shared`` when several) on one database, the client's
+   channel listing them all (round robin), each process's stored count printed.
 3. Scale: ``simulate`` with ``--sim-devices`` (1000) in-process devices sharing
    ``--sim-records`` (N = 10^6, so 10^3 records each) against the same N on 20 devices: the
    study must complete; the ratio is the cost of 50× more devices.
@@ -20,14 +24,16 @@
 Usage: python benchmarks/bench_round.py [--runs 3] [--devices 500] [--studies 4] [--inflight 32]
     [--sim-devices 1000] [--sim-records 1000000]
        python benchmarks/bench_round.py --growth [--runs 3] [--stored 1000 20000] [--window 2000]
+    [--db sqlite|postgres] [--coordinators 1 2]
 A smoke run: --runs 1 --devices 5 --studies 1 --sim-devices 40 --sim-records 20000
-(growth: --growth --runs 1 --stored 10 20 --window 5).
+(growth: --growth --runs 1 --stored 10 20 --window 5 [--db postgres --coordinators 1 2]).
 """
 
 from __future__ import annotations
 
 import argparse
 import hashlib
+import os
 import shutil
 import statistics
 import subprocess
@@ -42,6 +48,7 @@ import numpy as np
 
 from fedsketch.common import signing
 from fedsketch.common.frequencies import FrequencySpec
+from fedsketch.common.link import Link
 from fedsketch.common.pb import fedsketch_pb2 as pb
 from fedsketch.common.pb import fedsketch_pb2_grpc as pb_grpc
 from fedsketch.common.privacy import PrivacySpec
@@ -54,6 +61,8 @@ from fedsketch.server.store import ContributionRow, open_store
 M = 1000
 N_PER_DEVICE = 10_000
 FEW_DEVICES = 20
+#: Rates (per second) of each run, keyed by (stored contributions K, coordinator processes).
+Rates = dict[tuple[int, int], list[float]]
 
 
 def sketch_spec() -> SketchSpec:
@@ -65,17 +74,24 @@ def pairs(rng: np.random.Generator) -> bytes:
     return rng.integers(-10**6, 10**6, 2 * M).astype("<i8").tobytes()
 
 
-def start_coordinator(folder: Path) -> tuple[subprocess.Popen, str, str]:
+def start_coordinator(folder: Path, db: str | None = None, name: str = "c",
+                      shared: bool = False) -> tuple[subprocess.Popen, str, str]:
+    """Start ``coordinator serve`` on ``db`` (default: the SQLite file ``folder/c.db``), logging
+    to ``folder/<name>.log``; returns the process, its 127.0.0.1:PORT and the operator token."""
     exe = str(Path(sys.executable).with_name("fedsketch"))
-    port_file = folder / "port"
-    proc = subprocess.Popen(
-        [exe, "coordinator", "serve", "--db", str(folder / "c.db"), "--listen", "127.0.0.1:0",
-         "--cert", str(folder / "certs/server.pem"), "--key", str(folder / "certs/server.key"),
-         "--token-file", str(folder / "op.token"), "--port-file", str(port_file)],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    port_file = folder / f"{name}.port"
+    with (folder / f"{name}.log").open("w") as log:
+        proc = subprocess.Popen(
+            [exe, "coordinator", "serve", "--db", db or str(folder / "c.db"), "--listen", "127.0.0.1:0",
+             "--cert", str(folder / "certs/server.pem"), "--key", str(folder / "certs/server.key"),
+             "--token-file", str(folder / "op.token"), "--port-file", str(port_file),
+             *(["--shared"] if shared else [])],
+            stdout=subprocess.DEVNULL, stderr=log)
     while not port_file.exists() or not port_file.read_text().strip():
+        if proc.poll() is not None:
+            raise RuntimeError(f"coordinator exited: {(folder / f'{name}.log').read_text()[-2000:]}")
         time.sleep(0.05)
-    return proc, f"localhost:{port_file.read_text().strip()}", (folder / "op.token").read_text()
+    return proc, f"127.0.0.1:{port_file.read_text().strip()}", (folder / "op.token").read_text()
 
 
 def prepare(target: str, ca: Path, token: str, devices: int, studies: int) -> list:
@@ -111,16 +127,17 @@ def signed(key, study_id: str, device_id: str, spec_hash: str, data: bytes) -> p
                            n=N_PER_DEVICE, int64_pairs=data, signature=signing.sign(key, digest))
 
 
-def filled_store(path: Path, stored: int, window: int) -> list[pb.Contribution]:
-    """A store file at ``path`` holding one study whose roster takes ``stored + window + 1``
-    devices (so the window never closes it) with ``stored`` contributions, written through the
-    Store API (one durable transaction per call, as the coordinator writes them); returns the
-    ``window`` contributions still to send, signed by their enrolled devices."""
+def filled_store(db: str, stored: int, window: int) -> list[pb.Contribution]:
+    """A store at ``db`` (a SQLite file or PostgreSQL URL) holding one study whose roster takes
+    ``stored + window + 1`` devices (so the window never closes it) with ``stored``
+    contributions, written through the Store API (one transaction per call, as the coordinator
+    writes them); returns the ``window`` contributions still to send, signed by their enrolled
+    devices."""
     spec = StudySpec.create("growth", sketch_spec(), 10, [-15.0] * 10, [15.0] * 10, min_devices=2,
                             roster=stored + window + 1, deadline=time.time() + 86400)
     text = spec.to_json()
     study, spec_hash = "st-growth", spec_sha256(text)
-    store = open_store(path)
+    store = open_store(db)
     rng = np.random.default_rng(0)
     try:
         store.create_study(study, text, spec_hash, spec.deadline, spec.min_devices, roster=spec.roster)
@@ -141,39 +158,131 @@ def filled_store(path: Path, stored: int, window: int) -> list[pb.Contribution]:
     return msgs
 
 
-def growth(runs: int, sizes: list[int], window: int,
-           inflight: int) -> tuple[dict[int, list[float]], dict[int, list[float]]]:
+class SQLiteFiles:
+    """The growth runs' stores as SQLite files in ``base``: filled once per K, copied per run."""
+
+    def __init__(self, base: Path) -> None:
+        self.base = base
+
+    def empty(self, k: int) -> str:
+        """Where the store of K stored contributions is filled."""
+        return str(self.base / f"filled-{k}.db")
+
+    def settle(self, k: int) -> None:
+        """Nothing: SQLite does no work of its own between commits."""
+
+    def copy(self, k: int, folder: Path) -> str:
+        """A copy of the filled store of K, for one run in ``folder``, on disk before it returns
+        (else the kernel writes the copy back during the timed window, a cost growing with K)."""
+        shutil.copy(self.empty(k), folder / "c.db")
+        with (folder / "c.db").open("rb+") as copy:
+            os.fsync(copy.fileno())
+        return str(folder / "c.db")
+
+    def drop(self, db: str) -> None:
+        """Nothing: the copy goes with its run's folder."""
+
+    def stop(self) -> None:
+        """Nothing to stop."""
+
+
+class PostgresDatabases:
+    """The growth runs' stores as databases of a PostgreSQL server this process starts (the
+    tests' :class:`pgtest.TestServer`, with fsync on: a commit returns once its WAL is on disk,
+    like SQLite's synchronous=FULL). The database of K is filled with ``synchronous_commit=off``
+    (a per-database setting, which a copy does not inherit) and copied per run with
+    ``CREATE DATABASE … TEMPLATE … STRATEGY FILE_COPY``, which checkpoints: the copy is on disk
+    before its coordinator starts. Each filled database is vacuumed and analyzed once, so that
+    no run's copy starts with autovacuum's work on the fill still to do."""
+
+    def __init__(self) -> None:
+        sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+        from pgtest import TestServer
+
+        self.server = TestServer(fsync=True)
+        self.runs = 0
+
+    def empty(self, k: int) -> str:
+        self.server.execute(f"CREATE DATABASE filled_{k}")
+        self.server.execute(f"ALTER DATABASE filled_{k} SET synchronous_commit = off")
+        return self.server.url(f"filled_{k}")
+
+    def settle(self, k: int) -> None:
+        import psycopg  # the postgres extra, as the store itself
+
+        with psycopg.connect(self.server.url(f"filled_{k}"), autocommit=True) as conn:
+            conn.execute("VACUUM ANALYZE")
+
+    def copy(self, k: int, folder: Path) -> str:
+        self.runs += 1
+        self.server.execute(f"CREATE DATABASE run_{self.runs} TEMPLATE filled_{k} STRATEGY FILE_COPY")
+        return self.server.url(f"run_{self.runs}")
+
+    def drop(self, db: str) -> None:
+        self.server.drop_database(db.rpartition("/")[2].partition("?")[0])
+
+    def stop(self) -> None:
+        self.server.stop()
+
+
+def submit_window(folder: Path, db: str, coordinators: int, msgs: list, inflight: int) -> tuple[float, list]:
+    """Contributions/s of ``msgs`` into ``coordinators`` fresh ``coordinator serve`` processes on
+    ``db`` (``--shared`` when more than one; the client's channel lists them all, round robin),
+    and how many each process stored (its log's ``event=contribute`` lines)."""
+    procs, targets = [], []
+    try:
+        for i in range(coordinators):  # one at a time: the first writes the operator token
+            proc, target, _ = start_coordinator(folder, db, f"c{i}", shared=coordinators > 1)
+            procs.append(proc)
+            targets.append(target)
+        channel = Link(",".join(targets), folder / "certs/ca.pem", False).channel()
+        rate = blast(pb_grpc.DeviceStub(channel).Submit, msgs, inflight)
+        channel.close()
+    finally:
+        for proc in procs:
+            proc.terminate()
+            proc.wait()
+    return rate, [(folder / f"c{i}.log").read_text().count("event=contribute") for i in range(coordinators)]
+
+
+def growth(runs: int, sizes: list[int], window: int, inflight: int, db: str,
+           coordinators: list[int]) -> tuple[Rates, Rates]:
     """Submit rates (contributions/s) of ``window`` contributions into a study already holding
-    K contributions, for each K in ``sizes`` in turn, ``runs`` times each on a fresh copy of its file;
-    and the bare echo's rate for the same messages right after each run."""
-    rates: dict[int, list[float]] = {k: [] for k in sizes}
-    echoes: dict[int, list[float]] = {k: [] for k in sizes}
+    K contributions, for each K in ``sizes`` and number of coordinator processes in
+    ``coordinators``, in turn, ``runs`` times each on a fresh copy of its store (``db``: "sqlite"
+    files or "postgres" databases); and the bare echo's rate for the same messages right after
+    each run. Both keyed by (K, processes)."""
+    cases = [(k, n) for k in sizes for n in coordinators]
+    rates: Rates = {case: [] for case in cases}
+    echoes: Rates = {case: [] for case in cases}
     with tempfile.TemporaryDirectory() as tmp:
         base = Path(tmp)
         init_certs(base / "certs", ["localhost", "127.0.0.1"])
-        msgs: dict[int, list[pb.Contribution]] = {}
-        for k in sizes:
-            t = time.perf_counter()
-            msgs[k] = filled_store(base / f"filled-{k}.db", k, window)
-            print(f"filled {k} contributions in {time.perf_counter() - t:.0f} s", flush=True)
-        for run in range(runs):  # the sizes take turns, so a change in the machine's load hits all
+        stores = SQLiteFiles(base) if db == "sqlite" else PostgresDatabases()
+        try:
+            msgs: dict[int, list[pb.Contribution]] = {}
             for k in sizes:
-                folder = base / f"run-{k}-{run}"
-                folder.mkdir()
-                shutil.copytree(base / "certs", folder / "certs")
-                shutil.copy(base / f"filled-{k}.db", folder / "c.db")
-                proc, target, _ = start_coordinator(folder)
-                try:
-                    channel = secure_channel(target, folder / "certs/ca.pem")
-                    rates[k].append(blast(pb_grpc.DeviceStub(channel).Submit, msgs[k], inflight))
-                    channel.close()
-                finally:
-                    proc.terminate()
-                    proc.wait()
-                echoes[k].append(echo_rate(folder, msgs[k], inflight))
-                shutil.rmtree(folder)
-                print(f"run {run}: {window} Submits after {k} stored: {rates[k][-1]:.0f}/s "
-                      f"(echo {echoes[k][-1]:.0f}/s)", flush=True)
+                t = time.perf_counter()
+                msgs[k] = filled_store(stores.empty(k), k, window)
+                stores.settle(k)
+                print(f"filled {k} contributions in {time.perf_counter() - t:.0f} s", flush=True)
+            for run in range(runs):  # the cases take turns, so a change in the machine's load hits all
+                for k, n in cases:
+                    folder = base / f"run-{k}-{n}-{run}"
+                    folder.mkdir()
+                    shutil.copytree(base / "certs", folder / "certs")
+                    copy = stores.copy(k, folder)
+                    try:
+                        rate, took = submit_window(folder, copy, n, msgs[k], inflight)
+                    finally:
+                        stores.drop(copy)
+                    rates[k, n].append(rate)
+                    echoes[k, n].append(echo_rate(folder, msgs[k], inflight))
+                    shutil.rmtree(folder)
+                    print(f"run {run}: {window} Submits after {k} stored, {n} {db} coordinator(s): "
+                          f"{rate:.0f}/s, stored by each {took} (echo {echoes[k, n][-1]:.0f}/s)", flush=True)
+        finally:
+            stores.stop()
     return rates, echoes
 
 
@@ -257,15 +366,24 @@ def main() -> None:
                     help="contributions a study holds before the measured window (default: %(default)s)")
     ap.add_argument("--window", type=int, default=2000,
                     help="contributions sent and timed after them (default: %(default)s)")
+    ap.add_argument("--db", choices=["sqlite", "postgres"], default="sqlite",
+                    help="growth: the coordinators' store, SQLite files or a PostgreSQL server started "
+                    "here (default: %(default)s)")
+    ap.add_argument("--coordinators", type=int, nargs="+", default=[1],
+                    help="growth: coordinator processes sharing the PostgreSQL database, each count "
+                    "measured in turn (default: %(default)s)")
     args = ap.parse_args()
     if args.growth:
-        rates, echoes = growth(args.runs, args.stored, args.window, args.inflight)
-        first = statistics.median(rates[args.stored[0]])
-        print(f"\n| stored contributions | Submits/s (median of {args.runs}; runs) | against "
-              f"{args.stored[0]} | bare TLS echo/s (median) | Submits / echo |\n|---|---|---|---|---|")
-        for k, r in rates.items():
-            o, p = statistics.median(r), statistics.median(echoes[k])
-            print(f"| {k} | {o:.0f} ({', '.join(f'{x:.0f}' for x in r)}) | {o / first:.2f} | "
+        if args.db == "sqlite" and args.coordinators != [1]:
+            ap.error("several coordinators share a PostgreSQL database only: add --db postgres")
+        rates, echoes = growth(args.runs, args.stored, args.window, args.inflight, args.db, args.coordinators)
+        print(f"\n| stored contributions | {args.db} coordinator processes | Submits/s (median of "
+              f"{args.runs}; runs) | against {args.stored[0]} | bare TLS echo/s (median) | Submits / echo |"
+              "\n|---|---|---|---|---|---|")
+        for (k, n), r in rates.items():
+            o, p = statistics.median(r), statistics.median(echoes[k, n])
+            first = statistics.median(rates[args.stored[0], n])
+            print(f"| {k} | {n} | {o:.0f} ({', '.join(f'{x:.0f}' for x in r)}) | {o / first:.2f} | "
                   f"{p:.0f} | {o / p:.2f} |")
         return
     ours, peer = ingest(args.runs, args.devices, args.studies, args.inflight)

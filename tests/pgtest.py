@@ -6,7 +6,8 @@ fixture in ``conftest.py`` on first use and stopped at the end), and each test g
 its own (:meth:`TestServer.fresh_database`, dropped after it): creating one costs milliseconds,
 starting a server most of a second. The server listens on a Unix socket in its own data folder
 only (no TCP port), runs with ``fsync=off`` (a test never survives an operating-system crash; a
-client killed mid-write is what the tests kill), and is started by this process directly, not
+client killed mid-write is what the tests kill; ``benchmarks/bench_round.py --db postgres``
+starts one with ``fsync=True``, durable commits like SQLite's), and is started by this process directly, not
 daemonized, with the kernel told to stop it (SIGINT: fast shutdown) when this process dies, so no
 postgres outlives the run, even a SIGKILLed one; the folder such a run leaves is removed by the
 next one (:func:`remove_stale`). As root, postgres refuses to run: it then runs as
@@ -62,9 +63,10 @@ def remove_stale(now: float | None = None) -> None:
 
 
 class TestServer:
-    """A PostgreSQL server in a temporary folder, for the test session."""
+    """A PostgreSQL server in a temporary folder, for the test session; ``fsync`` turns on
+    PostgreSQL's fsync (off: a commit returns before its WAL reaches the disk)."""
 
-    def __init__(self) -> None:
+    def __init__(self, fsync: bool = False) -> None:
         remove_stale()
         self.folder = Path(tempfile.mkdtemp(prefix="fedsketch-pg-"))
         self.data = self.folder / "data"
@@ -75,7 +77,7 @@ class TestServer:
             self.log = (self.folder / "postgres.log").open("w")
             self.proc = subprocess.Popen(
                 [str(initdb.bin_path / "postgres"), "-D", str(self.data), "-h", "", "-k", str(self.data),
-                 "-c", "fsync=off", "-c", "max_connections=200"],
+                 "-c", f"fsync={'on' if fsync else 'off'}", "-c", "max_connections=200"],
                 user=initdb.system_user, preexec_fn=_stop_with_parent, stdin=subprocess.DEVNULL,
                 stdout=self.log, stderr=self.log)
             self.admin_url = self.url("postgres")

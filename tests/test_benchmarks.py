@@ -4,6 +4,7 @@ figures themselves are measured at full size and recorded in benchmarks/RESULTS.
 
 from __future__ import annotations
 
+import ast
 import importlib.util
 import subprocess
 import sys
@@ -85,6 +86,21 @@ def test_benchmark_runs_at_a_tiny_size(tmp_path, script, args, row):
     assert any(line.startswith(row) for line in res.stdout.splitlines()), res.stdout[-2000:]
     if script == "bench_realdata_federated.py":  # its plot, drawn from its JSON
         assert (tmp_path / "federated_diamonds.png").stat().st_size > 0
+
+
+@pytest.mark.slow
+def test_bench_round_growth_on_postgres_counts_what_each_coordinator_stored(tmp_path):
+    """The PostgreSQL growth mode at a tiny size: two shared coordinators take the window, and
+    the per-process counts read from their logs add up to it."""
+    res = subprocess.run([sys.executable, str(BENCHMARKS / "bench_round.py"), "--growth", "--db", "postgres",
+                          "--coordinators", "2", "--runs", "1", "--stored", "3", "--window", "4"],
+                         cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stderr[-2000:]
+    lines = res.stdout.splitlines()
+    assert any(line.startswith("| 3 | 2 | ") for line in lines), res.stdout[-2000:]
+    took = [ast.literal_eval(line.split("stored by each ")[1].split(" (")[0]) for line in lines
+            if "stored by each" in line]
+    assert len(took) == 1 and len(took[0]) == 2 and sum(took[0]) == 4, res.stdout[-2000:]
 
 
 @pytest.mark.parametrize(("family", "n", "d", "k", "names", "kw"), [
