@@ -44,7 +44,8 @@ class SecureStudies:
         and, for who may read what (:mod:`.reads`), the roster of every round that had ended
         (:meth:`SecAggRound.ended`). A round that cannot be rebuilt (its kept messages no
         longer pass this coordinator's checks) fails its study with the reason; the others
-        resume."""
+        resume, except under ``--shared``, where a running round is left untouched in the store
+        (each process would rebuild its own copy and the devices would be split between them)."""
         for row in self.store.list_studies():
             try:
                 spec = self.spec(row.study_id)
@@ -60,6 +61,11 @@ class SecureStudies:
                     with self._lock:
                         self.rounds[row.study_id] = SecAggRound.ended(
                             row.study_id, protocol, self.store, kept.members)
+                continue
+            if self.store.shared:  # its stages would be split between processes; leave it whole
+                log.warning("study %s: a secure-aggregation round is left as it is: coordinators "
+                            "sharing a database (--shared) run none; serve the database alone to "
+                            "finish it", row.study_id)
                 continue
             finish, fail = self._round_ends(row.study_id, protocol)
             try:

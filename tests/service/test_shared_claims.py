@@ -121,16 +121,25 @@ def test_a_shared_coordinator_takes_up_a_study_left_decoding_unless_it_is_claime
         store.close()
 
 
-def test_coordinators_sharing_a_database_take_no_secure_study(postgres_url):
+def test_coordinators_sharing_a_database_take_no_secure_study(postgres_url, caplog):
+    """Neither a new one, nor, at start-up, one a coordinator serving the database alone left
+    running: that round is left whole in the store, not rebuilt in each process."""
+    secure = study_spec(m=60, r=60, min_devices=3, secure_aggregation=SecAggSpec.assuming(
+        Assumptions(3, 0, 0), 5000, None, 600.0, None))
+    alone = open_store(postgres_url)
+    running = Coordinator(alone).create(secure.to_json()).study_id  # not started: no watcher
+    alone.close()
     store = open_store(postgres_url)
     store.hold(shared=True)
     coordinator = Coordinator(store)
     try:
-        secure = study_spec(m=60, r=60, min_devices=3, secure_aggregation=SecAggSpec.assuming(
-            Assumptions(3, 0, 0), 5000, None, 600.0, None))
+        with caplog.at_level(logging.WARNING, logger="fedsketch.coordinator"):
+            coordinator.start()
+        assert coordinator.round_of(running) is None and store.get_study(running).state == "open"
+        assert f"study {running}: a secure-aggregation round is left as it is" in caplog.text
         with pytest.raises(Refusal, match="--shared"):
             coordinator.create(secure.to_json())
-        assert store.list_studies() == []
+        assert [row.study_id for row in store.list_studies()] == [running]
         coordinator.create(study_spec().to_json())  # a plain one is taken
     finally:
         coordinator.stop()
