@@ -95,22 +95,39 @@ def create(trio: list[CoordinatorProcess], name: str, rounds: int) -> str:
     raise AssertionError(res.stderr)
 
 
+def stop(devices: list[subprocess.Popen], coordinators: list[subprocess.Popen]) -> list[int]:
+    """SIGTERM every process, SIGKILL any still running a minute later (none outlives the test);
+    the devices' exit codes."""
+    everyone = devices + coordinators
+    for proc in everyone:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+    codes = []
+    for proc in everyone:
+        try:
+            codes.append(proc.wait(timeout=60))
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            codes.append(proc.wait())
+    return codes[:len(devices)]
+
+
 def test_sigkilled_shared_coordinators_lose_no_ack_and_decode_each_study_once(tmp_path, postgres_url):
     certs = tmp_path / "certs"
     cli("certs", "init", "--out", str(certs), "--host", "localhost", "--host", "127.0.0.1")
     trio = [CoordinatorProcess(tmp_path / name, certs, "--shared") for name in "abc"]
-    for c in trio:
-        c.folder.mkdir()
-        c.db, c.token_file = postgres_url, trio[0].token_file
-        c.start()
-    targets = ",".join(f"127.0.0.1:{c.port}" for c in trio)
-    x, _, _ = gmm(DEVICES * RECORDS, 3, 3, 3.0, seed=12)
-    tokens = trio[0].op("tokens", "--count", str(DEVICES)).stdout.split()
     ledgers = [tmp_path / f"ledger{i}" for i in range(DEVICES)]
-    devices = []
+    devices: list[subprocess.Popen] = []
     killer = Killer(trio)
-    started = time.monotonic()
     try:
+        for c in trio:
+            c.folder.mkdir()
+            c.db, c.token_file = postgres_url, trio[0].token_file
+            c.start()
+        targets = ",".join(f"127.0.0.1:{c.port}" for c in trio)
+        tokens = trio[0].op("tokens", "--count", str(DEVICES)).stdout.split()
+        x, _, _ = gmm(DEVICES * RECORDS, 3, 3, 3.0, seed=12)
+        started = time.monotonic()
         for i, part in enumerate(np.array_split(x, DEVICES)):
             np.save(tmp_path / f"x{i}.npy", part)
             devices.append(start_device(i, tmp_path / f"x{i}.npy", ledgers[i], tokens[i], targets, certs,
@@ -130,12 +147,7 @@ def test_sigkilled_shared_coordinators_lose_no_ack_and_decode_each_study_once(tm
             store.close()
     finally:
         killer.stop()
-        for proc in devices:
-            proc.send_signal(signal.SIGTERM)
-        codes = [proc.wait(timeout=60) for proc in devices]
-        for c in trio:
-            if c.proc.poll() is None:
-                c.terminate()
+        codes = stop(devices, [c.proc for c in trio if c.proc is not None])
     elapsed = time.monotonic() - started
     assert codes == [0] * DEVICES
 
