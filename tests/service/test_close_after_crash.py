@@ -41,6 +41,7 @@ def test_a_study_whose_roster_all_sent_closes_though_its_closer_died(store_url):
                                                   receipt, last.signature, time.time()))
     row = store.get_study(study)
     assert (row.state, row.contributions, row.closing) == ("collecting", 2, None)
+    first.stop()
     store.close()
 
     store = open_store(store_url)
