@@ -112,10 +112,14 @@ class StudyRow:
 
     def close_due(self, now: float, collect_seconds: float | None) -> str | None:
         """Why an accepting study should close at ``now`` (Unix seconds), or None: a close was
-        requested, its deadline passed, or ``collect_seconds`` (the spec's collection window)
-        have passed since its quorum registered."""
+        requested, its whole roster has contributed (the submission that completed it closes it
+        at once, unless its coordinator died first: a re-send is only a duplicate), its deadline
+        passed, or ``collect_seconds`` (the spec's collection window) have passed since its
+        quorum registered."""
         if self.closing is not None:
             return self.closing
+        if self.contributions >= self.capacity:
+            return "every roster device contributed"
         if self.deadline is not None and self.deadline <= now:
             return "deadline reached"
         if None not in (collect_seconds, self.filled_at) and self.filled_at + collect_seconds <= now:
