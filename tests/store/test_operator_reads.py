@@ -4,13 +4,11 @@ one study and its rounds, and the schema-4 → 5 migration that adds the refusal
 
 from __future__ import annotations
 
-import sqlite3
-
 import pytest
-from test_store import back_to_schema_5, contribution, enroll, payload
+from test_store import back_to_schema_5, contribution, enroll, file_schema, migrated_from, payload
 
 from fedsketch.server.errors import Code
-from fedsketch.server.store import StoreError, open_store
+from fedsketch.server.store import StoreError
 from fedsketch.server.store.sqlite import SCHEMA_VERSION
 
 
@@ -72,21 +70,11 @@ def test_the_audit_log_of_a_study_holds_its_rows_and_its_rounds(store):
 
 def test_a_schema_5_store_is_migrated_to_keep_refusals(tmp_path):
     path = tmp_path / "store.db"
-    s = open_store(path)
-    a = enroll(s, 1)
-    s.create_study("s", "{}", "0" * 64, None, 1)
-    s.close()
-    raw = sqlite3.connect(path)
-    back_to_schema_5(raw)
-    raw.commit()
-    raw.close()
-    s = open_store(path)
+    s, a = migrated_from(path, back_to_schema_5)
     try:
         assert s.add_refusal("s", a, "policy")
         assert "store schema 5 -> 6: devices may report why they declined a study" in [
             e[3] for e in s.audit_log()]
     finally:
         s.close()
-    raw = sqlite3.connect(path)
-    assert raw.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
-    raw.close()
+    assert file_schema(path) == SCHEMA_VERSION

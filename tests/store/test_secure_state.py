@@ -6,12 +6,9 @@ migration. The contract runs against every backend (the ``store`` fixture of con
 
 from __future__ import annotations
 
-import sqlite3
-
-from test_store import back_to_schema_6, enroll, refusal
+from test_store import back_to_schema_6, enroll, file_schema, migrated_from, refusal
 
 from fedsketch.server.errors import Code
-from fedsketch.server.store import open_store
 from fedsketch.server.store.sqlite import SCHEMA_VERSION
 
 
@@ -77,21 +74,11 @@ def test_an_aborted_round_fails_its_study_even_before_any_stage_opened(store):
 
 def test_a_schema_6_store_is_migrated_to_keep_secure_rounds(tmp_path):
     path = tmp_path / "store.db"
-    s = open_store(path)
-    a = enroll(s, 1)
-    s.create_study("s", "{}", "0" * 64, None, 1)
-    s.close()
-    raw = sqlite3.connect(path)
-    back_to_schema_6(raw)
-    raw.commit()
-    raw.close()
-    s = open_store(path)
+    s, a = migrated_from(path, back_to_schema_6)
     try:
         assert s.add_stage_message("s", 6, a, b'{"n":5}')
         assert "store schema 6 -> 7: secure-aggregation rounds are kept and resume after a " \
                "restart" in [e[3] for e in s.audit_log()]
     finally:
         s.close()
-    raw = sqlite3.connect(path)
-    assert raw.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 7
-    raw.close()
+    assert file_schema(path) == SCHEMA_VERSION == 7

@@ -16,6 +16,8 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 
@@ -122,6 +124,30 @@ def back_to_schema_3(raw: sqlite3.Connection) -> None:
     raw.execute("PRAGMA user_version = 3")
 
 
+def migrated_from(path: Path, back_to: Callable[[sqlite3.Connection], None]) -> tuple[Store, str]:
+    """A store file at ``path`` holding one enrolled device and a study "s", rewritten as an
+    older schema wrote it (``back_to``) and opened again, which migrates it; the store and the
+    device's id."""
+    store = open_store(path)
+    device = enroll(store, 1)
+    store.create_study("s", "{}", "0" * 64, None, 1)
+    store.close()
+    raw = sqlite3.connect(path)
+    back_to(raw)
+    raw.commit()
+    raw.close()
+    return open_store(path), device
+
+
+def file_schema(path: Path) -> int:
+    """The schema version a store file says it holds (SQLite's user_version)."""
+    raw = sqlite3.connect(path)
+    try:
+        return raw.execute("PRAGMA user_version").fetchone()[0]
+    finally:
+        raw.close()
+
+
 def test_a_schema_3_store_is_migrated_with_filled_rosters_marked(tmp_path):
     """Schema 3 had rosters no larger than the quorum and no fill time: a study whose quorum had
     registered is filled at its last registration (it goes on taking input), one still
@@ -196,9 +222,7 @@ def test_a_schema_2_store_is_migrated_to_take_refinement_rounds(tmp_path):
         assert "migrate" in [e[2] for e in s.audit_log()]
     finally:
         s.close()
-    raw = sqlite3.connect(path)
-    assert raw.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
-    raw.close()
+    assert file_schema(path) == SCHEMA_VERSION
 
 
 def test_a_schema_1_store_is_migrated_with_contributors_in_the_rosters(tmp_path):
@@ -230,9 +254,7 @@ def test_a_schema_1_store_is_migrated_with_contributors_in_the_rosters(tmp_path)
         assert "migrate" in [e[2] for e in s.audit_log()]
     finally:
         s.close()
-    raw = sqlite3.connect(path)
-    assert raw.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
-    raw.close()
+    assert file_schema(path) == SCHEMA_VERSION
 
 
 def test_future_schema_refused(tmp_path):
