@@ -125,13 +125,15 @@ def test_real_data_take_the_typical_scale_where_the_envelope_fit_reads_too_narro
 
 
 def test_a_calibration_swamped_by_noise_never_returns_a_range_boundary():
-    """Digits-like: 1,797 records at ε_cal = 0.05, noise rms far above the envelope. The fit sits
-    at the bottom of the range; the σ used is the box's floor (with a box) or the range's middle
-    (without), and the explanation says why."""
+    """Digits-like: 1,797 records at ε_cal = 0.05, noise rms far above the envelope. The fit is
+    noise (usually the bottom of the range); the σ used is the box's floor (with a box) or the
+    range's middle (without), and the explanation says why."""
     x = np.random.default_rng(4).normal(0.0, 1.0, size=(1797, 8))
     boxed = calibrate_scale(lambda: split(x), Box(np.full(8, -6.0), np.full(8, 6.0)), 0.05, seed=2)
     assert not boxed.reliable and boxed.noise_rms > 1
-    assert boxed.fitted == pytest.approx(0.1, rel=0.05)  # what --scale auto used to return
+    # The fit is noise: mostly the range's bottom 0.1, what --scale auto used to return (in 150
+    # draws of fresh noise: 144 at 0.1, the others up to 0.75), always below the floor used instead.
+    assert boxed.fitted < boxed.sigma
     assert (boxed.sigma, boxed.choice) == (pytest.approx(6 / 7), "noisy: box floor")
     assert "too noisy" in boxed.explanation and "--scale" in boxed.explanation
     bare = calibrate_scale(lambda: split(x), Box.widest(8), 0.05, seed=2)
