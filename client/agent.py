@@ -54,13 +54,13 @@ import grpc
 
 from fedsketch.common import signing
 from fedsketch.common.box import Box, Tally
-from fedsketch.common.calibration_round import is_sketch_round
+from fedsketch.common.calibration_round import SketchRound, is_sketch_round
 from fedsketch.common.cli import printable
 from fedsketch.common.device_reads import signed_read
 from fedsketch.common.frequencies import draw_frequencies
 from fedsketch.common.pb import fedsketch_pb2 as pb
 from fedsketch.common.pb import fedsketch_pb2_grpc as pb_grpc
-from fedsketch.common.refine import is_round
+from fedsketch.common.refine import RoundSpec, is_round
 from fedsketch.common.study import StudySpec, spec_sha256
 
 from .declines import Declined
@@ -69,7 +69,16 @@ from .localdata import DATA_ERRORS, DataFeed, Retry, data_refusal, log_clipped
 from .roster_steps import FINAL_REFUSALS, RosterSteps
 from .round_steps import RoundChecks, release
 from .secure_steps import SECURE_KIND, SecureSteps, Session
-from .study_pass import RPC_TIMEOUT, Admitted, Outcome, fault_point, spend_labels
+from .study_pass import (
+    RPC_TIMEOUT,
+    Admitted,
+    Later,
+    Outcome,
+    fault_point,
+    later_rounds,
+    release_cost,
+    spend_labels,
+)
 
 log = logging.getLogger("fedsketch.device")
 
@@ -192,18 +201,22 @@ class Agent(SecureSteps, RosterSteps, RoundChecks):
             Box(spec.lo, spec.hi).reduce(freqs)
         except ValueError as exc:
             return Declined(f"the study's box does not fit its frequencies: {exc}", pb.SPEC_MISMATCH)
-        return self._admit(study.study_id, spec, (spec.total_epsilon, spec.sketch.privacy.delta))
+        return self._admit(study.study_id, spec, later_rounds(spec, None))
 
-    def _admit(self, study_id: str, spec: StudySpec, cost: tuple[float, float],
-               parent: str | None = None) -> Admitted | str:
+    def _admit(self, study_id: str, spec: StudySpec, later: Later,
+               rnd: RoundSpec | SketchRound | None = None) -> Admitted | str:
         """The checks every release shares: the owner's policy allows the study (its name and
-        whole ε), the budget covers ``cost`` (ε, δ) besides what the ledger's reservations and this
-        agent's secure sessions set aside for other joined studies and the rounds still to come
-        of studies whose sketch it paid (but ``parent``'s, which a round of it pays from), and
-        the data opens with the study's d."""
+        whole ε), the budget covers what the study asks from this release on (its (ε, δ) and
+        ``later``'s ε) besides what the ledger's reservations and this agent's
+        secure sessions set aside for other joined studies and the rounds still to come of
+        studies it took part in (but those of the study of round ``rnd``, which pays from
+        them), and the data opens with the study's d. ``spec`` is the study's, also for its
+        rounds."""
         if (reason := self.ledger.policy().refusal(spec.name, spec.total_epsilon)) is not None:
             return Declined(reason, pb.POLICY)
-        if (reason := self.ledger.refusal(self.source, *cost, self._in_sessions(study_id),
+        epsilon, delta = release_cost(spec, rnd)
+        asks, parent = math.fsum((epsilon, later.epsilon)), None if rnd is None else rnd.parent_id
+        if (reason := self.ledger.refusal(self.source, asks, delta, self._in_sessions(study_id),
                                           study_id=study_id, parent=parent)) is not None:
             return Retry(reason, pb.BUDGET)  # the budget: a reservation may end or the owner raise it
         try:
@@ -213,13 +226,13 @@ class Agent(SecureSteps, RosterSteps, RoundChecks):
         if spec.sketch.frequencies.d != data.d:
             return Declined(f"the study wants d = {spec.sketch.frequencies.d}, the data has "
                             f"{data.d}", pb.DIMENSION_MISMATCH)
-        return Admitted(spec, Box(spec.lo, spec.hi), data)
+        return Admitted(spec, Box(spec.lo, spec.hi), data, rnd, later)
 
     def _in_sessions(self, other_than: str) -> tuple[float, float]:
         """(ε, δ) promised to secure-aggregation rounds this device joined and has not spent on
         yet (other than ``other_than``). They live in memory, as the round's keys do (a restart
         drops out of them); the plain studies joined are the ledger's reservations."""
-        eps = [self._set_aside(s.spec, s.round) for sid, s in self._sessions.items()
+        eps = [self._set_aside(s.epsilon, s.round, s.later) for sid, s in self._sessions.items()
                if sid != other_than and not s.left and pb.MASKED_INPUT not in s.done]
         return math.fsum(eps), 0.0
 
@@ -303,7 +316,7 @@ class Agent(SecureSteps, RosterSteps, RoundChecks):
             spend = self.ledger.record_spend(
                 study_id=study.study_id, source=self.source, epsilon=epsilon, delta=delta, n=n,
                 kind=kind, payload=payload, spec_sha256=study.spec_sha256,
-                recheck=lambda: self._input_open(identity, study), **spend_labels(spec, rnd))
+                recheck=lambda: self._input_open(identity, study), **spend_labels(spec, rnd, admitted.later))
         except BudgetExceeded as exc:  # e.g. another daemon on this ledger spent
             return Declined(str(exc), pb.BUDGET)
         except LedgerError as exc:  # the coordinator's re-check, or the ledger's bookkeeping
@@ -326,20 +339,27 @@ class Agent(SecureSteps, RosterSteps, RoundChecks):
 
     def _settle(self) -> None:
         """Record the final state (DONE or FAILED) of studies this device spent on, once they end,
-        so that ``fedsketch device budget`` can show what each spend bought."""
+        so that ``fedsketch device budget`` can show what each spend bought. A round's release
+        that keeps ε for its study's later rounds (:func:`~.ledger_schema.promises`) is settled
+        only once the study itself has ended too: the record ends the promise."""
         identity = self.ledger.identity()
         for spend in self.ledger.unsettled():
-            try:
-                study = self.stub.GetStudy(self._read(identity, "GetStudy", spend.study_id),
-                                           timeout=RPC_TIMEOUT)
-            except grpc.RpcError as exc:
-                if exc.code() != grpc.StatusCode.PERMISSION_DENIED:
-                    raise
-                self.ledger.set_final_state(spend.study_id,
-                                            "UNKNOWN to the coordinator, or not readable by this device")
-                continue
-            if study.state in (pb.DONE, pb.FAILED):
-                self.ledger.set_final_state(spend.study_id, pb.StudyState.Name(study.state))
+            ended = [self._ended(identity, spend.study_id)]
+            if spend.parent is not None and spend.study_epsilon is not None and ended[0]:
+                ended.append(self._ended(identity, spend.parent))
+            if all(ended):
+                self.ledger.set_final_state(spend.study_id, ended[0])
+
+    def _ended(self, identity: Identity, study_id: str) -> str | None:
+        """How study ``study_id`` ended (DONE, FAILED, or that the coordinator does not let this
+        device read it), or None while it runs."""
+        try:
+            study = self.stub.GetStudy(self._read(identity, "GetStudy", study_id), timeout=RPC_TIMEOUT)
+        except grpc.RpcError as exc:
+            if exc.code() != grpc.StatusCode.PERMISSION_DENIED:
+                raise
+            return "UNKNOWN to the coordinator, or not readable by this device"
+        return pb.StudyState.Name(study.state) if study.state in (pb.DONE, pb.FAILED) else None
 
     def _send(self, identity: Identity, spend: Spend) -> None:
         if spend.kind == SECURE_KIND:

@@ -258,22 +258,25 @@ def device_budget(
     as_json: JsonOpt = False,
 ) -> None:
     """The device's budgets (what each source may spend, has spent, has left, and how much of
-    that is reserved), its policy, the studies whose roster it joined and that reserve part of
-    the budget, every spend with its time, study and outcome, and the owner's log of budget
-    changes."""
+    that is reserved or kept), its policy, the studies whose roster it joined and that reserve
+    part of the budget, the studies whose later rounds keep part of it, every spend with its
+    time, study and outcome, and the owner's log of budget changes."""
     with clean_errors():
         with _existing(ledger) as book:
             budgets = book.sources()
             spent = {s: book.spent(s) for s in budgets}
             reserved = {s: book.reserved(s) for s in budgets}
             policy, spends, history = book.policy(), book.spends(), book.history()
-            joined = book.reservations()
+            joined, promises = book.reservations(), book.promises()
     sources = {name: {"epsilon": b.epsilon, "delta": b.delta, "spent_epsilon": spent[name][0],
                       "spent_delta": spent[name][1],
                       "remaining_epsilon": max(0.0, b.epsilon - spent[name][0]),
                       "remaining_delta": max(0.0, b.delta - spent[name][1]),
-                      "reserved_epsilon": reserved[name][0], "reserved_delta": reserved[name][1]}
+                      "reserved_epsilon": reserved[name][0], "reserved_delta": reserved[name][1],
+                      "kept_epsilon": math.fsum(p[3] for p in promises if p[2] == name)}
                for name, b in budgets.items()}
+    kept = [{"study_id": study, "release": name, "source": source, "epsilon": eps, "until": until}
+            for study, name, source, eps, until in promises]
     held = [{"study_id": r.study_id, "study": r.study_name, "source": r.source,
              "epsilon": r.epsilon, "delta": r.delta, "joined_at": r.joined_at,
              "expires_at": r.expires_at} for r in joined]
@@ -290,7 +293,7 @@ def device_budget(
                 for h in history]
     if as_json:
         typer.echo(json.dumps({"sources": sources, "policy": json.loads(policy.to_json()),
-                               "reserved": held, "spends": rows, "studies": studies,
+                               "reserved": held, "kept": kept, "spends": rows, "studies": studies,
                                "history": log_rows}))
         return
     console = Console()
@@ -299,8 +302,10 @@ def device_budget(
         table.add_column(col, justify="left" if col == "source" else "right")
     for name, b in sources.items():
         left = f"{b['remaining_epsilon']:g}"
-        if b["reserved_epsilon"] > 0:
-            left += f" ({b['reserved_epsilon']:g} of it reserved)"
+        aside = [f"{b[key]:g} of it {word}" for key, word in (("reserved_epsilon", "reserved"),
+                                                               ("kept_epsilon", "kept")) if b[key] > 0]
+        if aside:
+            left += f" ({', '.join(aside)})"
         table.add_row(_shown(name), f"{b['epsilon']:g}", f"{b['spent_epsilon']:g}", left,
                       f"{b['delta']:g}", f"{b['spent_delta']:g}")
     console.print(table)
@@ -317,6 +322,14 @@ def device_budget(
                            _shown(r["source"]), f"{r['epsilon']:g}", f"{r['delta']:g}",
                            _when(r["expires_at"]))
     console.print(held_table)
+    kept_table = Table(title="kept (the rounds still to come of studies the device took part in: "
+                             "set aside until the study ends, at most until the time shown)")
+    for col in ("study", "after the release", "source", "ε", "until"):
+        kept_table.add_column(col)
+    for k in kept:
+        kept_table.add_row(_shown(k["study_id"]), _shown(k["release"]), _shown(k["source"]),
+                           f"{k['epsilon']:g}", _when(k["until"]))
+    console.print(kept_table)
     spent_table = Table(title="spends (round 0 is a study's sketch, 1.. its refinement rounds)")
     for col in ("when", "study", "round", "source", "ε", "ε of the study", "δ", "records", "outcome"):
         spent_table.add_column(col)

@@ -23,23 +23,26 @@ Contract:
       it, or the reservation expires (the study's deadline, else a day after joining). The
       reservations are rows of the file, so a restarted daemon still counts them:
       :meth:`Ledger.refusal` sets them aside; :meth:`Ledger.record_spend` does not.
+    * A release after which its study has more rounds keeps their ε aside until the device
+      learns that the study ended, or until a time its rounds' lengths bound
+      (:func:`~.ledger_schema.promises`): both :meth:`Ledger.refusal` and
+      :meth:`Ledger.record_spend` set it aside for every other study.
     * The file also keeps the device identity (Ed25519 private key bytes, device id, coordinator
       address), so it is created owner-only (mode 0600).
 
-Opening a schema-1, 2 or 3 file migrates it once
-(:mod:`.ledger_schema`); the records the ledger returns are in :mod:`.ledger_records`.
+Opening a file of an older schema migrates it once (:mod:`.ledger_schema`); the records the
+ledger returns are in :mod:`.ledger_records`.
 
 A connection is used from the thread that opened the ledger (sqlite3's default).
 """
 
 from __future__ import annotations
 
-import hashlib
 import math
 import os
 import sqlite3
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 
 from .ledger_identity import IdentityStore
@@ -52,22 +55,18 @@ from .ledger_records import (
     Spend,
     check_budget,
     check_source,
-    over_budget,
 )
 from .ledger_reservations import Reservation, Reservations
 from .ledger_schema import (
     DEFAULT_SOURCE,
     FORMAT,
     SCHEMA_VERSION,
-    SPEND_COLUMNS,
     create_schema,
     log_change,
-    promised,
-    round_taken,
     set_settings,
-    study_spent,
     upgrade,
 )
+from .ledger_spends import Spends
 from .policy import Policy
 
 __all__ = ["DEFAULT_SOURCE", "SCHEMA_VERSION", "Budget", "BudgetChange", "BudgetExceeded",
@@ -76,10 +75,11 @@ __all__ = ["DEFAULT_SOURCE", "SCHEMA_VERSION", "Budget", "BudgetChange", "Budget
 _BUSY_TIMEOUT_S = 30.0
 
 
-class Ledger(Reservations, IdentityStore):
+class Ledger(Spends, Reservations, IdentityStore):
     """An open ledger file (created empty, owner-only, if missing). Raises :class:`LedgerError` for a
-    file that is not a readable ledger of a schema version this code reads. Its reservation
-    methods come from :class:`~.ledger_reservations.Reservations`, its identity methods from
+    file that is not a readable ledger of a schema version this code reads. Its spend methods
+    come from :class:`~.ledger_spends.Spends`, its reservation methods from
+    :class:`~.ledger_reservations.Reservations`, its identity methods from
     :class:`~.ledger_identity.IdentityStore`."""
 
     def __init__(self, path: str | os.PathLike) -> None:
@@ -262,125 +262,3 @@ class Ledger(Reservations, IdentityStore):
                 return
             set_settings(db, policy=policy.to_json())
             log_change(db, "policy", None, None, None, f"policy set to {policy.to_json()}")
-
-    # -- spends -------------------------------------------------------------------------------
-
-    def find(self, study_id: str) -> Spend | None:
-        """The one spend of this study, or None if the device never released for it."""
-        row = self._conn.execute(f"SELECT {SPEND_COLUMNS} FROM spends WHERE study_id = ?", (study_id,))
-        return None if (row := row.fetchone()) is None else Spend(*row)
-
-    def refusal(self, source: str, epsilon: float, delta: float,
-                extra: tuple[float, float] = (0.0, 0.0), *, study_id: str | None = None,
-                parent: str | None = None) -> str | None:
-        """Why a study asking (ε, δ) cannot be charged to ``source`` now, or None: the owner's
-        largest ε per study, or a budget that cannot cover it besides what is set aside: the live
-        reservations of studies the device joined (:meth:`reserved`; not that of ``study_id``,
-        the study asking), ``extra`` (ε, δ) promised outside the ledger (the agent's secure
-        sessions, held in its memory), and the rounds to come of studies whose sketch it paid
-        (:func:`~.ledger_schema.promised`; not those of ``parent``, whose round asks and is paid
-        from them). :meth:`record_spend` decides the same way, without reservations."""
-        joined, kept = self.reserved(source, other_than=study_id), promised(self._conn, source, parent)
-        set_aside = (math.fsum((extra[0], joined[0], kept)), math.fsum((extra[1], joined[1])))
-        return self._refusal(self._conn, source, epsilon, delta, set_aside)
-
-    def _refusal(self, db: sqlite3.Connection, source: str, epsilon: float, delta: float,
-                 reserved: tuple[float, float] = (0.0, 0.0), parent: str | None = None) -> str | None:
-        budget = self._budget(db, source)
-        max_eps = self._policy(db).max_epsilon
-        study = epsilon if parent is None else math.fsum((study_spent(db, parent), epsilon))
-        if max_eps is not None and study > max_eps:
-            return f"it asks ε = {study:g}; the device's policy allows at most {max_eps:g} per study"
-        return over_budget(source, budget, self._sums(db, source), reserved, epsilon, delta)
-
-    def round_refusal(self, parent: str, round: int) -> str | None:
-        """Why the device may not release for round ``round`` of study ``parent`` (it already
-        did, under any round study id), or None: :func:`~.ledger_schema.round_taken`."""
-        return round_taken(self._conn, parent, round)
-
-    def record_spend(self, *, study_id: str, study_name: str, source: str, epsilon: float,
-                     delta: float, n: float, kind: str, payload: bytes, spec_sha256: str,
-                     recheck: Callable[[], str | None] | None = None, parent: str | None = None,
-                     round: int = 0, study_epsilon: float | None = None,
-                     premask: bytes | None = None) -> Spend:
-        """Record the release of ``payload`` for ``study_id`` in one committed transaction; call it
-        BEFORE sending, and send only the bytes of the returned Spend.
-
-        Raises ValueError for ε not finite and > 0, δ not finite and ≥ 0, or n not finite;
-        LedgerError if this study already has a spend or ``source`` has no budget; BudgetExceeded
-        if the owner's policy declines ε or the budget cannot cover it (:func:`.fits`, for ε and
-        for δ; for a refinement ``round`` of the study ``parent``, the owner's largest ε per study
-        caps what that study has taken in all, and LedgerError if that round was released
-        already, under any study id). ``premask``: a masked release's input before its masks
-        (:mod:`.ledger_schema`, schema 5). The checks run inside the write transaction,
-        last ``recheck()`` (the agent asks the coordinator whether the study still takes this
-        device's input): a reason from it raises LedgerError. A refusal, or any exception from
-        ``recheck``, writes nothing."""
-        if not (math.isfinite(epsilon) and epsilon > 0):
-            raise ValueError(f"epsilon must be finite and > 0, got {epsilon!r}")
-        if not (math.isfinite(delta) and delta >= 0):
-            raise ValueError(f"delta must be finite and >= 0, got {delta!r}")
-        if not math.isfinite(n):
-            raise ValueError(f"n must be finite, got {n!r}")
-        payload = bytes(payload)
-        spend = Spend(study_id=study_id, study_name=study_name, source=source, epsilon=float(epsilon),
-                      delta=float(delta), n=float(n), kind=kind, payload=payload,
-                      payload_sha256=hashlib.sha256(payload).hexdigest(), spec_sha256=spec_sha256,
-                      spent_at=time.time(), acked_at=None, receipt=None, final_state=None,
-                      parent=parent, round=round, study_epsilon=study_epsilon,
-                      premask=None if premask is None else bytes(premask))
-        with self._write() as db:
-            if db.execute("SELECT 1 FROM spends WHERE study_id = ?", (study_id,)).fetchone():
-                raise LedgerError(f"the device already released a sketch for study {study_id!r}; "
-                                  "it re-sends the stored bytes instead")
-            if parent is not None and (why := round_taken(db, parent, round)) is not None:
-                raise LedgerError(f"study {study_id!r}: {why}")
-            if (why := self._refusal(db, source, epsilon, delta, parent=parent)) is not None:
-                raise BudgetExceeded(f"study {study_id!r}: {why}")
-            if recheck is not None and (why := recheck()) is not None:
-                raise LedgerError(f"study {study_id!r}: {why}; nothing was spent")
-            db.execute(f"INSERT INTO spends ({SPEND_COLUMNS}) VALUES ({', '.join('?' * 18)})",
-                       (spend.study_id, spend.study_name, spend.source, spend.epsilon, spend.delta,
-                        spend.n, spend.kind, spend.payload, spend.payload_sha256, spend.spec_sha256,
-                        spend.spent_at, None, None, None, parent, round, study_epsilon,
-                        spend.premask))
-        return spend
-
-    def mark_acked(self, study_id: str, receipt: str) -> None:
-        """Record the coordinator's receipt for the study's release. Idempotent for the same receipt;
-        LedgerError for a study without a spend or one already acked with a different receipt."""
-        with self._write() as db:
-            row = db.execute("SELECT receipt FROM spends WHERE study_id = ?", (study_id,)).fetchone()
-            if row is None:
-                raise LedgerError(f"no spend recorded for study {study_id!r}")
-            if row[0] == receipt:
-                return
-            if row[0] is not None:
-                raise LedgerError(f"study {study_id!r} was already acked with receipt {row[0]!r}, "
-                                  f"not {receipt!r}")
-            db.execute("UPDATE spends SET acked_at = ?, receipt = ? WHERE study_id = ?",
-                       (time.time(), receipt, study_id))
-
-    def set_final_state(self, study_id: str, state: str) -> None:
-        """Record how the study ended (e.g. ``DONE`` or ``FAILED``), as the coordinator reported it."""
-        with self._write() as db:
-            if db.execute("UPDATE spends SET final_state = ? WHERE study_id = ?",
-                          (state, study_id)).rowcount != 1:
-                raise LedgerError(f"no spend recorded for study {study_id!r}")
-
-    def pending(self) -> list[Spend]:
-        """Spends not yet acknowledged, oldest first: the payloads to (re-)send."""
-        rows = self._conn.execute(f"SELECT {SPEND_COLUMNS} FROM spends WHERE acked_at IS NULL ORDER BY seq")
-        return [Spend(*r) for r in rows]
-
-    def unsettled(self) -> list[Spend]:
-        """Acknowledged spends whose study's end the device has not learnt yet, oldest first."""
-        rows = self._conn.execute(f"SELECT {SPEND_COLUMNS} FROM spends WHERE acked_at IS NOT NULL "
-                                  "AND final_state IS NULL ORDER BY seq")
-        return [Spend(*r) for r in rows]
-
-    def spends(self) -> list[Spend]:
-        """All spends, oldest first."""
-        return [Spend(*r) for r in self._conn.execute(f"SELECT {SPEND_COLUMNS} FROM spends ORDER BY seq")]
-
-    # -- identity -----------------------------------------------------------------------------

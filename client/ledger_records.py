@@ -44,8 +44,11 @@ class Spend:
     released record count ``n``, the exact payload bytes to (re-)send, when it was spent and
     acknowledged (Unix seconds), the study's final state once the device has learnt it, and for
     a refinement round the study it belongs to (``parent``) and its number (0: a sketch); on a
-    sketch of a study with rounds, the study's whole ε; for a masked (secure-aggregation)
-    release, the device's input before the masks (int64 words; None otherwise)."""
+    release after which its study has more rounds, the study's whole ε for this device
+    (``study_epsilon``: what it spent on the study before, this release, and the rounds to
+    come) and until when (Unix seconds) the device keeps the rounds' share aside
+    (``kept_until``); for a masked (secure-aggregation) release, the device's input before the
+    masks (int64 words; None otherwise)."""
 
     study_id: str
     study_name: str
@@ -65,6 +68,7 @@ class Spend:
     round: int = 0
     study_epsilon: float | None = None
     premask: bytes | None = None
+    kept_until: float | None = None
 
 
 @dataclass(frozen=True)

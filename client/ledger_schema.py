@@ -1,4 +1,12 @@
-"""The ledger's SQLite layout: schema version 5, and the one-time migrations from schemas 1 to 4.
+"""The ledger's SQLite layout: schema version 6, and the one-time migrations from schemas 1 to 5.
+
+Schema 6 adds ``spends.kept_until``: on a release after which its study has more rounds, the
+time (Unix seconds) until which the device keeps those rounds' ε aside (:func:`promised`),
+so that a study that never goes on (its coordinator gone, a round never opened) does not hold
+the budget for ever. Any release can carry the promise, not only the study's own: a device
+that missed round 0 (or the sketch) and takes the next round promises the rounds after it.
+:func:`migrate_v5` gives the promises of an older ledger :data:`MIGRATED_KEEP_SECONDS` from
+their spend.
 
 Schema 5 adds ``spends.premask``: for a secure-aggregation release (``secagg_masked``), the
 device's input before the masks, x + e (its exact integer input plus its noise share, int64
@@ -39,12 +47,15 @@ from .policy import Policy
 
 log = logging.getLogger("fedsketch.device")
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 FORMAT = "fedsketch.ledger"
 #: The source of a device that declares no other.
 DEFAULT_SOURCE = "default"
 #: The ε budget a migrated schema-1 ledger that never spent gets (a budget must be > 0).
 MIGRATED_FLOOR = 1e-9
+#: How long (seconds) after its spend a schema-5 ledger's promise is kept: one week (its study's
+#: rounds and their lengths were not recorded).
+MIGRATED_KEEP_SECONDS = 7 * 86400.0
 
 SCHEMA = """
 CREATE TABLE settings (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -82,7 +93,8 @@ CREATE TABLE spends (
     parent         TEXT,
     round          INTEGER NOT NULL DEFAULT 0,
     study_epsilon  REAL,
-    premask        BLOB
+    premask        BLOB,
+    kept_until     REAL
 );
 CREATE INDEX spends_by_source ON spends (source);
 CREATE TABLE reservations (
@@ -105,7 +117,7 @@ CREATE TABLE identity (
 
 V2_COLUMNS = ("study_id, study_name, source, epsilon, delta, n, kind, payload, payload_sha256, "
               "spec_sha256, spent_at, acked_at, receipt, final_state")
-SPEND_COLUMNS = V2_COLUMNS + ", parent, round, study_epsilon, premask"
+SPEND_COLUMNS = V2_COLUMNS + ", parent, round, study_epsilon, premask, kept_until"
 
 
 def create_schema(db: sqlite3.Connection, *, skip: tuple[str, ...] = (),
@@ -126,14 +138,30 @@ def study_spent(db: sqlite3.Connection, study_id: str) -> float:
     return math.fsum(r[0] for r in rows)
 
 
+def promises(db: sqlite3.Connection, source: str | None = None,
+             now: float | None = None) -> list[tuple[str, str, str, float, float]]:
+    """The live promises (of ``source``, or of every source), one per study: (study id, the name
+    of the release that made it, source, ε kept, until when in Unix seconds). A study's rows
+    are its own release and its rounds' (``COALESCE(parent, study_id)``); a release that
+    carries ``study_epsilon`` promises the study's rounds after it, until ``kept_until``
+    (``now`` by default) or until the device learns that the study ended (``final_state``,
+    which :meth:`~.agent.Agent._settle` sets on such a release only once the study itself
+    ended). ε kept = the study's whole ε for this device (the largest live ``study_epsilon``)
+    less what it spent on the study, at least 0."""
+    now = time.time() if now is None else now
+    rows = db.execute("SELECT COALESCE(parent, study_id) AS study, study_name, source, "
+                      "MAX(study_epsilon), MAX(kept_until) FROM spends WHERE study_epsilon "
+                      "IS NOT NULL AND final_state IS NULL AND kept_until > ? AND "
+                      "(? IS NULL OR source = ?) GROUP BY study, source ORDER BY MIN(seq)",
+                      (now, source, source)).fetchall()
+    return [(study, name, src, max(0.0, total - study_spent(db, study)), until)
+            for study, name, src, total, until in rows]
+
+
 def promised(db: sqlite3.Connection, source: str, other_than: str | None = None) -> float:
-    """ε the device keeps for refinement rounds it has not paid yet: for every study of
-    ``source`` whose sketch it paid and whose end it has not learnt (``other_than`` excepted),
-    the study's whole ε less what it spent on it."""
-    rows = db.execute("SELECT study_id, study_epsilon FROM spends WHERE source = ? AND round = 0 "
-                      "AND study_epsilon IS NOT NULL AND final_state IS NULL", (source,)).fetchall()
-    return math.fsum(max(0.0, total - study_spent(db, sid)) for sid, total in rows
-                     if sid != other_than)
+    """ε the device keeps for rounds of studies it took part in and has not paid yet
+    (:func:`promises`), but those of study ``other_than``, whose round asks and is paid from them."""
+    return math.fsum(kept for study, _, _, kept, _ in promises(db, source) if study != other_than)
 
 
 def round_taken(db: sqlite3.Connection, parent: str, round: int) -> str | None:
@@ -218,6 +246,17 @@ def migrate_v4(db: sqlite3.Connection) -> None:
                "keeps the device's input before the masks")
 
 
+def migrate_v5(db: sqlite3.Connection) -> None:
+    """Schema 5 → 6 (module docstring), inside the caller's write transaction: a promise kept
+    by an older release lapses :data:`MIGRATED_KEEP_SECONDS` after its spend."""
+    db.execute("ALTER TABLE spends ADD COLUMN kept_until REAL")
+    db.execute("UPDATE spends SET kept_until = spent_at + ? WHERE study_epsilon IS NOT NULL",
+               (MIGRATED_KEEP_SECONDS,))
+    set_settings(db, schema_version="6")
+    log_change(db, "migrate", None, None, None, "schema 5 → 6: the ε a study's release keeps for "
+               "its later rounds lapses at a time; the older ones a week after their spend")
+
+
 def drop_out_of_box(db: sqlite3.Connection, settings: dict[str, str]) -> str | None:
     """Remove the ``out_of_box`` key that the first schema-2 release stored in the policy, inside
     the caller's write transaction (logged); the old value, or None if there was none.
@@ -247,7 +286,7 @@ def upgrade(db: sqlite3.Connection, path: str) -> None:
         log.warning("%s: migrated from schema 1; its budget is what it had spent, so "
                     "nothing remains until `fedsketch device raise-budget`", path)
         return
-    if version not in ("2", "3", "4", str(SCHEMA_VERSION)):
+    if version not in ("2", "3", "4", "5", str(SCHEMA_VERSION)):
         raise LedgerError(f"{path} has ledger schema version {version!r}; this code reads "
                           f"versions 1 to {SCHEMA_VERSION} (written by a newer fedsketch?)")
     if version == "2":
@@ -256,6 +295,8 @@ def upgrade(db: sqlite3.Connection, path: str) -> None:
         migrate_v3(db)
     if version in ("2", "3", "4"):
         migrate_v4(db)
+    if version in ("2", "3", "4", "5"):
+        migrate_v5(db)
     if drop_out_of_box(db, settings) == "refuse":
         log.warning("%s: the owner's policy out-of-box = refuse is no longer offered "
                     "(the refusal would reveal the records); records are clipped", path)

@@ -16,21 +16,22 @@ per study (:mod:`.declines`).
 from __future__ import annotations
 
 import logging
+import math
 import time
 
 import grpc
 
 from fedsketch.common import signing
+from fedsketch.common.calibration_round import SketchRound
 from fedsketch.common.cli import printable
 from fedsketch.common.pb import fedsketch_pb2 as pb
 from fedsketch.common.pb import fedsketch_pb2_grpc as pb_grpc
 from fedsketch.common.refine import RoundSpec
-from fedsketch.common.study import StudySpec
 
 from .declines import Declined
 from .ledger import Identity, Ledger
 from .ledger_reservations import RESERVATION_SECONDS, Reservation
-from .study_pass import RPC_TIMEOUT, Admitted, spend_labels
+from .study_pass import RPC_TIMEOUT, Admitted, Later, spend_labels
 
 log = logging.getLogger("fedsketch.device")
 
@@ -99,25 +100,26 @@ class RosterSteps:
         held = self.ledger.reservation(study_id)
         return held if held is not None and held.source == self.source else None
 
-    def _set_aside(self, spec: StudySpec, rnd: RoundSpec | None) -> float:
-        """ε a study (or round ``rnd`` of it) the device joined and has not paid sets aside: a
-        study's whole ε (its sketch and every round, as the agent budgets it); a round's, or
-        nothing once the device paid its study's sketch (that spend keeps the rounds' ε,
-        :func:`~.ledger_schema.promised`). One rule for plain rosters and secure sessions."""
-        if rnd is None:
-            return spec.total_epsilon
-        return 0.0 if self.ledger.find(rnd.parent_id) is not None else rnd.epsilon(spec)
+    def _set_aside(self, epsilon: float, rnd: RoundSpec | SketchRound | None, later: Later) -> float:
+        """ε a study (or round ``rnd`` of it) the device joined and has not paid sets aside: its
+        release's ``epsilon`` and what the study asks after it (``later``), as the agent budgets
+        it; nothing for a round of a study whose rounds the device already keeps ε for (an
+        earlier release of it promised them, :func:`~.ledger_schema.promises`). One rule for
+        plain rosters and secure sessions."""
+        if rnd is not None and self.ledger.keeps(rnd.parent_id):
+            return 0.0
+        return math.fsum((epsilon, later.epsilon))
 
     def _reserve(self, study: pb.Study, admitted: Admitted) -> None:
         """Set the cost of the plain study whose roster the device joins aside in the ledger
         (ε: :meth:`_set_aside`; δ: the release's) until its deadline, at most
         :data:`~.ledger_reservations.RESERVATION_SECONDS`."""
-        epsilon, delta = self._set_aside(admitted.spec, admitted.round), admitted.cost[1]
+        epsilon, delta = self._set_aside(admitted.cost[0], admitted.round, admitted.later), admitted.cost[1]
         expires_at = time.time() + RESERVATION_SECONDS
         if admitted.deadline is not None:
             expires_at = min(expires_at, admitted.deadline)
-        self.ledger.reserve(study.study_id, spend_labels(admitted.spec, admitted.round)["study_name"],
-                            self.source, epsilon, delta, expires_at)
+        name = spend_labels(admitted.spec, admitted.round, admitted.later)["study_name"]
+        self.ledger.reserve(study.study_id, name, self.source, epsilon, delta, expires_at)
 
     def _leave(self, identity: Identity, study: pb.Study, final: bool) -> bool:
         """After a refusal of ``study``: if this daemon put the device on its roster and it

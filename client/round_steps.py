@@ -25,7 +25,7 @@ from fedsketch.common.spec import release_sketch
 from fedsketch.common.study import StudySpec, spec_sha256
 
 from .declines import Declined
-from .study_pass import RPC_TIMEOUT, Admitted
+from .study_pass import RPC_TIMEOUT, Admitted, later_rounds
 
 
 def release(admitted: Admitted, tally: Tally) -> tuple[int, str, bytes]:
@@ -84,8 +84,7 @@ class RoundChecks:
             return Declined(f"the round does not fit its study: {exc}", pb.SPEC_MISMATCH)
         if (reason := self.ledger.round_refusal(rnd.parent_id, rnd.round)) is not None:
             return Declined(reason, pb.OTHER)
-        admitted = self._admit(study.study_id, spec, (rnd.epsilon(spec), 0.0), rnd.parent_id)
-        return admitted if isinstance(admitted, str) else replace(admitted, round=rnd)
+        return self._admit(study.study_id, spec, later_rounds(spec, rnd), rnd)
 
     def _check_sketch_round(self, study: pb.Study) -> Admitted | str:
         """Steps 1–2 for the sketch round after a calibration round 0: the round names its study
@@ -108,6 +107,5 @@ class RoundChecks:
             return Declined(f"the sketch round does not fit its study: {exc}", pb.SPEC_MISMATCH)
         if (reason := self.ledger.round_refusal(rnd.parent_id, 0)) is not None:
             return Declined(reason, pb.OTHER)
-        cost = (spec.sketch.privacy.epsilon, spec.sketch.privacy.delta)
-        admitted = self._admit(study.study_id, parent, cost, rnd.parent_id)
-        return admitted if isinstance(admitted, str) else replace(admitted, spec=spec, round=rnd)
+        admitted = self._admit(study.study_id, parent, later_rounds(parent, rnd), rnd)
+        return admitted if isinstance(admitted, str) else replace(admitted, spec=spec)

@@ -58,7 +58,7 @@ from .declines import Declined
 from .ledger import BudgetExceeded, Identity, Ledger, LedgerError
 from .localdata import DATA_ERRORS, LocalData, data_refusal, log_clipped
 from .roster_steps import FINAL_REFUSALS
-from .study_pass import RPC_TIMEOUT, Outcome, fault_point, spend_labels
+from .study_pass import RPC_TIMEOUT, Later, Outcome, fault_point, release_cost, spend_labels
 
 #: The ledger kind of a masked input.
 SECURE_KIND = "secagg_masked"
@@ -69,7 +69,8 @@ class Session:
     """This device's part in one secure-aggregation round (in memory: a restart drops out): of a
     study's sketch or round 0, or of one of its refinement rounds or its sketch round
     (``round``; for a sketch round ``spec`` is the study it collects). ``replies``: each stage's
-    message as computed (once), re-sent as is until the coordinator takes it."""
+    message as computed (once), re-sent as is until the coordinator takes it; ``later``: what
+    the study asks after this release (:func:`~.study_pass.later_rounds`)."""
 
     spec: StudySpec
     box: Box
@@ -80,15 +81,12 @@ class Session:
     left: bool = False
     round: RoundSpec | SketchRound | None = None
     replies: dict[int, bytes] = field(default_factory=dict)
+    later: Later = Later()
 
     @property
     def epsilon(self) -> float:
-        """ε of this device's release here."""
-        if self.round is None and self.spec.calibration is not None:
-            return self.spec.calibration.epsilon
-        if self.round is None:
-            return self.spec.sketch.privacy.epsilon
-        return self.round.epsilon(self.spec)
+        """ε of this device's release here (:func:`~.study_pass.release_cost`)."""
+        return release_cost(self.spec, self.round)[0]
 
     @property
     def protocol(self) -> SecureProtocol:
@@ -119,7 +117,7 @@ class SecureSteps:
                 if isinstance(n := self._count(admitted), str):
                     return n
                 session = self._sessions[sid] = Session(admitted.spec, admitted.box, admitted.data,
-                                                        n, round=admitted.round)
+                                                        n, round=admitted.round, later=admitted.later)
                 session.replies[pb.REGISTER] = sw.register_body(n)
             if pb.REGISTER in session.done:
                 return None
@@ -227,7 +225,8 @@ class SecureSteps:
             spend = self.ledger.record_spend(
                 study_id=study.study_id, source=self.source, epsilon=session.epsilon, delta=0.0,
                 n=float(n), kind=SECURE_KIND, payload=sw.masked_to_bytes(y),
-                spec_sha256=study.spec_sha256, premask=premask, **spend_labels(spec, session.round))
+                spec_sha256=study.spec_sha256, premask=premask,
+                **spend_labels(spec, session.round, session.later))
         except (BudgetExceeded, LedgerError) as exc:
             session.left = True
             return Declined(str(exc), pb.BUDGET) if isinstance(exc, BudgetExceeded) else str(exc)

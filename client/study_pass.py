@@ -3,6 +3,7 @@ deadline and the crash-test fault point."""
 
 from __future__ import annotations
 
+import math
 import os
 import signal
 from dataclasses import dataclass, field
@@ -19,28 +20,66 @@ from .localdata import LocalData
 FAULT_ENV = "FEDSKETCH_FAULT"
 #: Deadline (seconds) of each RPC.
 RPC_TIMEOUT = 60.0
+#: Time (seconds) a device allows between a round's end and the opening of the study's next one
+#: (decoding, then the device's next pass) when it bounds how long it keeps that round's ε aside.
+ROUND_GAP_SECONDS = 86400.0
+
+
+@dataclass(frozen=True)
+class Later:
+    """What a study still asks of a device after one of its releases, if it takes part in every
+    round after it: ``epsilon``, Σ ε of those rounds, and ``seconds``, how long they may take at
+    most: Σ over them of the round's ``round_seconds`` + :data:`ROUND_GAP_SECONDS`."""
+
+    epsilon: float = 0.0
+    seconds: float = 0.0
+
+
+def release_cost(spec: StudySpec, rnd: RoundSpec | SketchRound | None) -> tuple[float, float]:
+    """(ε, δ) of a device's release for study ``spec`` in round ``rnd``: the sketch's (also in a
+    sketch round, whose ``spec`` may be the study or the one the round collects), a calibration
+    round 0's ε (pure), or a refinement round's ε (pure)."""
+    if rnd is None and spec.calibration is not None:
+        return spec.calibration.epsilon, 0.0
+    if rnd is None or isinstance(rnd, SketchRound):
+        return spec.sketch.privacy.epsilon, spec.sketch.privacy.delta
+    return rnd.epsilon(spec), 0.0
+
+
+def later_rounds(study: StudySpec, rnd: RoundSpec | SketchRound | None) -> Later:
+    """:class:`Later` for the release of ``study`` (the study itself, not a sketch round's study)
+    in round ``rnd``: after the study's own release (its sketch, or its calibration round 0), the
+    sketch round (if round 0 came first) and every refinement round; after the sketch round,
+    every refinement round; after refinement round t, rounds t + 1 to T."""
+    refine = [] if study.refine is None else [(e, study.refine.round_seconds)
+                                              for e in study.refine.epsilon]
+    if rnd is None and study.calibration is not None:
+        rounds = [(study.sketch.privacy.epsilon, study.calibration.round_seconds), *refine]
+    elif rnd is None or isinstance(rnd, SketchRound):
+        rounds = refine
+    else:
+        rounds = refine[rnd.round:]
+    return Later(math.fsum(e for e, _ in rounds),
+                 math.fsum(seconds + ROUND_GAP_SECONDS for _, seconds in rounds))
 
 
 @dataclass(frozen=True)
 class Admitted:
     """A study the device may contribute to: its spec, public box, and the data version opened
     for it; for a refinement round, ``spec`` is its study's and ``round`` the round's; for a
-    sketch round, ``spec`` is the study it collects (:meth:`SketchRound.study`)."""
+    sketch round, ``spec`` is the study it collects (:meth:`SketchRound.study`); what its study
+    asks after this release (:func:`later_rounds`)."""
 
     spec: StudySpec
     box: Box
     data: LocalData
     round: RoundSpec | SketchRound | None = None
+    later: Later = Later()
 
     @property
     def cost(self) -> tuple[float, float]:
-        """(ε, δ) of this release: the sketch's, a calibration round 0's ε (pure), or the
-        round's ε (pure)."""
-        if self.round is None and self.spec.calibration is not None:
-            return self.spec.calibration.epsilon, 0.0
-        if self.round is None or isinstance(self.round, SketchRound):
-            return self.spec.sketch.privacy.epsilon, self.spec.sketch.privacy.delta
-        return self.round.epsilon(self.spec), 0.0
+        """(ε, δ) of this release: :func:`release_cost`."""
+        return release_cost(self.spec, self.round)
 
     @property
     def deadline(self) -> float | None:
@@ -58,22 +97,21 @@ class Outcome:
     refused: dict[str, str] = field(default_factory=dict)
 
 
-def spend_labels(spec: StudySpec, rnd: RoundSpec | SketchRound | None) -> dict:
+def spend_labels(spec: StudySpec, rnd: RoundSpec | SketchRound | None, later: Later) -> dict:
     """What the ledger records of a release besides its cost and bytes
-    (:meth:`~.ledger.Ledger.record_spend`'s study_name, parent, round and study_epsilon): a
-    round's name, its study and number (a sketch round: 0, the study's sketch); for the study's
-    own release (its sketch, or its calibration round 0) when more rounds follow, the whole
-    study's ε (the device sets the later rounds' share aside until the study ends)."""
+    (:meth:`~.ledger.Ledger.record_spend`'s study_name, parent, round, later_epsilon and
+    keep_seconds): a round's name, its study and number (a sketch round: 0, the study's
+    sketch), and what the study asks after it (``later``), which the device sets aside until
+    the study ends or that time has passed."""
+    keep = {"later_epsilon": later.epsilon, "keep_seconds": later.seconds}
     if isinstance(rnd, SketchRound):
         return {"study_name": f"{spec.name} · sketch (σ = {rnd.sigma:.4g})",
-                "parent": rnd.parent_id, "round": 0, "study_epsilon": None}
+                "parent": rnd.parent_id, "round": 0, **keep}
     if rnd is not None:
         return {"study_name": f"{spec.name} · round {rnd.round}", "parent": rnd.parent_id,
-                "round": rnd.round, "study_epsilon": None}
-    later = spec.refine is not None or spec.calibration is not None
+                "round": rnd.round, **keep}
     name = spec.name if spec.calibration is None else f"{spec.name} · round 0 (σ calibration)"
-    return {"study_name": name, "parent": None, "round": 0,
-            "study_epsilon": spec.total_epsilon if later else None}
+    return {"study_name": name, "parent": None, "round": 0, **keep}
 
 
 def fault_point() -> None:

@@ -448,7 +448,7 @@ def test_refinement_rounds_are_spent_once_each_and_capped_per_study(path):
     try:
         led.record_spend(study_id="P", study_name="p", source=DEFAULT_SOURCE, epsilon=0.3,
                          delta=0.0, n=10.0, kind="complex", payload=b"s", spec_sha256="c" * 64,
-                         study_epsilon=0.7)
+                         later_epsilon=0.4, keep_seconds=3600.0)
         assert "0.8 of 1.5 remains" in led.refusal(DEFAULT_SOURCE, 0.9, 0.0)  # 0.4 kept for P
         assert led.refusal(DEFAULT_SOURCE, 0.8, 0.0) is None
         assert led.refusal(DEFAULT_SOURCE, 1.2, 0.0, parent="P") is None  # P's round pays from it
@@ -497,9 +497,10 @@ def test_a_schema_2_ledger_is_migrated_keeping_every_spend(path):
         (old,) = led.spends()
         assert (old.study_id, old.epsilon, old.round, old.parent) == ("old", 0.4, 0, None)
         assert led.remaining(DEFAULT_SOURCE).epsilon == pytest.approx(0.6)
-        assert "schema 2 → 3" in led.history()[-3].detail  # then 3 → 4, 4 → 5
-        assert "schema 3 → 4" in led.history()[-2].detail
-        assert "schema 4 → 5" in led.history()[-1].detail
+        assert "schema 2 → 3" in led.history()[-4].detail  # then 3 → 4, 4 → 5, 5 → 6
+        assert "schema 3 → 4" in led.history()[-3].detail
+        assert "schema 4 → 5" in led.history()[-2].detail
+        assert "schema 5 → 6" in led.history()[-1].detail
         round_spend(led, "r", "old", 1)
         assert led.spent(DEFAULT_SOURCE)[0] == pytest.approx(0.6)
     finally:
@@ -507,9 +508,9 @@ def test_a_schema_2_ledger_is_migrated_keeping_every_spend(path):
 
 
 def _older_ledger(path: Path, version: int) -> None:
-    """A ledger as schema ``version`` (1 to 4) wrote it: schema 1 by :func:`_v1_ledger`;
-    schemas 2 to 4 with one spend of 0.4 (``old``), without ``spends.premask``, and but for 4
-    without the reservations table."""
+    """A ledger as schema ``version`` (1 to 5) wrote it: schema 1 by :func:`_v1_ledger`;
+    schemas 2 to 5 with one spend of 0.4 (``old``), without ``spends.kept_until``, but for 5
+    without ``spends.premask``, and before 4 without the reservations table."""
     if version == 1:
         _v1_ledger(path)
         return
@@ -517,7 +518,9 @@ def _older_ledger(path: Path, version: int) -> None:
     spend(led, "old", 0.4)
     led.close()
     with sqlite3.connect(path) as db:
-        db.execute("ALTER TABLE spends DROP COLUMN premask")
+        db.execute("ALTER TABLE spends DROP COLUMN kept_until")
+        if version < 5:
+            db.execute("ALTER TABLE spends DROP COLUMN premask")
         if version < 4:
             db.execute("DROP TABLE reservations")
         if version == 2:
@@ -532,29 +535,31 @@ def _older_ledger(path: Path, version: int) -> None:
     db.close()
 
 
-@pytest.mark.parametrize("version", [1, 2, 3, 4])
-def test_older_ledgers_are_migrated_to_schema_5_with_no_reservation(path, version):
+@pytest.mark.parametrize("version", [1, 2, 3, 4, 5])
+def test_older_ledgers_are_migrated_to_schema_6_with_no_reservation(path, version):
     """Schemas 1 to 3 kept what the device joined in the daemon's memory: the migration keeps
     every spend and adds the reservations table, empty; reservations then work, and a second
-    open migrates nothing. Schema 5 adds the pre-mask input of a masked release (none before)."""
-    assert SCHEMA_VERSION == 5
+    open migrates nothing. Schema 5 adds the pre-mask input of a masked release (none before),
+    schema 6 when a promise lapses (none here: no spend kept ε for later rounds)."""
+    assert SCHEMA_VERSION == 6
     _older_ledger(path, version)
     led = Ledger(path)
     try:
         spent = {1: [("s1", 0.6), ("s2", 0.7)]}.get(version, [("old", 0.4)])
-        assert [(s.study_id, s.epsilon, s.premask) for s in led.spends()] == [
-            (sid, eps, None) for sid, eps in spent]
+        assert [(s.study_id, s.epsilon, s.premask, s.kept_until) for s in led.spends()] == [
+            (sid, eps, None, None) for sid, eps in spent]
         assert led.joined() == [] and led.reservations() == []
         history = [h.detail for h in led.history()]
         assert any("schema 3 → 4" in h for h in history) == (version in (2, 3))  # 1: straight to 5
-        assert any("schema 4 → 5" in h for h in history) == (version != 1)
+        assert any("schema 4 → 5" in h for h in history) == (version not in (1, 5))
+        assert any("schema 5 → 6" in h for h in history) == (version != 1)
         led.raise_budget(DEFAULT_SOURCE, 3.0, None, "test")
         led.reserve("new", "new", DEFAULT_SOURCE, 0.5, 0.0, 2e9)
         assert led.reserved(DEFAULT_SOURCE) == (0.5, 0.0)
     finally:
         led.close()
     with sqlite3.connect(path) as db:
-        assert dict(db.execute("SELECT key, value FROM settings"))["schema_version"] == "5"
+        assert dict(db.execute("SELECT key, value FROM settings"))["schema_version"] == "6"
         columns = [r[1] for r in db.execute("PRAGMA table_info(reservations)")]
     db.close()
     assert columns == ["study_id", "study_name", "source", "epsilon", "delta", "joined_at",

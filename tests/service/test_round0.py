@@ -188,6 +188,47 @@ def test_a_device_that_missed_round_0_may_send_the_sketch(coordinator_round, dat
         a.ledger.identity().device_id, c.ledger.identity().device_id}
 
 
+def test_a_device_that_missed_round_0_budgets_the_sketch_and_the_round_after_it(coordinator_round,
+                                                                                data):
+    """As above, with one refinement round (ε 1) after the sketch (ε 18). c, which missed round 0,
+    is refused the sketch round while its budget covers the sketch but not the round after it,
+    and spends nothing; once its owner raises the budget, c sends the sketch and its ledger
+    keeps the round's ε aside from every other study, still after the sketch round is done,
+    until the study itself ended; c pays round 1 from it."""
+    r = coordinator_round
+    spec = auto_spec(min_devices=2, roster=3, collect_seconds=900.0, refine=RefineSpec((1.0,), 900.0))
+    study, sketch_eps = r.create(spec), spec.sketch.privacy.epsilon
+    a, b, c = (r.agent(name, part) for name, part in zip("abc", np.array_split(data, 3), strict=True))
+    c.step()
+    contribute_all([a, b], study.study_id)
+    r.operator().CloseStudy(pb.StudyRef(study_id=study.study_id), metadata=META)
+    stop = time.monotonic() + 60
+    while not r.store.rounds(study.study_id):
+        assert time.monotonic() < stop
+        time.sleep(0.02)
+    (sketch,) = r.store.rounds(study.study_id)
+    c.ledger.lower(DEFAULT_SOURCE, sketch_eps + 0.5)  # the sketch fits, the round after it not
+    refused = c.step().refused[sketch.study_id]  # the sketch and round 1 after it
+    assert f"it asks ε = {sketch_eps + 1.0:g}" in refused and c.ledger.spends() == []
+    c.ledger.raise_budget(DEFAULT_SOURCE, sketch_eps + 1.5, None, "the study's rounds too")
+    contribute_all([a, c], sketch.study_id)
+    ((kept_for, _, _, kept, until),) = c.ledger.promises()
+    assert (kept_for, kept) == (study.study_id, pytest.approx(1.0, rel=1e-12))
+    assert until == pytest.approx(c.ledger.find(sketch.study_id).spent_at + 900.0 + 86400.0)
+    assert c.ledger.refusal(DEFAULT_SOURCE, 0.6, 0.0) is not None  # 1.5 left, 1.0 of it kept
+    assert c.ledger.refusal(DEFAULT_SOURCE, 0.4, 0.0) is None
+    r.operator().CloseStudy(pb.StudyRef(study_id=sketch.study_id), metadata=META)
+    while len(r.store.rounds(study.study_id)) < 2:  # the sketch round is done, round 1 opens
+        assert time.monotonic() < stop
+        time.sleep(0.02)
+    c.step()
+    assert [p[0] for p in c.ledger.promises()] == [study.study_id]
+    assert drive(r, [a, b, c], study.study_id).state == pb.DONE
+    c.step()  # learns the end
+    assert [s.round for s in c.ledger.spends()] == [0, 1] and c.ledger.promises() == []
+    assert math.fsum(s.epsilon for s in c.ledger.spends()) == pytest.approx(sketch_eps + 1.0)
+
+
 def test_the_calibration_release_uses_the_central_mechanism_at_round_0s_epsilon():
     """Round 0's noise is the central calibration release's: DLap(exp(−ε_0/Δ1)) on the 2·m0
     integers, Δ1 the complex map's replace-one L1 sensitivity at r = m0 (γ per unit); under
