@@ -81,7 +81,8 @@ def sketch(data: Records, *, epsilon: float = 1.0, delta: float = 0.0,
     tally = Tally()
     made = plan.run(chunks, box, tally=tally)
     if made.calibration is not None and not made.calibration.reliable:
-        warnings.warn(f"scale='auto': {_in_api_words(made.calibration.explanation)}", stacklevel=2)
+        cal = made.calibration
+        warnings.warn(f"scale='auto': {cal.explanation}{cal.advice('scale=σ', 'bounds=')}", stacklevel=2)
     if tally.clipped:
         warnings.warn(f"{tally.clipped:,} of {tally.records:,} records lay outside the box and were clipped "
                       "into it (this count is not private; it is not stored)", stacklevel=2)
@@ -217,13 +218,6 @@ def _as_array(data: object) -> np.ndarray:
         if is_bool_dtype(dtype) or not is_numeric_dtype(dtype):
             raise ValueError(f"column {name!r} ({dtype}) does not hold numbers; select the numeric columns")
     return data.to_numpy(dtype=np.float64, na_value=np.nan)
-
-
-def _in_api_words(text: str) -> str:
-    """``text`` (written for the CLI) with the command-line options named as this API's arguments."""
-    for option, argument in (("--scale", "scale="), ("--bounds", "bounds=")):
-        text = text.replace(option, argument)
-    return text
 
 
 def _checked(x: np.ndarray, first_row: int) -> np.ndarray:

@@ -136,17 +136,26 @@ class ScaleCalibration:
 
     @property
     def explanation(self) -> str:
-        """One line for the user: the σ picked, and why it is not the fit when it is not."""
+        """One line for the user: the σ picked, and why it is not the fit when it is not. It
+        names no option; :meth:`advice` says what to give, in the caller's words."""
         if self.choice == "fit":
             return f"σ = {self.sigma:.4g} (envelope fit)"
         if self.choice == "typical scale":
             return (f"σ = {self.sigma:.4g}, {SPREAD_SHARE:g} of a typical direction's scale "
                     f"{self.spread:.4g}: the envelope fit {self.fitted:.4g} is below it")
         source = ("the box's floor (mean half-width / " f"{BOX_CELLS:g})" if self.choice == "noisy: box floor"
-                  else "the middle of the search range (no --bounds)")
+                  else "the middle of the search range (no box was given)")
         return (f"σ = {self.sigma:.4g}, {source}: the calibration sketch is too noisy to fit (noise "
-                f"rms {self.noise_rms:.2f} on an envelope of 1, above {RELIABLE_NOISE_RMS:g}); give "
-                "--scale, or more records or budget, for a σ fitted to the data")
+                f"rms {self.noise_rms:.2f} on an envelope of 1, above {RELIABLE_NOISE_RMS:g})")
+
+    def advice(self, scale: str, bounds: str) -> str:
+        """What the user may give for a σ fitted to the data when the calibration was too noisy
+        to fit, as a clause to append to :attr:`explanation` ("" otherwise), naming the caller's
+        option or argument for a fixed σ (``scale``) and for the box (``bounds``)."""
+        if not self.choice.startswith("noisy"):
+            return ""
+        boxed = "" if self.choice == "noisy: box floor" else f" ({bounds} gives the box's floor instead)"
+        return f"; give {scale}, or more records or budget, for a σ fitted to the data{boxed}"
 
     def to_dict(self) -> dict:
         """JSON-ready form, stored in the sketch file under ``calibration``."""

@@ -235,7 +235,8 @@ def sketch(
             made = plan.run(source.chunks, box, tally=tally, progress=lambda rows: bar.advance(task, rows))
         if made.calibration is not None:
             cal = made.calibration
-            err.print(f"scale auto: {cal.explanation} (spent ε = {cal.epsilon:.4g} of {eps_total:.4g})")
+            err.print(f"scale auto: {cal.explanation}{cal.advice('--scale σ', '--bounds')} "
+                      f"(spent ε = {cal.epsilon:.4g} of {eps_total:.4g})")
         made.to_file().save(out)
         release = made.release
         noise = ", ".join(f"{t.law}({t.scale:.3g}) on {t.target}" for t in release.noise)

@@ -74,7 +74,7 @@ def test_single_gaussian_blob_gives_its_standard_deviation(sigma_c):
     x = np.random.default_rng(0).normal(5.0, sigma_c, size=(200_000, 4)).astype(np.float32)
     out = calibrate_scale(lambda: split(x), Box(np.full(4, -45.0), np.full(4, 55.0)), math.inf, seed=1)
     assert out.sigma == pytest.approx(sigma_c, rel=0.1)
-    assert out.noise_rms == 0.0 and out.reliable
+    assert out.noise_rms == 0.0 and out.reliable and out.advice("--scale", "--bounds") == ""
     # one blob: every direction decays alike, so the medians agree with the maxima
     assert (out.choice, out.sigma) == ("fit", out.fitted) and out.spread == pytest.approx(sigma_c, rel=0.1)
 
@@ -135,9 +135,12 @@ def test_a_calibration_swamped_by_noise_never_returns_a_range_boundary():
     # draws of fresh noise: 144 at 0.1, the others up to 0.75), always below the floor used instead.
     assert boxed.fitted < boxed.sigma
     assert (boxed.sigma, boxed.choice) == (pytest.approx(6 / 7), "noisy: box floor")
-    assert "too noisy" in boxed.explanation and "--scale" in boxed.explanation
+    assert "too noisy" in boxed.explanation and "--" not in boxed.explanation
+    assert boxed.advice("--scale", "--bounds") == ("; give --scale, or more records or budget, for a "
+                                                   "σ fitted to the data")
     bare = calibrate_scale(lambda: split(x), Box.widest(8), 0.05, seed=2)
     assert (bare.sigma, bare.choice) == (pytest.approx(1.0), "noisy: range middle")
+    assert "no box was given" in bare.explanation and "(--bounds gives" in bare.advice("--scale", "--bounds")
     assert bare.to_dict()["choice"] == "noisy: range middle" and bare.to_dict()["fitted"] == bare.fitted
 
 
