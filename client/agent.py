@@ -68,7 +68,8 @@ from .ledger import DEFAULT_SOURCE, BudgetExceeded, Identity, Ledger, LedgerErro
 from .localdata import DATA_ERRORS, DataFeed, Retry, data_refusal, log_clipped
 from .roster_steps import FINAL_REFUSALS, RosterSteps
 from .round_steps import RoundChecks, release
-from .secure_steps import SECURE_KIND, SecureSteps, Session
+from .secure_session import Session
+from .secure_steps import SECURE_KIND, SecureSteps
 from .study_pass import (
     RPC_TIMEOUT,
     Admitted,
@@ -143,7 +144,7 @@ class Agent(SecureSteps, RosterSteps, RoundChecks):
         self._settle()
         studies = self.stub.ListStudies(self._read(identity, "ListStudies"), timeout=RPC_TIMEOUT).studies
         listed = {study.study_id for study in studies}
-        self._sessions = {sid: s for sid, s in self._sessions.items() if sid in listed}
+        self._resume_sessions(identity, listed)
         mine = [r for r in self.ledger.joined() if r.source == self.source]  # not another daemon's
         for closed in (r.study_id for r in mine if r.study_id not in listed):
             self.ledger.end_reservation(closed)
@@ -216,6 +217,7 @@ class Agent(SecureSteps, RosterSteps, RoundChecks):
             return Declined(reason, pb.POLICY)
         epsilon, delta = release_cost(spec, rnd)
         asks, parent = math.fsum((epsilon, later.epsilon)), None if rnd is None else rnd.parent_id
+        delta = math.fsum((delta, later.delta))
         if (reason := self.ledger.refusal(self.source, asks, delta, self._in_sessions(study_id),
                                           study_id=study_id, parent=parent)) is not None:
             return Retry(reason, pb.BUDGET)  # the budget: a reservation may end or the owner raise it
@@ -316,7 +318,8 @@ class Agent(SecureSteps, RosterSteps, RoundChecks):
             spend = self.ledger.record_spend(
                 study_id=study.study_id, source=self.source, epsilon=epsilon, delta=delta, n=n,
                 kind=kind, payload=payload, spec_sha256=study.spec_sha256,
-                recheck=lambda: self._input_open(identity, study), **spend_labels(spec, rnd, admitted.later))
+                recheck=lambda: self._input_open(identity, study),
+                **spend_labels(spec, rnd, admitted.later, admitted.deadline))
         except BudgetExceeded as exc:  # e.g. another daemon on this ledger spent
             return Declined(str(exc), pb.BUDGET)
         except LedgerError as exc:  # the coordinator's re-check, or the ledger's bookkeeping

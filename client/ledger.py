@@ -66,6 +66,7 @@ from .ledger_schema import (
     set_settings,
     upgrade,
 )
+from .ledger_sessions import SecureSessions
 from .ledger_spends import Spends
 from .policy import Policy
 
@@ -75,11 +76,12 @@ __all__ = ["DEFAULT_SOURCE", "SCHEMA_VERSION", "Budget", "BudgetChange", "Budget
 _BUSY_TIMEOUT_S = 30.0
 
 
-class Ledger(Spends, Reservations, IdentityStore):
+class Ledger(Spends, Reservations, SecureSessions, IdentityStore):
     """An open ledger file (created empty, owner-only, if missing). Raises :class:`LedgerError` for a
     file that is not a readable ledger of a schema version this code reads. Its spend methods
     come from :class:`~.ledger_spends.Spends`, its reservation methods from
-    :class:`~.ledger_reservations.Reservations`, its identity methods from
+    :class:`~.ledger_reservations.Reservations`, its secure-round states from
+    :class:`~.ledger_sessions.SecureSessions`, its identity methods from
     :class:`~.ledger_identity.IdentityStore`."""
 
     def __init__(self, path: str | os.PathLike) -> None:

@@ -5,8 +5,10 @@ time (Unix seconds) until which the device keeps those rounds' ε aside (:func:`
 so that a study that never goes on (its coordinator gone, a round never opened) does not hold
 the budget for ever. Any release can carry the promise, not only the study's own: a device
 that missed round 0 (or the sketch) and takes the next round promises the rounds after it.
+It also adds the ``secure_sessions`` table: the device's part in each secure-aggregation round
+it is in, so that a restarted daemon goes on with the round (:mod:`.ledger_sessions`).
 :func:`migrate_v5` gives the promises of an older ledger :data:`MIGRATED_KEEP_SECONDS` from
-their spend.
+their spend, and adds the table, empty.
 
 Schema 5 adds ``spends.premask``: for a secure-aggregation release (``secagg_masked``), the
 device's input before the masks, x + e (its exact integer input plus its noise share, int64
@@ -107,6 +109,12 @@ CREATE TABLE reservations (
     expires_at REAL NOT NULL,
     left_at    REAL
 );
+CREATE TABLE secure_sessions (
+    study_id TEXT PRIMARY KEY,
+    source   TEXT NOT NULL REFERENCES sources (name),
+    state    BLOB NOT NULL,
+    saved_at REAL NOT NULL
+);
 CREATE TABLE identity (
     id          INTEGER PRIMARY KEY CHECK (id = 1),
     device_id   TEXT NOT NULL,
@@ -146,14 +154,16 @@ def promises(db: sqlite3.Connection, source: str | None = None,
     carries ``study_epsilon`` promises the study's rounds after it, until ``kept_until``
     (``now`` by default) or until the device learns that the study ended (``final_state``,
     which :meth:`~.agent.Agent._settle` sets on such a release only once the study itself
-    ended). ε kept = the study's whole ε for this device (the largest live ``study_epsilon``)
-    less what it spent on the study, at least 0."""
+    ended). The latest live release of a study says what is kept and until when: ε kept = the
+    study's whole ε for this device (its ``study_epsilon``) less what it spent on the study,
+    at least 0."""
     now = time.time() if now is None else now
-    rows = db.execute("SELECT COALESCE(parent, study_id) AS study, study_name, source, "
-                      "MAX(study_epsilon), MAX(kept_until) FROM spends WHERE study_epsilon "
-                      "IS NOT NULL AND final_state IS NULL AND kept_until > ? AND "
-                      "(? IS NULL OR source = ?) GROUP BY study, source ORDER BY MIN(seq)",
-                      (now, source, source)).fetchall()
+    live = "study_epsilon IS NOT NULL AND final_state IS NULL AND kept_until > ?"
+    rows = db.execute(f"SELECT COALESCE(parent, study_id) AS study, study_name, source, study_epsilon, "
+                      f"kept_until FROM spends AS s WHERE {live} AND (? IS NULL OR source = ?) AND "
+                      f"seq = (SELECT MAX(seq) FROM spends AS t WHERE {live} AND t.source = s.source "
+                      "AND COALESCE(t.parent, t.study_id) = COALESCE(s.parent, s.study_id)) "
+                      "ORDER BY seq", (now, source, source, now)).fetchall()
     return [(study, name, src, max(0.0, total - study_spent(db, study)), until)
             for study, name, src, total, until in rows]
 
@@ -252,9 +262,11 @@ def migrate_v5(db: sqlite3.Connection) -> None:
     db.execute("ALTER TABLE spends ADD COLUMN kept_until REAL")
     db.execute("UPDATE spends SET kept_until = spent_at + ? WHERE study_epsilon IS NOT NULL",
                (MIGRATED_KEEP_SECONDS,))
+    create_schema(db, only=("secure_sessions",))
     set_settings(db, schema_version="6")
     log_change(db, "migrate", None, None, None, "schema 5 → 6: the ε a study's release keeps for "
-               "its later rounds lapses at a time; the older ones a week after their spend")
+               "its later rounds lapses at a time (the older ones a week after their spend); a "
+               "secure-aggregation round survives a restart of the daemon")
 
 
 def drop_out_of_box(db: sqlite3.Connection, settings: dict[str, str]) -> str | None:

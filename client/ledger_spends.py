@@ -63,10 +63,10 @@ class Spends:
         until when in Unix seconds), :func:`~.ledger_schema.promises`."""
         return promises(self._conn, source)
 
-    def keeps(self, study_id: str) -> bool:
-        """Whether the device keeps ε for the rounds to come of ``study_id`` (a live promise):
-        a round of it is paid from that, so the device sets nothing more aside for it."""
-        return any(study == study_id for study, *_ in promises(self._conn))
+    def keeps(self, study_id: str, source: str) -> bool:
+        """Whether ``source`` keeps ε for the rounds to come of ``study_id`` (a live promise): a
+        round of it is paid from that, so the device sets nothing more aside for it."""
+        return any(study == study_id for study, *_ in promises(self._conn, source))
 
     def round_refusal(self, parent: str, round: int) -> str | None:
         """Why the device may not release for round ``round`` of study ``parent`` (it already

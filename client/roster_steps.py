@@ -106,15 +106,16 @@ class RosterSteps:
         it; nothing for a round of a study whose rounds the device already keeps ε for (an
         earlier release of it promised them, :func:`~.ledger_schema.promises`). One rule for
         plain rosters and secure sessions."""
-        if rnd is not None and self.ledger.keeps(rnd.parent_id):
+        if rnd is not None and self.ledger.keeps(rnd.parent_id, self.source):
             return 0.0
         return math.fsum((epsilon, later.epsilon))
 
     def _reserve(self, study: pb.Study, admitted: Admitted) -> None:
         """Set the cost of the plain study whose roster the device joins aside in the ledger
-        (ε: :meth:`_set_aside`; δ: the release's) until its deadline, at most
+        (ε: :meth:`_set_aside`; δ: the release's and the later rounds') until its deadline, at most
         :data:`~.ledger_reservations.RESERVATION_SECONDS`."""
-        epsilon, delta = self._set_aside(admitted.cost[0], admitted.round, admitted.later), admitted.cost[1]
+        epsilon = self._set_aside(admitted.cost[0], admitted.round, admitted.later)
+        delta = math.fsum((admitted.cost[1], admitted.later.delta))
         expires_at = time.time() + RESERVATION_SECONDS
         if admitted.deadline is not None:
             expires_at = min(expires_at, admitted.deadline)

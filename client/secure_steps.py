@@ -24,22 +24,26 @@ final refusal (UNAVAILABLE while the coordinator is down) propagates, the daemon
 pass with backoff (:func:`fedsketch.client.daemon.backoff`), and each stage's reply is computed
 once and kept in the session, so a retry re-sends the same bytes (a second computation would
 draw new keys, masks or shares, which the round refuses as a conflict); the masked input is
-re-sent from the ledger, byte-identical. The round's secrets (keys, masks, the peers' shares)
-live in the daemon's memory only: a *device* restart drops out of the round, unspent before
-MASKED_INPUT; after it, the recorded masked input is re-sent and counts (the peers' shares
-unmask it), and the device is never asked for a second one (the ledger refuses a second spend).
+re-sent from the ledger, byte-identical.
+
+Riding through a *device* restart: the session (the round's secrets, and each stage's message
+as computed) is committed to the ledger before each message is sent
+(:mod:`.secure_session`, :mod:`.ledger_sessions`), and a restarted daemon takes it up on its
+first pass and goes on where it was: same keys, same bytes, one masked input, one signed
+survivor list. The state after masking is committed before the spend, so a crash between the
+two drops out of the round unspent (the input cannot be masked twice).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import logging
+from collections.abc import Callable
 
 import grpc
 import numpy as np
 
 from fedsketch.common import signing
-from fedsketch.common.box import Box, Tally
-from fedsketch.common.calibration_round import SketchRound
+from fedsketch.common.box import Tally
 from fedsketch.common.cli import printable
 from fedsketch.common.dp.plan import integer_sum_term
 from fedsketch.common.dp.samplers import dlap_noise_share
@@ -49,61 +53,65 @@ from fedsketch.common.pb import fedsketch_pb2_grpc as pb_grpc
 from fedsketch.common.refine import RoundSpec, round_cells
 from fedsketch.common.secagg import Client, SecAggAbort
 from fedsketch.common.secagg import wire as sw
-from fedsketch.common.secure_calibration import SecureCalibration, SecureProtocol, secure_protocol
+from fedsketch.common.secure_calibration import SecureCalibration
 from fedsketch.common.secure_rounds import SecureRound
 from fedsketch.common.sketching import feature_sum
-from fedsketch.common.study import StudySpec
 
 from .declines import Declined
 from .ledger import BudgetExceeded, Identity, Ledger, LedgerError
 from .localdata import DATA_ERRORS, LocalData, data_refusal, log_clipped
 from .roster_steps import FINAL_REFUSALS
-from .study_pass import RPC_TIMEOUT, Later, Outcome, fault_point, release_cost, spend_labels
+from .secure_session import Session
+from .study_pass import RPC_TIMEOUT, Outcome, fault_point, spend_labels
+
+log = logging.getLogger("fedsketch.device")
 
 #: The ledger kind of a masked input.
 SECURE_KIND = "secagg_masked"
 
 
-@dataclass
-class Session:
-    """This device's part in one secure-aggregation round (in memory: a restart drops out): of a
-    study's sketch or round 0, or of one of its refinement rounds or its sketch round
-    (``round``; for a sketch round ``spec`` is the study it collects). ``replies``: each stage's
-    message as computed (once), re-sent as is until the coordinator takes it; ``later``: what
-    the study asks after this release (:func:`~.study_pass.later_rounds`)."""
-
-    spec: StudySpec
-    box: Box
-    data: LocalData
-    n: int
-    client: Client | None = None
-    done: set[int] = field(default_factory=set)
-    left: bool = False
-    round: RoundSpec | SketchRound | None = None
-    replies: dict[int, bytes] = field(default_factory=dict)
-    later: Later = Later()
-
-    @property
-    def epsilon(self) -> float:
-        """ε of this device's release here (:func:`~.study_pass.release_cost`)."""
-        return release_cost(self.spec, self.round)[0]
-
-    @property
-    def protocol(self) -> SecureProtocol:
-        """What the round's public parameters derive from."""
-        return secure_protocol(self.spec, self.round if isinstance(self.round, RoundSpec) else None)
-
-
 class SecureSteps:
     """The secure-aggregation steps of :class:`fedsketch.client.agent.Agent` (a mixin: the agent
-    provides the stub, the ledger, its source and sessions, and ``_check``, ``_count`` and
-    ``_send``)."""
+    provides the stub, the ledger, its source, data feed and sessions, and ``_check``,
+    ``_count`` and ``_send``)."""
 
     stub: pb_grpc.DeviceStub
     ledger: Ledger
     source: str
     bytes_sent: int
     _sessions: dict[str, Session]
+    data: Callable[[], LocalData]
+
+    def _resume_sessions(self, identity: Identity, listed: set[str]) -> None:
+        """Keep the sessions of the rounds ``listed`` (open, and this device may read them),
+        forget the others in memory and in the ledger (the round ended, or went on without this
+        device), and take up from the ledger the session of a listed round this daemon does not
+        hold: it restarted mid-round (:mod:`.secure_session`). A stored session that does not
+        load is dropped, as a restart used to drop out of the round."""
+        for sid, text in self.ledger.sessions(self.source).items():
+            if sid not in listed:
+                self.ledger.drop_session(sid)
+            elif sid not in self._sessions:
+                try:
+                    self._sessions[sid] = Session.load(sid, text, identity, self._data_or_none)
+                    log.info("study %s: went on with the secure round from the ledger", printable(sid))
+                except ValueError as exc:
+                    log.warning("%s; the device drops out of the round", exc)
+                    self.ledger.drop_session(sid)
+        self._sessions = {sid: s for sid, s in self._sessions.items() if sid in listed}
+
+    def _data_or_none(self) -> LocalData | None:
+        """The device's data, or None if it does not open now (a resumed session reads it only
+        at MASKED_INPUT, where it drops out, unspent, on data that changed)."""
+        try:
+            return self.data()
+        except DATA_ERRORS:
+            return None
+
+    def _keep(self, study_id: str, session: Session) -> None:
+        """Commit the session to the ledger: before each message it sends, the state it was
+        computed from (:mod:`.ledger_sessions`)."""
+        self.ledger.save_session(study_id, self.source, session.dump())
 
     def _secure_step(self, identity: Identity, study: pb.Study, out: Outcome) -> str | None:
         """Act on the open stage of a secure-aggregation study; the reason if refused."""
@@ -119,11 +127,13 @@ class SecureSteps:
                 session = self._sessions[sid] = Session(admitted.spec, admitted.box, admitted.data,
                                                         n, round=admitted.round, later=admitted.later)
                 session.replies[pb.REGISTER] = sw.register_body(n)
+                self._keep(sid, session)
             if pb.REGISTER in session.done:
                 return None
             if (refused := self._stage_refused(identity, sid, pb.REGISTER,
                                                session.replies[pb.REGISTER])) is not None:
                 del self._sessions[sid]
+                self.ledger.drop_session(sid)
                 return refused
             session.done.add(pb.REGISTER)
             return None
@@ -131,14 +141,19 @@ class SecureSteps:
             return None
         if stage != pb.ADVERTISE_KEYS and session.client is None:
             session.left = True  # the round went on without this device's keys
+            self._keep(sid, session)
             return None
         if stage not in session.replies:
             reply = self._stage_reply(identity, study, session, out)
+            if session.left:
+                self._keep(sid, session)
             if not isinstance(reply, bytes):
                 return reply
             session.replies[stage] = reply
+            self._keep(sid, session)
         if (refused := self._stage_refused(identity, sid, stage, session.replies[stage])) is not None:
             session.left = True
+            self._keep(sid, session)
             return refused
         session.done.add(stage)
         return None
@@ -163,6 +178,7 @@ class SecureSteps:
                 params, keys, _ = sw.params_from_json(sid, sw.load(body))
                 session.protocol.check_round(params)
                 session.client = Client(params, identity.device_id, identity.private_key, keys)
+                session.setup = body
                 reply = sw.dump(sw.advert_to_json(session.client.advertise()))
             elif stage == pb.SHARE_KEYS:
                 adverts = {v: sw.advert_from_json(a) for v, a in sw.load(body).items()}
@@ -220,6 +236,7 @@ class SecureSteps:
                             f"{n} read now); nothing was spent", pb.DATA_UNREADABLE)
         log_clipped(study.study_id, tally)
         y = session.client.masked_input(x, inbox, noise)
+        self._keep(study.study_id, session)  # masked once: a crash before the spend drops out, unspent
         premask = (np.asarray(x, np.int64) + np.asarray(noise, np.int64)).astype("<i8").tobytes()
         try:
             spend = self.ledger.record_spend(

@@ -6,11 +6,13 @@ from __future__ import annotations
 import math
 import os
 import signal
+import time
 from dataclasses import dataclass, field
 
 from fedsketch.common.box import Box
 from fedsketch.common.calibration_round import SketchRound
 from fedsketch.common.refine import RoundSpec
+from fedsketch.common.secagg.wire import STAGES as SECURE_STAGES
 from fedsketch.common.study import StudySpec
 
 from .localdata import LocalData
@@ -23,16 +25,23 @@ RPC_TIMEOUT = 60.0
 #: Time (seconds) a device allows between a round's end and the opening of the study's next one
 #: (decoding, then the device's next pass) when it bounds how long it keeps that round's ε aside.
 ROUND_GAP_SECONDS = 86400.0
+#: Longest time (seconds) a release keeps ε aside for its study's later rounds, whatever the
+#: specs state (a coordinator writes them): 30 days, more than MAX_ROUNDS rounds of the default
+#: length with their gaps.
+MAX_KEEP_SECONDS = 30 * 86400.0
 
 
 @dataclass(frozen=True)
 class Later:
     """What a study still asks of a device after one of its releases, if it takes part in every
-    round after it: ``epsilon``, Σ ε of those rounds, and ``seconds``, how long they may take at
-    most: Σ over them of the round's ``round_seconds`` + :data:`ROUND_GAP_SECONDS`."""
+    round after it: ``epsilon``, Σ ε of those rounds; ``delta``, the δ among them (the sketch's,
+    after a calibration round 0); and ``seconds``, how long they may take at most: Σ over them
+    of the round's ``round_seconds`` + :data:`ROUND_GAP_SECONDS`, each term and the sum at most
+    :data:`MAX_KEEP_SECONDS`."""
 
     epsilon: float = 0.0
     seconds: float = 0.0
+    delta: float = 0.0
 
 
 def release_cost(spec: StudySpec, rnd: RoundSpec | SketchRound | None) -> tuple[float, float]:
@@ -53,14 +62,30 @@ def later_rounds(study: StudySpec, rnd: RoundSpec | SketchRound | None) -> Later
     every refinement round; after refinement round t, rounds t + 1 to T."""
     refine = [] if study.refine is None else [(e, study.refine.round_seconds)
                                               for e in study.refine.epsilon]
+    delta = 0.0
     if rnd is None and study.calibration is not None:
         rounds = [(study.sketch.privacy.epsilon, study.calibration.round_seconds), *refine]
+        delta = study.sketch.privacy.delta
     elif rnd is None or isinstance(rnd, SketchRound):
         rounds = refine
     else:
         rounds = refine[rnd.round:]
-    return Later(math.fsum(e for e, _ in rounds),
-                 math.fsum(seconds + ROUND_GAP_SECONDS for _, seconds in rounds))
+    seconds = math.fsum(min(s, MAX_KEEP_SECONDS) + ROUND_GAP_SECONDS for _, s in rounds)
+    return Later(math.fsum(e for e, _ in rounds), min(seconds, MAX_KEEP_SECONDS), delta)
+
+
+def keep_seconds(spec: StudySpec, deadline: float | None, later: Later, now: float) -> float:
+    """How long (seconds from ``now``) a release keeps its study's later rounds' ε aside: what
+    may be left of its own round (until its ``deadline`` (Unix seconds); without one, the
+    study's collection window, or, under secure aggregation, every stage's timeout), then
+    ``later.seconds``; at most :data:`MAX_KEEP_SECONDS`."""
+    if deadline is not None:
+        own = max(0.0, deadline - now)
+    elif spec.secure_aggregation is not None:
+        own = len(SECURE_STAGES) * spec.secure_aggregation.stage_timeout
+    else:
+        own = spec.collect_seconds or 0.0
+    return min(MAX_KEEP_SECONDS, math.fsum((min(own, MAX_KEEP_SECONDS), later.seconds)))
 
 
 @dataclass(frozen=True)
@@ -97,13 +122,15 @@ class Outcome:
     refused: dict[str, str] = field(default_factory=dict)
 
 
-def spend_labels(spec: StudySpec, rnd: RoundSpec | SketchRound | None, later: Later) -> dict:
+def spend_labels(spec: StudySpec, rnd: RoundSpec | SketchRound | None, later: Later,
+                 deadline: float | None = None) -> dict:
     """What the ledger records of a release besides its cost and bytes
     (:meth:`~.ledger.Ledger.record_spend`'s study_name, parent, round, later_epsilon and
     keep_seconds): a round's name, its study and number (a sketch round: 0, the study's
     sketch), and what the study asks after it (``later``), which the device sets aside until
-    the study ends or that time has passed."""
-    keep = {"later_epsilon": later.epsilon, "keep_seconds": later.seconds}
+    the study ends or :func:`keep_seconds` (its own round ending at ``deadline``) have passed."""
+    keep = {"later_epsilon": later.epsilon,
+            "keep_seconds": keep_seconds(spec, deadline, later, time.time())}
     if isinstance(rnd, SketchRound):
         return {"study_name": f"{spec.name} · sketch (σ = {rnd.sigma:.4g})",
                 "parent": rnd.parent_id, "round": 0, **keep}

@@ -1,7 +1,16 @@
-"""The device's side of secure aggregation (package docstring, stages 1–5)."""
+"""The device's side of secure aggregation (package docstring, stages 1–5).
+
+A device that restarts mid-round goes on from :meth:`Client.state`, which it stores (in its
+own ledger) before it sends each stage's message: its X25519 keys and b, its advert, its
+neighbours' verified adverts, the shares it holds, whether it masked its input and the one
+survivor list it signed. :meth:`Client.resumed` rebuilds the same party, so it never draws
+new keys, never masks twice, never signs a second list and reveals one kind of share per peer,
+across restarts as within one process.
+"""
 
 from __future__ import annotations
 
+import base64
 import secrets
 from collections.abc import Collection, Mapping
 
@@ -59,6 +68,52 @@ class Client:
         self._masked = False
         self._signed: tuple[tuple[str, ...], bytes] | None = None  # (Y, my signature on it)
         self._aborted: str | None = None
+
+    def state(self) -> dict:
+        """Everything this party must keep to go on after a restart (module docstring), as a
+        JSON-ready dict; secrets (the keys, b, the shares) are in it: keep it as the device's
+        key is kept."""
+        def b64(raw: bytes) -> str:
+            return base64.b64encode(raw).decode()
+
+        def advert(a: Advert) -> list[str]:
+            return [a.device_id, b64(a.c_pk), b64(a.s_pk), b64(a.signature)]
+
+        return {"c_sk": b64(self._c_sk.private_bytes_raw()), "s_sk": b64(self._s_sk.private_bytes_raw()),
+                "b": b64(self._b), "advert": None if self._advert is None else advert(self._advert),
+                "peers": None if self._peers is None else {v: advert(a) for v, a in self._peers.items()},
+                "held": {v: list(pair) for v, pair in self._held.items()}, "masked": self._masked,
+                "signed": None if self._signed is None else [list(self._signed[0]), b64(self._signed[1])],
+                "aborted": self._aborted}
+
+    @classmethod
+    def resumed(cls, params: SecAggParams, device_id: str, signing_key: bytes,
+                enrolled: Mapping[str, bytes], state: Mapping) -> Client:
+        """The party whose :meth:`state` was ``state``, for the same round (``params``,
+        ``enrolled``) and device; ValueError for a state that is not one."""
+        try:
+            def raw(text: str) -> bytes:
+                return base64.b64decode(text, validate=True)
+
+            def advert(item: list) -> Advert:
+                return Advert(str(item[0]), raw(item[1]), raw(item[2]), raw(item[3]))
+
+            client = cls(params, device_id, signing_key, enrolled)
+            client._c_sk = X25519PrivateKey.from_private_bytes(raw(state["c_sk"]))
+            client._s_sk = X25519PrivateKey.from_private_bytes(raw(state["s_sk"]))
+            client._b = raw(state["b"])
+            client._advert = None if state["advert"] is None else advert(state["advert"])
+            if state["peers"] is not None:
+                client._peers = {v: advert(a) for v, a in state["peers"].items()}
+                client._channels = {v: agree(client._c_sk, a.c_pk) for v, a in client._peers.items()}
+            client._held = {v: (int(s), int(b)) for v, (s, b) in state["held"].items()}
+            client._masked = bool(state["masked"])
+            signed = state["signed"]
+            client._signed = None if signed is None else (tuple(signed[0]), raw(signed[1]))
+            client._aborted = state["aborted"]
+        except (KeyError, TypeError, ValueError, IndexError, AttributeError) as exc:
+            raise ValueError(f"not a secure-aggregation party's state: {exc!r}") from None
+        return client
 
     @final_on_abort
     def advertise(self) -> Advert:

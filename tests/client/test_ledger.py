@@ -486,6 +486,7 @@ def test_a_schema_2_ledger_is_migrated_keeping_every_spend(path):
                           "payload_sha256, spec_sha256, spent_at FROM spends").fetchall()
         db.execute("DROP TABLE spends")
         db.execute("DROP TABLE reservations")  # schema 4's
+        db.execute("DROP TABLE secure_sessions")  # schema 6's
         db.execute(V2_SPENDS)
         db.executemany("INSERT INTO spends (study_id, study_name, source, epsilon, delta, n, kind, "
                        "payload, payload_sha256, spec_sha256, spent_at) VALUES "
@@ -509,7 +510,8 @@ def test_a_schema_2_ledger_is_migrated_keeping_every_spend(path):
 
 def _older_ledger(path: Path, version: int) -> None:
     """A ledger as schema ``version`` (1 to 5) wrote it: schema 1 by :func:`_v1_ledger`;
-    schemas 2 to 5 with one spend of 0.4 (``old``), without ``spends.kept_until``, but for 5
+    schemas 2 to 5 with one spend of 0.4 (``old``), without ``spends.kept_until`` and the
+    secure_sessions table, but for 5
     without ``spends.premask``, and before 4 without the reservations table."""
     if version == 1:
         _v1_ledger(path)
@@ -519,6 +521,7 @@ def _older_ledger(path: Path, version: int) -> None:
     led.close()
     with sqlite3.connect(path) as db:
         db.execute("ALTER TABLE spends DROP COLUMN kept_until")
+        db.execute("DROP TABLE secure_sessions")
         if version < 5:
             db.execute("ALTER TABLE spends DROP COLUMN premask")
         if version < 4:
@@ -548,7 +551,7 @@ def test_older_ledgers_are_migrated_to_schema_6_with_no_reservation(path, versio
         spent = {1: [("s1", 0.6), ("s2", 0.7)]}.get(version, [("old", 0.4)])
         assert [(s.study_id, s.epsilon, s.premask, s.kept_until) for s in led.spends()] == [
             (sid, eps, None, None) for sid, eps in spent]
-        assert led.joined() == [] and led.reservations() == []
+        assert led.joined() == [] and led.reservations() == [] and led.sessions(DEFAULT_SOURCE) == {}
         history = [h.detail for h in led.history()]
         assert any("schema 3 → 4" in h for h in history) == (version in (2, 3))  # 1: straight to 5
         assert any("schema 4 → 5" in h for h in history) == (version not in (1, 5))

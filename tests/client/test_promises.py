@@ -17,9 +17,11 @@ from typer.testing import CliRunner
 
 from fedsketch.client.ledger import DEFAULT_SOURCE, BudgetExceeded, Ledger
 from fedsketch.client.ledger_schema import MIGRATED_KEEP_SECONDS
-from fedsketch.client.study_pass import ROUND_GAP_SECONDS, later_rounds
+from fedsketch.client.study_pass import MAX_KEEP_SECONDS, ROUND_GAP_SECONDS, Later, keep_seconds, later_rounds
 from fedsketch.common.calibration_round import SketchRound, split_auto
 from fedsketch.common.refine import RefineSpec, RoundSpec
+from fedsketch.common.secagg.spec import SecAggSpec
+from fedsketch.common.secagg.trust import Assumptions
 from fedsketch.common.study import StudySpec
 from fedsketch.server.cli.main import app
 
@@ -115,6 +117,7 @@ def test_a_schema_5_promise_lapses_a_week_after_its_spend(tmp_path):
     with sqlite3.connect(path) as db:
         db.execute("UPDATE spends SET spent_at = spent_at - ? WHERE study_id = 'stale'", (8 * 86400.0,))
         db.execute("ALTER TABLE spends DROP COLUMN kept_until")
+        db.execute("DROP TABLE secure_sessions")
         db.execute("UPDATE settings SET value = '5' WHERE key = 'schema_version'")
     db.close()
     led = Ledger(path)
@@ -142,3 +145,41 @@ def test_device_budget_shows_what_is_kept_and_until_when(tmp_path):
                             "epsilon": pytest.approx(0.8), "until": spend.kept_until}]
     text = CliRunner().invoke(app, ["device", "budget", "--ledger", str(path)], env={"COLUMNS": "200"})
     assert text.exit_code == 0 and "1.7 (0.8 of it kept)" in text.stdout, text.stdout
+
+
+def test_how_long_a_release_keeps_the_rounds_after_it():
+    """Its own round's rest first (to its deadline; else the study's collection window; else, under
+    secure aggregation, every stage's timeout), then the later rounds; never past 30 days, and a
+    spec's huge round_seconds neither overflows nor keeps the budget longer."""
+    later, now = Later(1.0, 1000.0), 1e9
+    plain = study_spec(min_devices=2, roster=3, collect_seconds=3 * 86400.0)
+    assert keep_seconds(plain, now + 50.0, later, now) == 1050.0
+    assert keep_seconds(plain, now - 50.0, later, now) == 1000.0
+    assert keep_seconds(plain, None, later, now) == 3 * 86400.0 + 1000.0
+    secure = study_spec(min_devices=4, secure_aggregation=SecAggSpec.assuming(
+        Assumptions(4, 0, 0), 1000, None, 20.0))
+    assert keep_seconds(secure, None, later, now) == 6 * 20.0 + 1000.0
+    huge = study_spec(refine=RefineSpec((1.0, 1.0), 1e308))
+    assert later_rounds(huge, None) == Later(2.0, MAX_KEEP_SECONDS)
+    assert keep_seconds(huge, now + 1e300, later_rounds(huge, None), now) == MAX_KEEP_SECONDS
+
+
+def test_round_0_asks_for_the_sketchs_delta_too():
+    """After a calibration round 0 comes the sketch, whose δ the device must still be able to pay:
+    round 0 asks for it (a pure-ε budget could never follow round 0 with the sketch)."""
+    plan, rest = split_auto(10.0)
+    base = study_spec(epsilon=rest)
+    sketch = replace(base.sketch, privacy=replace(base.sketch.privacy, delta=1e-6),
+                     frequencies=replace(base.sketch.frequencies, scale=plan.placeholder))
+    spec = StudySpec.create(base.name, sketch, base.k, base.lo, base.hi, replicates=2, calibration=plan)
+    assert later_rounds(spec, None).delta == 1e-6
+    rnd = SketchRound("P", "0" * 64, 1.0, "1" * 64, None, {"sigma": 1.0}, spec.min_devices)
+    assert later_rounds(spec, rnd).delta == 0.0  # the sketch round's δ is its own release's
+
+
+def test_a_promise_of_one_source_keeps_nothing_for_another(led):
+    """Two sources on one ledger: a round of P sets nothing aside for the source that keeps P's
+    rounds, and its full cost for the other."""
+    led.declare("clinic", 2.0)
+    release(led, "P", 0.3, later=0.8, keep=60.0)
+    assert led.keeps("P", DEFAULT_SOURCE) and not led.keeps("P", "clinic")

@@ -193,8 +193,9 @@ def test_a_device_that_missed_round_0_budgets_the_sketch_and_the_round_after_it(
     """As above, with one refinement round (ε 1) after the sketch (ε 18). c, which missed round 0,
     is refused the sketch round while its budget covers the sketch but not the round after it,
     and spends nothing; once its owner raises the budget, c sends the sketch and its ledger
-    keeps the round's ε aside from every other study, still after the sketch round is done,
-    until the study itself ended; c pays round 1 from it."""
+    keeps the round's ε aside from every other study (until the sketch round's deadline, then
+    round 1's length and a day), still after the sketch round is done, until the study itself
+    ended; c pays round 1 from it."""
     r = coordinator_round
     spec = auto_spec(min_devices=2, roster=3, collect_seconds=900.0, refine=RefineSpec((1.0,), 900.0))
     study, sketch_eps = r.create(spec), spec.sketch.privacy.epsilon
@@ -214,7 +215,8 @@ def test_a_device_that_missed_round_0_budgets_the_sketch_and_the_round_after_it(
     contribute_all([a, c], sketch.study_id)
     ((kept_for, _, _, kept, until),) = c.ledger.promises()
     assert (kept_for, kept) == (study.study_id, pytest.approx(1.0, rel=1e-12))
-    assert until == pytest.approx(c.ledger.find(sketch.study_id).spent_at + 900.0 + 86400.0)
+    deadline = SketchRound.from_json(sketch.spec_json).deadline  # the sketch round's, then round 1
+    assert until == pytest.approx(deadline + 900.0 + 86400.0, abs=1e-3)
     assert c.ledger.refusal(DEFAULT_SOURCE, 0.6, 0.0) is not None  # 1.5 left, 1.0 of it kept
     assert c.ledger.refusal(DEFAULT_SOURCE, 0.4, 0.0) is None
     r.operator().CloseStudy(pb.StudyRef(study_id=sketch.study_id), metadata=META)
@@ -227,6 +229,18 @@ def test_a_device_that_missed_round_0_budgets_the_sketch_and_the_round_after_it(
     c.step()  # learns the end
     assert [s.round for s in c.ledger.spends()] == [0, 1] and c.ledger.promises() == []
     assert math.fsum(s.epsilon for s in c.ledger.spends()) == pytest.approx(sketch_eps + 1.0)
+
+
+def test_round_0_asks_for_the_sketchs_delta_before_anything_is_spent(coordinator_round, data):
+    """The sketch after round 0 has δ = 10⁻⁶: a device whose budget has no δ (pure ε) is refused
+    round 0 for it, spending nothing, instead of paying round 0 and being refused the sketch."""
+    r = coordinator_round
+    spec = auto_spec(min_devices=2)
+    sketch = replace(spec.sketch, privacy=replace(spec.sketch.privacy, delta=1e-6))
+    study = r.create(StudySpec.create(spec.name, sketch, spec.k, spec.lo, spec.hi, min_devices=2,
+                                      replicates=2, calibration=spec.calibration))
+    pure = r.agent("pure", data[:2000])
+    assert "δ = 1e-06" in pure.step().refused[study.study_id] and pure.ledger.spends() == []
 
 
 def test_the_calibration_release_uses_the_central_mechanism_at_round_0s_epsilon():

@@ -11,7 +11,8 @@ store shows the study decoding with its unmasked sum and no result yet (the deco
 a second at m = 1000). Each round must end done, with the stored sum equal to the sum of the
 inputs before the masks that the devices' ledgers recorded with their spends, every device that
 spent counted in it, the published centroids equal to an offline decode of that sum, and the
-serve log showing each stage opened once (a resumed stage is not opened again)."""
+serve log showing each stage opened once (a resumed stage is not opened again). A device daemon
+killed mid-round goes on from its ledger in the same way."""
 
 from __future__ import annotations
 
@@ -72,16 +73,27 @@ class Fleet:
         self.ledgers = [folder / f"ledger{i}" for i in range(DEVICES)]
         x, _, _ = gmm(20_000, 3, 3, 3.0, seed=4)
         tokens = self.c.op("tokens", "--count", str(DEVICES)).stdout.split()
-        self.daemons = []
+        self.daemons, self.commands, self.folder = [], [], folder
         for i, (part, token) in enumerate(zip(np.array_split(x, DEVICES), tokens, strict=True)):
             np.save(folder / f"x{i}.npy", part)
-            self.daemons.append(subprocess.Popen(
+            self.commands.append(
                 [FEDSKETCH, "device", "run", "--coordinator", self.c.target, "--ca",
                  str(certs / "ca.pem"), "--data", str(folder / f"x{i}.npy"), "--ledger",
                  str(self.ledgers[i]), "--budget", "100", "--token", token, "--poll", str(POLL),
-                 "--max-poll", str(POLL)],
-                stdout=subprocess.DEVNULL, stderr=(folder / f"device{i}.log").open("a")))
+                 "--max-poll", str(POLL)])
+            self.daemons.append(self._daemon(i))
         self.ids = [wait_for(lambda p=p: self._identity(p)) for p in self.ledgers]
+
+    def _daemon(self, i: int) -> subprocess.Popen:
+        """Start device i's daemon (again: the same command, ledger and data)."""
+        return subprocess.Popen(self.commands[i], stdout=subprocess.DEVNULL,
+                                stderr=(self.folder / f"device{i}.log").open("a"))
+
+    def restart_device(self, i: int) -> None:
+        """SIGKILL device i's daemon and start it again."""
+        self.daemons[i].kill()
+        self.daemons[i].wait(timeout=30)
+        self.daemons[i] = self._daemon(i)
 
     @staticmethod
     def _identity(ledger: Path) -> str | None:
@@ -220,3 +232,36 @@ def test_a_coordinator_killed_at_each_stage_resumes_and_the_round_completes(flee
     assert [log.count(f"event=stage study={study} stage={pb.Stage.Name(s)}")
             for s in sw.STAGES[1:]] == [1] * (len(sw.STAGES) - 1)
     np.testing.assert_allclose(result["centroids"], offline.centroids, rtol=1e-9, atol=1e-9)
+
+
+def test_a_device_killed_mid_round_goes_on_from_its_ledger(fleet):
+    """A device daemon SIGKILLed once the store holds its SHARE_KEYS message (its keys, mask seed
+    and shares in its ledger only), and started again with the same command: the round, which
+    assumes no dropout (its stages wait two minutes for all four), ends done with all four, the
+    restarted device's masked input among them (it spent once), and the sum is Σ of the recorded
+    inputs. Every stage after a restart, in process: ``test_device_restart_secure.py``."""
+    db = fleet.c.db
+    study = create(fleet, 200)
+
+    def shared_keys():
+        """the first device's SHARE_KEYS message in the store"""
+        return fleet.ids[0] in messages(db, study, pb.SHARE_KEYS)
+    wait_for(shared_keys)
+    fleet.restart_device(0)
+
+    def ended():
+        """the study done or failed"""
+        rows = query(db, "SELECT state, detail FROM studies WHERE study_id = ?", study)
+        return rows if rows[0][0] in ("done", "failed") else None
+    assert wait_for(ended, timeout=90, step=0.1)[0][0] == "done", ended()
+    ((total, devices),) = query(db, "SELECT total, devices FROM secure_rounds WHERE study_id = ?", study)
+    assert devices == DEVICES  # the restarted device's masked input among them
+    with sqlite3.connect(fleet.ledgers[0], timeout=10) as c:
+        assert c.execute("SELECT COUNT(*) FROM spends WHERE study_id = ?", (study,)).fetchone() == (1,)
+    premasks = []
+    for ledger in fleet.ledgers:
+        with sqlite3.connect(ledger, timeout=10) as c:
+            premasks += [np.frombuffer(p, "<i8") for (p,) in c.execute(
+                "SELECT premask FROM spends WHERE study_id = ?", (study,))]
+    assert np.array_equal(sum(premasks), np.frombuffer(total, "<i8"))
+    assert "went on with the secure round from the ledger" in (fleet.folder / "device0.log").read_text()

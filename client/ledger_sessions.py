@@ -1,0 +1,43 @@
+"""The device's part in the secure-aggregation rounds it is in, kept in its ledger (schema 6).
+
+A secure round runs over several stages, minutes apart. Its secrets (the device's X25519 keys
+and mask seed b, the shares of its neighbours' secrets it holds) and each stage's message as
+first computed are written here *before* the message is sent, so that a restarted daemon goes
+on with the round and re-sends those very bytes: it draws no new keys, masks its input once,
+signs one survivor list and reveals one kind of share per peer
+(:mod:`fedsketch.common.secagg.client`). A row is deleted once the round is no longer listed
+(it ended, or the device was dropped from it). The secrets are as sensitive as the device's
+own key, which the same owner-only file keeps; the masked input's plain sum x + e is kept with
+its spend anyway (:mod:`.ledger_schema`, schema 5).
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+from collections.abc import Callable
+from contextlib import AbstractContextManager
+
+
+class SecureSessions:
+    """The secure-session methods of :class:`~.ledger.Ledger` (a mixin: the ledger provides its
+    connection and its write transaction)."""
+
+    _conn: sqlite3.Connection
+    _write: Callable[[], AbstractContextManager[sqlite3.Connection]]
+
+    def save_session(self, study_id: str, source: str, state: bytes) -> None:
+        """Store (or replace) the device's state in the round of ``study_id``, committed."""
+        with self._write() as db:
+            db.execute("INSERT OR REPLACE INTO secure_sessions (study_id, source, state, saved_at) "
+                       "VALUES (?, ?, ?, ?)", (study_id, source, bytes(state), time.time()))
+
+    def sessions(self, source: str) -> dict[str, bytes]:
+        """The stored states of ``source``'s rounds, by study id."""
+        rows = self._conn.execute("SELECT study_id, state FROM secure_sessions WHERE source = ?", (source,))
+        return dict(rows.fetchall())
+
+    def drop_session(self, study_id: str) -> None:
+        """Forget the device's state in the round of ``study_id`` (nothing if none is stored)."""
+        with self._write() as db:
+            db.execute("DELETE FROM secure_sessions WHERE study_id = ?", (study_id,))
