@@ -82,6 +82,12 @@ from .study_pass import (
 )
 
 log = logging.getLogger("fedsketch.device")
+#: What a study's step may raise on input no check foresaw (the coordinator's bytes are not
+#: trusted): the study is declined, the pass goes on. Transport errors (grpc.RpcError), a stop
+#: (Stopped) and the ledger's own errors are not among them: they concern every study.
+UNHANDLED = (ArithmeticError, ValueError, TypeError, KeyError, IndexError, AttributeError,
+             RecursionError, UnicodeError)
+
 
 def _is_secure(study: pb.Study) -> bool:
     """Whether the study's spec asks for secure aggregation (an unreadable spec counts as plain:
@@ -154,10 +160,7 @@ class Agent(SecureSteps, RosterSteps, RoundChecks):
                 continue
             if self.ledger.find(study.study_id) is not None and study.study_id not in self._sessions:
                 continue  # released once already (the stored bytes are re-sent above)
-            if _is_secure(study):
-                reason = self._secure_step(identity, study, out)
-            else:
-                reason = self._plain_step(identity, study, out)
+            reason = self._study_step(identity, study, out)
             if reason is not None:
                 final = not isinstance(reason, Retry)
                 if self._leave(identity, study, final) and final:
@@ -167,6 +170,20 @@ class Agent(SecureSteps, RosterSteps, RoundChecks):
                 log.warning("refused study %s: %s", printable(study.study_id), reason)
         self._report_refusals(identity, listed)  # at the pass's end, whatever each took
         return out
+
+    def _study_step(self, identity: Identity, study: pb.Study, out: Outcome) -> str | None:
+        """One study's step (:meth:`_secure_step` or :meth:`_plain_step`); the reason if refused.
+        A study this device cannot handle (what the coordinator sent raises where no check
+        expected it) is declined for good and logged with its traceback, so one study cannot
+        stop the pass, and the daemon, for every other."""
+        try:
+            if _is_secure(study):
+                return self._secure_step(identity, study, out)
+            return self._plain_step(identity, study, out)
+        except UNHANDLED as exc:
+            log.error("study %s: the device cannot handle it", printable(study.study_id), exc_info=True)
+            return Declined(f"the device cannot handle this study ({type(exc).__name__}: {exc}); "
+                            "it declines it", pb.OTHER)
 
     @staticmethod
     def _read(identity: Identity, method: str, study_id: str = "") -> pb.DeviceRead:

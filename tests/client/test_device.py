@@ -355,3 +355,31 @@ def test_a_budget_that_is_no_budget_is_refused_even_when_it_changes_nothing(coor
     for bad in ({"budget": float("nan")}, {"budget": -1.0}, {"budget_delta": 1.5}):
         with pytest.raises(ValueError, match="a budget needs"):
             run_once(coordinator_round, npy, ledger, token="", **bad)
+
+
+def test_a_study_the_device_cannot_handle_is_declined_and_the_pass_goes_on(coordinator_round, records,
+                                                                         tmp_path, monkeypatch, caplog):
+    """A study whose step raises where no check expected it (here: its frequencies' draw
+    overflows) is declined for good with the error logged, and the real daemon's pass still
+    contributes to the other open study and exits 0."""
+    import fedsketch.client.agent as agent_module
+    real = agent_module.draw_frequencies
+
+    def overflowing(spec):
+        if spec.seed == 7:
+            raise OverflowError("math range error")
+        return real(spec)
+
+    monkeypatch.setattr(agent_module, "draw_frequencies", overflowing)
+    base = study_spec(epsilon=0.4, name="broken")
+    broken = coordinator_round.create(StudySpec.create(
+        "broken", SketchSpec(FrequencySpec(d=3, m=60, scale=1.5, seed=7), "complex", 60,
+                             PrivacySpec(0.4)), base.k, base.lo, base.hi, replicates=2))
+    fine = coordinator_round.create(study_spec(epsilon=0.4, name="fine"))
+    data, ledger = tmp_path / "x.npy", tmp_path / "ledger"
+    np.save(data, records)
+    caplog.set_level(logging.ERROR, logger="fedsketch.device")
+    run_once(coordinator_round, data, ledger, budget=1.0)
+    assert [name for name, _ in ledger_state(ledger)[1]] == ["fine"]
+    assert f"study {broken.study_id}: the device cannot handle it" in caplog.text
+    assert "OverflowError: math range error" in caplog.text and fine.study_id not in caplog.text
