@@ -18,6 +18,8 @@ closing     a close was requested and waits for devices holding an input ticket:
             ``reason``
 state       a study changed state: ``study``, ``state`` (the new one), ``detail``
 stage       a secure-aggregation stage opened: ``study``, ``stage`` (its name)
+message     a device's secure-aggregation stage message was stored: ``study``, ``device``,
+            ``stage`` (its name)
 ==========  ===================================================================================
 
 Idempotent re-sends (a registration, contribution or refusal the store already held) log
@@ -116,6 +118,12 @@ class EventStore:
     def put_result(self, study_id: str, result_json: str) -> None:
         self._store.put_result(study_id, result_json)
         emit("state", study=study_id, state="done", detail="")
+
+    def add_stage_message(self, study_id: str, stage: int, device_id: str, body: bytes) -> bool:
+        stored = self._store.add_stage_message(study_id, stage, device_id, body)
+        if stored:
+            emit("message", study=study_id, device=device_id, stage=pb.Stage.Name(stage))
+        return stored
 
     def open_stage(self, study_id: str, stage: int, opened_at: float) -> None:
         self._store.open_stage(study_id, stage, opened_at)
