@@ -138,11 +138,14 @@ class SecureStudies:
 
     def _adopted(self, study_id: str) -> SecAggRound | None:
         """The study's round in this process; under ``--shared``, one that another coordinator
-        started is taken up (blank: it catches up on its first call). None for a plain study.
+        started is taken up (blank: it catches up on its first call). Alone, a running round not
+        yet held is one whose start this call overtook (a refinement round is listed once its
+        study row is stored, a moment before :meth:`_secure_round_opened`): it is rebuilt from
+        the store, as after a restart. None for a plain study or an ended round not held;
         Refusal not_found for an unknown study."""
         with self._lock:
             found = self.rounds.get(study_id)
-        if found is not None or not self.store.shared:
+        if found is not None:
             return found
         try:
             protocol = self._protocol(study_id)
@@ -150,7 +153,12 @@ class SecureStudies:
             return None
         if protocol is None:
             return None
-        round_ = self._new_round(study_id, protocol)
+        if self.store.shared:
+            round_ = self._new_round(study_id, protocol)
+        elif self.store.get_study(study_id).state in ACCEPTING:
+            round_ = SecAggRound.resume(study_id, protocol, self.store, *self._round_ends(study_id))
+        else:
+            return None
         with self._lock:
             return self.rounds.setdefault(study_id, round_)
 
@@ -172,8 +180,8 @@ class SecureStudies:
     def _secure_round_opened(self, round_id: str, rnd: RoundSpec | None) -> None:
         """Start the secure round of a refinement round (``rnd`` None: a sketch round) just opened."""
         round_ = self._new_round(round_id, self._protocol(round_id))
-        with self._lock:
-            self.rounds[round_id] = round_
+        with self._lock:  # a device's call may have taken it up already (:meth:`_adopted`)
+            self.rounds.setdefault(round_id, round_)
 
     def _round(self, study_id: str) -> SecAggRound:
         """The running round of a study (not_found / failed_precondition). A round exists only

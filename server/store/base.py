@@ -209,7 +209,8 @@ class Store(ABC):
 
     @abstractmethod
     def claim(self, key: str) -> AbstractContextManager[None]:
-        """Hold the claim on ``key`` (the coordinator's: a study id) for the ``with`` block,
+        """Hold the claim on ``key`` (the coordinator's: a study id, whose decoder steps it
+        serializes, or a shared secure round's lock, ``secagg-round/`` and its id) for the ``with`` block,
         waiting while another thread or process holding the store has it; released when the
         block ends, or when the process holding it dies. Writes nothing."""
 
