@@ -3,10 +3,12 @@ under its claim, so two coordinators told at once to decode the same study (one 
 resuming it at start-up) decode it once; the claim waits for its holder, in any process; a study
 left decoding with its claim free (its coordinator died) is taken up by a live one, and one whose
 claim is held is left to its holder; and coordinators that share a database take up secure
-rounds, one a coordinator serving the database alone left running included."""
+rounds, one a coordinator serving the database alone left running included; the first
+contribution's move to collecting is logged by the coordinator that stored it."""
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import threading
 import time
@@ -21,9 +23,11 @@ from fedsketch.common.secagg.spec import SecAggSpec
 from fedsketch.common.secagg.trust import Assumptions
 from fedsketch.server.service import shared
 from fedsketch.server.service.coordinator import Coordinator
+from fedsketch.server.service.events import EventStore
 from fedsketch.server.service.messages import Submission
 from fedsketch.server.service.shared_round import SharedRound
 from fedsketch.server.store import Store, open_store
+from fedsketch.server.store.base import ContributionRow
 
 
 def test_a_claim_waits_for_its_holder(store_url):
@@ -151,3 +155,34 @@ def test_coordinators_sharing_a_database_take_up_secure_rounds(postgres_url):
     finally:
         coordinator.stop()
         store.close()
+
+
+def test_the_first_contribution_is_logged_by_the_coordinator_that_stored_it(postgres_url, caplog):
+    """Study created through one shared coordinator's store, first contribution stored through
+    the other's: the other logs the study's move to collecting, at once, and the first logs no
+    second one for its own contribution after."""
+    stores = [open_store(postgres_url) for _ in range(2)]
+    try:
+        for s in stores:
+            s.hold(shared=True)
+        a, b = (EventStore(s) for s in stores)
+        a.create_study("s", "{}", "0" * 64, None, 2)
+        a.add_tokens(["t0", "t1"])
+        devices = [a.enroll(f"t{i}", signing.public_key(signing.new_private_key()), "d")
+                   for i in range(2)]
+        for d in devices:
+            a.register("s", d)
+
+        def collecting() -> int:
+            return sum(r.getMessage() == "state" and r.fields == {
+                "study": "s", "state": "collecting", "detail": ""} for r in caplog.records)
+        caplog.set_level(logging.INFO, logger="fedsketch.events")
+        for store, device, logged in ((b, devices[0], 1), (a, devices[1], 1)):
+            payload = bytes(16)
+            assert store.add_contribution(ContributionRow(
+                "s", device, 10.0, "int64_pairs", payload, hashlib.sha256(payload).hexdigest(),
+                b"sig", time.time()))
+            assert collecting() == logged
+    finally:
+        for s in stores:
+            s.close()
