@@ -87,9 +87,9 @@ def serve(
         "--shared", envvar="FEDSKETCH_SHARED",
         help="Serve a PostgreSQL --db together with other coordinators started with --shared "
         "(behind one address, or with devices split between them): any of them takes any "
-        "device's message, and each study is closed, decoded and published once. Plain "
-        "studies only: these coordinators refuse secure-aggregation studies, whose rounds "
-        "live in one process's memory.")] = False,
+        "device's message, and each study is closed, decoded and published once. Secure-"
+        "aggregation studies too: any of them takes any device's stage message, checked "
+        "against the round the database holds, and each stage closes once.")] = False,
     log_format: Annotated[str, typer.Option(
         envvar="FEDSKETCH_LOG_FORMAT", help="How stderr's log lines are written: 'text' "
         "(key=value pairs) or 'json' (one JSON object a line).")] = "text",

@@ -182,8 +182,13 @@ class Coordinator(SecureStudies, Roster, Reads, Shared):
         return self.store.list_studies(None if include_closed else ACCEPTING)
 
     def round_of(self, study_id: str) -> SecAggRound | None:
-        """The study's secure-aggregation round, if one was started in this process."""
-        return self.rounds.get(study_id)
+        """The study's secure-aggregation round, if one was started in this process; under
+        ``--shared``, any running one, at the stage the store records (:meth:`_adopted`)."""
+        if not self.store.shared:
+            return self.rounds.get(study_id)
+        if (found := self._adopted(study_id)) is not None:
+            found.follow()
+        return found
 
     def create(self, spec_json: str) -> StudyRow:
         """Validate and canonicalize an operator's spec, check its Ω hash, and open the study."""
@@ -196,7 +201,6 @@ class Coordinator(SecureStudies, Roster, Reads, Shared):
                 raise ValueError(f"m = {m} is too large: a device's sketch (2m·{width} bytes) "
                                  f"would not fit one {MAX_MESSAGE_BYTES}-byte message")
             expected = StudySpec.create(spec.name, spec.sketch, spec.k, spec.lo, spec.hi)
-            self._check_shareable(spec)
         except ValueError as exc:
             raise Refusal(Code.INVALID_ARGUMENT, f"bad study spec: {exc}") from None
         except MemoryError:  # the m × d frequencies, drawn to check omega_sha256
@@ -264,11 +268,13 @@ class Coordinator(SecureStudies, Roster, Reads, Shared):
         while not self._stop.wait(WATCH_INTERVAL):
             now = time.time()
             self._sweep(now)  # shared coordinators: studies left decoding by one that died
+            accepting = self.store.list_studies(ACCEPTING)
+            self._adopt(accepting)  # shared coordinators: rounds started by another one
             with self._lock:
                 rounds = list(self.rounds.values())
             for r in rounds:
                 r.tick(now)
-            for row in self.store.list_studies(ACCEPTING):
+            for row in accepting:
                 collect = getattr(self.spec(row.study_id), "collect_seconds", None)
                 if (reason := row.close_due(now, collect)) is not None:
                     try:

@@ -18,10 +18,17 @@ closing     a close was requested and waits for devices holding an input ticket:
             ``reason``
 state       a study changed state: ``study``, ``state`` (the new one), ``detail``
 stage       a secure-aggregation stage opened: ``study``, ``stage`` (its name)
+message     a device's secure-aggregation stage message was stored: ``study``, ``device``,
+            ``stage`` (its name)
 ==========  ===================================================================================
 
 Idempotent re-sends (a registration, contribution or refusal the store already held) log
-nothing, so a line is one event. How a record is written (key=value text or JSON lines) is the
+nothing, so a line is one event. Coordinators sharing a database (``--shared``) each log the
+events of the writes they made; the ``state`` event of a study's first contribution (``open`` →
+``collecting``, made inside the store's write) comes from the coordinator that stored it: one
+that did not create the study, or whose study another one moved, reads its state before its
+first contribution to it (two coordinators storing a study's first two contributions at the
+same moment may both log it). How a record is written (key=value text or JSON lines) is the
 log handler's business: :mod:`fedsketch.server.cli.logformat`.
 """
 
@@ -52,6 +59,9 @@ class EventStore:
         #: Studies in state "open": their first stored contribution moves them to "collecting"
         #: inside the store's write (COLLECT), which returns no state.
         self._open = {row.study_id for row in store.list_studies(COLLECT.sources)}
+        #: Under ``--shared``: studies known to have left "open" (no state read before a
+        #: contribution to them).
+        self._moved: set[str] = set()
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._store, name)
@@ -82,7 +92,23 @@ class EventStore:
             emit("leave", study=study_id, device=device_id, registered=row.registered)
         return left, row
 
+    def _recheck(self, study_id: str) -> None:
+        """Under ``--shared``, read whether the study is still open (another coordinator may
+        have created it, or stored its first contribution), unless it is known to have left."""
+        with self._lock:
+            if study_id in self._moved:
+                return
+        state = self._store.get_study(study_id).state
+        with self._lock:
+            if state in COLLECT.sources:
+                self._open.add(study_id)
+            else:
+                self._open.discard(study_id)
+                self._moved.add(study_id)
+
     def add_contribution(self, row: ContributionRow) -> bool:
+        if self._store.shared:
+            self._recheck(row.study_id)
         stored = self._store.add_contribution(row)
         if stored:
             with self._lock:
@@ -116,6 +142,12 @@ class EventStore:
     def put_result(self, study_id: str, result_json: str) -> None:
         self._store.put_result(study_id, result_json)
         emit("state", study=study_id, state="done", detail="")
+
+    def add_stage_message(self, study_id: str, stage: int, device_id: str, body: bytes) -> bool:
+        stored = self._store.add_stage_message(study_id, stage, device_id, body)
+        if stored:
+            emit("message", study=study_id, device=device_id, stage=pb.Stage.Name(stage))
+        return stored
 
     def open_stage(self, study_id: str, stage: int, opened_at: float) -> None:
         self._store.open_stage(study_id, stage, opened_at)

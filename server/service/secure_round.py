@@ -32,7 +32,10 @@ given each stage's messages, and the routed bundles are canonical JSON, so
 :meth:`SecAggRound.resume` rebuilds a round from the store by replaying every closed stage's
 messages: a coordinator restarted at any point gives every device the same bytes as before and
 resumes the open stage, whose deadline stays ``stage_timeout`` after it opened (REGISTER's after
-its first registration), and a restart while decoding decodes the stored sum again. A device
+its first registration) but, if that passed while it was down, comes no sooner than a short grace
+after the restart (:func:`~.secure_studies.restart_grace`), and a restart while decoding decodes
+the stored sum again; coordinators sharing a database serve one round together the same way
+(:mod:`.shared_round`). A device
 sends one message per stage, kept once: an identical re-send is acknowledged again (also once
 its stage has closed, while the round runs: its first acknowledgement may have been lost in a
 restart), different bytes are refused (CONFLICT), and so is a message longer than its stage
@@ -54,6 +57,7 @@ import math
 import threading
 import time
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 
 import numpy as np
 
@@ -90,7 +94,16 @@ class SecAggRound:
         self._store = store
         self._finish, self._fail = finish, fail
         self._lock = threading.Lock()
+        #: No open stage closes by its timeout before this (Unix seconds; :meth:`resume`).
+        self.grace_until = 0.0
+        #: Wall seconds the coordinator spent closing each stage (routing, unmasking).
+        self.stage_seconds: dict[str, float] = {}
+        self._blank()
+
+    def _blank(self) -> None:
+        """The round as nobody has sent anything yet (also a shared round's reset)."""
         self.stage = pb.REGISTER
+        self._opened_at = math.inf  # when the open stage opened (REGISTER: its first device)
         self.deadline = math.inf  # REGISTER's clock starts with the first device
         # stage → device → (SHA-256 of the message as received, its parsed content)
         self._inbox: dict[int, dict[str, tuple[bytes, object]]] = {s: {} for s in sw.STAGES}
@@ -100,18 +113,18 @@ class SecAggRound:
         self._survivors: tuple[str, ...] = ()  # whose masked input arrived (MASKED_INPUT closed)
         self._aggregator: Aggregator | None = None
         self._params: SecAggParams | None = None
-        #: Wall seconds the coordinator spent closing each stage (routing, unmasking).
-        self.stage_seconds: dict[str, float] = {}
 
     @classmethod
     def resume(cls, study_id: str, spec: StudySpec | SecureRound, store: Store,
                finish: Callable[[np.ndarray, int, float], None],
-               fail: Callable[[str], None]) -> SecAggRound:
+               fail: Callable[[str], None], grace_until: float = 0.0) -> SecAggRound:
         """The round as the store holds it, at the stage it was in: every closed stage's kept
         messages replayed in order of arrival, the open stage's taken back, its deadline
-        ``stage_timeout`` after it opened (REGISTER: after the first registration). A stage
-        that was full when the coordinator stopped closes now."""
+        ``stage_timeout`` after it opened (REGISTER: after the first registration), but not
+        before ``grace_until`` (a restart's grace). A stage that was full when the coordinator
+        stopped closes now."""
         r = cls(study_id, spec, store, finish, fail)
+        r.grace_until = grace_until
         with r._lock:
             r._replay(store.secure_round(study_id), store.stage_messages(study_id))
         return r
@@ -122,17 +135,24 @@ class SecAggRound:
         """A round that ended before a restart, as the store kept it: finished, answering
         :meth:`members` (its roster, and whose masked input is in the sum) and nothing else."""
         r = cls(study_id, spec, store, lambda *_: None, lambda _: None)
-        r._records = dict.fromkeys(members, 0.0)  # the roster; the counts served only the sum
-        r._survivors = tuple(sorted(u for u, counted in members.items() if counted))
-        r._end()
+        r._ended_as(members)
         return r
 
+    def _ended_as(self, members: dict[str, bool]) -> None:
+        """End the round as the store kept it (lock held): its roster, and who is in the sum."""
+        self._records = dict.fromkeys(members, 0.0)  # the roster; the counts served only the sum
+        self._survivors = tuple(sorted(u for u, counted in members.items() if counted))
+        self._end()
+
     def _replay(self, row: SecureRoundRow | None, messages: list[StageMessageRow]) -> None:
-        """:meth:`resume`'s work (lock held)."""
+        """Bring the round from its stage to the stage ``row`` records (lock held): the kept
+        ``messages`` it lacks taken in, every stage between closed as it closed before (the
+        aggregator is deterministic given a stage's messages), the open stage's deadline set; a
+        full open stage closes now. :meth:`resume`'s work, from REGISTER."""
         at = pb.REGISTER if row is None else row.stage
-        for stage in sw.STAGES[:sw.STAGES.index(at) + 1]:
+        for stage in sw.STAGES[sw.STAGES.index(self.stage):sw.STAGES.index(at) + 1]:
             for m in messages:
-                if m.stage == stage:
+                if m.stage == stage and m.device_id not in self._inbox[stage]:
                     self._inbox[stage][m.device_id] = (hashlib.sha256(m.body).digest(),
                                                        self._parse(stage, m.body))
             if stage != at:
@@ -140,16 +160,25 @@ class SecAggRound:
                 if self.finished:
                     return
         if at == pb.REGISTER:
-            first = [m.received_at for m in messages if m.stage == pb.REGISTER]
-            self.deadline = min(first) + self.sa.stage_timeout if first else math.inf
+            self._opened_at = min([self._opened_at, *(m.received_at for m in messages
+                                                       if m.stage == pb.REGISTER)])
         else:
-            self.deadline = row.opened_at + self.sa.stage_timeout
+            self._opened_at = row.opened_at
+        self.deadline = max(self._opened_at + self.sa.stage_timeout, self.grace_until)
         if self._full():
             self._advance()
 
     @property
     def finished(self) -> bool:
         return self.stage == pb.FINISHED
+
+    def follow(self) -> None:
+        """Nothing: one coordinator's round is the store's (:meth:`.SharedRound.follow`)."""
+
+    def _held(self) -> AbstractContextManager:
+        """What :meth:`receive`, :meth:`fetch` and :meth:`tick` hold: the round's lock (and,
+        shared, the database's: :class:`~.shared_round.SharedRound`)."""
+        return self._lock
 
     def held_messages(self) -> int:
         """Stage messages and routed bundles the round still holds (0 once it is over)."""
@@ -189,7 +218,7 @@ class SecAggRound:
         """Store one stage message; True for an identical re-send, also of a stage that has
         closed since (its acknowledgement was lost) while the round runs. Closes the stage when
         full."""
-        with self._lock:
+        with self._held():
             digest = hashlib.sha256(body).digest()
             held = self._inbox.get(stage, {}).get(device_id)
             if held is not None:
@@ -206,7 +235,8 @@ class SecAggRound:
             parsed = self._parse(stage, body)  # a malformed message is refused, not kept
             self._store.add_stage_message(self.study_id, stage, device_id, body)  # before the ack
             if stage == pb.REGISTER and not inbox:
-                self.deadline = time.time() + self.sa.stage_timeout
+                self._opened_at = time.time()
+                self.deadline = self._opened_at + self.sa.stage_timeout
             inbox[device_id] = (digest, parsed)
             if self._full():
                 self._advance()
@@ -265,7 +295,7 @@ class SecAggRound:
 
     def fetch(self, device_id: str, stage: int) -> bytes:
         """What the coordinator routes to ``device_id`` for the open ``stage``."""
-        with self._lock:
+        with self._held():
             self._check_open(stage)
             if stage == pb.ADVERTISE_KEYS and self._shared_body is not None:
                 if device_id not in self._params.share_x:
@@ -279,7 +309,9 @@ class SecAggRound:
 
     def tick(self, now: float) -> None:
         """Close the open stage if its timeout has passed."""
-        with self._lock:
+        if self.finished:
+            return
+        with self._held():
             if not self.finished and now >= self.deadline:
                 self._advance()
 
@@ -324,7 +356,7 @@ class SecAggRound:
         if not replaying:
             now = time.time()
             self._store.open_stage(self.study_id, self.stage, now)
-            self.deadline = now + self.sa.stage_timeout
+            self._opened_at, self.deadline = now, now + self.sa.stage_timeout
 
     def _conclude(self, total: np.ndarray | None, reason: str = "") -> None:
         """End the round (lock held): store the unmasked ``total`` (the study decodes) or the

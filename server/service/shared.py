@@ -1,6 +1,6 @@
 """What a coordinator sharing its database with others (``serve --shared``) does differently: it
-takes up their unfinished decoding, and it takes no secure-aggregation study (whose stages live
-in the memory of the coordinator that runs it).
+takes up their unfinished decoding, and it serves every running secure-aggregation round, those
+another coordinator started included (:mod:`.shared_round`).
 
 A study closes in whichever coordinator made its DECODE transition, which then decodes it under
 the study's claim (:meth:`~fedsketch.server.store.base.Store.claim`). If that coordinator dies
@@ -17,8 +17,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from concurrent.futures import Executor
 
-from fedsketch.common.study import StudySpec
-from fedsketch.server.store.base import Store
+from fedsketch.server.service.secure_round import SecAggRound
+from fedsketch.server.store.base import Store, StudyRow
 
 #: How often (seconds) a shared coordinator looks for decoding studies nobody is working on.
 SWEEP_SECONDS = 15.0
@@ -26,11 +26,12 @@ SWEEP_SECONDS = 15.0
 
 class Shared:
     """Mixin of :class:`~fedsketch.server.service.coordinator.Coordinator`: :meth:`_sweep` and
-    :meth:`_check_shareable`."""
+    :meth:`_adopt`."""
 
     store: Store
     _decoder: Executor
     _decode: Callable[[str], None]
+    _adopted: Callable[[str], SecAggRound | None]
     _next_sweep: float = 0.0
 
     def _sweep(self, now: float) -> None:
@@ -43,7 +44,10 @@ class Shared:
             if not self.store.claimed(row.parent or row.study_id):  # a round's claim is its study's
                 self._decoder.submit(self._decode, row.study_id)
 
-    def _check_shareable(self, spec: StudySpec) -> None:
-        """ValueError for a secure-aggregation study on a shared store."""
-        if spec.secure_aggregation is not None and self.store.shared:
-            raise ValueError("coordinators sharing a database (--shared) take no secure study")
+    def _adopt(self, accepting: list[StudyRow]) -> None:
+        """If the store is shared, take up the secure rounds of the ``accepting`` studies that
+        another coordinator started, so that this one's watcher closes their stages by their
+        timeouts too (should the one that started them die)."""
+        if self.store.shared:
+            for row in accepting:
+                self._adopted(row.study_id)

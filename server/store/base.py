@@ -35,6 +35,7 @@ each with the semantics, refusals and transactions every backend must keep, read
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Collection
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import NamedTuple
@@ -208,7 +209,8 @@ class Store(ABC):
 
     @abstractmethod
     def claim(self, key: str) -> AbstractContextManager[None]:
-        """Hold the claim on ``key`` (the coordinator's: a study id) for the ``with`` block,
+        """Hold the claim on ``key`` (the coordinator's: a study id, whose decoder steps it
+        serializes, or a shared secure round's lock, ``secagg-round/`` and its id) for the ``with`` block,
         waiting while another thread or process holding the store has it; released when the
         block ends, or when the process holding it dies. Writes nothing."""
 
@@ -380,9 +382,12 @@ class Store(ABC):
         bounded bodies, so a study holds at most (stages × roster) rows of bounded size."""
 
     @abstractmethod
-    def stage_messages(self, study_id: str) -> list[StageMessageRow]:
+    def stage_messages(self, study_id: str, stages: tuple[int, ...] | None = None,
+                       held: Collection[str] = ()) -> list[StageMessageRow]:
         """The study's kept stage messages, in order of arrival (ties by stage, then device id);
-        empty for an unknown study or once its round ended."""
+        empty for an unknown study or once its round ended. With ``stages``, only theirs, less
+        the messages of ``stages[0]`` from the devices in ``held`` (a round catching up with the
+        store reads only what it lacks: its open stage's new messages and any later stage's)."""
 
     @abstractmethod
     def open_stage(self, study_id: str, stage: int, opened_at: float) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Collection
 
 from fedsketch.server.errors import Code
 from fedsketch.server.store.base import (
@@ -55,9 +56,17 @@ class SecureRounds:
                       "VALUES (?, ?, ?, ?, ?)", (study_id, stage, device_id, body, time.time()))
             return True
 
-    def stage_messages(self, study_id: str) -> list[StageMessageRow]:
+    def stage_messages(self, study_id: str, stages: tuple[int, ...] | None = None,
+                       held: Collection[str] = ()) -> list[StageMessageRow]:
+        where, params = "study_id = ?", [study_id]
+        if stages is not None:
+            where += f" AND stage IN ({', '.join('?' * len(stages))})"
+            params += stages
+            if held:
+                where += f" AND NOT (stage = ? AND device_id IN ({', '.join('?' * len(held))}))"
+                params += [stages[0], *held]
         rows = self._query("SELECT stage, device_id, body, received_at FROM stage_messages "
-                           "WHERE study_id = ? ORDER BY received_at, stage, device_id", (study_id,))
+                           f"WHERE {where} ORDER BY received_at, stage, device_id", tuple(params))
         return [StageMessageRow(*row) for row in rows]
 
     def open_stage(self, study_id: str, stage: int, opened_at: float) -> None:

@@ -43,12 +43,6 @@ def test_two_shared_coordinators_on_one_database_decode_each_study_once(tmp_path
         alone = cli("coordinator", "serve", "--db", postgres_url, "--listen", "127.0.0.1:0", "--insecure",
                     "--token-file", str(a.token_file), check=False)
         assert alone.returncode == 1 and "in use by another coordinator" in alone.stderr, alone.stderr
-        secure = a.op("create-study", "--name", "s", "--d", "3", "--k", "3", "--bounds", "-12:12",
-                      "--rounds", "0", "--scale", "1.5", "--epsilon", "5", "--m", "60", "--min-devices",
-                      "10", "--secure-aggregation", "--max-records", "100000", "--max-dropout", "0.2",
-                      "--max-colluders", "0.1", check=False)
-        assert secure.returncode == 1 and "--shared" in secure.stderr, secure.stderr
-
         studies = [create_study(a, 3), create_study(b, 3)]
         tokens = b.op("tokens", "--count", "3").stdout.split()
         for i in range(3):  # devices 0 and 2 join through a, 1 through b; 2 fills both rosters

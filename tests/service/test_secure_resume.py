@@ -1,7 +1,8 @@
 """A secure-aggregation round rebuilt from the store (:meth:`SecAggRound.resume`) is the round
 the coordinator holds in memory, after every message of every stage; a coordinator restarted on
 the store in the middle of a secure refinement round resumes it, and the study ends with every
-round (real TLS on loopback, in-process devices that keep their sessions across the restart).
+round (real TLS on loopback, in-process devices that keep their sessions across the restart);
+a stage whose timeout passed while the coordinator was down stays open a grace after the restart.
 The same with real processes and SIGKILL: ``test_secure_crash.py``."""
 
 from __future__ import annotations
@@ -207,5 +208,31 @@ def test_a_round_that_cannot_be_rebuilt_fails_its_study_and_the_coordinator_star
         assert row.state == "failed" and "could not be resumed after a restart" in row.detail
         assert restarted.round_of(fine).stage == pb.REGISTER
         assert len(restarted.round_of(fine)._inbox[pb.REGISTER]) == 1
+    finally:
+        restarted.stop()
+
+
+def test_a_stage_whose_timeout_passed_while_the_coordinator_was_down_stays_open_a_grace(
+        coordinator_round, parts):
+    """REGISTER (one device of four, 1 s timeout) runs out while the coordinator is stopped: the
+    restarted one keeps it open min(stage_timeout, 10 s) = 1 s from its start, for devices that
+    retried meanwhile, and then closes it (too few registered: the study fails)."""
+    r = coordinator_round
+    study = r.create(secure_spec(4, timeout=1.0)).study_id
+    r.agent("g0", parts[0]).step()  # registers
+    r.coordinator.stop()
+    time.sleep(1.2)  # REGISTER's timeout passes while nobody serves
+    begun = time.time()
+    restarted = Coordinator(r.store)
+    restarted.start()
+    try:
+        resumed = restarted.round_of(study)
+        assert resumed.stage == pb.REGISTER and not resumed.finished
+        assert begun + 1.0 <= resumed.deadline <= time.time() + 1.0
+        stop = time.monotonic() + 10
+        while r.store.get_study(study).state != "failed":
+            assert time.monotonic() < stop
+            time.sleep(0.05)
+        assert "aborted at REGISTER" in r.store.get_study(study).detail
     finally:
         restarted.stop()

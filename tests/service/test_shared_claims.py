@@ -2,27 +2,32 @@
 under its claim, so two coordinators told at once to decode the same study (one closing it, one
 resuming it at start-up) decode it once; the claim waits for its holder, in any process; a study
 left decoding with its claim free (its coordinator died) is taken up by a live one, and one whose
-claim is held is left to its holder; and coordinators that share a database take no
-secure-aggregation study."""
+claim is held is left to its holder; and coordinators that share a database take up secure
+rounds, one a coordinator serving the database alone left running included; the first
+contribution's move to collecting is logged by the coordinator that stored it."""
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import threading
 import time
 
 import numpy as np
-import pytest
 from conftest import study_spec
 
 from fedsketch.common import signing, wire
+from fedsketch.common.pb import fedsketch_pb2 as pb
+from fedsketch.common.secagg import wire as sw
 from fedsketch.common.secagg.spec import SecAggSpec
 from fedsketch.common.secagg.trust import Assumptions
-from fedsketch.server.errors import Refusal
 from fedsketch.server.service import shared
 from fedsketch.server.service.coordinator import Coordinator
+from fedsketch.server.service.events import EventStore
 from fedsketch.server.service.messages import Submission
+from fedsketch.server.service.shared_round import SharedRound
 from fedsketch.server.store import Store, open_store
+from fedsketch.server.store.base import ContributionRow
 
 
 def test_a_claim_waits_for_its_holder(store_url):
@@ -121,26 +126,63 @@ def test_a_shared_coordinator_takes_up_a_study_left_decoding_unless_it_is_claime
         store.close()
 
 
-def test_coordinators_sharing_a_database_take_no_secure_study(postgres_url, caplog):
-    """Neither a new one, nor, at start-up, one a coordinator serving the database alone left
-    running: that round is left whole in the store, not rebuilt in each process."""
+def test_coordinators_sharing_a_database_take_up_secure_rounds(postgres_url):
+    """A round a coordinator serving the database alone left running (one device registered) is
+    taken up at start-up as a shared round, caught up with the store on its first call, and a new
+    secure study is taken too."""
     secure = study_spec(m=60, r=60, min_devices=3, secure_aggregation=SecAggSpec.assuming(
         Assumptions(3, 0, 0), 5000, None, 600.0, None))
     alone = open_store(postgres_url)
-    running = Coordinator(alone).create(secure.to_json()).study_id  # not started: no watcher
+    lone = Coordinator(alone)  # not started: no watcher
+    running = lone.create(secure.to_json()).study_id
+    alone.add_tokens(["t"])
+    device = alone.enroll("t", signing.public_key(signing.new_private_key()), "d")
+    assert lone.rounds[running].receive(device, pb.REGISTER, sw.register_body(500)) is False
     alone.close()
     store = open_store(postgres_url)
     store.hold(shared=True)
     coordinator = Coordinator(store)
     try:
-        with caplog.at_level(logging.WARNING, logger="fedsketch.coordinator"):
-            coordinator.start()
-        assert coordinator.round_of(running) is None and store.get_study(running).state == "open"
-        assert f"study {running}: a secure-aggregation round is left as it is" in caplog.text
-        with pytest.raises(Refusal, match="--shared"):
-            coordinator.create(secure.to_json())
-        assert [row.study_id for row in store.list_studies()] == [running]
-        coordinator.create(study_spec().to_json())  # a plain one is taken
+        coordinator.start()
+        taken = coordinator.round_of(running)
+        assert isinstance(taken, SharedRound)
+        taken.tick(time.time())  # its first call: caught up, not due
+        first = store.stage_messages(running)[0].received_at
+        assert list(taken._inbox[pb.REGISTER]) == [device] and taken.deadline == first + 600.0
+        assert taken.receive(device, pb.REGISTER, sw.register_body(500)) is True  # a re-send
+        assert isinstance(coordinator.round_of(coordinator.create(secure.to_json()).study_id),
+                          SharedRound)
     finally:
         coordinator.stop()
         store.close()
+
+
+def test_the_first_contribution_is_logged_by_the_coordinator_that_stored_it(postgres_url, caplog):
+    """Study created through one shared coordinator's store, first contribution stored through
+    the other's: the other logs the study's move to collecting, at once, and the first logs no
+    second one for its own contribution after."""
+    stores = [open_store(postgres_url) for _ in range(2)]
+    try:
+        for s in stores:
+            s.hold(shared=True)
+        a, b = (EventStore(s) for s in stores)
+        a.create_study("s", "{}", "0" * 64, None, 2)
+        a.add_tokens(["t0", "t1"])
+        devices = [a.enroll(f"t{i}", signing.public_key(signing.new_private_key()), "d")
+                   for i in range(2)]
+        for d in devices:
+            a.register("s", d)
+
+        def collecting() -> int:
+            return sum(r.getMessage() == "state" and r.fields == {
+                "study": "s", "state": "collecting", "detail": ""} for r in caplog.records)
+        caplog.set_level(logging.INFO, logger="fedsketch.events")
+        for store, device, logged in ((b, devices[0], 1), (a, devices[1], 1)):
+            payload = bytes(16)
+            assert store.add_contribution(ContributionRow(
+                "s", device, 10.0, "int64_pairs", payload, hashlib.sha256(payload).hexdigest(),
+                b"sig", time.time()))
+            assert collecting() == logged
+    finally:
+        for s in stores:
+            s.close()

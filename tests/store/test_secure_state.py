@@ -29,6 +29,17 @@ def test_a_stage_message_is_kept_once_and_never_replaced(store):
     assert store.stage_messages("x") == []
 
 
+def test_a_round_catching_up_reads_only_the_messages_it_lacks(store):
+    """Of stages 2 and 3, less the stage-2 message of a device the reader holds already."""
+    a, b = enroll(store, 1), enroll(store, 2)
+    store.create_study("s", "{}", "0" * 64, None, 2)
+    for stage, device in ((6, a), (2, a), (2, b), (3, a)):
+        store.add_stage_message("s", stage, device, b"m%d" % stage)
+    assert [(m.stage, m.device_id) for m in store.stage_messages("s", (2, 3), (a,))] == [(2, b), (3, a)]
+    assert [(m.stage, m.device_id) for m in store.stage_messages("s", (2,))] == [(2, a), (2, b)]
+    assert store.stage_messages("s", (3,), (a, b)) == []
+
+
 def test_the_open_stage_and_when_it_opened_are_kept_and_replaced(store):
     store.create_study("s", "{}", "0" * 64, None, 2)
     assert store.secure_round("s") is None
