@@ -96,6 +96,7 @@ class Agent(SecureSteps, RosterSteps, RoundChecks):
         self._sessions: dict[str, Session] = {}
         self._unreported: dict[str, tuple[pb.Study, int]] = {}
         self._reported: set[str] = set()
+        self._coordinator: str | None = None  # the --coordinator reached, named by ensure_enrolled
 
     @property
     def waiting(self) -> bool:
@@ -106,7 +107,10 @@ class Agent(SecureSteps, RosterSteps, RoundChecks):
                 or any(r.source == self.source for r in self.ledger.reservations()))
 
     def ensure_enrolled(self, coordinator: str, token: str | None, label: str) -> Identity:
-        """The stored identity, or a new Ed25519 key enrolled with ``token``."""
+        """The stored identity, or a new Ed25519 key enrolled with ``token``; ``coordinator`` is
+        the ``--coordinator`` the channel reaches, which the agent's reads are signed for
+        (:func:`~fedsketch.common.device_reads.audience`), so it is called before :meth:`step`."""
+        self._coordinator = coordinator
         identity = self.ledger.identity()
         if identity is not None:
             return identity
@@ -158,11 +162,12 @@ class Agent(SecureSteps, RosterSteps, RoundChecks):
         self._report_refusals(identity, listed)  # at the pass's end, whatever each took
         return out
 
-    @staticmethod
-    def _read(identity: Identity, method: str, study_id: str = "") -> pb.DeviceRead:
+    def _read(self, identity: Identity, method: str, study_id: str = "") -> pb.DeviceRead:
         """The device's signed read of ``method`` (the coordinator shows studies and results
-        only to enrolled devices, each what it may read)."""
-        return signed_read(identity.private_key, identity.device_id, method, study_id)
+        only to enrolled devices, each what it may read), for the coordinator reached."""
+        if self._coordinator is None:
+            raise LedgerError("name the coordinator with ensure_enrolled before reading from it")
+        return signed_read(identity.private_key, identity.device_id, self._coordinator, method, study_id)
 
     def _check(self, study: pb.Study) -> Admitted | str:
         """Steps 1–2 of the module docstring: the study, its box and the data version opened for

@@ -81,6 +81,7 @@ def test_round0_fits_sigma_then_the_sketch_round_uses_it_and_each_device_spends_
     assert committed is not None and committed.acked_at is None
     monkeypatch.undo()
     restarted = Agent(r.channel(), Ledger(agents[3].ledger.path), agents[3].data)
+    restarted.ensure_enrolled(r.target, None, "restarted")
     assert restarted.step().resent == [study.study_id]
     stored = {c.device_id: c.payload for c in r.store.contributions(study.study_id)}
     assert stored[restarted.ledger.identity().device_id] == committed.payload
