@@ -166,6 +166,22 @@ def test_round0_without_its_quorum_fails_the_study_before_the_sketch(coordinator
     assert r.store.rounds(study.study_id) == [] and lone.ledger.spends() == []
 
 
+def test_a_secure_round0_that_aborts_fails_the_study_in_round_0s_words(coordinator_round, data):
+    """Round 0 of a secure study (quorum 4) gets one device: REGISTER closes by its timeout and
+    secure aggregation aborts; the study's detail says it is round 0 that failed, in the words
+    of a plain round 0 without its quorum (one wording), and nobody spent anything."""
+    r = coordinator_round
+    sa = SecAggSpec.assuming(Assumptions(4, 0, 0), 100_000, None, 0.3)
+    study = r.create(auto_spec(min_devices=4, secure_aggregation=sa))
+    lone = r.agent("lone", data[:2000])
+    lone.step()
+    s = r.wait(study.study_id, timeout=30)
+    assert s.state == pb.FAILED and s.detail.startswith(
+        "round 0 (σ calibration) failed, nobody spent on the sketch: secure aggregation aborted at "
+        "REGISTER"), s.detail
+    assert r.store.rounds(study.study_id) == [] and lone.ledger.spends() == []
+
+
 def test_a_device_that_missed_round_0_may_send_the_sketch(coordinator_round, data):
     """Round 0 (quorum 2, roster 3) is sent by a and b; c, on its roster, misses it (the operator
     closes round 0 first). The sketch round is sent by a and c: the study is done, and c spent
