@@ -48,7 +48,10 @@ def audience(coordinator: str) -> str:
 def names_audience(names: Collection[str], read_audience: str) -> bool:
     """Whether a certificate naming ``names`` (each in :func:`audience_name`'s form) names the
     audience ``read_audience``: one of them equals it, or a wildcard ``*.rest`` one covers it
-    (``read_audience`` is ``label.rest``, its first label not empty)."""
+    (``read_audience`` is ``label.rest``, its first label not empty). An audience holding a
+    ``*`` is no host a device connects to, and none is named."""
+    if "*" in read_audience:
+        return False
     label, _, rest = read_audience.partition(".")
     return read_audience in names or (bool(label) and bool(rest) and f"*.{rest}" in names)
 

@@ -31,7 +31,8 @@ def test_a_certificate_names_its_hosts_and_a_wildcard_covers_one_label(tmp_path)
     for ok in ("coord.example.org", "10.0.0.5", "::1", "a.fleet.example.org"):
         assert names_audience(names, ok)
     for other in ("example.org", "a.b.fleet.example.org", "fleet.example.org", ".fleet.example.org",
-                  "10.0.0.6", "*.fleet.example.org.evil", "coord.example.org.evil"):
+                  "10.0.0.6", "*.fleet.example.org", "*.fleet.example.org.evil",
+                  "coord.example.org.evil"):
         assert not names_audience(names, other), other
 
 
