@@ -46,7 +46,6 @@ before MASKED_INPUT spend nothing.
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 
@@ -72,31 +71,18 @@ from .secure_session import Session
 from .secure_steps import SECURE_KIND, SecureSteps
 from .study_pass import (
     RPC_TIMEOUT,
+    UNHANDLED,
     Admitted,
     Later,
     Outcome,
     fault_point,
+    is_secure,
     later_rounds,
     release_cost,
     spend_labels,
 )
 
 log = logging.getLogger("fedsketch.device")
-#: What a study's step may raise on input no check foresaw (the coordinator's bytes are not
-#: trusted): the study is declined, the pass goes on. Transport errors (grpc.RpcError), a stop
-#: (Stopped) and the ledger's own errors are not among them: they concern every study.
-UNHANDLED = (ArithmeticError, ValueError, TypeError, KeyError, IndexError, AttributeError,
-             RecursionError, UnicodeError)
-
-
-def _is_secure(study: pb.Study) -> bool:
-    """Whether the study's spec asks for secure aggregation (an unreadable spec counts as plain:
-    the plain path's checks refuse it with the reason)."""
-    try:
-        return json.loads(study.spec_json).get("secure_aggregation") is not None
-    except (ValueError, AttributeError):
-        return False
-
 
 class Agent(SecureSteps, RosterSteps, RoundChecks):
     """A device's protocol logic over one gRPC channel and one ledger."""
@@ -112,6 +98,7 @@ class Agent(SecureSteps, RosterSteps, RoundChecks):
         self._sessions: dict[str, Session] = {}
         self._unreported: dict[str, tuple[pb.Study, int]] = {}
         self._reported: set[str] = set()
+        self._coordinator: str | None = None  # the --coordinator reached, named by ensure_enrolled
 
     @property
     def waiting(self) -> bool:
@@ -122,7 +109,10 @@ class Agent(SecureSteps, RosterSteps, RoundChecks):
                 or any(r.source == self.source for r in self.ledger.reservations()))
 
     def ensure_enrolled(self, coordinator: str, token: str | None, label: str) -> Identity:
-        """The stored identity, or a new Ed25519 key enrolled with ``token``."""
+        """The stored identity, or a new Ed25519 key enrolled with ``token``; ``coordinator`` is
+        the ``--coordinator`` the channel reaches, which the agent's reads are signed for
+        (:func:`~fedsketch.common.device_reads.audience`), so it is called before :meth:`step`."""
+        self._coordinator = coordinator
         identity = self.ledger.identity()
         if identity is not None:
             return identity
@@ -177,7 +167,7 @@ class Agent(SecureSteps, RosterSteps, RoundChecks):
         expected it) is declined for good and logged with its traceback, so one study cannot
         stop the pass, and the daemon, for every other."""
         try:
-            if _is_secure(study):
+            if is_secure(study):
                 return self._secure_step(identity, study, out)
             return self._plain_step(identity, study, out)
         except UNHANDLED as exc:
@@ -185,11 +175,12 @@ class Agent(SecureSteps, RosterSteps, RoundChecks):
             return Declined(f"the device cannot handle this study ({type(exc).__name__}: {exc}); "
                             "it declines it", pb.OTHER)
 
-    @staticmethod
-    def _read(identity: Identity, method: str, study_id: str = "") -> pb.DeviceRead:
+    def _read(self, identity: Identity, method: str, study_id: str = "") -> pb.DeviceRead:
         """The device's signed read of ``method`` (the coordinator shows studies and results
-        only to enrolled devices, each what it may read)."""
-        return signed_read(identity.private_key, identity.device_id, method, study_id)
+        only to enrolled devices, each what it may read), for the coordinator reached."""
+        if self._coordinator is None:
+            raise LedgerError("name the coordinator with ensure_enrolled before reading from it")
+        return signed_read(identity.private_key, identity.device_id, self._coordinator, method, study_id)
 
     def _check(self, study: pb.Study) -> Admitted | str:
         """Steps 1–2 of the module docstring: the study, its box and the data version opened for

@@ -3,6 +3,7 @@ deadline and the crash-test fault point."""
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import signal
@@ -11,6 +12,7 @@ from dataclasses import dataclass, field
 
 from fedsketch.common.box import Box
 from fedsketch.common.calibration_round import SketchRound
+from fedsketch.common.pb import fedsketch_pb2 as pb
 from fedsketch.common.refine import RoundSpec
 from fedsketch.common.secagg.wire import STAGES as SECURE_STAGES
 from fedsketch.common.study import StudySpec
@@ -139,6 +141,22 @@ def spend_labels(spec: StudySpec, rnd: RoundSpec | SketchRound | None, later: La
                 "round": rnd.round, **keep}
     name = spec.name if spec.calibration is None else f"{spec.name} · round 0 (σ calibration)"
     return {"study_name": name, "parent": None, "round": 0, **keep}
+
+
+#: What a study's step may raise on input no check foresaw (the coordinator's bytes are not
+#: trusted): the study is declined, the pass goes on. Transport errors (grpc.RpcError), a stop
+#: (Stopped) and the ledger's own errors are not among them: they concern every study.
+UNHANDLED = (ArithmeticError, ValueError, TypeError, KeyError, IndexError, AttributeError,
+             RecursionError, UnicodeError)
+
+
+def is_secure(study: pb.Study) -> bool:
+    """Whether the study's spec asks for secure aggregation (an unreadable spec counts as plain:
+    the plain path's checks refuse it with the reason)."""
+    try:
+        return json.loads(study.spec_json).get("secure_aggregation") is not None
+    except (ValueError, AttributeError):
+        return False
 
 
 def fault_point() -> None:

@@ -45,6 +45,7 @@ from .privacy import PrivacySpec, coordinate_variance
 from .scale import DEFAULT_M0, CalibrationSpec, ScaleCalibration, calibration_release, read_calibration
 from .sketching import normalized_sketch
 from .spec import canonical_json
+from .spec_fields import checked, integer, number, optional_number, text
 from .wire import PayloadError, check_payload, decode, encode
 
 if TYPE_CHECKING:  # annotations only: the study module imports this one
@@ -100,12 +101,14 @@ class CalibrationPlan:
 
     @classmethod
     def from_dict(cls, data: dict) -> CalibrationPlan:
-        """Parse; ValueError or TypeError for anything malformed."""
+        """Parse; ValueError or TypeError for anything malformed, a field of another JSON type
+        than its own included (:mod:`~.spec_fields`)."""
         if not isinstance(data, dict) or set(data) != {"epsilon", "m0", "sigma_lo", "sigma_hi",
                                                        "round_seconds"}:
             raise ValueError("calibration must be an object with epsilon, m0, sigma_lo, "
                              "sigma_hi and round_seconds")
-        return cls(**data)
+        return cls(**checked(data, {"epsilon": number, "m0": integer, "sigma_lo": number,
+                                    "sigma_hi": number, "round_seconds": number}, "calibration"))
 
 
 def split_auto(epsilon: float, fraction: float = AUTO_FRACTION,
@@ -265,12 +268,15 @@ class SketchRound:
                                "secure_aggregation": self.secure_aggregation})
 
     @classmethod
-    def from_json(cls, text: str) -> SketchRound:
-        """Parse and validate; ValueError with the reason on anything malformed."""
+    def from_json(cls, spec_json: str) -> SketchRound:
+        """Parse and validate; ValueError with the reason on anything malformed, a field of
+        another JSON type than its own included (:mod:`~.spec_fields`)."""
         try:
-            data = json.loads(text)
+            data = json.loads(spec_json)
             if not isinstance(data, dict) or data.pop("format", None) != SKETCH_ROUND_FORMAT:
                 raise ValueError(f"a sketch round must be a {SKETCH_ROUND_FORMAT} object")
-            return cls(**data)
+            return cls(**checked(data, {"parent_id": text, "parent_sha256": text, "sigma": number,
+                                        "omega_sha256": text, "deadline": optional_number,
+                                        "min_devices": integer}))
         except (TypeError, RecursionError) as exc:
             raise ValueError(f"malformed sketch round spec: {exc!r}") from None

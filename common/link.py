@@ -60,10 +60,16 @@ class Link:
 
     @property
     def host(self) -> str:
-        """The host part of ``target``'s first address (brackets of an IPv6 literal removed)."""
-        first = self.target.split(",")[0].strip()
-        host = first.rpartition(":")[0] or first
-        return host.removeprefix("[").removesuffix("]")
+        """The host part of ``target``'s first address (:func:`first_host`)."""
+        return first_host(self.target)
+
+
+def first_host(target: str) -> str:
+    """The host part of ``--coordinator``'s first address (brackets of an IPv6 literal removed):
+    the name TLS verifies the coordinator's certificate against (:func:`grpc_target`)."""
+    first = target.split(",")[0].strip()
+    host = first.rpartition(":")[0] or first
+    return host.removeprefix("[").removesuffix("]")
 
 
 def grpc_target(target: str) -> tuple[str, str | None]:

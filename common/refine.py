@@ -47,6 +47,7 @@ from .dp.grid import STEPS
 from .lloyd import add_cell_noise, exact_cell_stats, relation_factor, su_split
 from .secagg import MAX_BITS, modulus_bits
 from .spec import canonical_json
+from .spec_fields import integer, json_type, number, numbers, optional_number, text
 
 #: Written and read: the spec of one refinement round.
 ROUND_FORMAT = "fedsketch.round/2"
@@ -110,12 +111,14 @@ class RefineSpec:
 
     @classmethod
     def from_dict(cls, data: dict) -> RefineSpec:
-        """Parse; ValueError or TypeError for anything malformed. A spec written before the
-        radius was declared reads as ρ = 1 (offsets clipped to the box's half-widths)."""
-        if not isinstance(data, dict) or not isinstance(data.get("epsilon"), list):
+        """Parse; ValueError or TypeError for anything malformed, a field of another JSON type
+        than its own included (:mod:`~.spec_fields`). A spec written before the radius was
+        declared reads as ρ = 1 (offsets clipped to the box's half-widths)."""
+        if not isinstance(data, dict) or "epsilon" not in data:
             raise ValueError("refine must be an object with an epsilon list")
-        return cls(tuple(data["epsilon"]), data.get("round_seconds", ROUND_SECONDS),
-                   data.get("radius", 1.0))
+        return cls(numbers(data["epsilon"], "refine.epsilon"),
+                   number(data.get("round_seconds", ROUND_SECONDS), "refine.round_seconds"),
+                   number(data.get("radius", 1.0), "refine.radius"))
 
 
 def check_radius(radius: object) -> None:
@@ -239,10 +242,11 @@ class RoundSpec:
                                "radius": self.radius})
 
     @classmethod
-    def from_json(cls, text: str) -> RoundSpec:
-        """Parse and validate; ValueError with the reason on anything malformed."""
+    def from_json(cls, spec_json: str) -> RoundSpec:
+        """Parse and validate; ValueError with the reason on anything malformed, a field of
+        another JSON type than its own included (:mod:`~.spec_fields`)."""
         try:
-            data = json.loads(text)
+            data = json.loads(spec_json)
             if not isinstance(data, dict) or data.get("format") != ROUND_FORMAT:
                 found = data.get("format") if isinstance(data, dict) else None
                 raise ValueError(f"a round spec must be a {ROUND_FORMAT} object, got {found!r}"
@@ -251,10 +255,15 @@ class RoundSpec:
             start, secure = data.get("start"), data.get("secure_aggregation")
             if any(v is not None and not isinstance(v, dict) for v in (start, secure)):
                 raise ValueError("a round's start and secure aggregation must be objects")
-            return cls(str(data["parent_id"]), str(data["parent_sha256"]), data["round"],
-                       tuple(tuple(r) for r in data["centroids"]), data["min_devices"],
-                       None if data["deadline"] is None else float(data["deadline"]), start,
-                       secure, data["radius"])
+            centres = data["centroids"]
+            if type(centres) is not list:
+                raise ValueError(f"centroids must be an array of centres, got {json_type(centres)}")
+            return cls(text(data["parent_id"], "parent_id"), text(data["parent_sha256"], "parent_sha256"),
+                       integer(data["round"], "round"),
+                       tuple(numbers(c, f"centroids[{j}]") for j, c in enumerate(centres)),
+                       integer(data["min_devices"], "min_devices"),
+                       optional_number(data["deadline"], "deadline"), start, secure,
+                       number(data["radius"], "radius"))
         except (KeyError, TypeError, OverflowError, json.JSONDecodeError, RecursionError) as exc:
             # RecursionError: JSON nested deeper than the interpreter's stack
             raise ValueError(f"incomplete or malformed round spec: {exc!r}") from None

@@ -20,13 +20,21 @@ a study is signed over
 
 (reason: the ``RefusalReason`` code of ``proto/fedsketch.proto``), so nobody can report a
 refusal in a device's name. A device's read of studies or of a result (``DeviceRead`` in
-``proto/fedsketch.proto``) is signed over
+``proto/fedsketch.proto``) is signed over (format :data:`READ_FORMAT`)
 
-    SHA-256("fedsketch/read/v1" ‖ L(method) ‖ L(device_id) ‖ L(study_id) ‖ f64le(signed_at))
+    SHA-256("fedsketch/read/v2" ‖ L(audience) ‖ L(method) ‖ L(device_id) ‖ L(study_id)
+            ‖ f64le(signed_at))
 
-(method: the RPC's name, "ListStudies", "GetStudy" or "GetResult"; study_id "" for a list;
-signed_at: Unix seconds), so a read signed for one method, study or moment is no other. The
-coordinator verifies all five against the public key registered at enrollment.
+(audience: the coordinator's name the device verified over TLS,
+:func:`fedsketch.common.device_reads.audience`; method: the RPC's name, "ListStudies",
+"GetStudy" or "GetResult"; study_id "" for a list; signed_at: Unix seconds), so a read signed
+for one coordinator, method, study or moment is no other. (Format 1, "fedsketch/read/v1", named
+no audience; it is no longer taken.)
+
+Every digest a device signs starts with its kind's domain, and the read's is no prefix of
+another kind's nor another's of it (``tests/common/test_device_reads.py``), so a read signature
+never verifies as a registration, leave, refusal, contribution or secure-aggregation message,
+nor the reverse. The coordinator verifies them against the public key registered at enrollment.
 """
 
 from __future__ import annotations
@@ -42,7 +50,9 @@ DOMAIN = b"fedsketch/contribution/v1"
 REGISTRATION_DOMAIN = b"fedsketch/registration/v1"
 LEAVE_DOMAIN = b"fedsketch/leave/v1"
 REFUSAL_DOMAIN = b"fedsketch/refusal/v1"
-READ_DOMAIN = b"fedsketch/read/v1"
+READ_DOMAIN = b"fedsketch/read/v2"
+#: The format of the read digest (``DeviceRead.format``): 2, the one with an audience.
+READ_FORMAT = 2
 PUBLIC_KEY_BYTES = 32
 SIGNATURE_BYTES = 64
 
@@ -83,11 +93,13 @@ def refusal_digest(study_id: str, device_id: str, spec_sha256: str, reason: int)
     return h.digest()
 
 
-def read_digest(method: str, device_id: str, study_id: str, signed_at: float) -> bytes:
-    """The 32-byte digest a device's signed read covers (module docstring): ``method`` the RPC's
-    name, ``study_id`` "" for a list, ``signed_at`` Unix seconds."""
+def read_digest(audience: str, method: str, device_id: str, study_id: str, signed_at: float) -> bytes:
+    """The 32-byte digest a device's signed read covers (module docstring): ``audience`` the
+    coordinator's name, ``method`` the RPC's name, ``study_id`` "" for a list, ``signed_at``
+    Unix seconds."""
     h = hashlib.sha256(READ_DOMAIN)
-    for part in (field(method), field(device_id), field(study_id), struct.pack("<d", signed_at)):
+    for part in (field(audience), field(method), field(device_id), field(study_id),
+                 struct.pack("<d", signed_at)):
         h.update(part)
     return h.digest()
 

@@ -20,6 +20,7 @@ from .features import check_feature
 from .frequencies import FrequencySpec, draw_frequencies
 from .privacy import PrivacySpec, PrivateSketch, privatize
 from .sketching import check_r, feature_sum
+from .spec_fields import integer, json_type, text
 
 
 @dataclass(frozen=True)
@@ -46,12 +47,15 @@ class SketchSpec:
 
     @classmethod
     def from_dict(cls, data: dict) -> SketchSpec:
-        """Inverse of :meth:`to_dict`; raises ValueError on a missing or invalid field."""
+        """Inverse of :meth:`to_dict`; raises ValueError on a missing or invalid field (one of
+        another JSON type than its own included: :mod:`~.spec_fields`)."""
+        if not isinstance(data, dict):
+            raise ValueError(f"sketch must be an object, got {json_type(data)}")
         try:
             return cls(
                 FrequencySpec.from_dict(data["frequencies"]),
-                str(data["feature"]),
-                int(data["r"]),
+                text(data["feature"], "sketch.feature"),
+                integer(data["r"], "sketch.r"),
                 PrivacySpec.from_dict(data["privacy"]),
             )
         except (KeyError, TypeError) as exc:

@@ -32,6 +32,7 @@ from .secagg import SecAggParams, check_capacity, graph_seed, modulus_bits
 from .secagg.spec import SecAggSpec
 from .secagg.trust import Assumptions
 from .spec import SketchSpec, canonical_json
+from .spec_fields import integer, numbers, optional_number, text
 from .wire import MAX_RECORDS
 
 #: Written by this code for a study without refinement rounds. Version 2 means "plain studies
@@ -304,10 +305,11 @@ class StudySpec:
         return spec_sha256(self.to_json())
 
     @classmethod
-    def from_json(cls, text: str) -> StudySpec:
-        """Parse and validate; ValueError with the reason on anything malformed."""
+    def from_json(cls, spec_json: str) -> StudySpec:
+        """Parse and validate; ValueError with the reason on anything malformed, a field of
+        another JSON type than its own included (:mod:`~.spec_fields`)."""
         try:
-            data = json.loads(text)
+            data = json.loads(spec_json)
         except json.JSONDecodeError as exc:
             raise ValueError(f"study spec is not JSON: {exc}") from None
         except RecursionError:  # nested deeper than the interpreter's stack
@@ -315,21 +317,21 @@ class StudySpec:
         if not isinstance(data, dict) or data.get("format") not in READ_FORMATS:
             raise ValueError(f"study spec must be a {FORMAT} object")
         try:
+            min_devices = integer(data["min_devices"], "min_devices")
             return cls(
-                name=str(data["name"]),
+                name=text(data["name"], "name"),
                 sketch=SketchSpec.from_dict(data["sketch"]),
-                omega_sha256=str(data["omega_sha256"]),
-                k=int(data["k"]),
-                lo=tuple(data["lo"]),
-                hi=tuple(data["hi"]),
-                min_devices=int(data["min_devices"]),
-                min_records=int(data["min_records"]),
-                deadline=None if data["deadline"] is None else float(data["deadline"]),
-                replicates=int(data["replicates"]),
-                decode_seed=int(data["decode_seed"]),
+                omega_sha256=text(data["omega_sha256"], "omega_sha256"),
+                k=integer(data["k"], "k"),
+                lo=numbers(data["lo"], "lo"),
+                hi=numbers(data["hi"], "hi"),
+                min_devices=min_devices,
+                min_records=integer(data["min_records"], "min_records"),
+                deadline=optional_number(data["deadline"], "deadline"),
+                replicates=integer(data["replicates"], "replicates"),
+                decode_seed=integer(data["decode_seed"], "decode_seed"),
                 secure_aggregation=(None if data.get("secure_aggregation") is None
-                                    else SecAggSpec.from_dict(data["secure_aggregation"],
-                                                              int(data["min_devices"]))),
+                                    else SecAggSpec.from_dict(data["secure_aggregation"], min_devices)),
                 refine=(None if data.get("refine") is None
                         else RefineSpec.from_dict(data["refine"])),
                 roster=data.get("roster"),  # an integer, or refused by _check_roster

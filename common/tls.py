@@ -22,6 +22,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from .atomicfile import atomic_write
+from .device_reads import audience_name
 
 MAX_MESSAGE_BYTES = 4 * 1024 * 1024
 
@@ -140,6 +141,38 @@ def server_credentials(cert: Path, key: Path) -> grpc.ServerCredentials:
         raise ValueError(f"{key}: the private key (--key) does not match the certificate in "
                          f"{cert} (--cert)")
     return grpc.ssl_server_credentials(((key_bytes, cert_bytes),))
+
+
+@dataclass(frozen=True)
+class ServerTLS:
+    """What the coordinator serves TLS with: gRPC's ``credentials`` and the ``names`` its
+    certificate proves (:func:`certificate_names`), which a device's signed read must name."""
+
+    credentials: grpc.ServerCredentials
+    names: frozenset[str]
+
+
+def server_tls(cert: Path, key: Path) -> ServerTLS:
+    """:func:`server_credentials` and the names of the certificate in ``cert``."""
+    return ServerTLS(server_credentials(cert, key), certificate_names(cert))
+
+
+def certificate_names(cert: Path) -> frozenset[str]:
+    """The host names and IP addresses the (leaf) certificate in the PEM file ``cert`` names, as
+    TLS clients verify them: its subject alternative names (DNS names, wildcards included, and IP
+    addresses), or its subject's common name when it has none; each written as
+    :func:`fedsketch.common.device_reads.audience_name` writes it. ValueError if it names none."""
+    leaf = _load_certs(_read(cert, "server certificate (--cert)"), cert)[0]
+    try:
+        san = leaf.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+        hosts = [*san.get_values_for_type(x509.DNSName),
+                 *map(str, san.get_values_for_type(x509.IPAddress))]
+    except x509.ExtensionNotFound:
+        hosts = [str(a.value) for a in leaf.subject.get_attributes_for_oid(NameOID.COMMON_NAME)]
+    if not hosts:
+        raise ValueError(f"{cert}: the certificate names no host (no subject alternative name, no "
+                         "common name), so no device can verify it")
+    return frozenset(audience_name(h) for h in hosts)
 
 
 def channel_credentials(ca: Path) -> grpc.ChannelCredentials:

@@ -22,7 +22,7 @@ from fedsketch.common.pb import fedsketch_pb2_grpc as pb_grpc
 from fedsketch.common.privacy import PrivacySpec
 from fedsketch.common.spec import SketchSpec
 from fedsketch.common.study import StudySpec
-from fedsketch.common.tls import CertPaths, init_certs, secure_channel, server_credentials
+from fedsketch.common.tls import CertPaths, init_certs, secure_channel, server_tls
 from fedsketch.server.bench.metrics import split
 from fedsketch.server.service.api import build_server
 from fedsketch.server.service.coordinator import Coordinator
@@ -131,7 +131,7 @@ def coordinator_round(tmp_path, certs) -> Round:
     store = open_store(tmp_path / "coordinator.db")
     server, coordinator, port = build_server(
         store, hashlib.sha256(OPERATOR_TOKEN.encode()).hexdigest(), "127.0.0.1:0",
-        server_credentials(certs.server_cert, certs.server_key))
+        server_tls(certs.server_cert, certs.server_key))
     try:
         yield Round(f"localhost:{port}", certs, store, coordinator, tmp_path)
     finally:
@@ -153,7 +153,8 @@ def signed(agent: Agent, method: str, study_id: str = "", at: float | None = Non
     """The agent's device read of ``method`` ("ListStudies", "GetStudy", "GetResult"; study_id ""
     for a list), signed with its enrolled key now (or at ``at``, Unix seconds)."""
     identity = agent.ledger.identity()
-    return signed_read(identity.private_key, identity.device_id, method, study_id, at)
+    return signed_read(identity.private_key, identity.device_id, identity.coordinator, method,
+                       study_id, at)
 
 
 #: Bound at import: a test may disable numpy's generators to show that privacy noise never uses them.

@@ -13,6 +13,7 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass
 
+from ..spec_fields import json_type, number, text
 from .calibration import check_delta, check_epsilon, check_neighbouring
 
 
@@ -42,8 +43,14 @@ class PrivacySpec:
 
     @classmethod
     def from_dict(cls, data: dict) -> PrivacySpec:
-        """Inverse of :meth:`to_dict`."""
-        return cls(float(data["epsilon"]), float(data["delta"]), str(data["neighbouring"]))
+        """Inverse of :meth:`to_dict`: each field of its own JSON type (:mod:`~..spec_fields`),
+        ε a number or the string "inf"; ValueError naming a field of another."""
+        if not isinstance(data, dict):
+            raise ValueError(f"privacy must be an object, got {json_type(data)}")
+        eps = data["epsilon"]
+        return cls(math.inf if eps == "inf" else number(eps, "privacy.epsilon"),
+                   number(data["delta"], "privacy.delta"),
+                   text(data["neighbouring"], "privacy.neighbouring"))
 
 
 @dataclass(frozen=True)

@@ -87,16 +87,20 @@ class ListStudiesRequest(_message.Message):
     def __init__(self, include_closed: _Optional[bool] = ...) -> None: ...
 
 class DeviceRead(_message.Message):
-    __slots__ = ("device_id", "study_id", "signed_at", "signature")
+    __slots__ = ("device_id", "study_id", "signed_at", "signature", "audience", "format")
     DEVICE_ID_FIELD_NUMBER: _ClassVar[int]
     STUDY_ID_FIELD_NUMBER: _ClassVar[int]
     SIGNED_AT_FIELD_NUMBER: _ClassVar[int]
     SIGNATURE_FIELD_NUMBER: _ClassVar[int]
+    AUDIENCE_FIELD_NUMBER: _ClassVar[int]
+    FORMAT_FIELD_NUMBER: _ClassVar[int]
     device_id: str
     study_id: str
     signed_at: float
     signature: bytes
-    def __init__(self, device_id: _Optional[str] = ..., study_id: _Optional[str] = ..., signed_at: _Optional[float] = ..., signature: _Optional[bytes] = ...) -> None: ...
+    audience: str
+    format: int
+    def __init__(self, device_id: _Optional[str] = ..., study_id: _Optional[str] = ..., signed_at: _Optional[float] = ..., signature: _Optional[bytes] = ..., audience: _Optional[str] = ..., format: _Optional[int] = ...) -> None: ...
 
 class ListStudiesResponse(_message.Message):
     __slots__ = ("studies",)

@@ -72,8 +72,9 @@ def serve(
         "default ~/.pgpass), and never printed.")],
     listen: Annotated[str, typer.Option(envvar="FEDSKETCH_LISTEN", help="HOST:PORT to listen on.")] = (
         "127.0.0.1:7443"),
-    cert: Annotated[Path | None, typer.Option(envvar="FEDSKETCH_CERT",
-                                              help="Server certificate (PEM).")] = None,
+    cert: Annotated[Path | None, typer.Option(
+        envvar="FEDSKETCH_CERT", help="Server certificate (PEM). A device's signed reads must name "
+        "one of its hosts (the host of the device's --coordinator).")] = None,
     key: Annotated[Path | None, typer.Option(envvar="FEDSKETCH_KEY",
                                              help="Server private key (PEM).")] = None,
     insecure: InsecureOpt = False,
@@ -106,7 +107,7 @@ def serve(
     internal error answers INTERNAL with a short error id, logged here with its traceback.
     Studies and results are not public: the operator token reads them all, an enrolled device
     (signing each read) the studies it may join and the results of those it contributed to."""
-    from fedsketch.common.tls import server_credentials
+    from fedsketch.common.tls import server_tls
     from fedsketch.server.cli.logformat import configure
     from fedsketch.server.service.api import build_server
     from fedsketch.server.store import open_store, sqlite_path
@@ -119,7 +120,7 @@ def serve(
             raise ValueError("give --cert and --key for TLS, or --insecure (not both)")
         if not insecure and (cert is None or key is None):
             raise ValueError("TLS needs both --cert and --key")
-        creds = None if insecure else server_credentials(cert, key)
+        tls = None if insecure else server_tls(cert, key)
         db_file = sqlite_path(db)  # None: a PostgreSQL database, which coordinators may share
         files = ([] if db_file is None else [("--db", Path(db_file))]) + [("--token-file", token_file)]
         for option, path in files:
@@ -139,7 +140,7 @@ def serve(
                 fh.write(secrets.token_urlsafe(32) + "\n")
             log.info("wrote a new operator token to %s", token_file)
         token_sha256 = hashlib.sha256(read_token(token_file).encode()).hexdigest()
-        server, coordinator, port = build_server(store, token_sha256, listen, creds)
+        server, coordinator, port = build_server(store, token_sha256, listen, tls)
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())

@@ -22,7 +22,7 @@ import grpc
 
 from fedsketch.common.pb import fedsketch_pb2 as pb
 from fedsketch.common.secagg import wire as secagg_wire
-from fedsketch.common.tls import MAX_MESSAGE_BYTES
+from fedsketch.common.tls import MAX_MESSAGE_BYTES, ServerTLS
 from fedsketch.server.errors import Code, Refusal
 from fedsketch.server.service.coordinator import Coordinator
 from fedsketch.server.service.events import EventStore
@@ -44,7 +44,7 @@ __all__ = ["STUDY_STATES", "DeviceService", "OperatorService", "build_server"]
 def _read(method: str, request: pb.DeviceRead) -> ReadMessage:
     """The signed read of a Device ``method`` (:mod:`.reads` judges it)."""
     return ReadMessage(method, request.device_id, request.study_id, request.signed_at,
-                       request.signature)
+                       request.signature, request.audience, request.format)
 
 
 def _stage_message(request: pb.SecAggMessage) -> StageMessage:
@@ -176,12 +176,13 @@ class OperatorService:
         return audit_reply(self.c, request.limit, request.study_id)
 
 
-def build_server(store: Store, token_sha256: str, listen: str,
-                 credentials: grpc.ServerCredentials | None,
+def build_server(store: Store, token_sha256: str, listen: str, tls: ServerTLS | None,
                  workers: int = 16) -> tuple[grpc.Server, Coordinator, int]:
     """A started gRPC server with both services on ``listen``; returns (server, coordinator,
-    bound port). ``credentials`` None means plaintext (the explicit ``--insecure`` opt-out)."""
-    coordinator = Coordinator(EventStore(store))  # each event the operator watches, logged
+    bound port). ``tls`` None means plaintext (the explicit ``--insecure`` opt-out); else a
+    device's read must be signed for one of its certificate's names (:mod:`.reads`)."""
+    names = None if tls is None else tls.names
+    coordinator = Coordinator(EventStore(store), names)  # each event the operator watches, logged
     options = [("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
                ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
                ("grpc.so_reuseport", 0)]  # a second server on a busy address fails to bind
@@ -189,10 +190,10 @@ def build_server(store: Store, token_sha256: str, listen: str,
     add_service(server, "Device", DeviceService(coordinator))
     add_service(server, "Operator", OperatorService(coordinator, token_sha256))
     try:
-        if credentials is None:
+        if tls is None:
             port = server.add_insecure_port(listen)
         else:
-            port = server.add_secure_port(listen, credentials)
+            port = server.add_secure_port(listen, tls.credentials)
     except RuntimeError:  # grpcio's "Failed to bind"
         port = 0
     if port == 0:

@@ -82,8 +82,12 @@ MAX_SKETCH_BYTES = MAX_MESSAGE_BYTES - 4096
 class Coordinator(SecureStudies, Roster, Reads, Shared):
     """Study lifecycle and validation, shared by the device and operator services."""
 
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: Store, audiences: frozenset[str] | None = None) -> None:
+        """``audiences``: the names a device's signed read may be meant for, those of the
+        certificate served (:class:`~fedsketch.server.service.reads.Reads`); None when serving
+        plaintext, which proves no name."""
         self.store = store
+        self.audiences = audiences
         self._specs: dict[str, StudySpec] = {}
         self._lock = threading.Lock()
         self._decoder = ThreadPoolExecutor(max_workers=1, thread_name_prefix="decode")

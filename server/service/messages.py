@@ -60,10 +60,13 @@ class RefusalMessage:
 class ReadMessage:
     """One device's signed read (``DeviceRead``) of the Device service's ``method``
     ("ListStudies", "GetStudy" or "GetResult"); ``study_id`` "" for a list, ``signed_at`` Unix
-    seconds."""
+    seconds, ``audience`` the coordinator it is signed for and ``format`` its digest's format
+    (0 from a device that predates formats)."""
 
     method: str
     device_id: str
     study_id: str
     signed_at: float
     signature: bytes
+    audience: str
+    format: int

@@ -45,6 +45,7 @@ from fedsketch.common.calibration_round import SketchRound, check_calibration, f
 from fedsketch.common.frequencies import draw_frequencies
 from fedsketch.common.refine import RoundSpec, check_cells, is_round
 from fedsketch.common.scale import ScaleCalibration
+from fedsketch.common.secure_calibration import SecureCalibration, SecureProtocol
 from fedsketch.common.secure_rounds import SecureRound
 from fedsketch.common.study import StudySpec, spec_sha256
 from fedsketch.server.decode.pipeline import StudyResult
@@ -55,6 +56,16 @@ log = logging.getLogger("fedsketch.coordinator")
 
 #: States in which a round has ended.
 ENDED = ("done", "failed")
+
+
+def failure_detail(spec: StudySpec | RoundSpec | SecureProtocol, detail: str) -> str:
+    """The detail of a study that failed to collect, plainly (its quorum missed) or securely
+    (its secure-aggregation round aborted), from its spec or its round's protocol: ``detail``,
+    said to be its round 0's (before anyone spent on its sketch) if it declares one. The one
+    wording of such a failure, plain or secure."""
+    if not isinstance(spec, SecureCalibration) and getattr(spec, "calibration", None) is None:
+        return detail
+    return f"round 0 (σ calibration) failed, nobody spent on the sketch: {detail}"
 
 
 class Rounds:
@@ -81,11 +92,8 @@ class Rounds:
         return StudySpec.from_json(text)
 
     def failure(self, study_id: str, detail: str) -> str:
-        """The detail of a study that failed to collect: ``detail``, said to be its round 0's
-        (before anyone spent on its sketch) if it declares one."""
-        if getattr(self.spec(study_id), "calibration", None) is None:
-            return detail
-        return f"round 0 (σ calibration) failed, nobody spent on the sketch: {detail}"
+        """:func:`failure_detail` of the study ``study_id``."""
+        return failure_detail(self.spec(study_id), detail)
 
     def calibrate(self, study_id: str, secure: tuple[np.ndarray, int, float] | None = None) -> None:
         """Round 0 of the study closed: fit σ from its releases (``secure``: a secure round 0's

@@ -67,6 +67,7 @@ from fedsketch.common.secagg import wire as sw
 from fedsketch.common.secure_rounds import SecureRound
 from fedsketch.common.study import StudySpec
 from fedsketch.server.errors import Code, Refusal
+from fedsketch.server.service.rounds import failure_detail
 from fedsketch.server.store.base import SecureRoundRow, StageMessageRow, Store
 
 log = logging.getLogger("fedsketch.coordinator")
@@ -348,8 +349,9 @@ class SecAggRound:
         except (SecAggAbort, ValueError) as exc:
             rejected = "" if self._aggregator is None else "; ".join(
                 f"{u}: {why}" for u, why in self._aggregator.rejected.items())
-            self._conclude(None, f"secure aggregation aborted at {pb.Stage.Name(closing)}: {exc}"
-                           + (f" (rejected: {rejected})" if rejected else ""))
+            self._conclude(None, failure_detail(self.spec, f"secure aggregation aborted at "
+                                                f"{pb.Stage.Name(closing)}: {exc}"
+                                                + (f" (rejected: {rejected})" if rejected else "")))
             return
         self.stage_seconds[pb.Stage.Name(closing)] = time.perf_counter() - started
         self.stage = sw.STAGES[sw.STAGES.index(closing) + 1]

@@ -24,7 +24,7 @@ from fedsketch.common.secure_rounds import SecureRound
 from fedsketch.server.decode.pipeline import StudyResult, decode_sketch, integer_sketch
 from fedsketch.server.errors import Code, Refusal
 from fedsketch.server.service.messages import StageMessage
-from fedsketch.server.service.rounds import Rounds
+from fedsketch.server.service.rounds import Rounds, failure_detail
 from fedsketch.server.service.secure_round import SecAggRound
 from fedsketch.server.service.shared_round import SharedRound
 from fedsketch.server.store.base import ACCEPTING, SecureRoundRow, Store
@@ -90,7 +90,8 @@ class SecureStudies:
                 round_ = SecAggRound.resume(row.study_id, protocol, self.store, finish, fail, grace)
             except Exception as exc:  # noqa: BLE001 (one study's round, not the coordinator)
                 log.exception("study %s: its secure round cannot be resumed", row.study_id)
-                reason = f"the secure-aggregation round could not be resumed after a restart: {exc}"
+                reason = failure_detail(protocol, "the secure-aggregation round could not be "
+                                        f"resumed after a restart: {exc}")
                 self.store.end_secure_round(row.study_id, reason)
                 fail(reason)
                 continue

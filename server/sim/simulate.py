@@ -52,7 +52,7 @@ from fedsketch.common.secagg.trust import Assumptions
 from fedsketch.common.spec import SketchSpec
 from fedsketch.common.study import StudySpec
 from fedsketch.common.synthetic import gmm
-from fedsketch.common.tls import CertPaths, init_certs, secure_channel, server_credentials
+from fedsketch.common.tls import CertPaths, init_certs, secure_channel, server_tls
 from fedsketch.server.bench.metrics import sklearn_kmeans_centroids, split, sse_per_n
 from fedsketch.server.service.api import build_server
 from fedsketch.server.service.coordinator import Coordinator
@@ -183,7 +183,7 @@ def loopback_coordinator(stack: ExitStack, folder: Path) -> Loopback:
     stack.callback(store.close)
     server, coordinator, port = build_server(
         store, hashlib.sha256(OPERATOR_TOKEN.encode()).hexdigest(), "127.0.0.1:0",
-        server_credentials(certs.server_cert, certs.server_key))
+        server_tls(certs.server_cert, certs.server_key))
     stack.callback(coordinator.stop)
     stack.callback(lambda: server.stop(grace=None).wait())
     target = f"localhost:{port}"

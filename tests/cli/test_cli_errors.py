@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 from conftest import OPERATOR_TOKEN
 
-from fedsketch.common.tls import init_certs, server_credentials
+from fedsketch.common.tls import init_certs, server_tls
 from fedsketch.server.service.api import build_server
 from fedsketch.server.store import open_store
 
@@ -109,7 +109,7 @@ def test_a_certificate_for_another_host_is_named(tmp_path, certs):
     store = open_store(tmp_path / "coordinator.db")
     server, coordinator, port = build_server(
         store, hashlib.sha256(OPERATOR_TOKEN.encode()).hexdigest(), "127.0.0.1:0",
-        server_credentials(other.server_cert, other.server_key))
+        server_tls(other.server_cert, other.server_key))
     token = tmp_path / "operator.token"
     token.write_text(OPERATOR_TOKEN)
     try:

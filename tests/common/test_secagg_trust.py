@@ -281,7 +281,7 @@ def test_a_malformed_secure_spec_is_a_value_error(text):
     """Whatever a stored or listed spec holds, parsing it raises ValueError, which the device
     turns into a refusal (an OverflowError or TypeError would stop the daemon)."""
     assert text != _mangled()
-    with pytest.raises(ValueError, match="secure.aggregation|malformed study spec"):
+    with pytest.raises(ValueError, match="secure.aggregation|malformed study spec|min_devices must be"):
         StudySpec.from_json(text)
 
 

@@ -42,6 +42,7 @@ def test_a_device_restarted_after_every_message_stays_in_the_round(coordinator_r
     def restarted(old: Agent) -> Agent:
         old.ledger.close()
         new = Agent(r.channel(), Ledger(path), lambda: data, DEFAULT_SOURCE)
+        new.ensure_enrolled(r.target, None, "s0")  # enrolled: the stored identity
         send = new._stage_send
 
         def recording(identity, study_id, stage, body):
@@ -82,6 +83,7 @@ def test_a_stored_session_that_does_not_load_drops_out_of_the_round(coordinator_
     first = device.ledger.sessions(DEFAULT_SOURCE)[study]
     device.ledger.save_session(study, DEFAULT_SOURCE, first[:40])
     restarted = Agent(r.channel(), device.ledger, device.data, DEFAULT_SOURCE)
+    restarted.ensure_enrolled(r.target, None, "t0")
     restarted.step()
     stored = device.ledger.sessions(DEFAULT_SOURCE)[study]
     assert json.loads(stored)["replies"] == json.loads(first)["replies"]

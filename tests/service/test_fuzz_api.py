@@ -39,7 +39,7 @@ from fedsketch.common.secagg.spec import SecAggSpec
 from fedsketch.common.secagg.trust import Assumptions
 from fedsketch.common.spec import SketchSpec
 from fedsketch.common.study import StudySpec
-from fedsketch.common.tls import secure_channel, server_credentials
+from fedsketch.common.tls import secure_channel, server_tls
 from fedsketch.server.errors import Refusal
 from fedsketch.server.service.api import build_server
 from fedsketch.server.service.coordinator import Coordinator
@@ -115,7 +115,7 @@ def edge(tmp_path_factory, certs):
     store = open_store(folder / "coordinator.db")
     server, coordinator, port = build_server(
         store, hashlib.sha256(OPERATOR_TOKEN.encode()).hexdigest(), "127.0.0.1:0",
-        server_credentials(certs.server_cert, certs.server_key))
+        server_tls(certs.server_cert, certs.server_key))
     channel = secure_channel(f"localhost:{port}", certs.ca_cert)
     try:
         op, dev = pb_grpc.OperatorStub(channel), pb_grpc.DeviceStub(channel)
@@ -245,6 +245,8 @@ def _field_values(edge: Edge) -> dict[str, st.SearchStrategy]:
         "limit": st.integers(-2**31, 2**31 - 1), "reason": st.integers(-2**31, 2**31 - 1),
         "n": st.floats(allow_nan=True, allow_infinity=True),
         "signed_at": st.floats(allow_nan=True, allow_infinity=True) | st.just(time.time()),
+        "audience": st.sampled_from(["localhost", ""]) | st.text(),
+        "format": st.integers(0, 2**32 - 1),
         "int32_pairs": st.binary(max_size=600), "int64_pairs": st.binary(max_size=1200),
         "int64_cells": st.binary(max_size=200),
     }
@@ -281,8 +283,8 @@ def test_signed_reads(edge, method, study_id, offset, real_study, unchanged):
     if real_study:
         study_id = "" if method == "ListStudies" else edge.plain.study_id
     at = time.time() + offset
-    code = edge.send(f"Device/{method}", signed_read(edge.key, edge.device_id, method, study_id, at),
-                     operator=False)
+    read = signed_read(edge.key, edge.device_id, "localhost", method, study_id, at)
+    code = edge.send(f"Device/{method}", read, operator=False)
     assert code not in UNJUDGED
     if not abs(offset) <= READ_WINDOW_SECONDS + 30:  # outside the window, a margin for the clock
         assert code == grpc.StatusCode.UNAUTHENTICATED

@@ -75,7 +75,7 @@ def _ids(response: pb.ListStudiesResponse) -> list[str]:
 
 def test_a_read_without_a_device_signature_is_unauthenticated(world, unchanged):
     """Nothing but a device's signature opens the Device reads: not an empty request, not the
-    operator's token (the operator reads through its own service), not an unenrolled device."""
+    operator's token (the operator reads through its own service)."""
     for method in READS:
         sid = "" if method == "ListStudies" else world.done
         for meta in (None, META):
@@ -83,8 +83,25 @@ def test_a_read_without_a_device_signature_is_unauthenticated(world, unchanged):
                                 metadata=meta)
             assert f"Device/{method} needs a read signed by an enrolled device" in why
             assert "the operator reads with its token through the Operator service" in why
-        stranger = signed_read(signing.new_private_key(), "dev-0000000000000000", method, sid)
-        assert "unenrolled device" in world.refused(method, stranger, grpc.StatusCode.UNAUTHENTICATED)
+
+
+def test_unknown_unenrolled_and_forged_reads_get_one_answer(world, unchanged):
+    """No enrollment oracle: an unknown device id, a device that signs properly but is not
+    enrolled here, an enrolled device's id under another key's signature, and under a signature
+    of the wrong length are refused alike (same code, same words)."""
+    target, member = world.r.target, world.member.ledger.identity().device_id
+    for method in READS:
+        sid = "" if method == "ListStudies" else world.done
+        stranger_key = signing.new_private_key()
+        forged = signed(world.outsider, method, sid)
+        forged.device_id = member
+        short = signed(world.member, method, sid)
+        short.signature = short.signature[:-1]
+        reads = [signed_read(stranger_key, "no such device", target, method, sid),
+                 signed_read(stranger_key, "dev-0000000000000000", target, method, sid), forged, short]
+        answers = {world.refused(method, read, grpc.StatusCode.UNAUTHENTICATED) for read in reads}
+        assert len(answers) == 1, answers
+        assert "does not verify" in answers.pop()
 
 
 def test_a_device_reads_what_it_may_and_nothing_else(world, unchanged):
@@ -121,11 +138,31 @@ def test_a_stale_or_rebound_signature_is_refused(world, unchanged):
     rebound = pb.DeviceRead()
     rebound.CopyFrom(fresh)
     rebound.study_id = world.open
-    assert "invalid read signature" in world.refused("GetResult", rebound, unauth)
-    assert "invalid read signature" in world.refused("GetStudy", fresh, unauth)
-    forged = signed(world.outsider, "GetResult", world.done)
-    forged.device_id = fresh.device_id
-    world.refused("GetResult", forged, unauth)
+    assert "does not verify" in world.refused("GetResult", rebound, unauth)
+    assert "does not verify" in world.refused("GetStudy", fresh, unauth)
+
+
+def test_a_read_signed_for_another_coordinator_is_refused(world, unchanged):
+    """A read is signed for the coordinator the device reached (the name in its --coordinator,
+    which this coordinator's certificate names: localhost and 127.0.0.1); one the device signed
+    for another coordinator, replayed here, is refused, whether it says so or claims this one.
+    A read of an older device (format 0, no audience) is told to update."""
+    identity, unauth = world.member.ledger.identity(), grpc.StatusCode.UNAUTHENTICATED
+    port = world.r.target.rpartition(":")[2]
+    for name in ("127.0.0.1", "LocalHost."):  # each name of the certificate, in any spelling
+        read = signed_read(identity.private_key, identity.device_id, f"{name}:{port}", "GetResult",
+                           world.done)
+        assert world.call("GetResult", read).devices == 1
+    elsewhere = signed_read(identity.private_key, identity.device_id, "coord-b.example.org:7443",
+                            "GetResult", world.done)
+    assert "signed for coordinator 'coord-b.example.org'" in world.refused("GetResult", elsewhere, unauth)
+    elsewhere.audience = "localhost"
+    assert "does not verify" in world.refused("GetResult", elsewhere, unauth)
+    old = signed(world.member, "GetResult", world.done)
+    old.ClearField("audience")
+    old.ClearField("format")
+    why = world.refused("GetResult", old, unauth)
+    assert "signed in format 1 (an earlier release's" in why and "update the device's fedsketch" in why
 
 
 def test_a_round_is_shown_to_the_devices_of_its_study_only(coordinator_round):

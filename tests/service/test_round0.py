@@ -81,6 +81,7 @@ def test_round0_fits_sigma_then_the_sketch_round_uses_it_and_each_device_spends_
     assert committed is not None and committed.acked_at is None
     monkeypatch.undo()
     restarted = Agent(r.channel(), Ledger(agents[3].ledger.path), agents[3].data)
+    restarted.ensure_enrolled(r.target, None, "restarted")
     assert restarted.step().resent == [study.study_id]
     stored = {c.device_id: c.payload for c in r.store.contributions(study.study_id)}
     assert stored[restarted.ledger.identity().device_id] == committed.payload
@@ -162,6 +163,22 @@ def test_round0_without_its_quorum_fails_the_study_before_the_sketch(coordinator
     s = r.wait(study.study_id)
     assert s.state == pb.FAILED and "round 0 (σ calibration) failed" in s.detail
     assert "1 of 2 devices registered" in s.detail
+    assert r.store.rounds(study.study_id) == [] and lone.ledger.spends() == []
+
+
+def test_a_secure_round0_that_aborts_fails_the_study_in_round_0s_words(coordinator_round, data):
+    """Round 0 of a secure study (quorum 4) gets one device: REGISTER closes by its timeout and
+    secure aggregation aborts; the study's detail says it is round 0 that failed, in the words
+    of a plain round 0 without its quorum (one wording), and nobody spent anything."""
+    r = coordinator_round
+    sa = SecAggSpec.assuming(Assumptions(4, 0, 0), 100_000, None, 0.3)
+    study = r.create(auto_spec(min_devices=4, secure_aggregation=sa))
+    lone = r.agent("lone", data[:2000])
+    lone.step()
+    s = r.wait(study.study_id, timeout=30)
+    assert s.state == pb.FAILED and s.detail.startswith(
+        "round 0 (σ calibration) failed, nobody spent on the sketch: secure aggregation aborted at "
+        "REGISTER"), s.detail
     assert r.store.rounds(study.study_id) == [] and lone.ledger.spends() == []
 
 

@@ -23,7 +23,7 @@ from fedsketch.common.pb import fedsketch_pb2 as pb
 from fedsketch.common.pb import fedsketch_pb2_grpc as pb_grpc
 from fedsketch.common.secagg import wire as sw
 from fedsketch.common.synthetic import gmm
-from fedsketch.common.tls import secure_channel, server_credentials
+from fedsketch.common.tls import secure_channel, server_tls
 from fedsketch.server.errors import Code, Refusal
 from fedsketch.server.service.api import build_server
 from fedsketch.server.service.coordinator import Coordinator
@@ -125,7 +125,7 @@ def test_a_coordinator_restarted_during_a_secure_refinement_round_resumes_it(coo
     r.coordinator.stop()  # the fixture's server and coordinator end; the store stays
     server, restarted, port = build_server(
         r.store, hashlib.sha256(OPERATOR_TOKEN.encode()).hexdigest(), "127.0.0.1:0",
-        server_credentials(r.certs.server_cert, r.certs.server_key))
+        server_tls(r.certs.server_cert, r.certs.server_key))
     try:
         # the sketch's round had ended: its roster is the store's, so its devices still read it
         assert restarted.round_of(study).members() == sketch_members
