@@ -54,7 +54,8 @@ def cli_certs(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="session")
 def postgres_server():
-    """One PostgreSQL server for the whole run, started on first use, stopped at the end."""
+    """One PostgreSQL server for the whole run (for each worker under pytest-xdist), started on first
+    use, stopped at the end."""
     from pgtest import TestServer
 
     server = TestServer()
