@@ -14,9 +14,11 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	$(PY) benchmarks/demo.py
 
+# Two pytest workers (pytest-xdist), a test file to each at a time: module fixtures are set
+# up once, and every test keeps its own ports, folders and PostgreSQL database.
 test: $(STAMP)
 	$(PY) -m ruff check api common client server tests benchmarks examples
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n 2 --dist loadfile
 
 bench: $(STAMP)
 	$(PY) benchmarks/run_all.py

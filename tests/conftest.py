@@ -4,6 +4,8 @@ PostgreSQL server for the session with a fresh database per test (:mod:`pgtest`)
 from __future__ import annotations
 
 import hashlib
+import subprocess
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,8 +40,22 @@ def certs(tmp_path_factory) -> CertPaths:
 
 
 @pytest.fixture(scope="session")
+def cli_certs(tmp_path_factory) -> Path:
+    """The folder of a CA and a server certificate for localhost and 127.0.0.1 (ca.pem,
+    server.pem, server.key), made once for the session by ``fedsketch certs init`` as an operator
+    makes them; the process tests' coordinators serve with it and their devices trust its ca.pem.
+    Read only: a test that needs other certificates makes its own."""
+    folder = tmp_path_factory.mktemp("cli-certs") / "certs"
+    subprocess.run([str(Path(sys.executable).with_name("fedsketch")), "certs", "init", "--out", str(folder),
+                    "--host", "localhost", "--host", "127.0.0.1"], check=True, capture_output=True,
+                   timeout=120)
+    return folder
+
+
+@pytest.fixture(scope="session")
 def postgres_server():
-    """One PostgreSQL server for the whole run, started on first use, stopped at the end."""
+    """One PostgreSQL server for the whole run (for each worker under pytest-xdist), started on first
+    use, stopped at the end."""
     from pgtest import TestServer
 
     server = TestServer()

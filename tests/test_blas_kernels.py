@@ -5,7 +5,9 @@ different orders, so a seeded chain of float operations ends elsewhere on anothe
 modules marked ``blas`` (seeded utility medians, samplers checked against references) are run
 again here in a child pytest with ``OPENBLAS_CORETYPE`` forcing each kernel in turn, so one
 machine checks what an AVX2 and an AVX-512 machine would see. The kernel the suite itself already
-runs on is skipped (the suite is that run), and so is a kernel the CPU cannot execute.
+runs on is skipped (the suite is that run), and so is a kernel the CPU cannot execute. The child
+collects only the files that mark tests ``blas`` (the mark is spelt ``mark.blas``), not the whole
+suite; in a run that collected the marked tests, the test checks that their files are among them.
 """
 
 from __future__ import annotations
@@ -40,6 +42,12 @@ def _cpu_flags() -> set[str]:
     return set()
 
 
+def _marked_files() -> list[str]:
+    """The test files (relative to the repository) whose text marks tests ``blas``."""
+    return sorted(str(p.relative_to(ROOT)) for p in (ROOT / "tests").rglob("test_*.py")
+                  if "mark.blas" in p.read_text())
+
+
 def _current_kernels() -> set[str]:
     import numpy  # noqa: F401  (loads OpenBLAS so that threadpoolctl sees it)
 
@@ -49,18 +57,22 @@ def _current_kernels() -> set[str]:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("kernel", sorted(KERNELS))
-def test_blas_marked_modules_pass_under_kernel(kernel, tmp_path):
+def test_blas_marked_modules_pass_under_kernel(kernel, tmp_path, request):
     if KERNELS[kernel] not in _cpu_flags():
         pytest.skip(f"this CPU lacks {KERNELS[kernel]}, so it cannot run OpenBLAS's {kernel} kernels")
     if _current_kernels() == {kernel}:
         pytest.skip(f"the suite itself runs on OpenBLAS's {kernel} kernels")
+    files = _marked_files()
+    marked = {str(item.path.relative_to(ROOT)) for item in request.session.items
+              if item.get_closest_marker("blas")}
+    assert marked <= set(files), sorted(marked - set(files))  # a mark the text search missed
     env = dict(os.environ, OPENBLAS_CORETYPE=kernel)
     probe = subprocess.run([sys.executable, "-c", PROBE], env=env, capture_output=True, text=True,
                            check=True)
     assert json.loads(probe.stdout) == [kernel], probe.stdout  # the override took effect
     run = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-m", "blas", "-p", "no:cacheprovider",
-         "--basetemp", str(tmp_path / "child")],
+         "--basetemp", str(tmp_path / "child"), *files],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
     tail = "\n".join(run.stdout.splitlines()[-40:])
     assert run.returncode == 0, f"blas-marked tests fail under OPENBLAS_CORETYPE={kernel}:\n{tail}"

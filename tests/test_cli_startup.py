@@ -74,3 +74,15 @@ def test_a_command_that_computes_still_loads_what_it_needs(tmp_path):
 
 def test_the_help_s_stage_names_are_the_protocol_s():
     assert SECAGG_STAGES == DROPOUT_STAGES
+
+
+def test_the_coordinator_and_the_device_daemon_start_without_scipy():
+    """``coordinator serve`` and ``device run`` import their service modules at start-up (every
+    restart of the crash tests pays it again); SciPy loads only when a study is decoded or a
+    Gaussian scale calibrated, which took it from about 0.65 to 0.35 s of CPU per start."""
+    code = ("import json, sys; import fedsketch.server.service.api, fedsketch.client.daemon, "
+            "fedsketch.server.store; print(json.dumps(sorted({m.split('.')[0] for m in sys.modules})))")
+    top = set(json.loads(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                                        check=True, timeout=120).stdout))
+    assert {"numpy", "grpc", "fedsketch"} <= top  # the modules did load
+    assert "scipy" not in top

@@ -5,15 +5,16 @@ of the released quantity, and the returned scale is in the same units. ε is dim
 probability (MECHANISMS §0.4). Sections: budget checks; the sensitivities of the sketch (one
 function per released quantity, §1.2, §1.5–1.7); the scale of each noise primitive and the
 discrete-Laplace tail (§1.5, §4.4); composition (§0.5, §9.5) and the Mahalanobis γ (§7.2).
+
+SciPy is imported inside the two Gaussian calibrations that use it: every coordinator and device
+process imports this module for the pure-DP scales, and ``scipy.optimize`` alone would add about
+half a second to each one's start-up.
 """
 
 from __future__ import annotations
 
 import math
 from functools import lru_cache
-
-from scipy.optimize import minimize_scalar
-from scipy.special import log_ndtr, ndtr
 
 from ..choices import NEIGHBOURING
 from ..features import ENTRY_L1, ENTRY_L2
@@ -139,6 +140,8 @@ def gauss_sigma_classical(delta2: float, epsilon: float, delta: float) -> float:
 
 def _gauss_delta(sigma: float, delta2: float, epsilon: float) -> float:
     """δ(σ) = Φ(Δ/(2σ) − εσ/Δ) − e^ε Φ(−Δ/(2σ) − εσ/Δ), the exact δ of N(0, σ²) (Balle–Wang)."""
+    from scipy.special import log_ndtr, ndtr  # here, not at the top: see the module docstring
+
     u = delta2 / (2.0 * sigma)
     v = epsilon * sigma / delta2
     return float(ndtr(u - v) - math.exp(epsilon + log_ndtr(-u - v)))
@@ -178,6 +181,7 @@ def zcdp_delta(rho: float, epsilon: float) -> float:
     """
     if rho <= 0:
         return 0.0
+    from scipy.optimize import minimize_scalar  # here, not at the top: see the module docstring
 
     def log_delta(alpha: float) -> float:
         return (alpha - 1) * (alpha * rho - epsilon) + (alpha - 1) * math.log1p(-1 / alpha) - math.log(alpha)

@@ -19,7 +19,9 @@ Everything runs in real arithmetic: C^m is R^{2m} (real parts, imaginary parts),
 ⟨u, v⟩ = Re(u^H v); float32 in step 1 (it only proposes a start), float64 elsewhere. Each
 objective evaluation costs one product of the (L, d) centroids with Ω, one cos and one sin of
 L·m phases and one (L, m)·(m, d) product: O(L·m·d), no Python loop over atoms or frequencies.
-BLAS is pinned to one thread while decoding (DESIGN §8).
+BLAS is pinned to one thread while decoding (DESIGN §8). SciPy is imported inside the functions that
+call it: the coordinator imports this module at start-up and decodes later, if ever, and
+``scipy.optimize`` took about half of a coordinator's start-up.
 """
 
 from __future__ import annotations
@@ -27,10 +29,13 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
-from scipy.optimize import Bounds, minimize, nnls
 from threadpoolctl import threadpool_limits
+
+if TYPE_CHECKING:
+    from scipy.optimize import Bounds
 
 #: Step 1 screens this many uniform candidates in the box by their correlation (one O(L·m·d)
 #: product, no data read) and starts L-BFGS-B from the best few: STARTS_GROW during the first k
@@ -147,6 +152,8 @@ def best_atom(
     ``CANDIDATES`` points uniform in the box ("Range" starts, never data) are screened by their
     correlation; L-BFGS-B runs from the ``starts`` best of them jointly.
     """
+    from scipy.optimize import Bounds, minimize  # here, not at the top: see the module docstring
+
     lo, hi = bounds.lb, bounds.ub
     d = lo.size
     omega, xi, res = (a.astype(np.float32) for a in (omega, xi, res))
@@ -168,6 +175,8 @@ def _fit_all(
     gain: float, bounds: Bounds, ftol: float, maxiter: int,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Step 5: L-BFGS-B on F(C, p) from (C, p), c_j in the box, p_j in [WEIGHT_MIN, WEIGHT_MAX]."""
+    from scipy.optimize import Bounds, minimize  # here, not at the top: see the module docstring
+
     k, d = centroids.shape
     lb = np.concatenate([np.tile(bounds.lb, k), np.full(k, WEIGHT_MIN)])
     ub = np.concatenate([np.tile(bounds.ub, k), np.full(k, WEIGHT_MAX)])
@@ -188,6 +197,8 @@ def _decode_once(
 
     p is returned before renormalization. ``tick()`` is called after each iteration.
     """
+    from scipy.optimize import nnls  # here, not at the top: see the module docstring
+
     d, m = omega.shape
     unit = 1.0 / math.sqrt(m)  # gain of the unit atoms u(c) = a(c)/‖a(c)‖
     centroids = np.empty((0, d))
@@ -276,6 +287,8 @@ def clompr(
     with generator g returns the best of R successive single-replicate calls with g.
     ``progress(done, total)`` is called after each CL-OMPR iteration, total = replicates·2k.
     """
+    from scipy.optimize import Bounds  # here, not at the top: see the module docstring
+
     sketch = np.asarray(sketch)
     omega = np.asarray(omega, dtype=np.float64)
     xi = np.asarray(xi, dtype=np.float64)

@@ -41,7 +41,6 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 import numpy as np
-from scipy.optimize import Bounds, nnls
 
 from fedsketch.common.frequencies import draw_frequencies
 from fedsketch.common.spec import SketchSpec
@@ -78,6 +77,8 @@ def _unit_weights(sketch: np.ndarray, spec: SketchSpec, centroids: np.ndarray) -
     """p ≥ 0 (k,): the non-negative least-squares weights of the unit atoms of ``centroids``
     (k, d) on ``sketch`` (real (2m,): real parts, imaginary parts), as CL-OMPR's thresholding
     step weighs them."""
+    from scipy.optimize import nnls  # here, not at the top: the coordinator imports this module at start-up
+
     freqs = draw_frequencies(spec.frequencies)
     atoms = stacked_atoms(centroids, freqs.omega, freqs.xi, 1.0 / math.sqrt(spec.frequencies.m))
     return nnls(atoms, sketch)[0]
@@ -86,6 +87,8 @@ def _unit_weights(sketch: np.ndarray, spec: SketchSpec, centroids: np.ndarray) -
 @lru_cache(maxsize=64)
 def _ceiling(spec: SketchSpec, lo: tuple[float, ...], hi: tuple[float, ...]) -> float:
     """:func:`noise_ceiling` on a hashable box."""
+    from scipy.optimize import Bounds  # here, not at the top (see _unit_weights)
+
     freqs = draw_frequencies(spec.frequencies)
     rng = np.random.default_rng(NOISE_SEED)
     bounds = Bounds(np.array(lo), np.array(hi))

@@ -14,7 +14,6 @@ in records; count scales are the Laplace scale b of the noisy counts (records).
 from __future__ import annotations
 
 import numpy as np
-from scipy.spatial.distance import cdist
 
 from fedsketch.common.lloyd import excess_counts
 from fedsketch.server.decode.kmeans import converged_kmeans
@@ -83,6 +82,8 @@ def relocate_unreliable(centroids: np.ndarray, counts: np.ndarray, count_scale: 
     good, spare = np.flatnonzero(reliable), np.flatnonzero(~reliable)
     if good.size < max(k, 2) or spare.size == 0:
         return centroids, 0
+    from scipy.spatial.distance import cdist  # here: the coordinator imports this module at start-up
+
     anchors = centroids[good]
     gaps = cdist(anchors, anchors)
     np.fill_diagonal(gaps, np.inf)

@@ -17,10 +17,8 @@ pytestmark = pytest.mark.slow
 
 
 @pytest.fixture
-def coordinator(tmp_path):
-    certs = tmp_path / "certs"
-    cli("certs", "init", "--out", str(certs), "--host", "localhost", "--host", "127.0.0.1")
-    c = CoordinatorProcess(tmp_path, certs, "--log-format", "json")
+def coordinator(tmp_path, cli_certs):
+    c = CoordinatorProcess(tmp_path, cli_certs, "--log-format", "json")
     c.start()
     yield c
     if c.proc.poll() is None:

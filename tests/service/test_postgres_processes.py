@@ -30,9 +30,8 @@ def test_serve_names_the_database_it_cannot_open_without_its_password(postgres_s
 
 
 def test_two_shared_coordinators_on_one_database_decode_each_study_once(tmp_path, postgres_url,
-                                                                       device_files):
-    certs = tmp_path / "certs"
-    cli("certs", "init", "--out", str(certs), "--host", "localhost", "--host", "127.0.0.1")
+                                                                       device_files, cli_certs):
+    certs = cli_certs
     pair = [CoordinatorProcess(tmp_path / name, certs, "--shared") for name in ("a", "b")]
     for c in pair:
         c.folder.mkdir()

@@ -78,10 +78,8 @@ class CoordinatorProcess:
 
 
 @pytest.fixture
-def coordinator(tmp_path):
-    certs = tmp_path / "certs"
-    cli("certs", "init", "--out", str(certs), "--host", "localhost", "--host", "127.0.0.1")
-    c = CoordinatorProcess(tmp_path, certs)
+def coordinator(tmp_path, cli_certs):
+    c = CoordinatorProcess(tmp_path, cli_certs)
     c.start()
     yield c
     if c.proc.poll() is None:

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from test_round_processes import FEDSKETCH, CoordinatorProcess, cli
+from test_round_processes import FEDSKETCH, CoordinatorProcess
 
 from fedsketch.common.frequencies import FrequencySpec
 from fedsketch.common.pb import fedsketch_pb2 as pb
@@ -65,9 +65,7 @@ def wait_for(what, timeout: float = 60.0, step: float = 0.01):
 class Fleet:
     """The coordinator process and the four device daemons, with their ledgers."""
 
-    def __init__(self, folder: Path) -> None:
-        certs = folder / "certs"
-        cli("certs", "init", "--out", str(certs), "--host", "localhost", "--host", "127.0.0.1")
+    def __init__(self, folder: Path, certs: Path) -> None:
         self.c = CoordinatorProcess(folder, certs)
         self.c.start()
         self.ledgers = [folder / f"ledger{i}" for i in range(DEVICES)]
@@ -118,8 +116,8 @@ class Fleet:
 
 
 @pytest.fixture(scope="module")
-def fleet(tmp_path_factory):
-    f = Fleet(tmp_path_factory.mktemp("secure-crash"))
+def fleet(tmp_path_factory, cli_certs):
+    f = Fleet(tmp_path_factory.mktemp("secure-crash"), cli_certs)
     yield f
     f.stop()
 

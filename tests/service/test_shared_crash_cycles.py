@@ -21,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from test_round_processes import FEDSKETCH, CoordinatorProcess, cli
+from test_round_processes import FEDSKETCH, CoordinatorProcess
 
 from fedsketch.client.ledger import Ledger
 from fedsketch.common.study import StudySpec
@@ -112,9 +112,9 @@ def stop(devices: list[subprocess.Popen], coordinators: list[subprocess.Popen]) 
     return codes[:len(devices)]
 
 
-def test_sigkilled_shared_coordinators_lose_no_ack_and_decode_each_study_once(tmp_path, postgres_url):
-    certs = tmp_path / "certs"
-    cli("certs", "init", "--out", str(certs), "--host", "localhost", "--host", "127.0.0.1")
+def test_sigkilled_shared_coordinators_lose_no_ack_and_decode_each_study_once(tmp_path, postgres_url,
+                                                                              cli_certs):
+    certs = cli_certs
     trio = [CoordinatorProcess(tmp_path / name, certs, "--shared") for name in "abc"]
     ledgers = [tmp_path / f"ledger{i}" for i in range(DEVICES)]
     devices: list[subprocess.Popen] = []
