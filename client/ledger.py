@@ -117,6 +117,7 @@ class Ledger(Spends, Reservations, SecureSessions, IdentityStore):
             raise LedgerError(f"{self.path}: cannot use WAL journal mode (got {mode!r})")
         self._conn.execute("PRAGMA synchronous=FULL")
         self._conn.execute("PRAGMA foreign_keys=ON")
+        self._conn.execute("PRAGMA secure_delete=ON")  # a dropped round's secrets are overwritten
         check = self._conn.execute("PRAGMA quick_check").fetchone()[0]
         if check != "ok":
             raise LedgerError(f"{self.path} is corrupt: {check}")

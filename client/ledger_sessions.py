@@ -6,9 +6,11 @@ first computed are written here *before* the message is sent, so that a restarte
 on with the round and re-sends those very bytes: it draws no new keys, masks its input once,
 signs one survivor list and reveals one kind of share per peer
 (:mod:`fedsketch.common.secagg.client`). A row is deleted once the round is no longer listed
-(it ended, or the device was dropped from it). The secrets are as sensitive as the device's
-own key, which the same owner-only file keeps; the masked input's plain sum x + e is kept with
-its spend anyway (:mod:`.ledger_schema`, schema 5).
+and the coordinator says it ended (or that the device may not read it); the file overwrites
+what it deletes (``PRAGMA secure_delete``) and its write-ahead log is truncated then. The
+secrets are as sensitive as the device's own key, which the same owner-only file keeps; the
+masked input's plain sum x + e is kept with its spend anyway (:mod:`.ledger_schema`, schema 5).
+A row belongs to one source's daemon: another source cannot replace or delete it.
 """
 
 from __future__ import annotations
@@ -17,6 +19,8 @@ import sqlite3
 import time
 from collections.abc import Callable
 from contextlib import AbstractContextManager
+
+from .ledger_records import LedgerError
 
 
 class SecureSessions:
@@ -27,8 +31,13 @@ class SecureSessions:
     _write: Callable[[], AbstractContextManager[sqlite3.Connection]]
 
     def save_session(self, study_id: str, source: str, state: bytes) -> None:
-        """Store (or replace) the device's state in the round of ``study_id``, committed."""
+        """Store (or replace) ``source``'s state in the round of ``study_id``, committed.
+        LedgerError if another source's daemon holds that round: one device takes part once."""
         with self._write() as db:
+            row = db.execute("SELECT source FROM secure_sessions WHERE study_id = ?", (study_id,)).fetchone()
+            if row is not None and row[0] != source:
+                raise LedgerError(f"study {study_id!r}: the daemon of source {row[0]!r} takes part "
+                                  "in this secure round for this device")
             db.execute("INSERT OR REPLACE INTO secure_sessions (study_id, source, state, saved_at) "
                        "VALUES (?, ?, ?, ?)", (study_id, source, bytes(state), time.time()))
 
@@ -37,7 +46,12 @@ class SecureSessions:
         rows = self._conn.execute("SELECT study_id, state FROM secure_sessions WHERE source = ?", (source,))
         return dict(rows.fetchall())
 
-    def drop_session(self, study_id: str) -> None:
-        """Forget the device's state in the round of ``study_id`` (nothing if none is stored)."""
+    def drop_session(self, study_id: str, source: str) -> None:
+        """Forget ``source``'s state in the round of ``study_id`` (nothing if none is stored),
+        and truncate the write-ahead log so that the secrets do not linger there (the ledger
+        overwrites deleted content: ``secure_delete``)."""
         with self._write() as db:
-            db.execute("DELETE FROM secure_sessions WHERE study_id = ?", (study_id,))
+            gone = db.execute("DELETE FROM secure_sessions WHERE study_id = ? AND source = ?",
+                              (study_id, source)).rowcount
+        if gone:
+            self._conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")

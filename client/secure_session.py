@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import json
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -32,7 +33,9 @@ class Session:
     until the coordinator takes it; ``setup``: the ADVERTISE_KEYS bundle (round parameters and
     enrolled keys) ``client`` was made for; ``later``: what the study asks after this release
     (:func:`~.study_pass.later_rounds`). ``data`` is None in a session taken up after a
-    restart whose data no longer opens (it is read only at MASKED_INPUT)."""
+    restart whose data no longer opens (it is read only at MASKED_INPUT). ``study_id`` and
+    ``device_id`` name the round and the device the session is for: a stored session loads
+    for those only."""
 
     spec: StudySpec
     box: Box
@@ -45,6 +48,8 @@ class Session:
     replies: dict[int, bytes] = field(default_factory=dict)
     later: Later = Later()
     setup: bytes | None = None
+    study_id: str = ""
+    device_id: str = ""
 
     @property
     def epsilon(self) -> float:
@@ -62,9 +67,9 @@ class Session:
             return base64.b64encode(raw).decode()
 
         return json.dumps({
-            "format": SESSION_FORMAT, "spec": self.spec.to_json(),
-            "round": None if self.round is None else self.round.to_json(),
-            "later": [self.later.epsilon, self.later.seconds], "n": self.n,
+            "format": SESSION_FORMAT, "study_id": self.study_id, "device_id": self.device_id,
+            "spec": self.spec.to_json(), "round": None if self.round is None else self.round.to_json(),
+            "later": [self.later.epsilon, self.later.seconds, self.later.delta], "n": self.n,
             "done": sorted(self.done), "left": self.left,
             "replies": {str(stage): b64(body) for stage, body in self.replies.items()},
             "setup": None if self.setup is None else b64(self.setup),
@@ -73,26 +78,44 @@ class Session:
     @classmethod
     def load(cls, study_id: str, text: bytes, identity: Identity,
              data: Callable[[], LocalData | None]) -> Session:
-        """The session :meth:`dump` wrote for the round of ``study_id``, its client rebuilt for
-        ``identity`` (:meth:`Client.resumed`) and its data reopened by ``data``; ValueError for
-        anything else."""
+        """The session :meth:`dump` wrote for the round of ``study_id`` and the device of
+        ``identity``, its client rebuilt (:meth:`Client.resumed`) and its data reopened by
+        ``data``; ValueError for anything else (a row of another round or device, another
+        format, a field of the wrong type: the file may be damaged)."""
         try:
-            doc = json.loads(text)
-            if doc["format"] != SESSION_FORMAT:
-                raise ValueError(f"format {doc['format']!r}, not {SESSION_FORMAT}")
-            spec = StudySpec.from_json(doc["spec"])
-            rnd = doc["round"]
-            if rnd is not None:
-                rnd = SketchRound.from_json(rnd) if is_sketch_round(rnd) else RoundSpec.from_json(rnd)
-            setup = None if doc["setup"] is None else base64.b64decode(doc["setup"], validate=True)
-            client = None
-            if setup is not None and doc["client"] is not None:
-                params, keys, _ = sw.params_from_json(study_id, sw.load(setup))
-                client = Client.resumed(params, identity.device_id, identity.private_key, keys, doc["client"])
-            replies = {int(stage): base64.b64decode(body, validate=True)
-                       for stage, body in doc["replies"].items()}
-            return cls(spec, Box(spec.lo, spec.hi), data(), int(doc["n"]), client,
-                       {int(stage) for stage in doc["done"]}, bool(doc["left"]), rnd, replies,
-                       Later(*map(float, doc["later"])), setup)
-        except (KeyError, TypeError, ValueError) as exc:
+            return cls._load(study_id, text, identity, data)
+        except ValueError as exc:
             raise ValueError(f"unreadable secure session of study {study_id!r}: {exc}") from None
+        except Exception as exc:  # noqa: BLE001 — whatever a damaged row raises: out of the round
+            raise ValueError(f"unreadable secure session of study {study_id!r}: "
+                             f"{type(exc).__name__}: {exc}") from None
+
+    @classmethod
+    def _load(cls, study_id: str, text: bytes, identity: Identity,
+              data: Callable[[], LocalData | None]) -> Session:
+        doc = json.loads(text)
+        if not isinstance(doc, dict) or doc.get("format") != SESSION_FORMAT:
+            raise ValueError(f"not a {SESSION_FORMAT} object")
+        if (doc["study_id"], doc["device_id"]) != (study_id, identity.device_id):
+            raise ValueError(f"it is the session of study {doc['study_id']!r} and device "
+                             f"{doc['device_id']!r}")
+        stages, replies, later = set(sw.STAGES), doc["replies"], doc["later"]
+        done = doc["done"]
+        if not (isinstance(replies, dict) and isinstance(done, list) and isinstance(later, list)
+                and len(later) == 3 and all(type(v) in (int, float) and math.isfinite(v) for v in later)
+                and type(doc["n"]) is int and 0 <= doc["n"] and type(doc["left"]) is bool
+                and all(type(s) is int and s in stages for s in done)
+                and all(k.isdigit() and int(k) in stages and isinstance(v, str) for k, v in replies.items())):
+            raise ValueError("a field of the wrong type")
+        spec = StudySpec.from_json(doc["spec"])
+        rnd = doc["round"]
+        if rnd is not None:
+            rnd = SketchRound.from_json(rnd) if is_sketch_round(rnd) else RoundSpec.from_json(rnd)
+        setup = None if doc["setup"] is None else base64.b64decode(doc["setup"], validate=True)
+        client = None
+        if setup is not None and doc["client"] is not None:
+            params, keys, _ = sw.params_from_json(study_id, sw.load(setup))
+            client = Client.resumed(params, identity.device_id, identity.private_key, keys, doc["client"])
+        return cls(spec, Box(spec.lo, spec.hi), data(), doc["n"], client, set(done), doc["left"], rnd,
+                   {int(k): base64.b64decode(v, validate=True) for k, v in replies.items()},
+                   Later(*map(float, later)), setup, study_id, identity.device_id)

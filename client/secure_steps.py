@@ -81,23 +81,26 @@ class SecureSteps:
     bytes_sent: int
     _sessions: dict[str, Session]
     data: Callable[[], LocalData]
+    _ended: Callable[[Identity, str], str | None]
 
     def _resume_sessions(self, identity: Identity, listed: set[str]) -> None:
-        """Keep the sessions of the rounds ``listed`` (open, and this device may read them),
-        forget the others in memory and in the ledger (the round ended, or went on without this
-        device), and take up from the ledger the session of a listed round this daemon does not
-        hold: it restarted mid-round (:mod:`.secure_session`). A stored session that does not
-        load is dropped, as a restart used to drop out of the round."""
+        """Hold the sessions of the rounds ``listed`` (open, and this device may read them),
+        taking up from the ledger the session of a listed round this daemon does not hold (it
+        restarted mid-round: :mod:`.secure_session`). A round no longer listed is forgotten, in
+        memory and in the ledger, once the coordinator says it ended (or may not be read): one
+        listing that leaves it out does not make the device forget its keys. A stored session
+        that does not load is dropped, and the device is out of that round."""
         for sid, text in self.ledger.sessions(self.source).items():
             if sid not in listed:
-                self.ledger.drop_session(sid)
+                if self._ended(identity, sid) is not None:
+                    self.ledger.drop_session(sid, self.source)
             elif sid not in self._sessions:
                 try:
                     self._sessions[sid] = Session.load(sid, text, identity, self._data_or_none)
                     log.info("study %s: went on with the secure round from the ledger", printable(sid))
                 except ValueError as exc:
                     log.warning("%s; the device drops out of the round", exc)
-                    self.ledger.drop_session(sid)
+                    self.ledger.drop_session(sid, self.source)
         self._sessions = {sid: s for sid, s in self._sessions.items() if sid in listed}
 
     def _data_or_none(self) -> LocalData | None:
@@ -124,16 +127,20 @@ class SecureSteps:
                     return admitted
                 if isinstance(n := self._count(admitted), str):
                     return n
-                session = self._sessions[sid] = Session(admitted.spec, admitted.box, admitted.data,
-                                                        n, round=admitted.round, later=admitted.later)
+                session = Session(admitted.spec, admitted.box, admitted.data, n, round=admitted.round,
+                                  later=admitted.later, study_id=sid, device_id=identity.device_id)
                 session.replies[pb.REGISTER] = sw.register_body(n)
-                self._keep(sid, session)
+                try:
+                    self._keep(sid, session)
+                except LedgerError as exc:  # another source's daemon is in this round
+                    return Declined(str(exc), pb.OTHER)
+                self._sessions[sid] = session
             if pb.REGISTER in session.done:
                 return None
             if (refused := self._stage_refused(identity, sid, pb.REGISTER,
                                                session.replies[pb.REGISTER])) is not None:
                 del self._sessions[sid]
-                self.ledger.drop_session(sid)
+                self.ledger.drop_session(sid, self.source)
                 return refused
             session.done.add(pb.REGISTER)
             return None
@@ -226,6 +233,8 @@ class SecureSteps:
         """
         spec, tally = session.spec, Tally()
         try:
+            if session.data is None:  # resumed while the data did not open: open it now
+                session.data = self.data()
             x, n, noise = self._exact_input(session, tally)
         except DATA_ERRORS as exc:  # the file changed since REGISTER
             session.left = True
