@@ -40,13 +40,11 @@ sends one message per stage, kept once: an identical re-send is acknowledged aga
 its stage has closed, while the round runs: its first acknowledgement may have been lost in a
 restart), different bytes are refused (CONFLICT), and so is a message longer than its stage
 needs (:data:`STAGE_BYTES`), so the store holds at most a bounded message per stage and roster
-device; the messages are deleted when the round ends. The devices' secrets are theirs: a device
-rides through the coordinator's restart by retrying its calls
-(:mod:`fedsketch.client.secure_steps`).
-
-Stages are the protocol's ``Stage`` numbers (:data:`fedsketch.common.secagg.wire.STAGES`): each
-stage message's signature covers its number, so they are part of the wire contract rather than a
-transport detail. Refusals carry domain codes; :mod:`.api` turns them into gRPC statuses.
+device; the messages are deleted when the round ends. A device rides through the coordinator's
+restart by retrying its calls (:mod:`fedsketch.client.secure_steps`). Stages are the protocol's
+``Stage`` numbers (:data:`fedsketch.common.secagg.wire.STAGES`), covered by each message's
+signature: part of the wire contract. Refusals carry domain codes; :mod:`.api` turns them into
+gRPC statuses.
 """
 
 from __future__ import annotations
