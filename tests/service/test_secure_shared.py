@@ -23,7 +23,7 @@ import subprocess
 
 import numpy as np
 import pytest
-from test_round_processes import FEDSKETCH, CoordinatorProcess, cli
+from test_round_processes import FEDSKETCH, CoordinatorProcess
 from test_secure_crash import Fleet, wait_for
 
 from fedsketch.common.frequencies import FrequencySpec
@@ -82,9 +82,9 @@ def took(c: CoordinatorProcess, study: str) -> int:
     return len(re.findall(f"event=message study={study} ", c.log.read_text()))
 
 
-def test_three_shared_coordinators_serve_one_secure_round_and_survive_a_kill(tmp_path, postgres_url):
-    certs = tmp_path / "certs"
-    cli("certs", "init", "--out", str(certs), "--host", "localhost", "--host", "127.0.0.1")
+def test_three_shared_coordinators_serve_one_secure_round_and_survive_a_kill(tmp_path, postgres_url,
+                                                                           cli_certs):
+    certs = cli_certs
     trio = [CoordinatorProcess(tmp_path / name, certs, "--shared") for name in "abc"]
     daemons: list[subprocess.Popen] = []
     store = open_store(postgres_url)
