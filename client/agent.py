@@ -70,7 +70,6 @@ from fedsketch.client.study_pass import (
     release_cost,
     spend_labels,
 )
-from fedsketch.common.cli import printable
 from fedsketch.common.net import signing
 from fedsketch.common.net.device_reads import signed_read
 from fedsketch.common.pb import fedsketch_pb2 as pb
@@ -80,6 +79,7 @@ from fedsketch.common.sketch.frequencies import draw_frequencies
 from fedsketch.common.study.calibration_round import SketchRound, is_sketch_round
 from fedsketch.common.study.refine import RoundSpec, is_round
 from fedsketch.common.study.study import StudySpec, spec_sha256
+from fedsketch.common.text import printable
 
 log = logging.getLogger("fedsketch.device")
 

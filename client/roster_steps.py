@@ -25,12 +25,12 @@ from fedsketch.client.declines import Declined
 from fedsketch.client.ledger import Identity, Ledger
 from fedsketch.client.ledger_reservations import RESERVATION_SECONDS, Reservation
 from fedsketch.client.study_pass import RPC_TIMEOUT, Admitted, Later, spend_labels
-from fedsketch.common.cli import printable
 from fedsketch.common.net import signing
 from fedsketch.common.pb import fedsketch_pb2 as pb
 from fedsketch.common.pb import fedsketch_pb2_grpc as pb_grpc
 from fedsketch.common.study.calibration_round import SketchRound
 from fedsketch.common.study.refine import RoundSpec
+from fedsketch.common.text import printable
 
 log = logging.getLogger("fedsketch.device")
 

@@ -48,7 +48,6 @@ from fedsketch.client.localdata import DATA_ERRORS, LocalData, data_refusal, log
 from fedsketch.client.roster_steps import FINAL_REFUSALS
 from fedsketch.client.secure_session import Session
 from fedsketch.client.study_pass import RPC_TIMEOUT, Outcome, fault_point, spend_labels
-from fedsketch.common.cli import printable
 from fedsketch.common.dp.plan import integer_sum_term
 from fedsketch.common.dp.samplers import dlap_noise_share
 from fedsketch.common.net import signing
@@ -62,6 +61,7 @@ from fedsketch.common.sketch.sketching import feature_sum
 from fedsketch.common.study.refine import RoundSpec, round_cells
 from fedsketch.common.study.secure_calibration import SecureCalibration
 from fedsketch.common.study.secure_rounds import SecureRound
+from fedsketch.common.text import printable
 
 log = logging.getLogger("fedsketch.device")
 

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from .net.link import Link, describe
+from .text import printable
 
 if TYPE_CHECKING:
     import grpc
@@ -79,11 +80,6 @@ def open_data(path: Path, header: bool | None, columns: str | None, *,
         typer.echo(f"note: {printable(str(path))}: {note}", err=True)
     return source
 
-
-def printable(text: str | None) -> str:
-    """``text`` (None as "") safe for a terminal or a log line: each control character (a hostile
-    coordinator's study name or id could carry escape sequences) as its Python escape."""
-    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text or "")
 
 
 class _Run:

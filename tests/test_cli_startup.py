@@ -21,7 +21,7 @@ HEAVY = ("numpy", "scipy", "grpc", "grpc_tools", "sklearn", "pyarrow", "psycopg"
 RUN = """
 import json, sys
 sys.argv = ["fedsketch", *json.loads(sys.argv[1])]
-from fedsketch.server.cli.main import app
+from fedsketch.cli import app
 try:
     app()
 except SystemExit as exc:

@@ -124,6 +124,179 @@ def test_layering_check_catches_a_crossing_import(tmp_path, where, line):
     assert [bad for bad in found if bad[0] == module_name(tmp_path, tmp_path / where)], found
 
 
+#: The rooms of ``common``, lowest first, written down once: a module imports only modules of its
+#: own room or of a room below it. The ground floor is the modules directly in ``common/`` (and the
+#: generated ``pb``); the command line's shared helpers (``cli``) are the top.
+COMMON_ROOMS: tuple[tuple[str, ...], ...] = (
+    ("atomicfile", "choices", "exactmath", "features", "spec_fields", "text", "pb"),
+    ("net",),
+    ("data",),
+    ("dp",),
+    ("sketch",),
+    ("secagg",),
+    ("study",),
+    ("cli",),
+)
+#: Where each folder's modules are named from (api/ is the top-level package ``fedsketch``).
+PACKAGES = {"api": (), "common": ("common",), "client": ("client",), "server": ("server",)}
+
+
+def source_modules(root: Path) -> dict[str, Path]:
+    """Every module of the package (generated protobuf code aside), by dotted name."""
+    found = {}
+    for folder, prefix in PACKAGES.items():
+        for path in sorted((root / folder).rglob("*.py")):
+            if "pb" in path.relative_to(root).parts:
+                continue
+            parts = [*prefix, *path.relative_to(root / folder).with_suffix("").parts]
+            if parts and parts[-1] == "__init__":
+                parts.pop()
+            found[".".join(["fedsketch", *parts])] = path
+    return found
+
+
+def import_graph(root: Path) -> dict[str, set[str]]:
+    """Module → the package's modules it imports (at any depth, lazy and TYPE_CHECKING imports
+    included): ``from X import y`` counts as an import of X.y when that is a module, else of X."""
+    modules = source_modules(root)
+    graph = {}
+    for name, path in modules.items():
+        package = name if path.name == "__init__.py" else name.rsplit(".", 1)[0]
+        edges = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom):
+                base = package.split(".")[: len(package.split(".")) - node.level + 1] if node.level else []
+                target = ".".join([*base, *([node.module] if node.module else [])])
+                for alias in node.names:
+                    sub = f"{target}.{alias.name}"
+                    edges.add(sub if sub in modules else target)
+            elif isinstance(node, ast.Import):
+                edges.update(alias.name for alias in node.names)
+        graph[name] = {e for e in edges if e in modules and e != name}
+    return graph
+
+
+def cycles(root: Path) -> list[list[str]]:
+    """The import cycles of the package: its graph's strongly connected components of more than
+    one module (Tarjan's algorithm, iterative)."""
+    graph = import_graph(root)
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found = []
+    for start in sorted(graph):
+        if start in index:
+            continue
+        work = [(start, iter(sorted(graph[start])))]
+        index[start] = low[start] = len(index)
+        stack.append(start)
+        while work:
+            node, children = work[-1]
+            child = next(children, None)
+            if child is not None:
+                if child not in index:
+                    index[child] = low[child] = len(index)
+                    stack.append(child)
+                    work.append((child, iter(sorted(graph[child]))))
+                elif child in stack:
+                    low[node] = min(low[node], index[child])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                component = []
+                while True:
+                    member = stack.pop()
+                    component.append(member)
+                    if member == node:
+                        break
+                if len(component) > 1:
+                    found.append(sorted(component))
+    return found
+
+
+def room_of(module: str) -> int | None:
+    """The floor of a ``fedsketch.common`` module in :data:`COMMON_ROOMS` (None outside common)."""
+    parts = module.split(".")
+    if parts[:2] != ["fedsketch", "common"] or len(parts) < 3:
+        return None
+    return next((floor for floor, rooms in enumerate(COMMON_ROOMS) if parts[2] in rooms), -1)
+
+
+def room_violations(root: Path) -> list[tuple[str, str]]:
+    """(module, imported) pairs of ``common`` where a room imports a room above it, or a module
+    sits in no room of :data:`COMMON_ROOMS`."""
+    bad = []
+    for name, imported in sorted(import_graph(root).items()):
+        floor = room_of(name)
+        if floor is None or name == "fedsketch.common":
+            continue
+        if floor < 0:
+            bad.append((name, "(no room)"))
+        bad += [(name, other) for other in sorted(imported)
+                if (room_of(other) or 0) > floor]
+    return bad
+
+
+def test_no_import_cycle_anywhere():
+    assert cycles(ROOT) == []
+
+
+def test_common_rooms_import_only_rooms_below():
+    assert room_violations(ROOT) == []
+
+
+def _copy_tree(tmp_path: Path) -> None:
+    for folder in PACKAGES:
+        shutil.copytree(ROOT / folder, tmp_path / folder, ignore=shutil.ignore_patterns("__pycache__"))
+
+
+@pytest.mark.parametrize("files", [
+    {"common/sketch/rogue_a.py": "from . import rogue_b\n",
+     "common/sketch/rogue_b.py": "from . import rogue_a\n"},
+    {"server/cli/rogue.py": "def f():\n    from fedsketch.cli import app\n",
+     "api/cli.py": "from fedsketch.server.cli import rogue\n"},
+    {"common/study/rogue.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
+                              "    from .rogue_too import X\n",
+     "common/study/rogue_too.py": "from .rogue import Y\n"},
+])
+def test_cycle_check_catches_a_planted_cycle(tmp_path, files):
+    """The checker itself: two modules that import each other (plainly, lazily inside a function,
+    or for annotations only) are reported as one cycle."""
+    _copy_tree(tmp_path)
+    for where, text in files.items():
+        (tmp_path / where).write_text(text)
+    found = cycles(tmp_path)
+    planted = {".".join(["fedsketch", *Path(w).with_suffix("").parts[1 if w.startswith("api/") else 0:]])
+               for w in files}
+    assert any(planted <= set(component) for component in found), found
+
+
+@pytest.mark.parametrize(("where", "line"), [
+    ("common/dp/rogue.py", "from ..study.study import StudySpec\n"),
+    ("common/net/rogue.py", "from fedsketch.common.sketch import box\n"),
+    ("common/features.py", "def f():\n    from .data import dataio\n"),
+    ("common/rogue.py", "x = 1\n"),
+])
+def test_room_check_catches_an_import_upwards(tmp_path, where, line):
+    """A module importing a room above its own, or sitting in no room, is reported."""
+    _copy_tree(tmp_path)
+    (tmp_path / where).write_text(line)
+    name = ".".join(["fedsketch", *Path(where).with_suffix("").parts])
+    assert [bad for bad in room_violations(tmp_path) if bad[0] == name], room_violations(tmp_path)
+
+
+def test_at_most_twelve_modules_directly_in_common():
+    """common/ keeps its ground floor small: the rest lives in rooms, each saying what it holds."""
+    direct = sorted(p.name for p in (ROOT / "common").glob("*.py") if p.name != "__init__.py")
+    assert len(direct) <= 12, direct
+    for room in sorted(p for p in (ROOT / "common").iterdir() if (p / "__init__.py").exists()):
+        doc = ast.get_docstring(ast.parse((room / "__init__.py").read_text())) or ""
+        assert doc.splitlines()[0].endswith(".") if doc else False, (
+            f"{room.name}/__init__.py needs a docstring whose first line says what the room holds")
+
+
 #: A module longer than this says why in its docstring (a sentence containing "lines").
 MAX_MODULE_LINES = 400
 

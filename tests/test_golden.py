@@ -30,6 +30,7 @@ import threadpoolctl
 from conftest import seeded_words
 from typer.testing import CliRunner
 
+from fedsketch.cli import app
 from fedsketch.common.data.synthetic import gmm, spectrum, subspaces
 from fedsketch.common.dp import exact
 from fedsketch.common.features import GRID
@@ -38,11 +39,11 @@ from fedsketch.common.sketch.privacy import PrivacySpec, privatize
 from fedsketch.common.sketch.sketchfile import load_sketch
 from fedsketch.common.sketch.sketching import FeatureSum, feature_sum
 from fedsketch.common.sketch.spec import SketchSpec
+from fedsketch.common.study.payload import max_abs_entry
 from fedsketch.common.study.study import StudySpec
-from fedsketch.common.study.wire import max_abs_entry
 from fedsketch.server.bench import kmeans, pca, subspace
+from fedsketch.server.bench.subspace import noise as subspace_noise
 from fedsketch.server.bench.task import Task
-from fedsketch.server.cli.main import app
 from fedsketch.server.decode.clompr import clompr
 
 GOLDEN = Path(__file__).resolve().parent / "golden"
@@ -65,7 +66,7 @@ def _seeded_noise(monkeypatch_or_none, start: int) -> None:
     seeds = iter(range(start, start + 10_000))
     fake = lambda: np.random.default_rng(next(seeds))  # noqa: E731
     for module, name, value in ((exact, "random_words", seeded_words(start)),
-                                (pca, "noise_rng", fake), (subspace, "noise_rng", fake)):
+                                (pca, "noise_rng", fake), (subspace_noise, "noise_rng", fake)):
         if monkeypatch_or_none is None:
             setattr(module, name, value)
         else:

@@ -1,6 +1,8 @@
-"""fedsketch.common.dp: where the sketch release's noise is calibrated and drawn, and its budget
-traced (the bench's centralized mechanisms and :mod:`fedsketch.common.dp.lloyd` use its calibration
-and draw their own noise).
+"""Differential privacy: the noise of every release, calibrated, drawn exactly and traced.
+
+The sketch release's noise is calibrated and drawn here, and its budget traced; the bench's
+centralized mechanisms and the noisy Lloyd step (:mod:`.lloyd`) use its calibration and draw their
+own noise.
 
 * :mod:`.calibration`: budget checks, the sensitivity of each released quantity, the scale of each
   noise primitive, the discrete-Laplace tail and composition (MECHANISMS §0.4–0.6);
@@ -11,5 +13,7 @@ and draw their own noise).
 * :mod:`.samplers`: the draws of a noise term and of a secure-aggregation share, and the
   CSPRNG-seeded generator of the bench's float mechanisms;
 * :mod:`.exact`: exact integer samplers (geometric, discrete Laplace, discrete Gaussian, negative
-  binomial, DLap shares) that read only OS random bits.
+  binomial, DLap shares) that read only OS random bits;
+* :mod:`.grid`: the public grid of the centralized mechanisms' releases;
+* :mod:`.lloyd`: nearest centre, cluster statistics, and one noisy Lloyd step.
 """

@@ -2,7 +2,7 @@
 
 One function decides the noise of every privacy path; the device's release
 (:func:`fedsketch.common.sketch.privacy.privatize`), the coordinator's magnitude check
-(:func:`fedsketch.common.study.wire.max_abs_entry`) and secure aggregation (the study's DLap parameter
+(:func:`fedsketch.common.study.payload.max_abs_entry`) and secure aggregation (the study's DLap parameter
 and each device's noise share) all read it. Every release is an integer vector (MECHANISMS §1.9
 item 7, §1.10): the encoded sum S ∈ Z^{2m} in grid steps (:mod:`fedsketch.common.sketch.sketching`) and,
 under add/remove, the record count n ∈ Z. Every term is an integer law, drawn exactly

@@ -6,7 +6,7 @@ which also says what a device may read).
 
 The audience: a read names the coordinator it is meant for, as the device verified it over TLS:
 the host of ``--coordinator`` (of its first address for a list, the name gRPC verifies the
-certificate against; :mod:`fedsketch.common.net.link`). The coordinator takes only a read whose
+certificate against; :mod:`fedsketch.common.net.address`). The coordinator takes only a read whose
 audience its own certificate names, so a read a device sent to one coordinator is refused by
 another, whose certificate does not name the first (a coordinator that captured it cannot replay
 it elsewhere). Coordinators serving one database (``--shared``) behind a list all present a
@@ -25,7 +25,7 @@ import time
 from collections.abc import Collection
 
 from fedsketch.common.net import signing
-from fedsketch.common.net.link import first_host
+from fedsketch.common.net.address import first_host
 from fedsketch.common.pb import fedsketch_pb2 as pb
 
 

@@ -25,10 +25,11 @@ to check).
 
 from __future__ import annotations
 
-import ipaddress
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
+
+from .address import first_host, grpc_target
 
 if TYPE_CHECKING:
     import grpc
@@ -64,46 +65,11 @@ class Link:
         return first_host(self.target)
 
 
-def first_host(target: str) -> str:
-    """The host part of ``--coordinator``'s first address (brackets of an IPv6 literal removed):
-    the name TLS verifies the coordinator's certificate against (:func:`grpc_target`)."""
-    first = target.split(",")[0].strip()
-    host = first.rpartition(":")[0] or first
-    return host.removeprefix("[").removesuffix("]")
-
-
-def grpc_target(target: str) -> tuple[str, str | None]:
-    """gRPC's target for ``--coordinator`` and the TLS name to verify, None for the target's own.
-
-    One address passes as it is (a DNS name's records are all used). A comma-separated list of
-    IP:PORT becomes ``ipv4:IP:PORT,…`` (or ``ipv6:[IP]:PORT,…``), verified against its first IP;
-    ValueError names the entry that is not an IP:PORT of the list's one family."""
-    entries = [entry.strip() for entry in target.split(",")]
-    if len(entries) == 1:
-        return target, None
-    families = set()
-    for entry in entries:
-        host, _, port = entry.rpartition(":")
-        try:
-            ip = ipaddress.ip_address(host.removeprefix("[").removesuffix("]"))
-            if not 0 < int(port) < 65536 or (ip.version == 6) != host.startswith("["):
-                raise ValueError
-        except ValueError:
-            raise ValueError(f"--coordinator {target!r}: {entry!r} is not IP:PORT ([IP]:PORT for IPv6); a "
-                             "list of coordinators takes IP addresses, and host names go in one DNS "
-                             "name whose records list every coordinator") from None
-        families.add(ip.version)
-    if len(families) > 1:
-        raise ValueError(f"--coordinator {target!r} mixes IPv4 and IPv6 addresses; list one family")
-    first = entries[0].rpartition(":")[0]
-    return f"ipv{families.pop()}:{','.join(entries)}", first
-
-
 def describe(code: str, details: str, link: Link | None) -> str:
     """One line for a failed gRPC call with status ``code`` (a name such as "UNAVAILABLE") and
     the library's ``details``: what failed and which option to check, for a failed connection;
     ``code: details`` (control characters escaped) for a refusal by the coordinator."""
-    from ..cli import printable
+    from ..text import printable
 
     where = f"the coordinator at {link.target}" if link else "the coordinator"
     if code not in ("UNAVAILABLE", "DEADLINE_EXCEEDED"):

@@ -1,6 +1,7 @@
 """Round 0 of a federated study with ``--scale auto``: the private choice of σ across devices.
 
-A study may declare a calibration round (:class:`CalibrationPlan`, part of its hashed spec,
+A study may declare a calibration round
+(:class:`~fedsketch.common.study.calibration_plan.CalibrationPlan`, part of its hashed spec,
 format ``fedsketch.study/4``). Its devices then release, once, the calibration sketch that
 :mod:`fedsketch.common.sketch.scale` computes centrally: for the records of the device mapped into the
 study's public box,
@@ -32,18 +33,16 @@ import json
 import math
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, replace
-from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ..choices import AUTO_FRACTION, DEFAULT_RANGE, ROUND_SECONDS
+from ..choices import AUTO_FRACTION, ROUND_SECONDS
 from ..dp.calibration import noise_radius
 from ..dp.plan import noise_plan
 from ..features import GRID
 from ..sketch.box import Box, Tally
 from ..sketch.privacy import PrivacySpec, coordinate_variance
 from ..sketch.scale import (
-    DEFAULT_M0,
     CalibrationSpec,
     ScaleCalibration,
     calibration_release,
@@ -52,69 +51,15 @@ from ..sketch.scale import (
 from ..sketch.sketching import normalized_sketch
 from ..sketch.spec import canonical_json
 from ..spec_fields import checked, integer, number, optional_number, text
-from .wire import PayloadError, check_payload, decode, encode
-
-if TYPE_CHECKING:  # annotations only: the study module imports this one
-    from .study import StudySpec
+from .calibration_plan import CalibrationPlan
+from .payload import check_payload
+from .study import StudySpec
+from .wire import PayloadError, decode, encode
 
 #: Written and read: the spec of a study's sketch round after its calibration round.
 SKETCH_ROUND_FORMAT = "fedsketch.sketch-round/1"
 #: The payload kind of a calibration release (``Contribution.int64_pairs``, m0 pairs).
 CALIBRATION_KIND = "int64_pairs"
-#: Most calibration frequencies a study may ask (a release of 16·m0 bytes, 64 KiB).
-MAX_M0 = 4096
-
-
-@dataclass(frozen=True)
-class CalibrationPlan:
-    """A study's round 0: ``epsilon`` ε_0 (finite, > 0) of each device's calibration release,
-    ``m0`` calibration frequencies, the σ search range [``sigma_lo``, ``sigma_hi``] (data
-    units), and ``round_seconds``, how long the sketch round that follows collects at most."""
-
-    epsilon: float
-    m0: int = DEFAULT_M0
-    sigma_lo: float = DEFAULT_RANGE[0]
-    sigma_hi: float = DEFAULT_RANGE[1]
-    round_seconds: float = ROUND_SECONDS
-
-    def __post_init__(self) -> None:
-        if not (isinstance(self.epsilon, (int, float)) and math.isfinite(self.epsilon)
-                and self.epsilon > 0):
-            raise ValueError(f"the calibration round needs a finite ε > 0, got {self.epsilon!r}")
-        if type(self.m0) is not int or self.m0 > MAX_M0:
-            raise ValueError(f"m0 must be an integer of at most {MAX_M0}, got {self.m0!r}")
-        if not (isinstance(self.round_seconds, (int, float)) and math.isfinite(self.round_seconds)
-                and self.round_seconds > 0):
-            raise ValueError(f"round_seconds must be finite and > 0, got {self.round_seconds!r}")
-        for name in ("epsilon", "sigma_lo", "sigma_hi", "round_seconds"):
-            object.__setattr__(self, name, float(getattr(self, name)))
-        self.spec(1, 0)  # the range and m0, checked once
-
-    @property
-    def placeholder(self) -> float:
-        """√(σ_lo·σ_hi): the study's own (unused) sketch scale (module docstring)."""
-        return math.sqrt(self.sigma_lo * self.sigma_hi)
-
-    def spec(self, d: int, seed: int) -> CalibrationSpec:
-        """The calibration sketch's public spec for records of dimension d and the study's seed."""
-        return CalibrationSpec(d=d, m0=self.m0, sigma_lo=self.sigma_lo, sigma_hi=self.sigma_hi,
-                               seed=seed)
-
-    def to_dict(self) -> dict:
-        """JSON-ready form."""
-        return {"epsilon": self.epsilon, "m0": self.m0, "sigma_lo": self.sigma_lo,
-                "sigma_hi": self.sigma_hi, "round_seconds": self.round_seconds}
-
-    @classmethod
-    def from_dict(cls, data: dict) -> CalibrationPlan:
-        """Parse; ValueError or TypeError for anything malformed, a field of another JSON type
-        than its own included (:mod:`~.spec_fields`)."""
-        if not isinstance(data, dict) or set(data) != {"epsilon", "m0", "sigma_lo", "sigma_hi",
-                                                       "round_seconds"}:
-            raise ValueError("calibration must be an object with epsilon, m0, sigma_lo, "
-                             "sigma_hi and round_seconds")
-        return cls(**checked(data, {"epsilon": number, "m0": integer, "sigma_lo": number,
-                                    "sigma_hi": number, "round_seconds": number}, "calibration"))
 
 
 def split_auto(epsilon: float, fraction: float = AUTO_FRACTION,
@@ -176,7 +121,7 @@ def check_calibration(study: StudySpec, kind: str, payload: bytes, n: float) -> 
 
 def check_release(study: StudySpec, kind: str, payload: bytes, n: float) -> np.ndarray:
     """A plain study's own release checked (PayloadError): its round 0's if it declares one
-    (:func:`check_calibration`), else its sketch's (:func:`~fedsketch.common.study.wire.check_payload`)."""
+    (:func:`check_calibration`), else its sketch's (:func:`~fedsketch.common.study.payload.check_payload`)."""
     if study.calibration is not None:
         return check_calibration(study, kind, payload, n)
     return check_payload(study, kind, payload, n)

@@ -31,7 +31,7 @@ from ..secagg.trust import Assumptions
 from ..sketch.frequencies import draw_frequencies
 from ..sketch.spec import SketchSpec, canonical_json
 from ..spec_fields import integer, numbers, optional_number, text
-from .calibration_round import CalibrationPlan
+from .calibration_plan import CalibrationPlan
 from .refine import MAX_CENTRES, RefineSpec, cells_bits, round_split
 from .wire import MAX_RECORDS
 

@@ -1,4 +1,7 @@
-"""``fedsketch coordinator``: the operator's commands (``fedsketch certs`` is :mod:`.certs`).
+"""``fedsketch coordinator``: the operator's commands, assembled here into :data:`coordinator_app`:
+``serve``, ``tokens`` and ``result`` defined here, ``create-study`` (:mod:`.create_study`) and the
+operator's view (:mod:`.operator_view`: list, status, audit, close); ``fedsketch certs`` is
+:mod:`.certs`, and what the operator's commands share is :mod:`.operator_link`.
 
 Options an operator sets once (the coordinator's address, the CA, the token file, and every option
 of ``serve``) are also read from ``FEDSKETCH_*`` environment variables (named in each ``--help``),
@@ -23,44 +26,15 @@ from typing import Annotated
 
 import typer
 
-from fedsketch.common.cli import CaOpt, InsecureOpt, Target, connect
+from fedsketch.common.cli import CaOpt, InsecureOpt, Target
 from fedsketch.common.pb import fedsketch_pb2 as pb
+from fedsketch.server.cli.create_study import create_study
 from fedsketch.server.cli.errors import NOT_IDENTIFIABLE_EXIT, clean_errors, report_identifiability
+from fedsketch.server.cli.operator_link import TokenFile, operator_stub, read_token
+from fedsketch.server.cli.operator_view import audit, close_study, list_studies, status
 from fedsketch.server.cli.planning import result_noise
 
-coordinator_app = typer.Typer(no_args_is_help=True, help="Run and operate a coordinator.")
 
-TokenFile = Annotated[Path, typer.Option("--token-file", envvar="FEDSKETCH_OPERATOR_TOKEN_FILE",
-                                         help="File holding the operator token: the one `coordinator "
-                                         "serve` wrote (its --token-file, by default operator.token "
-                                         "in the folder it runs in).")]
-STATE_NAMES = {v: k for k, v in pb.StudyState.items()}
-
-
-def read_token(path: Path) -> str:
-    """The operator token stored in ``path`` (one line); a missing, unreadable or empty file is
-    refused naming --token-file and where ``serve`` writes it."""
-    try:
-        token = path.read_text().strip()
-    except OSError as exc:
-        raise ValueError(f"--token-file {path}: cannot read the operator token "
-                         f"({exc.strerror or exc}); `coordinator serve` writes it to its own "
-                         "--token-file (default operator.token in the folder it runs in): give "
-                         "that file's path") from None
-    if not token:
-        raise ValueError(f"--token-file {path}: empty operator token file")
-    return token
-
-
-def operator_stub(target: str, ca: Path | None, insecure: bool, token_file: Path):
-    """(Operator stub, call metadata) for admin calls."""
-    from fedsketch.common.pb import fedsketch_pb2_grpc as pb_grpc
-
-    meta = (("authorization", f"Bearer {read_token(token_file)}"),)
-    return pb_grpc.OperatorStub(connect(target, ca, insecure)), meta
-
-
-@coordinator_app.command("serve")
 def serve(
     db: Annotated[str, typer.Option(
         envvar="FEDSKETCH_DB", metavar="<path|url>",
@@ -153,7 +127,6 @@ def serve(
     store.close()
 
 
-@coordinator_app.command("tokens")
 def tokens(
     coordinator: Target,
     count: Annotated[int, typer.Option(help="How many one-time enrollment tokens.")] = 1,
@@ -169,7 +142,6 @@ def tokens(
             typer.echo(token)
 
 
-@coordinator_app.command("result")
 def result(
     coordinator: Target,
     study: Annotated[str, typer.Argument(help="Study id.")],
@@ -207,6 +179,12 @@ def result(
          "calibration": json.loads(res.calibration_json) if res.calibration_json else None})))
 
 
-# create-study and the operator's view (list, status, audit, close) are modules of their own;
-# importing them registers their commands on coordinator_app.
-from fedsketch.server.cli import create_study, operator_view  # noqa: E402, F401
+coordinator_app = typer.Typer(no_args_is_help=True, help="Run and operate a coordinator.")
+coordinator_app.command("serve")(serve)
+coordinator_app.command("tokens")(tokens)
+coordinator_app.command("result")(result)
+coordinator_app.command("create-study")(create_study)
+coordinator_app.command("list")(list_studies)
+coordinator_app.command("status")(status)
+coordinator_app.command("audit")(audit)
+coordinator_app.command("close")(close_study)

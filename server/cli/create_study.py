@@ -25,12 +25,11 @@ from fedsketch.common.choices import (
 )
 from fedsketch.common.cli import CaOpt, InsecureOpt, JsonOpt, Target
 from fedsketch.common.pb import fedsketch_pb2 as pb
-from fedsketch.server.cli.coordinator import TokenFile, coordinator_app, operator_stub
 from fedsketch.server.cli.errors import clean_errors
+from fedsketch.server.cli.operator_link import TokenFile, operator_stub
 from fedsketch.server.cli.planning import ExpectedRecordsOpt, StrictPlanOpt, report_plan
 
 
-@coordinator_app.command("create-study")
 def create_study(
     coordinator: Target,
     name: Annotated[str, typer.Option(help="Study name.")],
@@ -160,7 +159,7 @@ def create_study(
     from fedsketch.common.study.refine import split_study_epsilon
     from fedsketch.common.study.study import StudySpec
     from fedsketch.server.cli.bounds import parse_bounds
-    from fedsketch.server.cli.main import parse_scale
+    from fedsketch.server.cli.options import parse_scale
 
     with clean_errors():
         lo, hi = parse_bounds(bounds, d)

@@ -1,6 +1,6 @@
 """How the coordinator-side commands report an expected failure: :func:`fedsketch.common.cli.clean_errors`
-with the store's and the ledger's refusals among the expected ones (the simulator drives ledgers),
-and a decoding whose centroids cannot be told from noise (:func:`report_identifiability`)."""
+with the store's refusals among the expected ones (the simulator adds its devices' ledger
+refusals), and a decoding whose centroids cannot be told from noise (:func:`report_identifiability`)."""
 
 from __future__ import annotations
 
@@ -9,16 +9,15 @@ from contextlib import AbstractContextManager
 
 import typer
 
-from fedsketch.client.ledger_records import LedgerError
 from fedsketch.common.cli import clean_errors as _clean_errors
 
 
 def clean_errors(*extra: type[BaseException]) -> AbstractContextManager[None]:
-    """``error: <first line>`` and exit status 1 for bad input, a store or ledger refusal, a
-    refused gRPC call, and ``extra``."""
+    """``error: <first line>`` and exit status 1 for bad input, a store refusal, a refused gRPC
+    call, and ``extra``."""
     from fedsketch.server.store.base import StoreError  # here: the store loads only when used
 
-    return _clean_errors(StoreError, LedgerError, *extra)
+    return _clean_errors(StoreError, *extra)
 
 
 #: Exit status of ``decode --strict`` and ``coordinator result --strict`` for centroids that cannot

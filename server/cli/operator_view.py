@@ -19,10 +19,11 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from fedsketch.common.cli import CaOpt, InsecureOpt, JsonOpt, Target, printable
+from fedsketch.common.cli import CaOpt, InsecureOpt, JsonOpt, Target
 from fedsketch.common.pb import fedsketch_pb2 as pb
-from fedsketch.server.cli.coordinator import STATE_NAMES, TokenFile, coordinator_app, operator_stub
+from fedsketch.common.text import printable
 from fedsketch.server.cli.errors import clean_errors
+from fedsketch.server.cli.operator_link import STATE_NAMES, TokenFile, operator_stub
 
 #: Exit status of ``coordinator close`` for a study that ends FAILED (closed without its quorum,
 #: or its decoding failed); 1 stays "the command failed" (bad input, a refused call).
@@ -72,7 +73,6 @@ def _table(columns: tuple[str, ...], rows: list[tuple[str, ...]], title: str | N
     Console(width=None if sys.stdout.isatty() else 200).print(table)
 
 
-@coordinator_app.command("list")
 def list_studies(
     coordinator: Target,
     token_file: TokenFile = Path("operator.token"),
@@ -151,7 +151,6 @@ def _print_status(doc: dict[str, Any]) -> None:
                  r["detail"]) for r in doc["rounds"]], "rounds (0: the sketch after round 0)")
 
 
-@coordinator_app.command("status")
 def status(
     coordinator: Target,
     study: Annotated[str, typer.Argument(help="Study id.")],
@@ -181,7 +180,6 @@ def status(
         _print_status(doc)
 
 
-@coordinator_app.command("audit")
 def audit(
     coordinator: Target,
     token_file: TokenFile = Path("operator.token"),
@@ -207,7 +205,6 @@ def audit(
         typer.echo(f"{when(r['at'])}  {printable(r['actor'])}  {r['action']}  {printable(r['detail'])}")
 
 
-@coordinator_app.command("close")
 def close_study(
     coordinator: Target,
     study: Annotated[str, typer.Argument(help="Study id.")],

@@ -92,10 +92,10 @@ def simulate_command(
     --partition."""
     from fedsketch.server.bench.metrics import RELATIVE_SSE_MEANING
     from fedsketch.server.cli.bounds import parse_bounds
-    from fedsketch.server.cli.main import parse_scale
-    from fedsketch.server.sim.simulate import SimConfig, file_data, run_simulation
+    from fedsketch.server.cli.options import parse_scale
+    from fedsketch.server.sim.simulate import EXPECTED_ERRORS, SimConfig, file_data, run_simulation
 
-    with clean_errors():
+    with clean_errors(*EXPECTED_ERRORS):
         pooled, box = None, None
         if data is None:
             if bounds is not None:
@@ -125,7 +125,7 @@ def simulate_command(
                     stage_timeout=stage_timeout,
                     dropout=dropout, dropout_stage=dropout_stage, box=box, rounds=rounds,
                     round_share=round_share)
-    with clean_errors(RuntimeError):  # RuntimeError: a device refused or the study failed
+    with clean_errors(RuntimeError, *EXPECTED_ERRORS):  # RuntimeError: a device refused or the study failed
         report = run_simulation(cfg, pooled)
     if as_json:
         typer.echo(json.dumps(report))

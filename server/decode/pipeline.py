@@ -115,9 +115,9 @@ def decode_judged(sketch: np.ndarray, spec: SketchSpec, k: int, lo: np.ndarray, 
                   records: float, draws: float = 1.0, replicates: int, rng: np.random.Generator,
                   progress: Callable[[int, int], None] | None = None) -> Decoding:
     """:func:`decode_centroids`, then the verdict on its centroids against the noise of ``draws``
-    full noise draws on ``records`` released records (:func:`fedsketch.common.study.planner.noise_variance`: 1 draw
-    for one release, the number of devices with local noise, devices/h_min under secure
-    aggregation). ValueError unless 1 ≤ k ≤ m."""
+    full noise draws on ``records`` released records
+    (:func:`fedsketch.common.study.planner.noise_variance`: 1 draw for one release, the number of
+    devices with local noise, devices/h_min under secure aggregation). ValueError unless 1 ≤ k ≤ m."""
     if not 1 <= k <= spec.frequencies.m:
         raise ValueError(f"k must be in 1..m = 1..{spec.frequencies.m}, got {k}")
     out = decode_centroids(sketch, spec, k, lo, hi, replicates=replicates, rng=rng, progress=progress)

@@ -8,12 +8,11 @@ proportions drawn from Dir(ALPHA·1_L); small ALPHA gives devices few clusters e
 keeps at least one record). A data file's clusters are those of the k-means reference on the
 pooled records: the simulator's own view, used only to deal the records out.
 
-A fresh CA and server certificate, a SQLite store and a coordinator are made in a temporary
-folder; an operator issues L enrollment tokens and creates one study (quorum L, no deadline).
-Devices then run the real device code: in-process agents by default, or real
-``fedsketch device run --once`` processes with ``--processes``. The coordinator aggregates at
-quorum and decodes; the result is scored by relative SSE against scikit-learn KMeans
-(k-means++, n_init = 3) on the pooled data.
+A fresh CA and server certificate, a SQLite store and a coordinator are made in a temporary folder; an
+operator issues L enrollment tokens and creates one study (quorum L, no deadline). Devices then run the
+real device code: in-process agents by default, or real ``fedsketch device run --once`` processes with
+``--processes``. The coordinator aggregates at quorum and decodes; the result is scored by relative SSE
+against scikit-learn KMeans (k-means++, n_init = 3) on the pooled data.
 """
 
 from __future__ import annotations
@@ -35,6 +34,7 @@ import numpy as np
 
 from fedsketch.client.agent import Agent
 from fedsketch.client.ledger import Ledger
+from fedsketch.client.ledger_records import LedgerError
 from fedsketch.client.localdata import LocalData
 from fedsketch.common.data.dataio import DataSource, load_all
 from fedsketch.common.data.synthetic import gmm
@@ -63,6 +63,8 @@ OPERATOR_TOKEN = "simulation-operator-token"
 DECODE_TIMEOUT = 600.0
 #: Secure-aggregation stages in order, and those a simulated device may drop out at.
 DROPOUT_STAGES = tuple(stage.value for stage in Stage)
+#: Bad input a simulation may raise besides ValueError and OSError: its devices' ledger refusals.
+EXPECTED_ERRORS: tuple[type[Exception], ...] = (LedgerError,)
 
 
 @dataclass(frozen=True)

@@ -25,8 +25,8 @@ from fedsketch import (
     load_sketch,
     sketch,
 )
+from fedsketch.cli import app
 from fedsketch.common.data.synthetic import gmm
-from fedsketch.server.cli.main import app
 
 ROOT = Path(__file__).resolve().parents[2]
 FEDSKETCH = str(Path(sys.executable).with_name("fedsketch"))

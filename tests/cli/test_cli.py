@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from fedsketch.server.cli.main import app
+from fedsketch.cli import app
 
 FEDSKETCH = str(Path(sys.executable).with_name("fedsketch"))
 runner = CliRunner()

@@ -17,9 +17,9 @@ import pyarrow.parquet as pq
 import pytest
 from typer.testing import CliRunner
 
+from fedsketch.cli import app
 from fedsketch.common.data.synthetic import gmm
 from fedsketch.common.sketch.sketchfile import load_sketch
-from fedsketch.server.cli.main import app
 
 FEDSKETCH = str(Path(sys.executable).with_name("fedsketch"))
 SKETCH = ["--m", "30", "--r", "30", "--scale", "1", "--epsilon", "inf", "--seed", "3", "--quiet"]

@@ -14,6 +14,7 @@ import pytest
 from conftest import study_spec
 from typer.testing import CliRunner
 
+from fedsketch.cli import app
 from fedsketch.client import daemon
 from fedsketch.client.agent import Agent
 from fedsketch.client.ledger import DEFAULT_SOURCE, Budget, Ledger, LedgerError
@@ -26,7 +27,6 @@ from fedsketch.common.sketch.spec import SketchSpec
 from fedsketch.common.study import wire
 from fedsketch.common.study.study import StudySpec, spec_sha256
 from fedsketch.server.bench.metrics import split
-from fedsketch.server.cli.main import app
 
 runner = CliRunner()
 

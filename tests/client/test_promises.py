@@ -15,6 +15,7 @@ import pytest
 from conftest import study_spec
 from typer.testing import CliRunner
 
+from fedsketch.cli import app
 from fedsketch.client.ledger import DEFAULT_SOURCE, BudgetExceeded, Ledger
 from fedsketch.client.ledger_schema import MIGRATED_KEEP_SECONDS
 from fedsketch.client.study_pass import MAX_KEEP_SECONDS, ROUND_GAP_SECONDS, Later, keep_seconds, later_rounds
@@ -23,7 +24,6 @@ from fedsketch.common.secagg.trust import Assumptions
 from fedsketch.common.study.calibration_round import SketchRound, split_auto
 from fedsketch.common.study.refine import RefineSpec, RoundSpec
 from fedsketch.common.study.study import StudySpec
-from fedsketch.server.cli.main import app
 
 
 def release(led: Ledger, study_id: str, epsilon: float, *, parent: str | None = None, round: int = 0,

@@ -17,6 +17,7 @@ import pytest
 from conftest import META, study_spec
 from typer.testing import CliRunner
 
+from fedsketch.cli import app
 from fedsketch.client.agent import Agent
 from fedsketch.client.ledger import DEFAULT_SOURCE, Ledger, LedgerError, Reservation
 from fedsketch.client.ledger_reservations import RESERVATION_SECONDS
@@ -25,7 +26,6 @@ from fedsketch.client.policy import Policy
 from fedsketch.common.pb import fedsketch_pb2 as pb
 from fedsketch.common.study.refine import RefineSpec
 from fedsketch.server.bench.metrics import split
-from fedsketch.server.cli.main import app
 
 OTHER = "clinic-b"
 HOUR = 3600.0

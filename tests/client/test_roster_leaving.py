@@ -14,13 +14,13 @@ import pytest
 from conftest import signed, study_spec
 from typer.testing import CliRunner
 
+from fedsketch.cli import app
 from fedsketch.client.agent import Agent
 from fedsketch.client.ledger import DEFAULT_SOURCE, Ledger
 from fedsketch.client.localdata import LocalData
 from fedsketch.client.policy import Policy
 from fedsketch.common.study.refine import RefineSpec, is_round
 from fedsketch.server.bench.metrics import split
-from fedsketch.server.cli.main import app
 
 DAY = 86400.0
 

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
+from fedsketch.cli import app
 from fedsketch.common.data.synthetic import gmm
 from fedsketch.common.sketch.box import Box
 from fedsketch.common.sketch.frequencies import FrequencySpec
@@ -20,7 +21,6 @@ from fedsketch.common.sketch.sketching import normalized_sketch
 from fedsketch.common.sketch.spec import SketchSpec, release_sketch
 from fedsketch.common.study.planner import noise_variance
 from fedsketch.server.cli.errors import NOT_IDENTIFIABLE_EXIT
-from fedsketch.server.cli.main import app
 from fedsketch.server.decode.identify import IDENTIFIED, NOT_IDENTIFIABLE, assess
 from fedsketch.server.decode.pipeline import decode_centroids
 

@@ -20,6 +20,7 @@ from fedsketch.common.secagg import wire as sw
 from fedsketch.common.sketch.box import Box
 from fedsketch.common.sketch.spec import release_sketch
 from fedsketch.common.study import wire
+from fedsketch.common.study.payload import count_radius
 from fedsketch.common.study.study import DEFAULT_MAX_DEVICE_RECORDS, StudySpec
 from fedsketch.server.bench.metrics import sklearn_kmeans_centroids, split, sse_per_n
 
@@ -79,7 +80,7 @@ def test_a_hostile_count_is_refused_and_the_study_completes_from_the_honest(
     contribute_all(honest, study.study_id)
     release = release_sketch(spec.sketch, split(parts[3]), Box(spec.lo, spec.hi))
     kind, payload = wire.encode(release, spec.sketch.feature)
-    above = CAP + 1 if neighbouring == "replace_one" else CAP + wire.count_radius(spec) + 2
+    above = CAP + 1 if neighbouring == "replace_one" else CAP + count_radius(spec) + 2
     for n in (1e300, 1e308, -1e308, 10.5, float(above)):
         with pytest.raises(grpc.RpcError) as err:
             hostile.stub.Submit(_signed(hostile, study, n, kind, payload), timeout=10)

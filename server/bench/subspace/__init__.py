@@ -18,18 +18,15 @@ invariant to that scaling.
   and only where Theorem 3.1's conditions hold; otherwise labelled without guarantee).
 
 Noise: SuLQ's is exact integer noise from OS random bits; the Gibbs chain and sample-and-aggregate
-sample in floating point from this package's :func:`noise_rng` (that is
-:func:`fedsketch.common.dp.samplers.noise_rng`, a fresh OS-CSPRNG-seeded generator), which they
-look up here at each run: replacing ``fedsketch.server.bench.subspace.noise_rng`` (as
-tests/test_golden.py does) seeds them. ``Task.rng`` only seeds non-private work (the reference's
-restarts, the data-independent starts of SuLQ and Gibbs).
+sample in floating point from :mod:`.noise`'s ``noise_rng`` (a fresh OS-CSPRNG-seeded
+generator), looked up there at each run, so that a test can seed them. ``Task.rng`` only seeds
+non-private work (the reference's restarts, the data-independent starts of SuLQ and Gibbs).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
-from fedsketch.common.dp.samplers import noise_rng
 from fedsketch.server.bench.subspace.geometry import (
     cluster_scatter,
     prepare,
@@ -71,11 +68,11 @@ METHODS: dict[str, Callable[[Task], Outcome]] = {
     "sample-aggregate": sample_aggregate,
 }
 
-#: The registry, the noise seam, and the names tests and benchmarks reach through the package.
+#: The registry and the names tests and benchmarks reach through the package.
 __all__ = [
     "METHODS", "canonical_vector", "cluster_scatter", "draw_subsets", "gibbs_assign", "gibbs_chain",
     "gibbs_subspace", "gibbs_sweep", "kplane_fit", "kplane_reference", "kplane_solve", "kplane_start",
-    "neighbour_radii", "noise_rng", "noisy_scatter", "prepare", "projectors_to_bases", "residuals",
+    "neighbour_radii", "noisy_scatter", "prepare", "projectors_to_bases", "residuals",
     "sample_aggregate", "sample_aggregate_combine", "smooth_bound", "span_basis", "subspace_cost",
     "subspace_distance", "sulq_kplane", "sulq_plan", "sulq_sensitivity", "sulq_step", "theorem_gap",
     "tsc", "wasserstein_distance",

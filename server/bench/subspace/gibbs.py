@@ -1,7 +1,7 @@
 """The exponential mechanism for subspace clustering sampled by Gibbs (MECHANISMS §9.4, paper 001
 §4): ε-DP for exact samples only. Every draw of the chain comes from the family's ``noise_rng``
-(float sampling), looked up on :mod:`fedsketch.server.bench.subspace` at each run so that a test
-can seed it; the start is k Haar-random subspaces from ``Task.rng`` (data-independent).
+(float sampling), looked up on :mod:`fedsketch.server.bench.subspace.noise` at each run so that
+a test can seed it; the start is k Haar-random subspaces from ``Task.rng`` (data-independent).
 """
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ from __future__ import annotations
 import numpy as np
 
 from fedsketch.common.data.synthetic import random_orthonormal
-from fedsketch.server.bench import subspace as family
 from fedsketch.server.bench.bingham import sample_matrix_bingham
+from fedsketch.server.bench.subspace import noise as family
 from fedsketch.server.bench.subspace.geometry import cluster_scatter, prepare, residuals
 from fedsketch.server.bench.task import Outcome, Task, require_finite_epsilon
 

@@ -1,7 +1,7 @@
 """Sample-and-aggregate around TSC (MECHANISMS §9.2–9.3, paper 001 Alg. 1–2): (ε, δ)-DP under
 replace-one where Theorem 3.1's conditions hold and its float Gaussian noise is taken as exact;
 otherwise a run without a privacy guarantee, labelled so. Its subsets, TSC's draws and the noise
-come from the family's ``noise_rng``, looked up on :mod:`fedsketch.server.bench.subspace` at each
+come from the family's ``noise_rng``, looked up on :mod:`fedsketch.server.bench.subspace.noise` at each
 run so that a test can seed it.
 """
 
@@ -15,8 +15,8 @@ from scipy.sparse.csgraph import connected_components
 from scipy.spatial.distance import cdist
 
 from fedsketch.common.data.synthetic import random_orthonormal
-from fedsketch.server.bench import subspace as family
 from fedsketch.server.bench.pca import top_eigenvectors
+from fedsketch.server.bench.subspace import noise as family
 from fedsketch.server.bench.subspace.geometry import prepare, span_basis
 from fedsketch.server.bench.task import Outcome, Task, require_finite_epsilon
 

@@ -25,8 +25,8 @@ from fedsketch.common.sketch.frequencies import FrequencySpec
 from fedsketch.common.sketch.privacy import PrivacySpec, privatize
 from fedsketch.common.sketch.sketching import FeatureSum
 from fedsketch.common.sketch.spec import SketchSpec
+from fedsketch.common.study.payload import max_abs_entry
 from fedsketch.common.study.study import StudySpec
-from fedsketch.common.study.wire import max_abs_entry
 
 M = 12
 PATHS = [(f, r, nb, delta) for f in ("complex", "quantized") for r in (1, 5, M)
@@ -137,7 +137,8 @@ def test_the_payload_check_bounds_the_count_and_the_aggregate_cannot_wrap():
     """A claimed count beyond the study's per-device cap (2^40 at most) or outside what the
     add/remove mechanism can release is refused, payload entries are bounded by the cap, and
     summing payloads that would leave int64 fails loudly instead of wrapping."""
-    from fedsketch.common.study.wire import MAX_RECORDS, PayloadError, check_count, count_radius
+    from fedsketch.common.study.payload import check_count, count_radius
+    from fedsketch.common.study.wire import MAX_RECORDS, PayloadError
     from fedsketch.server.decode.pipeline import average_sketch
 
     sketch = SketchSpec(FrequencySpec(d=2, m=M, scale=1.0, seed=1), "complex", 3, PrivacySpec(1.3))

@@ -266,7 +266,7 @@ def test_empty_and_float_parameters():
 
 
 def test_benchmark_runs_at_a_tiny_size(tmp_path):
-    script = Path(__file__).resolve().parents[2] / "benchmarks" / "bench_samplers.py"
+    script = Path(__file__).resolve().parents[3] / "benchmarks" / "bench_samplers.py"
     res = subprocess.run([sys.executable, str(script), "--runs", "1", "--size", "50"], cwd=tmp_path,
                          capture_output=True, text=True, timeout=120)
     assert res.returncode == 0, res.stderr[-2000:]

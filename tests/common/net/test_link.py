@@ -9,7 +9,8 @@ from contextlib import ExitStack
 import grpc
 import pytest
 
-from fedsketch.common.net.link import Link, grpc_target
+from fedsketch.common.net.address import grpc_target
+from fedsketch.common.net.link import Link
 from fedsketch.common.net.tls import init_certs, server_credentials
 
 

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
+from fedsketch.cli import app
 from fedsketch.common.dp.calibration import dlap_variance, l1_sensitivity
 from fedsketch.common.sketch.box import Box
 from fedsketch.common.sketch.scale import (
@@ -28,12 +29,11 @@ from fedsketch.common.sketch.scale import (
 )
 from fedsketch.common.sketch.sketchfile import load_sketch
 from fedsketch.server.bench.metrics import split
-from fedsketch.server.cli.main import app
 
 #: Seeded outcomes here depend on floating-point summation order (BLAS kernels): tests/test_blas_kernels.py
 #: re-runs this module under each OpenBLAS kernel the CPU offers.
 pytestmark = pytest.mark.blas
-BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
+BENCHMARKS = Path(__file__).resolve().parents[3] / "benchmarks"
 
 
 

@@ -1,7 +1,6 @@
-"""The ``fedsketch`` command line: synthetic data, private sketching, decoding and evaluation
-here; the groups of the other modules joined to it: certificates and the coordinator
-(:mod:`.coordinator`), the device daemon (:mod:`fedsketch.client.cli`), the simulator
-(:mod:`.simulate`) and the comparison (:mod:`.compare`).
+"""The commands on local files: synthetic data (``synth``), private sketching (``sketch``),
+decoding (``decode``) and evaluation (``evaluate``). The ``fedsketch`` command itself is
+assembled in :mod:`fedsketch.cli`.
 
 Every command reports bad input as one line on stderr (``error: ...``) with exit status 1 and
 writes no partial output file. ``--quiet`` turns progress bars off.
@@ -11,7 +10,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
@@ -20,59 +18,19 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from fedsketch.client.cli import device_app
 from fedsketch.common.choices import DEFAULT_R, DEFAULT_RANGE, FEATURES, LAWS, NEIGHBOURING
-from fedsketch.common.cli import ColumnsOpt, HeaderOpt, JsonOpt, open_data, set_verbose
-from fedsketch.server.cli.certs import certs_app
-from fedsketch.server.cli.compare import compare_command
-from fedsketch.server.cli.coordinator import coordinator_app
+from fedsketch.common.cli import ColumnsOpt, HeaderOpt, JsonOpt, open_data
 from fedsketch.server.cli.errors import NOT_IDENTIFIABLE_EXIT, clean_errors, report_identifiability
-from fedsketch.server.cli.simulate import simulate_command
+from fedsketch.server.cli.options import parse_range, parse_scale
 
 if TYPE_CHECKING:  # numpy, scipy and the mechanisms load inside the commands that use them
     import numpy as np
     from rich.progress import Progress
 
-app = typer.Typer(
-    no_args_is_help=True,
-    help="Federated, differentially private compressive k-means. Tab completion: "
-         "--install-completion (bash, zsh, fish, PowerShell).",
-)
 synth_app = typer.Typer(no_args_is_help=True, help="Generate synthetic datasets.")
-app.add_typer(synth_app, name="synth")
-app.add_typer(certs_app, name="certs")
-app.add_typer(coordinator_app, name="coordinator")
-app.add_typer(device_app, name="device")
-app.command("simulate")(simulate_command)
-app.command("compare")(compare_command)
 
 err = Console(stderr=True)
 Quiet = Annotated[bool, typer.Option("--quiet", "-q", help="No progress bars.")]
-
-
-def _print_version(value: bool) -> None:
-    """``--version``: the installed package's version (pyproject.toml's), then exit."""
-    if value:
-        from importlib import metadata
-
-        typer.echo(f"fedsketch {metadata.version('fedsketch')}")
-        raise typer.Exit()
-
-
-@app.callback()
-def main(
-    version: Annotated[bool, typer.Option("--version", callback=_print_version, is_eager=True,
-                                          help="Print the version and exit.")] = False,
-    verbose: Annotated[bool, typer.Option(
-        "--verbose", envvar="FEDSKETCH_VERBOSE",
-        help="Errors also show the libraries' own text (gRPC's, the TLS library's), and gRPC "
-             "logs its errors on stderr.")] = False,
-) -> None:
-    """The options of ``fedsketch`` itself (``--version``, ``--verbose``, typer's completion
-    options)."""
-    set_verbose(verbose)
-    if not verbose:  # read once, when grpc loads (after this): no gRPC core log lines
-        os.environ.setdefault("GRPC_VERBOSITY", "NONE")
 
 
 def progress_bar(quiet: bool) -> Progress:
@@ -144,31 +102,6 @@ def synth_gmm(
                                "centres": centres.tolist()}))
 
 
-def parse_scale(scale: str) -> float | None:
-    """σ as a positive float, or None for ``auto``."""
-    if scale == "auto":
-        return None
-    try:
-        value = float(scale)
-    except ValueError:
-        raise ValueError(f"--scale must be a positive number or 'auto', got {scale!r}") from None
-    if not 0 < value < math.inf:
-        raise ValueError(f"--scale must be a positive number or 'auto', got {scale!r}")
-    return value
-
-
-def parse_range(text: str, name: str) -> tuple[float, float]:
-    """'LO:HI' as two floats with 0 < LO < HI."""
-    try:
-        lo, hi = (float(v) for v in text.split(":"))
-    except ValueError:
-        raise ValueError(f"{name} must be LO:HI, got {text!r}") from None
-    if not 0 < lo < hi < math.inf:
-        raise ValueError(f"{name} needs 0 < LO < HI, got {text!r}")
-    return lo, hi
-
-
-@app.command()
 def sketch(
     data: Annotated[Path, typer.Argument(
         help="Records, one a row: .npy (2-D, any order), .csv or .parquet.")],
@@ -256,7 +189,6 @@ def sketch(
             "clipped": tally.clipped}, allow_nan=False))
 
 
-@app.command()
 def decode(
     sketch_file: Annotated[Path, typer.Argument(metavar="SKETCH", help="A sketch file (.npz).")],
     k: Annotated[int, typer.Option(help="Number of centroids.")],
@@ -335,7 +267,6 @@ def read_centroids(path: Path) -> np.ndarray:
     return c
 
 
-@app.command()
 def evaluate(
     data: Annotated[Path, typer.Option(help="Records (.npy, .csv or .parquet).")],
     centroids: Annotated[Path, typer.Option(help="Centroids JSON (e.g. decode --json output).")],
