@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     import grpc
 
     from .data.dataio import DataSource
+    from .sketch.dask_records import DaskRecords
 
 #: Failures that mean bad input, an unusable file or state, or a missing optional package.
 EXPECTED: tuple[type[BaseException], ...] = (ValueError, OSError, ImportError)
@@ -70,16 +71,21 @@ ColumnsOpt = Annotated[str | None, columns_option()]
 
 
 def open_data(path: Path, header: bool | None, columns: str | None, *,
-              allow_empty: bool = False) -> DataSource:
-    """The data file at ``path`` read as the options say; what the reader decided on its own (a
-    header taken as such, pandas' index column left out) is printed on stderr as ``note:``."""
+              allow_empty: bool = False, engine: str = "local",
+              scheduler: str | None = None) -> DataSource | DaskRecords:
+    """The data file at ``path`` read as the options say (or, with ``engine`` "dask", the folder
+    of Parquet partitions summed on the Dask cluster at ``scheduler``:
+    :class:`~fedsketch.common.sketch.dask_records.DaskRecords`); what the reader decided on its
+    own (a header taken as such, pandas' index column left out) is printed on stderr as ``note:``."""
     from .data.dataio import DataSource, ReadOptions
+    from .sketch.dask_records import open_records
 
-    source = DataSource(path, allow_empty=allow_empty, options=ReadOptions.parse(header, columns))
+    options = ReadOptions.parse(header, columns)
+    source = open_records(path, engine, scheduler, options,
+                          lambda: DataSource(path, allow_empty=allow_empty, options=options))
     for note in source.notes:
         typer.echo(f"note: {printable(str(path))}: {note}", err=True)
     return source
-
 
 
 class _Run:

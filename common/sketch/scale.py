@@ -52,7 +52,7 @@ from ..choices import DEFAULT_RANGE
 from .box import WIDEST, Box, Tally
 from .frequencies import draw_directions
 from .privacy import PrivacySpec, PrivateSketch, privatize
-from .sketching import feature_sum
+from .sketching import sum_records
 
 #: Frequencies of the calibration sketch, and consecutive radii per block of the fit.
 DEFAULT_M0 = 64
@@ -101,7 +101,7 @@ class CalibrationSpec:
 
 @dataclass(frozen=True)
 class CalibrationFrequencies:
-    """Ω = [ρ_j φ_j] (d, m0) in 1/data units and ξ = 0, for :func:`feature_sum`."""
+    """Ω = [ρ_j φ_j] (d, m0) in 1/data units and ξ = 0, for :func:`~.sketching.feature_sum`."""
 
     omega: np.ndarray
     xi: np.ndarray
@@ -229,7 +229,7 @@ def calibration_release(chunks: Iterable[np.ndarray], box: Box, spec: Calibratio
     (exact discrete noise from OS bits; pure ε-DP for δ = 0). One curator's, or one device's
     in a federated study's round 0 (:mod:`.calibration_round`)."""
     freqs = box.reduce(calibration_frequencies(spec))
-    return privatize(feature_sum(box.centred(chunks, tally), freqs, "complex"), privacy)
+    return privatize(sum_records(chunks, freqs, "complex", None, box, tally=tally), privacy)
 
 
 def read_calibration(sketch: np.ndarray, variance: float, spec: CalibrationSpec, box: Box,

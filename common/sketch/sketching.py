@@ -26,12 +26,15 @@ import os
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 from threadpoolctl import threadpool_limits
 
 from ..features import GRID, check_feature, quadrant_signs
+
+if TYPE_CHECKING:
+    from .box import Box, Tally
 
 
 class PhaseOperator(Protocol):
@@ -234,6 +237,27 @@ def feature_sum(
         raise ValueError("the feature sum is not finite: a record has NaN, inf or a value so large "
                          "that its phases overflow; clip the data to the study's box")
     return FeatureSum(feature, kernel.m, kernel.r, n, re.astype(np.int64), im.astype(np.int64))
+
+
+class SumsItself(Protocol):
+    """Records that compute their own feature sum where they lie (a partitioned dataset on a
+    cluster: :class:`fedsketch.common.sketch.dask_records.DaskRecords`), passed where a sketch
+    takes its records' chunks."""
+
+    def feature_sum(self, freqs: PhaseOperator, feature: str, r: int | None, box: Box,
+                    tally: Tally | None = None,
+                    progress: Callable[[int], None] | None = None) -> FeatureSum: ...
+
+
+def sum_records(records: Iterable[np.ndarray] | SumsItself, freqs: PhaseOperator, feature: str,
+                r: int | None, box: Box, *, tally: Tally | None = None,
+                progress: Callable[[int], None] | None = None) -> FeatureSum:
+    """S of ``records`` clipped into and centred in the public ``box`` (:meth:`Box.centred`,
+    ``freqs`` reduced for it): chunks streamed through :func:`feature_sum` in this process, or
+    records that sum themselves (:class:`SumsItself`). The counts go to ``tally``."""
+    if hasattr(records, "feature_sum"):
+        return records.feature_sum(freqs, feature, r, box, tally, progress)
+    return feature_sum(box.centred(records, tally), freqs, feature, r, progress=progress)
 
 
 def _collect(item, re: np.ndarray, im: np.ndarray, progress: Callable[[int], None] | None) -> int:

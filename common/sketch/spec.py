@@ -20,7 +20,7 @@ from ..spec_fields import integer, json_type, text
 from .box import Box, Tally
 from .frequencies import FrequencySpec, draw_frequencies
 from .privacy import PrivacySpec, PrivateSketch, privatize
-from .sketching import check_r, feature_sum
+from .sketching import check_r, sum_records
 
 
 @dataclass(frozen=True)
@@ -73,12 +73,12 @@ def release_sketch(spec: SketchSpec, chunks: Iterable[np.ndarray], box: Box, *,
     and ``compare``'s ckm all run it: S = Σ_i f(Ωᵀx_i + ξ) ⊙ b_i over the finite record
     ``chunks`` (each (rows, d), data units, any real dtype) mapped into the public ``box``
     (clipped and centred, :mod:`~.box`; the clipped count goes to ``tally``), with Ω, ξ drawn
-    from ``spec.frequencies`` and r of m entries per record (:func:`~.sketching.feature_sum`),
+    from ``spec.frequencies`` and r of m entries per record (:func:`~.sketching.sum_records`),
     released under ``spec.privacy`` (:func:`~.privacy.privatize`, fresh noise from OS bits).
     ``progress(rows)`` after each chunk. ValueError, before any noise is drawn, if the box is
     too wide for Ω."""
     freqs = box.reduce(draw_frequencies(spec.frequencies))
-    fs = feature_sum(box.centred(chunks, tally), freqs, spec.feature, spec.r, progress=progress)
+    fs = sum_records(chunks, freqs, spec.feature, spec.r, box, tally=tally, progress=progress)
     return privatize(fs, spec.privacy)
 
 

@@ -104,7 +104,8 @@ def synth_gmm(
 
 def sketch(
     data: Annotated[Path, typer.Argument(
-        help="Records, one a row: .npy (2-D, any order), .csv or .parquet.")],
+        help="Records, one a row: .npy (2-D, any order), .csv or .parquet; with --engine dask, a "
+             "folder of Parquet files (one partition each).")],
     out: Annotated[Path, typer.Option(help="Output sketch file (.npz).")],
     m: Annotated[int, typer.Option(help="Number of frequencies (complex sketch entries).")] = 1000,
     feature: Annotated[str, typer.Option(help=f"Feature map: {', '.join(FEATURES)}.")] = "complex",
@@ -132,6 +133,13 @@ def sketch(
     ),
     header: HeaderOpt = None,
     columns: ColumnsOpt = None,
+    engine: Annotated[str, typer.Option(
+        help="Where the feature sum is computed: local (this process) or dask (each Parquet "
+             "partition's exact integer sum on a Dask worker, added and noised once here; "
+             "the dask extra).")] = "local",
+    scheduler: Annotated[str | None, typer.Option(
+        help="With --engine dask: the Dask scheduler's address (tcp://HOST:8786); default a "
+             "local cluster of one worker per core.")] = None,
     quiet: Quiet = False,
     as_json: JsonOpt = False,
 ) -> None:
@@ -159,7 +167,7 @@ def sketch(
                           scale=parse_scale(scale), seed=seed, r=r, dither=dither,
                           auto_fraction=auto_fraction,
                           scale_range=parse_range(scale_range, "--scale-range"))
-        source = open_data(data, header, columns)  # every argument is checked before any spend
+        source = open_data(data, header, columns, engine=engine, scheduler=scheduler)  # before any spend
         box = (Box.widest(source.d) if bounds is None
                else Box(*parse_bounds(bounds, source.d)))
         tally = Tally()
