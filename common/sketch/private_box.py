@@ -1,0 +1,217 @@
+"""A private box for records that come without one (``--bounds auto``, ``bounds="auto"``).
+
+The sketch needs a public box [lo, hi]^d (every record is clipped into it and σ is chosen
+against it). When the user has none, it is read from the records privately, never off the
+data directly, in two integer releases on public grids, each a per-column histogram plus exact
+discrete-Laplace noise (:func:`~fedsketch.common.dp.samplers.dlap_noise`, OS random bits):
+
+1. **Coarse, scale-free.** Each value v of column l falls in one bin of a signed logarithmic grid
+   fixed in advance: magnitude levels ⌊G·log₂|v|⌋ (G = :data:`LEVELS_PER_OCTAVE` levels per
+   octave, so a bin spans a factor 2^{1/G}) from 2^{K_lo/G} to 2^{K_hi/G} (values beyond go to
+   the outermost bins), a zero bin for |v| < 2^{K_lo/G}, and a sign. The grid does not depend
+   on the data's units: minutes, miles or 10⁻³ all land on it.
+2. **Fine, linear.** Within stage 1's range [a_l, b_l] of each column (records clipped into it),
+   :data:`FINE_BINS` equal bins.
+
+A record adds 1 to one bin of each of the d columns' histograms, so one release (all d
+histograms, an integer vector of d·B counts) has L1 sensitivity Δ1 = 2d under replace-one (one
+record moved: −1 and +1 per column) and d under add/remove; DLap(e^{−ε_s/Δ1}) on every count
+makes it ε_s-DP. The two stages split the box's ε in halves: ε_box-DP by sequential
+composition; the box is post-processing.
+
+Reading a release: a bin is *significant* when its noisy count reaches τ, the level pure noise
+exceeds in any of the release's bins with probability at most :data:`FALSE_BIN` (P(N ≥ τ) =
+a^τ/(1 + a) for DLap(a), union over the bins). Each stage keeps the span from the lowest to the
+highest significant bin of a column (edges in data units); the records of the tails beyond it
+(fewer than about τ of them per bin) are clipped into the box later, as outliers. The box is
+stage 2's span widened by one fine bin on each side (within stage 1's range). A column with no
+significant bin in either stage has too few records for its ε: the box is refused with what to
+do (more records, a larger ε, or ``--bounds``).
+
+Units: values and edges in data units; ε dimensionless; counts in records.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..dp.calibration import check_epsilon, check_neighbouring
+from ..dp.samplers import dlap_noise
+from .box import Box
+
+#: Magnitude levels per octave of the coarse grid: a bin spans a factor 2^{1/4} ≈ 1.19.
+LEVELS_PER_OCTAVE = 4
+#: The coarse grid's magnitudes run from 2^−40 to 2^40 (levels K_lo..K_hi − 1).
+K_LO, K_HI = -40 * LEVELS_PER_OCTAVE, 40 * LEVELS_PER_OCTAVE
+#: Coarse bins per column: the zero bin, and K_HI − K_LO magnitude levels of each sign.
+COARSE_BINS = 2 * (K_HI - K_LO) + 1
+#: Coarse bins added beyond the significant ones on each side (a factor √2 in magnitude): the
+#: tails of fewer than τ records a bin, which stage 2's quantiles then read at a finer step.
+MARGIN_BINS = LEVELS_PER_OCTAVE // 2
+#: Equal bins per column of stage 2.
+FINE_BINS = 64
+#: Share of the records the box may leave out at each end of a column (stage 2's quantiles).
+TAIL = 0.005
+#: Stage 2 reads counts below this many noise scales as 0.
+FLOOR = 3
+#: Probability that noise alone makes any bin of a release significant.
+FALSE_BIN = 1e-3
+#: Default share of a run's ε spent on the box.
+BOX_FRACTION = 0.1
+
+
+def coarse_bins(x: np.ndarray) -> np.ndarray:
+    """The coarse bin (0..COARSE_BINS − 1) of every value of ``x`` (rows, d), by sign and
+    magnitude level (module docstring): K_HI − K_LO + sign·(level + 1), the zero bin in the
+    middle."""
+    a = np.abs(np.asarray(x, dtype=np.float64))
+    with np.errstate(divide="ignore"):
+        level = np.floor(LEVELS_PER_OCTAVE * np.log2(a))
+    level = np.clip(np.nan_to_num(level, neginf=K_LO - 1.0), K_LO - 1, K_HI - 1).astype(np.int64)
+    magnitude = np.where(level < K_LO, 0, level - K_LO + 1)
+    return (K_HI - K_LO) + np.sign(x).astype(np.int64) * magnitude
+
+
+def coarse_edges(index: int) -> tuple[float, float]:
+    """[low, high) in data units of coarse bin ``index`` (the outermost bins reach ±inf)."""
+    middle = K_HI - K_LO
+    step = abs(index - middle)
+    if step == 0:
+        edge = 2.0 ** (K_LO / LEVELS_PER_OCTAVE)
+        return -edge, edge
+    low = 2.0 ** ((K_LO + step - 1) / LEVELS_PER_OCTAVE)
+    high = math.inf if step == K_HI - K_LO else 2.0 ** ((K_LO + step) / LEVELS_PER_OCTAVE)
+    return (low, high) if index > middle else (-high, -low)
+
+
+def sensitivity(d: int, neighbouring: str) -> int:
+    """Δ1 of one release of d histograms (counts): 2d under replace-one, d under add/remove."""
+    return (2 if check_neighbouring(neighbouring) == "replace_one" else 1) * d
+
+
+def release_histograms(counts: np.ndarray, epsilon: float, neighbouring: str) -> np.ndarray:
+    """One release: the d histograms ``counts`` (d, bins; each record counted once per column)
+    plus DLap(e^{−ε/Δ1}) on every count, Δ1 = :func:`sensitivity` (ε-DP; exact, OS bits)."""
+    return counts + dlap_noise(epsilon, sensitivity(counts.shape[0], neighbouring), counts.shape)
+
+
+def threshold(epsilon: float, delta1: int, bins: int) -> int:
+    """τ: the smallest count that DLap(e^{−ε/Δ1}) noise reaches in any of ``bins`` bins with
+    probability at most :data:`FALSE_BIN` (a^τ/(1 + a)·bins ≤ FALSE_BIN)."""
+    rate = epsilon / delta1
+    return max(1, math.ceil(math.log(bins / (FALSE_BIN * (1.0 + math.exp(-rate)))) / rate))
+
+
+@dataclass(frozen=True)
+class PrivateBox:
+    """The box read privately from the records, with what it cost and how it was read: ``box``
+    (data units), ``epsilon`` spent (both stages), ``coarse`` stage 1's range per column (lo, hi
+    each (d,)), and ``tau`` the significance thresholds of the two stages (records)."""
+
+    box: Box
+    epsilon: float
+    coarse: tuple[np.ndarray, np.ndarray]
+    tau: tuple[int, int]
+
+    def to_dict(self) -> dict:
+        """JSON-ready form (what ``sketch --json`` and a sketch file report)."""
+        return {"lo": self.box.lo.tolist(), "hi": self.box.hi.tolist(), "epsilon": self.epsilon,
+                "coarse_lo": self.coarse[0].tolist(), "coarse_hi": self.coarse[1].tolist(),
+                "tau": list(self.tau)}
+
+    @property
+    def explanation(self) -> str:
+        """One line in words."""
+        return (f"a private box from two noisy histograms of every column at ε = {self.epsilon:.4g} "
+                f"(bins of fewer than about {self.tau[1]:,} records at the edges are left out, and "
+                "their records clipped into the box)")
+
+
+def _significant(counts: np.ndarray, tau: int) -> list[tuple[int, int] | None]:
+    """Per column (rows of ``counts``), the (first, last) bin whose noisy count reaches ``tau``."""
+    spans: list[tuple[int, int] | None] = []
+    for row in counts:
+        hits = np.flatnonzero(row >= tau)
+        spans.append((int(hits[0]), int(hits[-1])) if hits.size else None)
+    return spans
+
+
+def _quantile_bins(noisy: np.ndarray, tau: int, scale: float) -> tuple[int, int] | tuple[None, None]:
+    """The fine bins holding the :data:`TAIL` and 1 − TAIL quantiles of one column, read from
+    its noisy histogram's cumulative sums, counts below :data:`FLOOR` noise scales (``scale``
+    = Δ1/ε, records) taken as 0 (else the noise of the empty bins around the data adds up to
+    more than the tails); (None, None) when the total is below ``tau``, indistinguishable from
+    noise."""
+    counts = np.where(noisy >= FLOOR * scale, noisy, 0)
+    total = int(counts.sum())
+    if total < tau:
+        return None, None
+    below = np.cumsum(counts)
+    above = total - below + counts  # records in this bin and above
+    return (int(np.argmax(below >= TAIL * total)),
+            int(len(counts) - 1 - np.argmax(above[::-1] >= TAIL * total)))
+
+
+def _toward_zero(noisy: np.ndarray, span: tuple[int, int], scale: float) -> tuple[int, int]:
+    """``span`` (coarse bins) reaching the zero bin when the bins between it and zero hold, in
+    all, :data:`FLOOR` standard deviations of their summed noise (``scale`` = Δ1/ε): data whose
+    bulk touches 0 (durations, counts) spread their small values over many octaves, each bin
+    too thin to be significant alone."""
+    first, last = span
+    middle = K_HI - K_LO
+    between = noisy[middle:first] if first > middle else noisy[last + 1:middle + 1]
+    if between.size and between.sum() >= FLOOR * scale * math.sqrt(2.0 * between.size):
+        return (middle, last) if first > middle else (first, middle)
+    return first, last
+
+
+def _refuse(column: int, tau: int, stage: str) -> ValueError:
+    return ValueError(f"column {column + 1}: no {stage} histogram bin holds the ~{tau:,} records "
+                      "a private box needs at this ε; give more records, a larger ε, or the box "
+                      "itself (--bounds)")
+
+
+def private_box(chunks: Callable[[], Iterable[np.ndarray]], d: int, epsilon: float, *,
+                neighbouring: str = "replace_one") -> PrivateBox:
+    """The box of the finite records ``chunks()`` yields ((rows, d) each; two passes), read
+    privately at ``epsilon`` (ε/2 a stage; module docstring). ValueError for a column too
+    sparse at this ε, or a non-finite ε (the box of an ε = ∞ run is the data's own range)."""
+    if not math.isfinite(check_epsilon(epsilon)):
+        raise ValueError("a private box needs a finite ε; at ε = inf give --bounds")
+    delta1, half = sensitivity(d, neighbouring), epsilon / 2
+    counts = np.zeros((d, COARSE_BINS), dtype=np.int64)
+    for chunk in chunks():
+        bins = coarse_bins(chunk)
+        for col in range(d):
+            counts[col] += np.bincount(bins[:, col], minlength=COARSE_BINS)
+    counts = release_histograms(counts, half, neighbouring)
+    tau1 = threshold(half, delta1, counts.size)
+    lo1, hi1 = np.empty(d), np.empty(d)
+    for col, span in enumerate(_significant(counts, tau1)):
+        if span is None:
+            raise _refuse(col, tau1, "coarse")
+        first, last = _toward_zero(counts[col], span, delta1 / half)
+        first, last = max(first - MARGIN_BINS, 0), min(last + MARGIN_BINS, COARSE_BINS - 1)
+        lo1[col] = max(coarse_edges(first)[0], -(2.0 ** (K_HI / LEVELS_PER_OCTAVE)))
+        hi1[col] = min(coarse_edges(last)[1], 2.0 ** (K_HI / LEVELS_PER_OCTAVE))
+    width = (hi1 - lo1) / FINE_BINS
+    fine = np.zeros((d, FINE_BINS), dtype=np.int64)
+    for chunk in chunks():
+        x = np.clip(np.asarray(chunk, dtype=np.float64), lo1, hi1)
+        bins = np.minimum(((x - lo1) / width).astype(np.int64), FINE_BINS - 1)
+        for col in range(d):
+            fine[col] += np.bincount(bins[:, col], minlength=FINE_BINS)
+    fine = release_histograms(fine, half, neighbouring)
+    tau2 = threshold(half, delta1, fine.size)
+    lo, hi = np.empty(d), np.empty(d)
+    for col in range(d):
+        low, high = _quantile_bins(fine[col], tau2, delta1 / half)
+        if low is None:
+            raise _refuse(col, tau2, "fine")
+        lo[col] = max(lo1[col], lo1[col] + (low - 1) * width[col])
+        hi[col] = min(hi1[col], lo1[col] + (high + 2) * width[col])
+    return PrivateBox(Box(lo, hi), epsilon, (lo1, hi1), (tau1, tau2))
