@@ -1,7 +1,9 @@
 """Sketching speed and memory, against pycle 1.2 measured in the same run.
 
 1. r = m, m = 1000, d = 10: records/s of ``feature_sum`` vs pycle's ``computeSketch`` on the same
-   in-memory data and the same Ω (pycle uses float64 complex exponentials).
+   in-memory data and the same Ω (pycle uses float64 complex exponentials), and vs the machine's
+   limit: numpy's float32 cos and sin alone of the same n·m phases, on every core (the same
+   thread count and 256-row blocks as the sketch), i.e. the trigonometry with nothing else.
 2. r = 1 (``complex`` and ``quantized``): records/s streaming a 10^7 × 10 float32 ``.npy`` file,
    file reading included, against the naive baseline of computing all m entries (r = m) per record.
 3. Peak RSS of ``fedsketch sketch`` on that file (GNU time ``%M``), against the file's size.
@@ -12,13 +14,17 @@ Each figure is the median of ``--runs`` runs. Usage: python benchmarks/bench_ske
 from __future__ import annotations
 
 import argparse
+import os
+import platform
 import statistics
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
+from threadpoolctl import threadpool_limits
 
 from fedsketch.common.data.dataio import DataSource, write_npy_stream
 from fedsketch.common.data.synthetic import gmm_chunks
@@ -37,6 +43,17 @@ def median_time(fn, runs: int) -> float:
         fn()
         times.append(time.perf_counter() - t0)
     return statistics.median(times)
+
+
+def cpu_name() -> str:
+    """The CPU's model name (/proc/cpuinfo), else what the platform says."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown CPU"
 
 
 def data_file(n: int, d: int, k: int) -> Path:
@@ -67,6 +84,29 @@ def vs_pycle(n: int, m: int, d: int, runs: int) -> dict:
         "ratio": theirs / ours,
         "max_abs_diff": float(np.abs(ref - got).max()),
     }
+
+
+def vs_numpy_trig(n: int, m: int, d: int, runs: int) -> dict:
+    """Throughput at r = m against numpy's float32 cos + sin of the same phases on every core."""
+    x = np.random.default_rng(0).normal(0, 3, (n, d)).astype(np.float32)
+    freqs = draw_frequencies(FrequencySpec(d=d, m=m, scale=1.0))
+    phases = (x @ freqs.omega.astype(np.float32) + freqs.xi.astype(np.float32)).astype(np.float32)
+    workers = max(1, min(2, os.cpu_count() or 1))
+
+    def trig(lo: int, hi: int) -> None:
+        buf = np.empty((256, m), dtype=np.float32)
+        for start in range(lo, hi, 256):
+            block = phases[start:min(start + 256, hi)]
+            np.cos(block, out=buf[:block.shape[0]])
+            np.sin(block, out=buf[:block.shape[0]])
+
+    def numpy_trig() -> None:
+        with threadpool_limits(1), ThreadPoolExecutor(max_workers=workers) as pool:
+            list(pool.map(lambda lo: trig(lo, min(lo + 8192, n)), range(0, n, 8192)))
+
+    ours = median_time(lambda: feature_sum([x], freqs, "complex"), runs)
+    limit = median_time(numpy_trig, runs)
+    return {"ours_rps": n / ours, "trig_rps": n / limit, "ratio": limit / ours, "workers": workers}
 
 
 def streaming(path: Path, m: int, runs: int) -> dict:
@@ -120,6 +160,10 @@ def main() -> None:
     print(f"r = m = {m}, d = {d}: ours {p['ours_rps']:,.0f} rec/s, pycle {p['pycle_rps']:,.0f} "
           f"rec/s, ratio {p['ratio']:.1f}x (max |diff| between the two sketches "
           f"{p['max_abs_diff']:.1e})")
+    t = vs_numpy_trig(n=40_000, m=m, d=d, runs=args.runs)
+    print(f"r = m = {m}, d = {d} on {t['workers']} cores ({cpu_name()}): ours {t['ours_rps']:,.0f} "
+          f"rec/s, numpy float32 cos + sin alone {t['trig_rps']:,.0f} rec/s: {t['ratio']:.2f} of the "
+          "trigonometry's throughput")
     path = data_file(args.n, d, 10)
     s = streaming(path, m, args.runs)
     print(f"r = 1 from a {args.n:,} x {d} float32 .npy: complex {s['complex_r1_rps']:,.0f} rec/s, "
@@ -131,6 +175,8 @@ def main() -> None:
     print("\n| figure | fedsketch | peer | ratio |\n|---|---|---|---|")
     print(f"| sketch r = m = 1000, d = 10 (rec/s) | {p['ours_rps']:,.0f} | pycle "
           f"{p['pycle_rps']:,.0f} | {p['ratio']:.1f}x |")
+    print(f"| sketch r = m = 1000, d = 10 (rec/s) | {t['ours_rps']:,.0f} | numpy float32 cos + sin "
+          f"alone {t['trig_rps']:,.0f} | {t['ratio']:.2f} |")
     print(f"| sketch r = 1, complex, from file (rec/s) | {s['complex_r1_rps']:,.0f} | naive r = m "
           f"{s['naive_rm_rps']:,.0f} | {s['complex_r1_rps'] / s['naive_rm_rps']:.0f}x |")
     print(f"| sketch r = 1, quantized, from file (rec/s) | {s['quantized_r1_rps']:,.0f} | naive "

@@ -48,6 +48,9 @@ class PhaseOperator(Protocol):
     xi: np.ndarray
 
 #: Rows per inner block: 256 × m float32 phases stay in cache (measured 2.6× faster than 16 Ki).
+#: A block's sum of encoded entries, |Σ| ≤ BLOCK_ROWS·γ = 2^18 grid steps, is an integer below
+#: 2^24, which float32 adds exactly in any order: a block is summed in float32 (a third of a
+#: float64 sum's time), and the float64 accumulator still holds the exact integer S.
 BLOCK_ROWS = 256
 #: With r < m, a block holds about this many gathered frequency values (rows·r·d), 4 MiB.
 MASKED_BLOCK_VALUES = 1 << 20
@@ -161,9 +164,9 @@ class _Kernel:
         """Add the block's Σ f(Ωᵀx + ξ) to (re, im); ``t`` and ``f`` are (rows, m) buffers."""
         np.matmul(x, self.omega, out=t)
         t += self.xi
-        if self.feature == "complex":
-            re += self._encode(np.cos(t, out=f)).sum(axis=0, dtype=np.float64)
-            im += self._encode(np.sin(t, out=f)).sum(axis=0, dtype=np.float64)
+        if self.feature == "complex":  # float32 block sums are exact (BLOCK_ROWS)
+            re += np.add.reduce(self._encode(np.cos(t, out=f)), axis=0)
+            im += np.add.reduce(self._encode(np.sin(t, out=f)), axis=0)
             return
         s_re, s_im = quadrant_signs(t)
         re += s_re.sum(axis=0)

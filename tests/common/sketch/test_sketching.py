@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from fedsketch.common.features import quadrant_signs
+from fedsketch.common.features import GRID, quadrant_signs
 from fedsketch.common.sketch.frequencies import FrequencySpec, draw_frequencies
-from fedsketch.common.sketch.sketching import draw_masks, feature_sum
+from fedsketch.common.sketch.sketching import BLOCK_ROWS, draw_masks, feature_sum
 
 
 @pytest.fixture(scope="module")
@@ -116,3 +116,16 @@ def test_bad_arguments(setup):
         feature_sum([x[:, :3]], freqs, "complex")
     empty = feature_sum([], freqs, "complex")  # n = 0: a device under add/remove still releases
     assert empty.n == 0 and not empty.re.any() and not empty.im.any()
+
+
+def test_a_block_sums_exactly_in_float32():
+    """The r = m path sums each block of BLOCK_ROWS encoded records in float32: exact only while
+    BLOCK_ROWS·γ ≤ 2^24. 40,000 records whose entry 0 encodes to the odd 1023 (phase 0.04 rad)
+    sum to 1023·n exactly (a float32 sum of them past 2^24 would drop odd steps)."""
+    assert BLOCK_ROWS * GRID["complex"] <= 2**24
+    freqs = draw_frequencies(FrequencySpec(d=1, m=4, scale=1.0, dither=False))
+    n = 40_000
+    x = np.full((n, 1), 0.04 / freqs.omega[0, 0], dtype=np.float32)
+    fs = feature_sum([x], freqs, "complex", workers=1)
+    assert round(1024 * math.cos(float(np.float32(x[0, 0]) * np.float32(freqs.omega[0, 0])))) == 1023
+    assert fs.re[0] == 1023 * n
