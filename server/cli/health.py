@@ -7,7 +7,6 @@ from __future__ import annotations
 import time
 from typing import Annotated
 
-import grpc
 import typer
 
 from fedsketch.common.cli import CaOpt, InsecureOpt, Target, connect
@@ -31,6 +30,7 @@ def health(
 ) -> None:
     """Exit 0 if the coordinator's health service says SERVING (its store answers), else say
     why and exit 1. Needs no token: the health service tells anyone who may connect."""
+    import grpc  # here, not at the top: the command line starts without grpc
     from grpc_health.v1 import health_pb2, health_pb2_grpc
 
     with clean_errors():

@@ -8,7 +8,7 @@ Two kinds, each in its own registry-bound object so that a process (or a test) m
   :class:`~.instrument.RpcMetrics` feed them). Coordinators sharing a database (``--shared``)
   each count their own calls and writes; sum them in Prometheus.
 - **store-derived gauges**, read from the store at each scrape (:class:`StoreGauges`): studies by
-  state and devices enrolled. Shared coordinators expose the same values (take ``max``).
+  state, devices enrolled and studies overdue. Shared coordinators expose the same values (take ``max``).
 
 Label values come from closed sets only — RPC method names of the proto, gRPC status code names,
 payload kinds (:data:`~fedsketch.server.store.base.KINDS`), refusal reasons
@@ -19,6 +19,8 @@ Times are seconds.
 
 from __future__ import annotations
 
+import json
+import time
 from collections import Counter as Tally
 from collections.abc import Callable, Iterator
 
@@ -26,7 +28,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, star
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from fedsketch.server.store.base import STATES, Store
+from fedsketch.server.store.base import ACCEPTING, STATES, Store
 
 #: Buckets (seconds) of the RPC and store latency histograms: 1 ms to 30 s.
 FAST_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
@@ -72,35 +74,60 @@ class Metrics:
                                    registry=registry)
 
 
+#: What each store-derived gauge says.
+STUDIES_HELP = "Studies and refinement rounds, by state."
+DEVICES_HELP = "Devices enrolled."
+OVERDUE_HELP = ("Accepting plain studies that should have closed by now (a close requested, the roster "
+                "complete, the deadline or the collection window past): the coordinators close "
+                "them within a second, so one that stays is stuck.")
+
+
 class StoreGauges(Collector):
-    """Gauges read from the store at each scrape: ``fedsketch_studies{state}`` (studies and
-    refinement rounds) and ``fedsketch_devices_enrolled``. A scrape while the store does not
-    answer leaves them out (its absence is what the alert on ``fedsketch_store_healthy`` sees)."""
+    """Gauges read from the store at each scrape: ``fedsketch_studies{state}``,
+    ``fedsketch_devices_enrolled`` and ``fedsketch_studies_overdue`` (by
+    :meth:`~fedsketch.server.store.base.StudyRow.close_due`, the rule the deadline watcher
+    applies). A scrape while the store does not answer leaves them out (the alert on
+    ``fedsketch_store_healthy`` covers that)."""
 
     def __init__(self, store: Store) -> None:
         self.store = store
 
     def describe(self) -> list:
-        return [GaugeMetricFamily("fedsketch_studies", "Studies by state.", labels=["state"]),
-                GaugeMetricFamily("fedsketch_devices_enrolled", "Devices enrolled.")]
+        return [GaugeMetricFamily("fedsketch_studies", STUDIES_HELP, labels=["state"]),
+                GaugeMetricFamily("fedsketch_devices_enrolled", DEVICES_HELP),
+                GaugeMetricFamily("fedsketch_studies_overdue", OVERDUE_HELP)]
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
+        now = time.time()
         try:
-            states = Tally(row.state for row in self.store.list_studies())
+            rows = self.store.list_studies()
             devices = self.store.device_count()
         except Exception:  # noqa: BLE001 - a sick store: the scrape still answers, without these
             return
-        studies = GaugeMetricFamily("fedsketch_studies", "Studies by state.", labels=["state"])
+        states = Tally(row.state for row in rows)
+        overdue = 0
+        for row in (r for r in rows if r.state in ACCEPTING):
+            spec = json.loads(row.spec_json)  # a secure round closes by its stages' timeouts
+            if spec.get("secure_aggregation") is None and row.close_due(
+                    now, spec.get("collect_seconds")) is not None:
+                overdue += 1
+        studies = GaugeMetricFamily("fedsketch_studies", STUDIES_HELP, labels=["state"])
         for state in STATES:
             studies.add_metric([state], states.get(state, 0))
         yield studies
-        yield GaugeMetricFamily("fedsketch_devices_enrolled", "Devices enrolled.", value=devices)
+        yield GaugeMetricFamily("fedsketch_devices_enrolled", DEVICES_HELP, value=devices)
+        yield GaugeMetricFamily("fedsketch_studies_overdue", OVERDUE_HELP, value=overdue)
+
+
+#: The series names a metric family of each type is exposed as (Prometheus text format).
+SUFFIXES = {"counter": ("_total",), "gauge": ("",), "histogram": ("_bucket", "_count", "_sum")}
 
 
 def exposed_names(registry: CollectorRegistry) -> set[str]:
-    """Every sample name the registry exposes (``fedsketch_rpcs_total``, ``…_bucket``, …)."""
-    return {s.name for family in registry.collect() for s in family.samples} | {
-        family.name for family in registry.collect()}
+    """Every series name the registry exposes (``fedsketch_rpcs_total``, ``…_bucket``, …),
+    whether or not a labelled metric has a sample yet."""
+    return {family.name + suffix for family in registry.collect()
+            for suffix in SUFFIXES.get(family.type, ("",))}
 
 
 def serve_metrics(listen: str, registry: CollectorRegistry) -> tuple[int, Callable[[], None]]:

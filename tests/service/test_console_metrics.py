@@ -1,0 +1,147 @@
+"""``coordinator serve --metrics``: a real coordinator process (TLS on loopback) and four real
+device daemons run a plain study and a secure-aggregation study while the test scrapes
+``/metrics`` over HTTP, parsed with prometheus-client's own parser. The contribution counter,
+the study-state gauge and the secure stage histogram move as the studies run; RPCs are counted
+by method and status code; no label carries a device id, a study id or anything else a client
+chooses."""
+
+from __future__ import annotations
+
+import re
+import signal
+import socket
+import sqlite3
+import subprocess
+import time
+import urllib.request
+
+import numpy as np
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+from test_round_processes import FEDSKETCH, CoordinatorProcess, create_study
+
+from fedsketch.common.frequencies import FrequencySpec
+from fedsketch.common.pb import fedsketch_pb2 as pb
+from fedsketch.common.pb import fedsketch_pb2_grpc as pb_grpc
+from fedsketch.common.privacy import PrivacySpec
+from fedsketch.common.secagg import wire as sw
+from fedsketch.common.secagg.spec import SecAggSpec
+from fedsketch.common.secagg.trust import Assumptions
+from fedsketch.common.spec import SketchSpec
+from fedsketch.common.study import StudySpec
+from fedsketch.common.synthetic import gmm
+from fedsketch.common.tls import secure_channel
+from fedsketch.server.store.base import KINDS, STATES
+
+pytestmark = pytest.mark.slow
+DEVICES = 4
+#: Every label name a coordinator's metrics may carry (``le``: a histogram's bucket).
+LABELS = {"method", "code", "kind", "stage", "reason", "operation", "state", "le"}
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def scrape(port: int) -> dict[tuple[str, tuple], float]:
+    """Every sample of ``/metrics``: (name, sorted labels) → value."""
+    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
+    return {(s.name, tuple(sorted(s.labels.items()))): s.value
+            for family in text_string_to_metric_families(text) for s in family.samples}
+
+
+def total(samples: dict, name: str, **labels: str) -> float:
+    """The sum of ``name``'s samples whose labels include ``labels``."""
+    return sum(v for (n, ls), v in samples.items()
+               if n == name and set(labels.items()) <= set(ls))
+
+
+def studies(samples: dict) -> dict[str, float]:
+    return {state: total(samples, "fedsketch_studies", state=state) for state in STATES}
+
+
+def create_secure(c: CoordinatorProcess) -> str:
+    """A secure study of the four devices (no dropout or colluder assumed), over gRPC."""
+    sketch = SketchSpec(FrequencySpec(d=3, m=100, scale=1.5, seed=0), "complex", 1, PrivacySpec(1.0))
+    sa = SecAggSpec.assuming(Assumptions(DEVICES, 0, 0), 100_000, None, 120.0)
+    spec = StudySpec.create("secure", sketch, 3, [-12.0] * 3, [12.0] * 3, min_devices=DEVICES,
+                            replicates=2, secure_aggregation=sa)
+    channel = secure_channel(c.target, c.certs / "ca.pem")
+    try:
+        return pb_grpc.OperatorStub(channel).CreateStudy(
+            pb.CreateStudyRequest(spec_json=spec.to_json()), timeout=60,
+            metadata=(("authorization", f"Bearer {c.token_file.read_text().strip()}"),)).study_id
+    finally:
+        channel.close()
+
+
+def test_metrics_move_while_a_plain_and_a_secure_study_run(tmp_path, cli_certs):
+    port = free_port()
+    c = CoordinatorProcess(tmp_path, cli_certs, "--metrics", f"127.0.0.1:{port}")
+    c.start()
+    daemons = []
+    try:
+        before = scrape(port)
+        assert total(before, "fedsketch_contributions_total") == 0
+        assert studies(before) == dict.fromkeys(STATES, 0)
+        assert total(before, "fedsketch_devices_enrolled") == 0
+        assert total(before, "fedsketch_store_healthy") == 1
+        assert total(before, "fedsketch_secure_stage_seconds_count") == 0
+
+        plain, secure = create_study(c, DEVICES), create_secure(c)
+        assert studies(scrape(port))["open"] == 2
+        tokens = c.op("tokens", "--count", str(DEVICES)).stdout.split()
+        x, _, _ = gmm(20_000, 3, 3, 3.0, seed=4)
+        for i, (part, token) in enumerate(zip(np.array_split(x, DEVICES), tokens, strict=True)):
+            np.save(tmp_path / f"x{i}.npy", part)
+            daemons.append(subprocess.Popen(
+                [FEDSKETCH, "device", "run", "--coordinator", c.target, "--ca", str(cli_certs / "ca.pem"),
+                 "--data", str(tmp_path / f"x{i}.npy"), "--ledger", str(tmp_path / f"ledger{i}"),
+                 "--budget", "100", "--token", token, "--poll", "0.4", "--max-poll", "0.4"],
+                stdout=subprocess.DEVNULL, stderr=(tmp_path / f"device{i}.log").open("w")))
+        seen, stop = [], time.monotonic() + 300  # a generous bound: two studies on a loaded machine
+        while (now := scrape(port)) and studies(now)["done"] < 2:
+            assert time.monotonic() < stop, (studies(now), c.log.read_text()[-2000:])
+            seen.append(studies(now))
+            time.sleep(0.2)
+        after = now
+
+        # the contribution counter: the plain study's four, by payload kind
+        assert total(after, "fedsketch_contributions_total") == DEVICES
+        kinds = {dict(ls)["kind"] for (n, ls), v in after.items()
+                 if n == "fedsketch_contributions_total" and v}
+        assert kinds and kinds <= set(KINDS)
+        # the study-state gauge: from two open to two done, through states in between
+        assert studies(after) == {**dict.fromkeys(STATES, 0), "done": 2}
+        assert any(s["collecting"] or s["decoding"] for s in seen)
+        assert total(after, "fedsketch_devices_enrolled") == DEVICES
+        # the secure stage histogram: each stage of the one round closed once, nobody dropped
+        for stage in sw.STAGES:
+            assert total(after, "fedsketch_secure_stage_seconds_count", stage=pb.Stage.Name(stage)) == 1
+            assert total(after, "fedsketch_secure_messages_total", stage=pb.Stage.Name(stage)) == DEVICES
+        assert total(after, "fedsketch_secure_dropouts_total") == 0
+        assert total(after, "fedsketch_decode_seconds_count") == 2
+        # RPCs by method and code, and store latency by operation
+        assert total(after, "fedsketch_rpcs_total", method="Device/Submit", code="OK") >= DEVICES
+        assert total(after, "fedsketch_rpcs_total", method="Operator/CreateStudy", code="OK") == 2
+        assert total(after, "fedsketch_store_seconds_count", operation="add_contribution") >= DEVICES
+
+        # labels: closed sets only, never an id
+        with sqlite3.connect(c.db) as db:
+            ids = {d for (d,) in db.execute("SELECT device_id FROM devices")} | {plain, secure}
+        assert len(ids) == DEVICES + 2
+        for name, labels in after:
+            assert {k for k, _ in labels} <= LABELS, name
+            for key, value in labels:
+                assert not any(i in value for i in ids), (name, labels)
+                if key == "method":
+                    assert re.fullmatch(r"(Device|Operator|Health)/[A-Za-z]+", value), value
+    finally:
+        for d in daemons:
+            d.send_signal(signal.SIGTERM)
+        for d in daemons:
+            d.wait(timeout=30)
+        if c.proc.poll() is None:
+            assert c.terminate() == 0
