@@ -38,8 +38,9 @@ log = logging.getLogger("fedsketch.coordinator")
 
 #: How long a login lasts (seconds), the most sessions kept (the oldest goes first), the cookie.
 SESSION_SECONDS, MAX_SESSIONS, COOKIE = 12 * 3600.0, 1000, "fedsketch_console"
-#: The largest login form body read (bytes).
-MAX_FORM_BYTES = 4096
+#: The largest login form body read (bytes); seconds a connection may stall (its TLS handshake
+#: included) before it is dropped.
+MAX_FORM_BYTES, REQUEST_SECONDS = 4096, 30.0
 #: Headers of every answer.
 HEADERS = {
     "Content-Security-Policy": "default-src 'none'; style-src 'unsafe-inline'; form-action 'self'; "
@@ -89,6 +90,7 @@ def make_handler(c: Coordinator, token_sha256: str, secure: bool) -> type[BaseHT
     class Handler(BaseHTTPRequestHandler):
         server_version = "fedsketch-console"
         sys_version = ""
+        timeout = REQUEST_SECONDS  # a client that stalls loses its connection, not a thread
 
         def log_message(self, format: str, *args) -> None:  # noqa: A002 - the base class's name
             log.debug("console: " + format, *args)
@@ -152,10 +154,10 @@ def make_handler(c: Coordinator, token_sha256: str, secure: bool) -> type[BaseHT
 
         def do_POST(self) -> None:  # noqa: N802 - the base class's name
             path = urlsplit(self.path).path
-            length = int(self.headers.get("Content-Length") or 0)
-            if not 0 <= length <= MAX_FORM_BYTES:
+            length = self.headers.get("Content-Length") or "0"
+            if not length.isdigit() or int(length) > MAX_FORM_BYTES:
                 return self._send(413, views.login_page("request too large"))
-            form = parse_qs(self.rfile.read(length).decode("utf-8", "replace"))
+            form = parse_qs(self.rfile.read(int(length)).decode("utf-8", "replace"))
             if path == "/logout":
                 sessions.close(self._session())
                 return self._send(303, headers={"Location": "/login", "Set-Cookie": _cookie("", 0, secure)})
@@ -175,18 +177,30 @@ def _cookie(value: str, seconds: float, secure: bool) -> str:
             + ("; Secure" if secure else ""))
 
 
+class ConsoleServer(ThreadingHTTPServer):
+    """The standard threading server, each connection on a daemon thread; a connection that
+    fails (a client gone, a failed TLS handshake) is logged in one line, not with a traceback."""
+
+    daemon_threads = True
+
+    def handle_error(self, request, client_address) -> None:
+        log.debug("console: connection from %s failed", client_address[0], exc_info=True)
+
+
 def serve_console(listen: str, c: Coordinator, token_sha256: str,
                   tls: tuple[Path, Path] | None) -> tuple[int, Callable[[], None]]:
     """Serve the console on ``listen`` (HOST:PORT; port 0 picks one) on a thread; ``tls`` the
     (certificate, key) files for HTTPS. Returns (bound port, stop function)."""
     host, port = split_listen(listen, "--console", allow_zero=True)
-    server = ThreadingHTTPServer((host, port), make_handler(c, token_sha256, tls is not None))
-    server.daemon_threads = True
+    server = ConsoleServer((host, port), make_handler(c, token_sha256, tls is not None))
     if tls is not None:
         context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
         context.minimum_version = ssl.TLSVersion.TLSv1_2
         context.load_cert_chain(tls[0], tls[1])
-        server.socket = context.wrap_socket(server.socket, server_side=True)
+        # the handshake runs on the connection's own thread (its first read), under its timeout,
+        # so a client that stalls it cannot hold up the accepting thread
+        server.socket = context.wrap_socket(server.socket, server_side=True,
+                                            do_handshake_on_connect=False)
     thread = threading.Thread(target=server.serve_forever, name="console", daemon=True)
     thread.start()
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import resource
 import time
+from urllib.parse import urlsplit
 
 import grpc
 import pytest
@@ -68,4 +69,32 @@ def test_health_follows_whether_the_store_takes_writes(tmp_path, cli_certs):
         channel.close()
         if c.proc.poll() is None:
             resource.prlimit(c.proc.pid, resource.RLIMIT_FSIZE, (soft, hard))
+            assert c.terminate() == 0
+
+
+def test_health_follows_whether_postgresql_answers(tmp_path, cli_certs, postgres_server, postgres_url):
+    """A coordinator on the tests' PostgreSQL server: NOT_SERVING while its database takes no
+    connection and the ones it held are terminated (what a client sees of a server going down:
+    ``terminating connection due to administrator command``, then connections refused), SERVING
+    again once the database takes connections, and the store writes again."""
+    name = urlsplit(postgres_url).path.lstrip("/")
+    c = CoordinatorProcess(tmp_path, cli_certs)
+    c.db = postgres_url
+    c.start()
+    channel = secure_channel(c.target, cli_certs / "ca.pem")
+    stub = health_pb2_grpc.HealthStub(channel)
+    try:
+        wait_status(stub, SERVING, timeout=0)
+        postgres_server.execute(f"ALTER DATABASE {name} ALLOW_CONNECTIONS false")
+        postgres_server.execute(f"SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                                f"WHERE datname = '{name}'")
+        wait_status(stub, NOT_SERVING)
+        assert health_cli(c).returncode == 1
+        postgres_server.execute(f"ALTER DATABASE {name} ALLOW_CONNECTIONS true")
+        wait_status(stub, SERVING)
+        assert len(c.op("tokens").stdout.split()) == 1
+    finally:
+        channel.close()
+        postgres_server.execute(f"ALTER DATABASE {name} ALLOW_CONNECTIONS true")
+        if c.proc.poll() is None:
             assert c.terminate() == 0

@@ -161,3 +161,10 @@ def test_headless_chromium_logs_in_and_finds_the_centroids(console):
     finally:
         driver.quit()
         shutil.rmtree(profile, ignore_errors=True)
+
+
+def test_a_stalled_connection_does_not_hold_up_the_console(console):
+    """A client that connects and never starts its TLS handshake holds only its own thread."""
+    with socket.create_connection(("127.0.0.1", console.port), timeout=30):
+        status, body, _ = console.request("GET", "/login")
+        assert status == 200 and 'name="token"' in body
