@@ -36,8 +36,11 @@ def projection(centroids: np.ndarray, weights: np.ndarray) -> np.ndarray:
 
 
 def centroid_svg(centroids: np.ndarray, weights: np.ndarray) -> str:
-    """The SVG element (module docstring) of ``centroids`` (k × d) with ``weights`` (k)."""
+    """The SVG element (module docstring) of ``centroids`` (k × d) with ``weights`` (k);
+    ValueError if a coordinate or weight is not finite (nothing to place)."""
     w = np.asarray(weights, dtype=float)
+    if not (np.isfinite(w).all() and np.isfinite(np.asarray(centroids, dtype=float)).all()):
+        raise ValueError("a centroid or weight is not finite: not drawn")
     points = projection(centroids, w)
     span = float(np.max(np.ptp(points, axis=0))) if len(points) else 0.0
     scale = min(WIDTH, HEIGHT) - 2 * MARGIN

@@ -135,9 +135,13 @@ def _result(c: Coordinator, study_id: str) -> str:
     verdict = result.get("identifiability", {})
     rows = [(j + 1, f"{w:.4g}", ", ".join(f"{v:.4g}" for v in row))
             for j, (row, w) in enumerate(zip(centroids, weights, strict=True))]
+    try:
+        picture = centroid_svg(centroids, weights)
+    except ValueError as exc:
+        picture = f'<p class="error">{esc(exc)}</p>'
     return ("<h2>Result</h2>" + f'<p>{esc(result.get("devices"))} devices, '
             f'{esc(result.get("records"))} records; identifiability: '
             f'<span id="identifiability">{esc(verdict.get("status", "-"))}</span> '
             f'{esc(verdict.get("reason", ""))}</p>'
-            + centroid_svg(centroids, weights)
+            + picture
             + table(("centroid", "weight", "coordinates"), rows, table_id="centroid-table"))
