@@ -132,6 +132,7 @@ def serve(
         if not insecure and (cert is None or key is None):
             raise ValueError("TLS needs both --cert and --key")
         tls = None if insecure else server_tls(cert, key)
+        Console.check(metrics, console)
         db_file = sqlite_path(db)  # None: a PostgreSQL database, which coordinators may share
         files = ([] if db_file is None else [("--db", Path(db_file))]) + [("--token-file", token_file)]
         for option, path in files:

@@ -18,13 +18,19 @@ log = logging.getLogger("fedsketch.coordinator")
 class Console:
     """The console of one coordinator process."""
 
-    def __init__(self, store: Store, metrics_listen: str | None, console_listen: str | None) -> None:
-        from fedsketch.server.console.health import StoreHealth
+    @staticmethod
+    def check(metrics_listen: str | None, console_listen: str | None) -> None:
+        """ValueError for an address that is not HOST:PORT (before the store is opened)."""
         from fedsketch.server.console.metrics import split_listen
 
         for option, listen in (("--metrics", metrics_listen), ("--console", console_listen)):
             if listen is not None:
-                split_listen(listen, option)  # a bad address is refused before anything starts
+                split_listen(listen, option)
+
+    def __init__(self, store: Store, metrics_listen: str | None, console_listen: str | None) -> None:
+        from fedsketch.server.console.health import StoreHealth
+
+        self.check(metrics_listen, console_listen)
         self.store, self.interceptors, self.metrics = store, [], None
         self._metrics_listen, self._console_listen = metrics_listen, console_listen
         self._stops: list[Callable[[], None]] = []
@@ -50,13 +56,15 @@ class Console:
         if self.metrics is not None:
             from fedsketch.server.console.metrics import serve_metrics
 
-            port, stop = serve_metrics(self._metrics_listen, self.metrics.registry)
+            port, stop = _bound("--metrics", self._metrics_listen, serve_metrics,
+                                self._metrics_listen, self.metrics.registry)
             self._stops.append(stop)
             log.info("metrics on http://%s:%d/metrics", self._metrics_listen.rpartition(":")[0], port)
         if self._console_listen is not None:
             from fedsketch.server.console.page import serve_console
 
-            port, stop = serve_console(self._console_listen, coordinator, token_sha256, tls)
+            port, stop = _bound("--console", self._console_listen, serve_console,
+                                self._console_listen, coordinator, token_sha256, tls)
             self._stops.append(stop)
             log.info("console on %s://%s:%d/", "http" if tls is None else "https",
                      self._console_listen.rpartition(":")[0], port)
@@ -64,3 +72,11 @@ class Console:
     def stop(self) -> None:
         for stop in reversed(self._stops):
             stop()
+
+
+def _bound(option: str, listen: str, start: Callable, *args) -> tuple[int, Callable[[], None]]:
+    """``start(*args)``; an address that cannot be bound is an OSError naming ``option``."""
+    try:
+        return start(*args)
+    except OSError as exc:
+        raise OSError(f"{option} {listen}: cannot listen there ({exc.strerror or exc})") from None
