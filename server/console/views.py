@@ -99,13 +99,8 @@ def study_page(c: Coordinator, study_id: str) -> str:
              ("collection window ends", when(doc["window_ends_at"])),
              ("registered / quorum / roster", f'{doc["registered"]} / {doc["quorum"]} / {doc["roster"]}'),
              ("contributions", doc["contributions"]), ("ε per device", f'{doc["epsilon"]:g}')]
-    kept = c.store.secure_round(study_id)
     if doc["secure"]:
-        facts.append(("secure stage", doc["stage"] if kept is None or not kept.ended else "ended"))
-        if kept is not None:
-            facts.append(("stage opened", when(kept.opened_at)))
-            facts.append(("in the sum", f"{kept.devices} devices, {kept.records:g} records"
-                          if kept.ended and kept.total is not None else "-"))
+        facts += _secure_facts(c, study_id, doc["stage"])
     parts = [table(("", ""), facts, table_id="facts")]
     parts.append("<h2>Roster</h2>" + table(
         ("device", "label", "registered (UTC)", "contributed (UTC)"),
@@ -123,6 +118,28 @@ def study_page(c: Coordinator, study_id: str) -> str:
         parts.append(_result(c, study_id))
     parts.append("<h2>Audit trail</h2>" + _audit(c, study_id))
     return document(f"Study {study_id}", "".join(parts))
+
+
+def _secure_facts(c: Coordinator, study_id: str, stage: str) -> list[tuple[str, Any]]:
+    """A secure round's progress: the open stage, when it opened, the messages it holds and when
+    it closes at the latest (its ``stage_timeout``); once ended, who is in the sum. REGISTER,
+    before any other stage opened, has no opening time of its own (its clock starts with the
+    first registration)."""
+    kept = c.store.secure_round(study_id)
+    if kept is not None and kept.ended:
+        members = kept.members or {}
+        return [("secure round", "ended"),
+                ("in the sum", f"{sum(members.values())} of {len(members)} devices, "
+                 f"{kept.records:g} records" if kept.total is not None else "nothing (no sum)")]
+    facts: list[tuple[str, Any]] = [("secure stage", stage)]
+    number = pb.Stage.Value(stage)
+    facts.append(("messages at this stage", len(c.store.stage_messages(study_id, (number,)))))
+    if kept is not None:
+        timeout = getattr(getattr(c.spec(study_id), "secure_aggregation", None), "stage_timeout", None)
+        facts.append(("stage opened", when(kept.opened_at)))
+        if timeout is not None:
+            facts.append(("stage closes at the latest", when(kept.opened_at + timeout)))
+    return facts
 
 
 def _result(c: Coordinator, study_id: str) -> str:

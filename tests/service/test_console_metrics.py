@@ -3,7 +3,8 @@ device daemons run a plain study and a secure-aggregation study while the test s
 ``/metrics`` over HTTP, parsed with prometheus-client's own parser. The contribution counter,
 the study-state gauge and the secure stage histogram move as the studies run; RPCs are counted
 by method and status code; no label carries a device id, a study id or anything else a client
-chooses."""
+chooses. The console's page of the secure study (``--console``) follows its stages while it runs
+and shows the four devices in its sum once it ended."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import re
 import signal
 import socket
 import sqlite3
+import ssl
 import subprocess
 import time
 import urllib.request
@@ -78,9 +80,18 @@ def create_secure(c: CoordinatorProcess) -> str:
 
 
 def test_metrics_move_while_a_plain_and_a_secure_study_run(tmp_path, cli_certs):
-    port = free_port()
-    c = CoordinatorProcess(tmp_path, cli_certs, "--metrics", f"127.0.0.1:{port}")
+    port, console = free_port(), free_port()
+    c = CoordinatorProcess(tmp_path, cli_certs, "--metrics", f"127.0.0.1:{port}",
+                           "--console", f"127.0.0.1:{console}")
     c.start()
+    https = ssl.create_default_context(cafile=str(cli_certs / "ca.pem"))
+
+    def page(study: str) -> str:
+        """The console's page of ``study`` (the operator token as a bearer header)."""
+        request = urllib.request.Request(f"https://localhost:{console}/study/{study}", headers={
+            "Authorization": f"Bearer {c.token_file.read_text().strip()}"})
+        return urllib.request.urlopen(request, timeout=30, context=https).read().decode()
+
     daemons = []
     try:
         before = scrape(port)
@@ -101,12 +112,16 @@ def test_metrics_move_while_a_plain_and_a_secure_study_run(tmp_path, cli_certs):
                  "--data", str(tmp_path / f"x{i}.npy"), "--ledger", str(tmp_path / f"ledger{i}"),
                  "--budget", "100", "--token", token, "--poll", "0.4", "--max-poll", "0.4"],
                 stdout=subprocess.DEVNULL, stderr=(tmp_path / f"device{i}.log").open("w")))
-        seen, stop = [], time.monotonic() + 300  # a generous bound: two studies on a loaded machine
+        seen, stages, stop = [], set(), time.monotonic() + 300  # generous: two studies, a loaded machine
         while (now := scrape(port)) and studies(now)["done"] < 2:
             assert time.monotonic() < stop, (studies(now), c.log.read_text()[-2000:])
             seen.append(studies(now))
+            stages |= set(re.findall(r"<td>secure stage</td><td>([A-Z_]+)</td>", page(secure)))
             time.sleep(0.2)
         after = now
+        # the console followed the round's stages, and shows who is in its sum
+        assert stages and stages <= {pb.Stage.Name(s) for s in sw.STAGES}
+        assert f"<td>in the sum</td><td>{DEVICES} of {DEVICES} devices" in page(secure)
 
         # the contribution counter: the plain study's four, by payload kind
         assert total(after, "fedsketch_contributions_total") == DEVICES
