@@ -164,11 +164,12 @@ def test_metrics_move_while_a_plain_and_a_secure_study_run(tmp_path, cli_certs):
 
 def test_serve_refuses_a_bad_or_busy_console_address_in_one_line(tmp_path):
     """A malformed address is refused before the store is created; a busy one names its option."""
-    serve = [FEDSKETCH, "coordinator", "serve", "--insecure", "--listen", "127.0.0.1:0"]
+    serve = [FEDSKETCH, "coordinator", "serve", "--insecure", "--listen", "127.0.0.1:0",
+             "--token-file", str(tmp_path / "operator.token")]
     for option in ("--metrics", "--console"):
         db = tmp_path / f"bad{option}.db"
         res = subprocess.run([*serve, "--db", str(db), option, "no-port"], capture_output=True,
-                             text=True, timeout=60)
+                             text=True, timeout=60, cwd=tmp_path)
         assert res.returncode == 1 and res.stderr == f"error: {option} 'no-port': give HOST:PORT, e.g. " \
             "127.0.0.1:9464\n"
         assert not db.exists()
@@ -177,7 +178,7 @@ def test_serve_refuses_a_bad_or_busy_console_address_in_one_line(tmp_path):
             busy.listen()
             address = f"127.0.0.1:{busy.getsockname()[1]}"
             res = subprocess.run([*serve, "--db", str(tmp_path / f"busy{option}.db"), option, address],
-                                 capture_output=True, text=True, timeout=60)
+                                 capture_output=True, text=True, timeout=60, cwd=tmp_path)
         assert res.returncode == 1
         assert res.stderr.splitlines()[-1] == f"error: {option} {address}: cannot listen there " \
             "(Address already in use)"
