@@ -14,12 +14,13 @@ so it sees every store call the coordinator makes:
   (an idempotent re-send is not counted: the store says it stored nothing);
 - ``fedsketch_secure_stage_seconds{stage}``: when a stage opens (or the round ends), the stage
   that closed stayed open from the ``opened_at`` the store recorded for it (REGISTER: from the
-  first registration this process stored) to the new one's;
+  first registration this process stored; not observed under ``--shared``) to the new one's;
 - ``fedsketch_secure_dropouts_total{stage}``: when a stage closes, the devices whose message of
   the stage before it this process stored but whose message of it did not come. Counted from the
   messages this process stored (a round it resumed after a restart undercounts); not counted
   under ``--shared``, where each coordinator stores only some of a round's messages;
-- ``fedsketch_decode_seconds``: from a study's move to decoding to its result or failure.
+- ``fedsketch_decode_seconds``: from a study's move to decoding to its result or failure, both
+  made through this process (:data:`MAX_DECODING` starts remembered at most).
 """
 
 from __future__ import annotations
@@ -38,6 +39,8 @@ from fedsketch.server.store.base import ContributionRow, Store, StudyRow
 
 #: Store methods not timed (module docstring).
 UNTIMED = frozenset({"claim"})
+#: Most decodings whose start is remembered (under ``--shared`` another coordinator may end one).
+MAX_DECODING = 1000
 
 
 class MeteredStore:
@@ -91,6 +94,8 @@ class MeteredStore:
                              device_id, body)
         if stored:
             self._m.stage_messages.labels(pb.Stage.Name(stage)).inc()
+            if self._store.shared:  # this process sees only some of the round's messages
+                return stored
             with self._lock:
                 self._sent.setdefault(study_id, {}).setdefault(stage, set()).add(device_id)
                 if stage == secagg_wire.STAGES[0]:
@@ -143,6 +148,8 @@ class MeteredStore:
         """A study moved: start its decoding clock, or observe the decoding it ended."""
         with self._lock:
             if row.state == "decoding":
+                if len(self._decoding) >= MAX_DECODING:  # ended by another coordinator, or forgotten
+                    del self._decoding[min(self._decoding, key=self._decoding.__getitem__)]
                 self._decoding.setdefault(row.study_id, time.monotonic())
                 return
             started = self._decoding.pop(row.study_id, None)
