@@ -182,3 +182,28 @@ def test_serve_refuses_a_bad_or_busy_console_address_in_one_line(tmp_path):
         assert res.returncode == 1
         assert res.stderr.splitlines()[-1] == f"error: {option} {address}: cannot listen there " \
             "(Address already in use)"
+
+
+def test_shared_coordinators_count_their_own_calls_and_read_the_same_gauges(tmp_path, cli_certs,
+                                                                           postgres_url):
+    """Two coordinators on one PostgreSQL database (``--shared``), each with ``--metrics``: a study
+    and a token created through the first are counted by the first alone, and both expose the
+    study in the state gauge, read from the database."""
+    ports = [free_port(), free_port()]
+    pair = [CoordinatorProcess(tmp_path / name, cli_certs, "--shared", "--metrics", f"127.0.0.1:{port}")
+            for name, port in zip("ab", ports, strict=True)]
+    try:
+        for c in pair:
+            c.folder.mkdir()
+            c.db, c.token_file = postgres_url, pair[0].token_file  # one database, one operator token
+            c.start()
+        create_study(pair[0], 2)
+        samples = [scrape(port) for port in ports]
+        assert [studies(s)["open"] for s in samples] == [1, 1]
+        assert [total(s, "fedsketch_rpcs_total", method="Operator/CreateStudy", code="OK")
+                for s in samples] == [1, 0]
+        assert [total(s, "fedsketch_store_healthy") for s in samples] == [1, 1]
+    finally:
+        for c in pair:
+            if c.proc is not None and c.proc.poll() is None:
+                assert c.terminate() == 0
