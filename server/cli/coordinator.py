@@ -117,7 +117,7 @@ def serve(
     (signing each read) the studies it may join and the results of those it contributed to.
     The standard gRPC health service answers on the same port: SERVING while the store answers.
     --metrics and --console start the operator's console (docs/operator-console.md)."""
-    from fedsketch.common.tls import server_tls
+    from fedsketch.common.net.tls import server_tls
     from fedsketch.server.cli.logformat import configure
     from fedsketch.server.console.serve import Console
     from fedsketch.server.service.api import build_server
@@ -207,7 +207,7 @@ def result(
     --scale auto, "calibration" is round 0's choice of σ and its "explanation" (else null).
     Results are not public: reading one takes the operator token (a device reads the results of
     the studies it contributed to with its own signature)."""
-    from fedsketch.common.study import StudySpec
+    from fedsketch.common.study.study import StudySpec
 
     with clean_errors():
         stub, meta = operator_stub(coordinator, ca, insecure, token_file)

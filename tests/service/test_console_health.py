@@ -15,7 +15,7 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from test_round_processes import CoordinatorProcess, cli
 
-from fedsketch.common.tls import secure_channel
+from fedsketch.common.net.tls import secure_channel
 
 pytestmark = pytest.mark.slow
 SERVING = health_pb2.HealthCheckResponse.SERVING
