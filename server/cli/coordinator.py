@@ -94,6 +94,14 @@ def serve(
     log_format: Annotated[str, typer.Option(
         envvar="FEDSKETCH_LOG_FORMAT", help="How stderr's log lines are written: 'text' "
         "(key=value pairs) or 'json' (one JSON object a line).")] = "text",
+    metrics: Annotated[str | None, typer.Option(
+        envvar="FEDSKETCH_METRICS", metavar="HOST:PORT",
+        help="Expose Prometheus metrics at http://HOST:PORT/metrics (off unless given; keep it "
+        "on loopback or a monitoring network: docs/operator-console.md).")] = None,
+    console: Annotated[str | None, typer.Option(
+        envvar="FEDSKETCH_CONSOLE", metavar="HOST:PORT",
+        help="Serve the read-only operator console at HOST:PORT (HTTPS with --cert/--key, HTTP "
+        "with --insecure); it asks for the operator token (off unless given).")] = None,
 ) -> None:
     """Serve the Device and Operator gRPC services until SIGTERM or SIGINT.
 
@@ -106,9 +114,12 @@ def serve(
     bytes under its method's size limit; malformed input is refused with INVALID_ARGUMENT. An
     internal error answers INTERNAL with a short error id, logged here with its traceback.
     Studies and results are not public: the operator token reads them all, an enrolled device
-    (signing each read) the studies it may join and the results of those it contributed to."""
+    (signing each read) the studies it may join and the results of those it contributed to.
+    The standard gRPC health service answers on the same port: SERVING while the store answers.
+    --metrics and --console start the operator's console (docs/operator-console.md)."""
     from fedsketch.common.net.tls import server_tls
     from fedsketch.server.cli.logformat import configure
+    from fedsketch.server.console.serve import Console
     from fedsketch.server.service.api import build_server
     from fedsketch.server.store import open_store, sqlite_path
     from fedsketch.server.store.filelock import hold_exclusive
@@ -121,6 +132,7 @@ def serve(
         if not insecure and (cert is None or key is None):
             raise ValueError("TLS needs both --cert and --key")
         tls = None if insecure else server_tls(cert, key)
+        Console.check(metrics, console)
         db_file = sqlite_path(db)  # None: a PostgreSQL database, which coordinators may share
         files = ([] if db_file is None else [("--db", Path(db_file))]) + [("--token-file", token_file)]
         for option, path in files:
@@ -140,7 +152,11 @@ def serve(
                 fh.write(secrets.token_urlsafe(32) + "\n")
             log.info("wrote a new operator token to %s", token_file)
         token_sha256 = hashlib.sha256(read_token(token_file).encode()).hexdigest()
-        server, coordinator, port = build_server(store, token_sha256, listen, tls)
+        watch = Console(store, metrics, console)
+        server, coordinator, port = build_server(watch.store, token_sha256, listen, tls,
+                                                 interceptors=watch.interceptors,
+                                                 add_more=watch.health.add_to)
+        watch.start(coordinator, token_sha256, None if insecure else (cert, key))
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
@@ -148,7 +164,9 @@ def serve(
         port_file.write_text(f"{port}\n")
     log.info("coordinator serving on port %d (%s)", port, "plaintext" if insecure else "TLS")
     stop.wait()
+    watch.health.stop()
     server.stop(grace=5).wait()
+    watch.stop()
     coordinator.stop()
     store.close()
 
@@ -207,6 +225,6 @@ def result(
          "calibration": json.loads(res.calibration_json) if res.calibration_json else None})))
 
 
-# create-study and the operator's view (list, status, audit, close) are modules of their own;
-# importing them registers their commands on coordinator_app.
-from fedsketch.server.cli import create_study, operator_view  # noqa: E402, F401
+# create-study, the operator's view (list, status, audit, close) and health are modules of their
+# own; importing them registers their commands on coordinator_app.
+from fedsketch.server.cli import create_study, health, operator_view  # noqa: E402, F401
