@@ -110,7 +110,7 @@ def test_nothing_below_the_python_api_imports_it():
     ("server/service/rogue.py", "from fedsketch.server.bench.task import Task\n"),
     ("server/service/rogue.py", "def f():\n    from ..bench import compare\n"),
     ("server/bench/rogue.py", "from fedsketch.server.service import coordinator\n"),
-    ("server/store/rogue.py", "import fedsketch.server.cli.main\n"),
+    ("server/store/rogue.py", "import fedsketch.server.cli.local\n"),
     ("client/rogue.py", "from fedsketch.server.decode import clompr\n"),
     ("common/rogue.py", "from ..client import ledger\n"),
 ])

@@ -38,11 +38,20 @@ def env_file(name: str) -> dict[str, str]:
     return dict(line.split("=", 1) for line in lines if line and not line.startswith("#"))
 
 
-def argv(unit_name: str) -> list[str]:
-    """ExecStart with this venv's ``fedsketch`` in place of the installed one."""
-    exec_start = shlex.split(unit(unit_name)["ExecStart"])
+def argv(unit_name: str, key: str = "ExecStart") -> list[str]:
+    """ExecStart (or another Exec key) with this venv's ``fedsketch`` in place of the installed one."""
+    exec_start = shlex.split(unit(unit_name)[key])
     assert exec_start[0].endswith("/fedsketch")
     return [FEDSKETCH, *exec_start[1:]]
+
+
+def started(unit_name: str, env: dict[str, str], port: int) -> None:
+    """The unit's ExecStartPost (instance ``%i``: ``port``), fed ``env`` with the example's
+    address moved to ``port``, finds the coordinator's health service SERVING."""
+    env = {**env, "FEDSKETCH_COORDINATOR": f"localhost:{port}"}
+    post = subprocess.run([a.replace("%i", str(port)) for a in argv(unit_name, "ExecStartPost")],
+                          env={**os.environ, **env}, capture_output=True, text=True, timeout=120)
+    assert post.returncode == 0 and post.stdout == "SERVING\n", post.stderr
 
 
 def test_units_read_the_example_environment_files():
@@ -101,7 +110,7 @@ def coordinator_env(tmp_path: Path, name: str) -> dict[str, str]:
     """An example coordinator environment file with its paths moved into ``tmp_path``."""
     env = env_file(name)
     env.update(FEDSKETCH_CERT=str(tmp_path / "certs/server.pem"),
-               FEDSKETCH_KEY=str(tmp_path / "certs/server.key"),
+               FEDSKETCH_KEY=str(tmp_path / "certs/server.key"), FEDSKETCH_CA=str(tmp_path / "certs/ca.pem"),
                FEDSKETCH_OPERATOR_TOKEN_FILE=str(tmp_path / "op.token"))
     return env
 
@@ -113,6 +122,7 @@ def test_units_with_example_configs_run_a_study(tmp_path):
     coord_env.update(FEDSKETCH_DB=str(tmp_path / "c.db"), FEDSKETCH_LISTEN="127.0.0.1:0")
     server, port = serve("fedsketch-coordinator.service", coord_env, tmp_path / "port")
     try:
+        started("fedsketch-coordinator.service", coord_env, port)
         run_study(tmp_path, f"localhost:{port}", f"localhost:{port}", tmp_path / "c.db")
     finally:
         server.send_signal(signal.SIGTERM)
@@ -122,7 +132,7 @@ def test_units_with_example_configs_run_a_study(tmp_path):
 def test_shared_units_serve_one_postgresql_database_round_robin(tmp_path, postgres_url):
     """Two instances of the shared unit on one database; the device lists both addresses."""
     subprocess.run([FEDSKETCH, "certs", "init", "--out", str(tmp_path / "certs"), "--host",
-                    "127.0.0.1"], check=True, capture_output=True)
+                    "127.0.0.1", "--host", "localhost"], check=True, capture_output=True)
     env = coordinator_env(tmp_path, "coordinator-shared.env")
     assert env.pop("PGPASSFILE") and env.pop("PGSSLMODE") == "verify-full"  # the test server: a socket
     env.update(FEDSKETCH_DB=postgres_url)
@@ -131,6 +141,8 @@ def test_shared_units_serve_one_postgresql_database_round_robin(tmp_path, postgr
         for i in range(2):  # one at a time: the first writes the shared operator token
             servers.append(serve("fedsketch-coordinator-shared@.service", env, tmp_path / f"port{i}"))
         ports = [port for _, port in servers]
+        for port in ports:
+            started("fedsketch-coordinator-shared@.service", env, port)
         run_study(tmp_path, f"127.0.0.1:{ports[0]}", ",".join(f"127.0.0.1:{p}" for p in ports),
                   postgres_url)
     finally:

@@ -30,6 +30,7 @@ from fedsketch.common.cli import CaOpt, InsecureOpt, Target
 from fedsketch.common.pb import fedsketch_pb2 as pb
 from fedsketch.server.cli.create_study import create_study
 from fedsketch.server.cli.errors import NOT_IDENTIFIABLE_EXIT, clean_errors, report_identifiability
+from fedsketch.server.cli.health import health
 from fedsketch.server.cli.operator_link import TokenFile, operator_stub, read_token
 from fedsketch.server.cli.operator_view import audit, close_study, list_studies, status
 from fedsketch.server.cli.planning import result_noise
@@ -68,6 +69,14 @@ def serve(
     log_format: Annotated[str, typer.Option(
         envvar="FEDSKETCH_LOG_FORMAT", help="How stderr's log lines are written: 'text' "
         "(key=value pairs) or 'json' (one JSON object a line).")] = "text",
+    metrics: Annotated[str | None, typer.Option(
+        envvar="FEDSKETCH_METRICS", metavar="HOST:PORT",
+        help="Expose Prometheus metrics at http://HOST:PORT/metrics (off unless given; keep it "
+        "on loopback or a monitoring network: docs/operator-console.md).")] = None,
+    console: Annotated[str | None, typer.Option(
+        envvar="FEDSKETCH_CONSOLE", metavar="HOST:PORT",
+        help="Serve the read-only operator console at HOST:PORT (HTTPS with --cert/--key, HTTP "
+        "with --insecure); it asks for the operator token (off unless given).")] = None,
 ) -> None:
     """Serve the Device and Operator gRPC services until SIGTERM or SIGINT.
 
@@ -80,9 +89,12 @@ def serve(
     bytes under its method's size limit; malformed input is refused with INVALID_ARGUMENT. An
     internal error answers INTERNAL with a short error id, logged here with its traceback.
     Studies and results are not public: the operator token reads them all, an enrolled device
-    (signing each read) the studies it may join and the results of those it contributed to."""
+    (signing each read) the studies it may join and the results of those it contributed to.
+    The standard gRPC health service answers on the same port: SERVING while the store answers.
+    --metrics and --console start the operator's console (docs/operator-console.md)."""
     from fedsketch.common.net.tls import server_tls
     from fedsketch.server.cli.logformat import configure
+    from fedsketch.server.console.serve import Console
     from fedsketch.server.service.api import build_server
     from fedsketch.server.store import open_store, sqlite_path
     from fedsketch.server.store.filelock import hold_exclusive
@@ -95,6 +107,7 @@ def serve(
         if not insecure and (cert is None or key is None):
             raise ValueError("TLS needs both --cert and --key")
         tls = None if insecure else server_tls(cert, key)
+        Console.check(metrics, console)
         db_file = sqlite_path(db)  # None: a PostgreSQL database, which coordinators may share
         files = ([] if db_file is None else [("--db", Path(db_file))]) + [("--token-file", token_file)]
         for option, path in files:
@@ -114,7 +127,11 @@ def serve(
                 fh.write(secrets.token_urlsafe(32) + "\n")
             log.info("wrote a new operator token to %s", token_file)
         token_sha256 = hashlib.sha256(read_token(token_file).encode()).hexdigest()
-        server, coordinator, port = build_server(store, token_sha256, listen, tls)
+        watch = Console(store, metrics, console)
+        server, coordinator, port = build_server(watch.store, token_sha256, listen, tls,
+                                                 interceptors=watch.interceptors,
+                                                 add_more=watch.health.add_to)
+        watch.start(coordinator, token_sha256, None if insecure else (cert, key))
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
@@ -122,7 +139,9 @@ def serve(
         port_file.write_text(f"{port}\n")
     log.info("coordinator serving on port %d (%s)", port, "plaintext" if insecure else "TLS")
     stop.wait()
+    watch.health.stop()
     server.stop(grace=5).wait()
+    watch.stop()
     coordinator.stop()
     store.close()
 
@@ -188,3 +207,4 @@ coordinator_app.command("list")(list_studies)
 coordinator_app.command("status")(status)
 coordinator_app.command("audit")(audit)
 coordinator_app.command("close")(close_study)
+coordinator_app.command("health")(health)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 
 import grpc
@@ -177,18 +178,25 @@ class OperatorService:
 
 
 def build_server(store: Store, token_sha256: str, listen: str, tls: ServerTLS | None,
-                 workers: int = 16) -> tuple[grpc.Server, Coordinator, int]:
+                 workers: int = 16, interceptors: Sequence[grpc.ServerInterceptor] = (),
+                 add_more: Callable[[grpc.Server], None] | None = None,
+                 ) -> tuple[grpc.Server, Coordinator, int]:
     """A started gRPC server with both services on ``listen``; returns (server, coordinator,
     bound port). ``tls`` None means plaintext (the explicit ``--insecure`` opt-out); else a
-    device's read must be signed for one of its certificate's names (:mod:`.reads`)."""
+    device's read must be signed for one of its certificate's names (:mod:`.reads`).
+    ``interceptors`` see every call (the console's metrics); ``add_more`` adds other services
+    before the server starts (the console's health service)."""
     names = None if tls is None else tls.names
     coordinator = Coordinator(EventStore(store), names)  # each event the operator watches, logged
     options = [("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
                ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
                ("grpc.so_reuseport", 0)]  # a second server on a busy address fails to bind
-    server = grpc.server(ThreadPoolExecutor(max_workers=workers), options=options)
+    server = grpc.server(ThreadPoolExecutor(max_workers=workers), options=options,
+                         interceptors=list(interceptors))
     add_service(server, "Device", DeviceService(coordinator))
     add_service(server, "Operator", OperatorService(coordinator, token_sha256))
+    if add_more is not None:
+        add_more(server)
     try:
         if tls is None:
             port = server.add_insecure_port(listen)

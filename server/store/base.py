@@ -420,6 +420,10 @@ class Store(ABC):
         'not_found' for an unknown study or device; ValueError for an unknown reason. Audited."""
 
     @abstractmethod
+    def device_count(self) -> int:
+        """How many devices are enrolled."""
+
+    @abstractmethod
     def roster_entries(self, study_id: str, limit: int) -> list[RosterEntry]:
         """The first ``limit`` devices of the study's roster, in order of registration."""
 

@@ -62,6 +62,9 @@ class OperatorReads:
         total = self._query("SELECT COUNT(*) FROM refusals WHERE study_id = ?", (study_id,))[0][0]
         return rows, total
 
+    def device_count(self) -> int:
+        return self._query("SELECT COUNT(*) FROM devices")[0][0]
+
     def memberships(self, device_id: str, study_ids: tuple[str, ...]) -> dict[str, bool]:
         if not study_ids:
             return {}
