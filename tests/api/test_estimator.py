@@ -91,7 +91,7 @@ def test_a_dataframe_fit_warns_nothing_about_feature_names():
 
 def test_from_result_of_a_decoding_and_of_a_federated_round(tmp_path):
     x, _, centres = gmm(20_000, 3, 2, 3.0, 5)
-    decoding = decode(sketch(x, epsilon=math.inf, m=60, seed=1), 3, (-12, 12), seed=0)
+    decoding = decode(sketch(x, epsilon=math.inf, m=60, seed=1, bounds=(-12, 12)), 3, (-12, 12), seed=0)
     for given in (decoding, decoding.to_dict()):
         model = CompressiveKMeans.from_result(given, epsilon=math.inf)
         assert np.array_equal(model.cluster_centers_, decoding.centroids)

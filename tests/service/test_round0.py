@@ -27,7 +27,7 @@ from fedsketch.common.frequencies import draw_frequencies
 from fedsketch.common.pb import fedsketch_pb2 as pb
 from fedsketch.common.privacy import PrivacySpec
 from fedsketch.common.refine import RefineSpec
-from fedsketch.common.scale import calibrate_scale
+from fedsketch.common.scale import calibrate_scale, default_range
 from fedsketch.common.secagg.spec import SecAggSpec
 from fedsketch.common.secagg.trust import Assumptions
 from fedsketch.common.secure_calibration import SecureCalibration
@@ -45,7 +45,7 @@ def data():
 
 def auto_spec(epsilon: float = 20.0, **rules) -> StudySpec:
     """A study over [−10, 10]^3 whose round 0 takes a tenth of ``epsilon``."""
-    plan, rest = split_auto(epsilon)
+    plan, rest = split_auto(epsilon, default_range(Box(np.full(3, -10.0), np.full(3, 10.0))))
     base = study_spec(epsilon=rest, **rules)
     freqs = replace(base.sketch.frequencies, scale=plan.placeholder)
     return StudySpec.create(base.name, replace(base.sketch, frequencies=freqs), base.k, base.lo,
