@@ -38,6 +38,7 @@ from fedsketch.common.cli import (
     printable,
 )
 from fedsketch.common.cli import clean_errors as _clean_errors
+from fedsketch.common.helptext import TidyGroup
 
 from .ledger_records import LedgerError, check_budget
 from .ledger_schema import DEFAULT_SOURCE
@@ -46,7 +47,7 @@ from .policy import Policy
 if TYPE_CHECKING:  # the ledger (sqlite3, cryptography) and the daemon load in the commands
     from .ledger import Ledger, Spend
 
-device_app = typer.Typer(no_args_is_help=True,
+device_app = typer.Typer(cls=TidyGroup, no_args_is_help=True,
                          help="Run a device daemon; set and read its budget and policy.")
 
 LedgerOpt = Annotated[Path, typer.Option(envvar="FEDSKETCH_LEDGER",

@@ -23,6 +23,7 @@ from rich.table import Table
 from fedsketch.client.cli import device_app
 from fedsketch.common.choices import DEFAULT_R, FEATURES, LAWS, NEIGHBOURING
 from fedsketch.common.cli import ColumnsOpt, HeaderOpt, JsonOpt, ScaleRangeOpt, open_data, set_verbose
+from fedsketch.common.helptext import TidyGroup
 from fedsketch.server.cli.certs import certs_app
 from fedsketch.server.cli.compare import compare_command
 from fedsketch.server.cli.coordinator import coordinator_app
@@ -34,11 +35,12 @@ if TYPE_CHECKING:  # numpy, scipy and the mechanisms load inside the commands th
     from rich.progress import Progress
 
 app = typer.Typer(
+    cls=TidyGroup,
     no_args_is_help=True,
     help="Federated, differentially private compressive k-means. Tab completion: "
          "--install-completion (bash, zsh, fish, PowerShell).",
 )
-synth_app = typer.Typer(no_args_is_help=True, help="Generate synthetic datasets.")
+synth_app = typer.Typer(cls=TidyGroup, no_args_is_help=True, help="Generate synthetic datasets.")
 app.add_typer(synth_app, name="synth")
 app.add_typer(certs_app, name="certs")
 app.add_typer(coordinator_app, name="coordinator")

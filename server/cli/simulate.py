@@ -27,11 +27,11 @@ def simulate_command(
     devices: Annotated[int, typer.Option(help="Number of devices L.")] = 20,
     records: Annotated[int | None, typer.Option(
         "--records", "--n",
-        help="Total synthetic records N, split over the devices [default: 1000000; with --data, "
-             "the file's].")] = None,
+        help="Total synthetic records N, split over the devices (default: 1000000; with --data, "
+             "the file's).")] = None,
     k: Annotated[int, typer.Option(help="Clusters.")] = 10,
     d: Annotated[int | None, typer.Option(
-        help="Synthetic dimension [default: 10; with --data, the file's].")] = None,
+        help="Synthetic dimension (default: 10; with --data, the file's).")] = None,
     data: Annotated[Path | None, typer.Option(
         help="Records (.npy, CSV or Parquet) to split over the devices instead of paper 004's "
              "mixture (docs/REFERENCES.md); needs --bounds and --scale.")] = None,
@@ -58,8 +58,8 @@ def simulate_command(
     scale: Annotated[str | None, typer.Option(
         help="σ in data units, or 'auto': the study's round 0, a private calibration release "
              "of every device at a tenth of --epsilon, chooses σ as `coordinator create-study "
-             "--scale auto` does [default: 2 on the synthetic mixture, whose spread is public; "
-             "with --data required].")] = None,
+             "--scale auto` does (default: 2 on the synthetic mixture, whose spread is public; "
+             "with --data required).")] = None,
     scale_range: ScaleRangeOpt = None,
     partition: Annotated[str, typer.Option(help="iid or dirichlet:ALPHA.")] = "iid",
     processes: Annotated[bool, typer.Option(help="Real daemon processes, not in-process.")]
