@@ -24,9 +24,9 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import realdata  # noqa: E402
 
-from fedsketch.common.box import Box  # noqa: E402
-from fedsketch.common.dataset_sketch import SketchPlan  # noqa: E402
-from fedsketch.common.privacy import PrivacySpec  # noqa: E402
+from fedsketch.common.sketch.box import Box  # noqa: E402
+from fedsketch.common.sketch.dataset_sketch import SketchPlan  # noqa: E402
+from fedsketch.common.sketch.privacy import PrivacySpec  # noqa: E402
 from fedsketch.server.decode.pipeline import decode_judged  # noqa: E402
 
 TABLES = {

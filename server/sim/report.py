@@ -5,17 +5,17 @@ from __future__ import annotations
 from dataclasses import asdict
 from typing import TYPE_CHECKING
 
-from fedsketch.common.box import Box
-from fedsketch.common.scale import default_range
+from fedsketch.common.sketch.box import Box
+from fedsketch.common.sketch.scale import default_range
 
 if TYPE_CHECKING:  # annotations only: simulate imports this module
-    from fedsketch.common.study import StudySpec
+    from fedsketch.common.study.study import StudySpec
     from fedsketch.server.sim.simulate import SimConfig
 
 
 def round0_range(cfg: SimConfig) -> tuple[float, float]:
     """The σ range (data units) round 0 searches under --scale auto: ``cfg.scale_range``, or the
-    default of the study's public box (:func:`~fedsketch.common.scale.default_range`)."""
+    default of the study's public box (:func:`~fedsketch.common.sketch.scale.default_range`)."""
     return default_range(Box(*cfg.public_box)) if cfg.scale_range is None else cfg.scale_range
 
 

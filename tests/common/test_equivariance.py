@@ -1,6 +1,6 @@
 """Scale-free: data and box mapped by x ↦ c·x + b give the same relative SSE (issue 31).
 
-The σ range follows the box (:func:`fedsketch.common.scale.default_range`) and CL-OMPR runs in
+The σ range follows the box (:func:`fedsketch.common.sketch.scale.default_range`) and CL-OMPR runs in
 coordinates of the frequencies' own scale (:class:`fedsketch.server.decode.clompr.Frame`), so
 ``sketch --scale auto`` + ``decode`` on c·x + b in the box c·[lo, hi] + b is the same
 computation as on x, up to float rounding of the records (the float32 kernel rounds c·x
@@ -27,10 +27,10 @@ import math
 import numpy as np
 import pytest
 
-from fedsketch.common.box import Box
-from fedsketch.common.dataset_sketch import SketchPlan
-from fedsketch.common.privacy import PrivacySpec
-from fedsketch.common.synthetic import gmm
+from fedsketch.common.data.synthetic import gmm
+from fedsketch.common.sketch.box import Box
+from fedsketch.common.sketch.dataset_sketch import SketchPlan
+from fedsketch.common.sketch.privacy import PrivacySpec
 from fedsketch.server.decode.pipeline import decode_judged
 
 MAPS = [(1.0, 0.0), (1e-3, 7.0), (1e3, -3e4)]
