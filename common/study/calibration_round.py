@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ..choices import AUTO_FRACTION, DEFAULT_RANGE, ROUND_SECONDS
+from ..choices import AUTO_FRACTION, ROUND_SECONDS
 from ..dp.calibration import noise_radius
 from ..dp.plan import noise_plan
 from ..features import GRID
@@ -68,13 +68,14 @@ MAX_M0 = 4096
 @dataclass(frozen=True)
 class CalibrationPlan:
     """A study's round 0: ``epsilon`` ε_0 (finite, > 0) of each device's calibration release,
-    ``m0`` calibration frequencies, the σ search range [``sigma_lo``, ``sigma_hi``] (data
-    units), and ``round_seconds``, how long the sketch round that follows collects at most."""
+    the σ search range [``sigma_lo``, ``sigma_hi``] (data units; by default derived from the
+    study's box, :func:`~fedsketch.common.sketch.scale.default_range`), ``m0`` calibration frequencies,
+    and ``round_seconds``, how long the sketch round that follows collects at most."""
 
     epsilon: float
+    sigma_lo: float
+    sigma_hi: float
     m0: int = DEFAULT_M0
-    sigma_lo: float = DEFAULT_RANGE[0]
-    sigma_hi: float = DEFAULT_RANGE[1]
     round_seconds: float = ROUND_SECONDS
 
     def __post_init__(self) -> None:
@@ -117,16 +118,19 @@ class CalibrationPlan:
                                     "sigma_hi": number, "round_seconds": number}, "calibration"))
 
 
-def split_auto(epsilon: float, fraction: float = AUTO_FRACTION,
+def split_auto(epsilon: float, scale_range: tuple[float, float], fraction: float = AUTO_FRACTION,
                round_seconds: float = ROUND_SECONDS) -> tuple[CalibrationPlan, float]:
     """(round 0's plan, the ε left for the sketch and refinement rounds) of a study whose devices
-    spend ``epsilon`` in all: round 0 takes ``fraction``·ε (sequential composition).
-    ValueError for a fraction outside (0, 1) or an ε that is not finite and > 0."""
+    spend ``epsilon`` in all: round 0 takes ``fraction``·ε (sequential composition) and searches
+    σ in ``scale_range`` (data units; the study's box gives the default,
+    :func:`~fedsketch.common.sketch.scale.default_range`). ValueError for a fraction outside (0, 1) or
+    an ε that is not finite and > 0."""
     if not 0 < fraction < 1:
         raise ValueError(f"round 0's share of ε must be in (0, 1), got {fraction!r}")
     if not (math.isfinite(epsilon) and epsilon > 0):
         raise ValueError(f"--scale auto needs a finite epsilon > 0, got {epsilon!r}")
-    return CalibrationPlan(fraction * epsilon, round_seconds=round_seconds), (1 - fraction) * epsilon
+    return (CalibrationPlan(fraction * epsilon, *scale_range, round_seconds=round_seconds),
+            (1 - fraction) * epsilon)
 
 
 def _calibration(study: StudySpec) -> tuple[CalibrationSpec, PrivacySpec]:

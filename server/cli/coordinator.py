@@ -24,11 +24,12 @@ from typing import Annotated
 import typer
 
 from fedsketch.common.cli import CaOpt, InsecureOpt, Target, connect
+from fedsketch.common.helptext import TidyGroup
 from fedsketch.common.pb import fedsketch_pb2 as pb
 from fedsketch.server.cli.errors import NOT_IDENTIFIABLE_EXIT, clean_errors, report_identifiability
 from fedsketch.server.cli.planning import result_noise
 
-coordinator_app = typer.Typer(no_args_is_help=True, help="Run and operate a coordinator.")
+coordinator_app = typer.Typer(cls=TidyGroup, no_args_is_help=True, help="Run and operate a coordinator.")
 
 TokenFile = Annotated[Path, typer.Option("--token-file", envvar="FEDSKETCH_OPERATOR_TOKEN_FILE",
                                          help="File holding the operator token: the one `coordinator "

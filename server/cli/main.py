@@ -21,8 +21,9 @@ from rich.console import Console
 from rich.table import Table
 
 from fedsketch.client.cli import device_app
-from fedsketch.common.choices import DEFAULT_R, DEFAULT_RANGE, FEATURES, LAWS, NEIGHBOURING
-from fedsketch.common.cli import ColumnsOpt, HeaderOpt, JsonOpt, open_data, set_verbose
+from fedsketch.common.choices import DEFAULT_R, FEATURES, LAWS, NEIGHBOURING
+from fedsketch.common.cli import ColumnsOpt, HeaderOpt, JsonOpt, ScaleRangeOpt, open_data, set_verbose
+from fedsketch.common.helptext import TidyGroup
 from fedsketch.server.cli.certs import certs_app
 from fedsketch.server.cli.compare import compare_command
 from fedsketch.server.cli.coordinator import coordinator_app
@@ -34,11 +35,12 @@ if TYPE_CHECKING:  # numpy, scipy and the mechanisms load inside the commands th
     from rich.progress import Progress
 
 app = typer.Typer(
+    cls=TidyGroup,
     no_args_is_help=True,
     help="Federated, differentially private compressive k-means. Tab completion: "
          "--install-completion (bash, zsh, fish, PowerShell).",
 )
-synth_app = typer.Typer(no_args_is_help=True, help="Generate synthetic datasets.")
+synth_app = typer.Typer(cls=TidyGroup, no_args_is_help=True, help="Generate synthetic datasets.")
 app.add_typer(synth_app, name="synth")
 app.add_typer(certs_app, name="certs")
 app.add_typer(coordinator_app, name="coordinator")
@@ -194,9 +196,7 @@ def sketch(
         help="Public box LO:HI (every axis) or a bounds.json; records outside are clipped into it "
              "(default ±2^40 on every axis, which only keeps phases finite).")] = None,
     auto_fraction: Annotated[float, typer.Option(help="Share of ε spent by --scale auto.")] = 0.1,
-    scale_range: Annotated[str, typer.Option(help="σ search range LO:HI for --scale auto.")] = (
-        f"{DEFAULT_RANGE[0]:g}:{DEFAULT_RANGE[1]:g}"
-    ),
+    scale_range: ScaleRangeOpt = None,
     header: HeaderOpt = None,
     columns: ColumnsOpt = None,
     quiet: Quiet = False,
@@ -222,10 +222,14 @@ def sketch(
             eps_total = float(epsilon)
         except ValueError:
             raise ValueError(f"--epsilon must be a number > 0 or 'inf', got {epsilon!r}") from None
+        sigma = parse_scale(scale)
+        if sigma is None and bounds is None and scale_range is None:
+            raise ValueError("--scale auto needs --bounds (σ's search range follows the public "
+                             "box) or --scale-range LO:HI in data units")
         plan = SketchPlan(PrivacySpec(eps_total, delta, neighbouring), m=m, feature=feature, law=law,
-                          scale=parse_scale(scale), seed=seed, r=r, dither=dither,
-                          auto_fraction=auto_fraction,
-                          scale_range=parse_range(scale_range, "--scale-range"))
+                          scale=sigma, seed=seed, r=r, dither=dither, auto_fraction=auto_fraction,
+                          scale_range=None if scale_range is None
+                          else parse_range(scale_range, "--scale-range"))
         source = open_data(data, header, columns)  # every argument is checked before any spend
         box = (Box.widest(source.d) if bounds is None
                else Box(*parse_bounds(bounds, source.d)))
@@ -235,7 +239,7 @@ def sketch(
             made = plan.run(source.chunks, box, tally=tally, progress=lambda rows: bar.advance(task, rows))
         if made.calibration is not None:
             cal = made.calibration
-            err.print(f"scale auto: {cal.explanation}{cal.advice('--scale σ', '--bounds')} "
+            err.print(f"scale auto: {cal.explanation}{cal.advice('--scale σ', '--bounds', '--scale-range')} "
                       f"(spent ε = {cal.epsilon:.4g} of {eps_total:.4g})")
         made.to_file().save(out)
         release = made.release

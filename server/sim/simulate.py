@@ -56,6 +56,7 @@ from fedsketch.common.study.study import StudySpec
 from fedsketch.server.bench.metrics import sklearn_kmeans_centroids, split, sse_per_n
 from fedsketch.server.service.api import build_server
 from fedsketch.server.service.coordinator import Coordinator
+from fedsketch.server.sim.report import round0_range, used_config
 from fedsketch.server.store import Store, open_store
 
 OPERATOR_TOKEN = "simulation-operator-token"
@@ -97,6 +98,7 @@ class SimConfig:
     box: tuple[tuple[float, ...], tuple[float, ...]] | None = None
     rounds: int = 0
     round_share: float = ROUND_SHARE
+    scale_range: tuple[float, float] | None = None
 
     @property
     def public_box(self) -> tuple[list[float], list[float]]:
@@ -134,7 +136,7 @@ def split_records(labels: np.ndarray, devices: int, scheme: str,
 
 
 def _study_spec(cfg: SimConfig) -> StudySpec:
-    plan, rest = (None, cfg.epsilon) if cfg.scale is not None else split_auto(cfg.epsilon)
+    plan, rest = (None, cfg.epsilon) if cfg.scale is not None else split_auto(cfg.epsilon, round0_range(cfg))
     sketch_eps, refine = split_study_epsilon(rest, cfg.rounds, cfg.round_share)
     sketch = SketchSpec(FrequencySpec(d=cfg.d, m=cfg.m, seed=cfg.seed,
                                       scale=cfg.scale if plan is None else plan.placeholder),
@@ -394,5 +396,5 @@ def run_simulation(cfg: SimConfig, data: Pooled | None = None) -> dict:
         "bytes_sent": bytes_up,
         "secure_aggregation": None if spec.secure_aggregation is None else {
             **asdict(spec.secure_aggregation), "min_honest": spec.assumptions.min_honest},
-        "config": asdict(cfg),
+        "config": used_config(cfg, spec, full.get("calibration")),
     }
