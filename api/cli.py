@@ -16,6 +16,7 @@ import typer
 
 from fedsketch.client.cli import device_app
 from fedsketch.common.cli import set_verbose
+from fedsketch.common.helptext import TidyGroup
 from fedsketch.server.cli.certs import certs_app
 from fedsketch.server.cli.compare import compare_command
 from fedsketch.server.cli.coordinator import coordinator_app
@@ -23,6 +24,7 @@ from fedsketch.server.cli.local import decode, evaluate, sketch, synth_app
 from fedsketch.server.cli.simulate import simulate_command
 
 app = typer.Typer(
+    cls=TidyGroup,
     no_args_is_help=True,
     help="Federated, differentially private compressive k-means. Tab completion: "
          "--install-completion (bash, zsh, fish, PowerShell).",

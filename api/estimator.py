@@ -75,6 +75,8 @@ class CompressiveKMeans(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Clust
     neighbouring : "replace_one" (n public) or "add_remove" (n noisy).
     replicates : CL-OMPR runs; the lowest sketch residual wins.
     random_state : int, RandomState or None; seeds Ω, ξ and the decoder, never the noise.
+    scale_range : (lo, hi), σ's search range in data units for scale="auto"; None: 1/300 to 1/3
+        of the box's widest side. A fit on an end of it falls back to the box's floor and warns.
 
     Attributes
     ----------
@@ -89,7 +91,8 @@ class CompressiveKMeans(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Clust
     def __init__(self, n_clusters: int = 8, *, epsilon: float = 1.0, delta: float = 0.0,
                  bounds: Bounds | None = None, m: int | None = None, r: int | None = None,
                  scale: float | str = "auto", feature: str = "complex", neighbouring: str = "replace_one",
-                 replicates: int = 3, random_state: int | np.random.RandomState | None = None) -> None:
+                 replicates: int = 3, random_state: int | np.random.RandomState | None = None,
+                 scale_range: tuple[float, float] | None = None) -> None:
         self.n_clusters = n_clusters
         self.epsilon = epsilon
         self.delta = delta
@@ -101,6 +104,7 @@ class CompressiveKMeans(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Clust
         self.neighbouring = neighbouring
         self.replicates = replicates
         self.random_state = random_state
+        self.scale_range = scale_range
 
     def fit(self, X, y=None) -> CompressiveKMeans:
         """Sketch X privately and decode ``n_clusters`` centroids (module docstring); ``y`` is
@@ -109,13 +113,17 @@ class CompressiveKMeans(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Clust
         k, d = int(self.n_clusters), X.shape[1]
         if k < 1:
             raise ValueError(f"n_clusters must be ≥ 1, got {self.n_clusters}")
+        if X.shape[0] < k:  # scikit-learn's KMeans refuses it in these words
+            raise ValueError(f"n_samples={X.shape[0]} should be >= n_clusters={k}.")
         box = self._box(X)
         seed = self._seed()
         width = float(np.max(box.hi - box.lo))
+        searched = ((width * SCALE_RANGE[0], width * SCALE_RANGE[1]) if self.scale_range is None
+                    else tuple(self.scale_range))
         released = sketch(X, epsilon=float(self.epsilon), delta=self.delta, neighbouring=self.neighbouring,
                           m=M_PER_KD * k * d if self.m is None else self.m, r=self.r, feature=self.feature,
                           scale=self.scale, seed=seed, bounds=box,
-                          scale_range=(width * SCALE_RANGE[0], width * SCALE_RANGE[1]))
+                          scale_range=searched)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", NotIdentifiableWarning)  # warned below, once
             decoding = decode(released, k, box, replicates=self.replicates, seed=seed)

@@ -34,7 +34,6 @@ from fedsketch.common.data.dataio import DataSource, ReadOptions
 from fedsketch.common.sketch.box import Box, Tally
 from fedsketch.common.sketch.dataset_sketch import SketchPlan
 from fedsketch.common.sketch.privacy import PrivacySpec
-from fedsketch.common.sketch.scale import DEFAULT_RANGE
 from fedsketch.common.sketch.sketchfile import SketchFile, load_sketch
 from fedsketch.server.bench.metrics import Evaluation, evaluate_centroids
 from fedsketch.server.cli.bounds import parse_bounds
@@ -61,28 +60,30 @@ def sketch(data: Records, *, epsilon: float = 1.0, delta: float = 0.0,
            neighbouring: str = "replace_one", m: int = 1000, r: int | None = None,
            feature: str = "complex", law: str = "adapted_radius", scale: float | str = "auto",
            seed: int = 0, dither: bool = True, bounds: Bounds | None = None, auto_fraction: float = 0.1,
-           scale_range: tuple[float, float] = DEFAULT_RANGE, columns: Sequence[str] | None = None,
+           scale_range: tuple[float, float] | None = None, columns: Sequence[str] | None = None,
            header: bool | None = None) -> Sketch:
     """The private sketch of ``data`` (module docstring), as ``fedsketch sketch`` makes it.
 
     ``epsilon`` is the whole budget (math.inf: no noise, no privacy), calibration included;
     ``delta`` > 0 selects the discrete Gaussian; ``neighbouring`` is "replace_one" or
     "add_remove". ``m`` frequencies drawn by ``law`` at scale σ = ``scale`` (data units), or
-    "auto": σ is chosen privately in ``scale_range`` with ``auto_fraction`` of ε. ``seed`` is the
+    "auto": σ is chosen privately in ``scale_range`` (data units; None: h̄/60..5h̄/3 for
+    the box's mean half-width h̄) with ``auto_fraction`` of ε. ``seed`` is the
     public seed of Ω and ξ; each record contributes to ``r`` of the m entries (default m).
     Records are clipped into ``bounds`` (default ±2^40 on every axis, which only keeps phases
     finite); a UserWarning says how many were (a count that is not private and not stored).
     """
     plan = SketchPlan(PrivacySpec(float(epsilon), delta, neighbouring), m=m, feature=feature, law=law,
                       scale=_scale(scale), seed=seed, r=r, dither=dither, auto_fraction=auto_fraction,
-                      scale_range=tuple(scale_range))
+                      scale_range=None if scale_range is None else tuple(scale_range))
     chunks, d = _records(data, twice=plan.scale is None, options=_options(data, columns, header))
     box = Box.widest(d) if bounds is None else as_box(bounds, d)
     tally = Tally()
     made = plan.run(chunks, box, tally=tally)
-    if made.calibration is not None and not made.calibration.reliable:
+    if made.calibration is not None and made.calibration.choice not in ("fit", "typical scale"):
         cal = made.calibration
-        warnings.warn(f"scale='auto': {cal.explanation}{cal.advice('scale=σ', 'bounds=')}", stacklevel=2)
+        warnings.warn(f"scale='auto': {cal.explanation}"
+                      f"{cal.advice('scale=σ', 'bounds=', 'scale_range=')}", stacklevel=2)
     if tally.clipped:
         warnings.warn(f"{tally.clipped:,} of {tally.records:,} records lay outside the box and were clipped "
                       "into it (this count is not private; it is not stored)", stacklevel=2)

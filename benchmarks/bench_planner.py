@@ -26,7 +26,8 @@ import numpy as np
 
 from fedsketch.common.study.planner import SAFETY, plan_study
 from fedsketch.server.decode.identify import decoder_threshold
-from fedsketch.server.sim.simulate import SimConfig, _study_spec, pooled_data, run_simulation
+from fedsketch.server.sim.config import SimConfig
+from fedsketch.server.sim.simulate import _study_spec, pooled_data, run_simulation
 
 PLOTS = Path(__file__).resolve().parent / "plots"
 #: (devices L, records per device, ε per device, secure aggregation), by predicted z/threshold:

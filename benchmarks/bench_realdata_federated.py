@@ -46,7 +46,8 @@ from fedsketch.common.dp.lloyd import nearest
 from fedsketch.server.bench.compare import methods
 from fedsketch.server.bench.metrics import sklearn_kmeans_centroids, split, sse_per_n
 from fedsketch.server.bench.task import Task
-from fedsketch.server.sim.simulate import Pooled, SimConfig, run_simulation
+from fedsketch.server.sim.config import SimConfig
+from fedsketch.server.sim.simulate import Pooled, run_simulation
 
 HERE = Path(__file__).resolve().parent
 

@@ -55,7 +55,8 @@ from fedsketch.common.sketch.frequencies import FrequencySpec
 from fedsketch.common.sketch.privacy import PrivacySpec
 from fedsketch.common.sketch.spec import SketchSpec
 from fedsketch.common.study.study import StudySpec, spec_sha256
-from fedsketch.server.sim.simulate import SimConfig, run_simulation
+from fedsketch.server.sim.config import SimConfig
+from fedsketch.server.sim.simulate import run_simulation
 from fedsketch.server.store import ContributionRow, open_store
 
 M = 1000

@@ -29,7 +29,8 @@ import realdata
 
 from fedsketch.common.dp.lloyd import nearest
 from fedsketch.server.bench.metrics import sklearn_kmeans_centroids, split, sse_per_n
-from fedsketch.server.sim.simulate import Pooled, SimConfig, pooled_data, run_simulation
+from fedsketch.server.sim.config import SimConfig
+from fedsketch.server.sim.simulate import Pooled, pooled_data, run_simulation
 
 HERE = Path(__file__).resolve().parent
 

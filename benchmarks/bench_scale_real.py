@@ -33,7 +33,7 @@ import realdata  # noqa: E402
 from fedsketch.common.sketch.box import Box  # noqa: E402
 from fedsketch.common.sketch.frequencies import FrequencySpec  # noqa: E402
 from fedsketch.common.sketch.privacy import PrivacySpec  # noqa: E402
-from fedsketch.common.sketch.scale import DEFAULT_RANGE, calibrate_scale  # noqa: E402
+from fedsketch.common.sketch.scale import calibrate_scale, default_range  # noqa: E402
 from fedsketch.common.sketch.spec import SketchSpec, release_sketch  # noqa: E402
 from fedsketch.server.bench.metrics import sklearn_kmeans_centroids, split, sse_per_n  # noqa: E402
 from fedsketch.server.decode.pipeline import decode_centroids  # noqa: E402
@@ -70,7 +70,7 @@ def one_set(name: str, epsilons: list[float], grid: list[float], seeds: int) -> 
                           "spread": cal.spread, "noise_rms": cal.noise_rms,
                           "relative_sse": relative_sse(data, ref, cal.sigma, eps * (1 - FRACTION), seed)})
         auto = statistics.median(a["relative_sse"] for a in autos)
-        boundary = [a["sigma"] for a in autos if a["sigma"] in DEFAULT_RANGE]
+        boundary = [a["sigma"] for a in autos if a["sigma"] in default_range(Box(*data.box))]
         row = {"set": name, "epsilon": eps, "grid": scores, "best_sigma": best, "best": medians[best],
                "auto": autos, "auto_median": auto, "ratio": auto / medians[best],
                "boundary": boundary, "seconds": time.perf_counter() - started}

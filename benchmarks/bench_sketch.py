@@ -140,7 +140,7 @@ def peak_rss(path: Path, m: int) -> dict:
     sk = OUT / "rss.npz"
     res = subprocess.run(
         ["/usr/bin/time", "-f", "%M", exe, "sketch", str(path), "--m", str(m), "--r", "1",
-         "--epsilon", "0.01", "--out", str(sk), "--quiet"],
+         "--epsilon", "0.01", "--bounds", "-15:15", "--out", str(sk), "--quiet"],
         capture_output=True, text=True, check=True,
     )
     kb = int(res.stderr.strip().splitlines()[-1])

@@ -55,7 +55,7 @@ def main() -> None:
         cli("synth", "gmm", "--n", str(N), "--k", str(K), "--d", str(D), "--separation", "2.5",
             "--seed", "0", "--out", str(x_path), "--quiet")
         cli("sketch", str(x_path), "--m", str(M), "--r", "1", "--epsilon", "0.1",
-            "--out", str(s_path), "--quiet")
+            "--bounds", f"-{BOUND}:{BOUND}", "--out", str(s_path), "--quiet")
         c_path.write_text(cli("decode", str(s_path), "--k", str(K), "--bounds",
                               f"-{BOUND}:{BOUND}", "--replicates", "3", "--json", "--quiet"))
         ev = json.loads(cli("evaluate", "--data", str(x_path), "--centroids", str(c_path),

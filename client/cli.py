@@ -41,11 +41,12 @@ from fedsketch.common.cli import (
     printable,
 )
 from fedsketch.common.cli import clean_errors as _clean_errors
+from fedsketch.common.helptext import TidyGroup
 
 if TYPE_CHECKING:  # the ledger (sqlite3, cryptography) and the daemon load in the commands
     from fedsketch.client.ledger import Ledger, Spend
 
-device_app = typer.Typer(no_args_is_help=True,
+device_app = typer.Typer(cls=TidyGroup, no_args_is_help=True,
                          help="Run a device daemon; set and read its budget and policy.")
 
 LedgerOpt = Annotated[Path, typer.Option(envvar="FEDSKETCH_LEDGER",

@@ -5,7 +5,8 @@ imports only its own modules and the rooms below it; tests/test_contract.py keep
 
 * the ground floor, the modules directly here: ``choices`` (public names and defaults),
   ``features`` (the feature maps and their integer encoding), ``exactmath``, ``spec_fields``,
-  ``atomicfile`` and ``text``, and the generated gRPC code ``pb``;
+  ``atomicfile``, ``text`` and ``helptext`` (the command line's tidy help pages), and the
+  generated gRPC code ``pb``;
 * ``net``: TLS, coordinator addresses and links, Ed25519 signing, signed device reads;
 * ``data``: data readers and formats, synthetic data;
 * ``dp``: calibration, exact samplers and budgets of every release, the noisy Lloyd step;

@@ -12,9 +12,11 @@ LAWS: tuple[str, ...] = ("gaussian", "folded_gaussian", "adapted_radius")
 #: The neighbouring relations (:mod:`fedsketch.common.dp.calibration`; Dwork–Roth 2014 §2.3):
 #: replace one record (n public) or add/remove one.
 NEIGHBOURING: tuple[str, ...] = ("replace_one", "add_remove")
-#: Default public search range of σ (data units; :mod:`fedsketch.common.sketch.scale`): two decades
-#: around unit-scale data.
-DEFAULT_RANGE = (0.1, 10.0)
+#: Default public search range of σ, in multiples of the public box's mean half-width h̄
+#: (:func:`fedsketch.common.sketch.scale.default_range`): [h̄/60, 5h̄/3], two decades, which is the
+#: [0.1, 10] every release used before the range followed the box, on the ±6 box of
+#: standardized data (so those results are unchanged), and follows the data's units otherwise.
+RANGE_PER_HALF_WIDTH = (1.0 / 60.0, 5.0 / 3.0)
 #: Entries per record every command defaults to (``--r``): at n = 10^7 paper 004
 #: (docs/REFERENCES.md, Fig. 1) finds r = 1 as accurate as r = m, at 1/m of the device's work,
 #: and the L1 sensitivity of the integer release grows with r (Δ1 = 2rκ under replace-one).

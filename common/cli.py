@@ -68,6 +68,10 @@ def columns_option(envvar: str | None = None) -> typer.models.OptionInfo:
 
 HeaderOpt = Annotated[bool | None, header_option()]
 ColumnsOpt = Annotated[str | None, columns_option()]
+#: ``--scale-range`` of every command that chooses σ (``sketch``, ``create-study``, ``simulate``).
+ScaleRangeOpt = Annotated[str | None, typer.Option(
+    help="σ search range LO:HI (data units) for --scale auto (default: h/60:5h/3, h the box's "
+         "mean half-width, so the range follows the data's units).")]
 
 
 def open_data(path: Path, header: bool | None, columns: str | None, *,

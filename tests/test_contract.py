@@ -128,7 +128,7 @@ def test_layering_check_catches_a_crossing_import(tmp_path, where, line):
 #: own room or of a room below it. The ground floor is the modules directly in ``common/`` (and the
 #: generated ``pb``); the command line's shared helpers (``cli``) are the top.
 COMMON_ROOMS: tuple[tuple[str, ...], ...] = (
-    ("atomicfile", "choices", "exactmath", "features", "spec_fields", "text", "pb"),
+    ("atomicfile", "choices", "exactmath", "features", "helptext", "spec_fields", "text", "pb"),
     ("net",),
     ("data",),
     ("dp",),

@@ -25,7 +25,7 @@ from ..features import check_feature
 from .box import Box, Tally
 from .frequencies import LAWS, FrequencySpec, draw_frequencies
 from .privacy import PrivacySpec, PrivateSketch
-from .scale import DEFAULT_RANGE, ScaleCalibration, calibrate_scale
+from .scale import ScaleCalibration, calibrate_scale
 from .sketchfile import SketchFile
 from .sketching import check_r
 from .spec import SketchSpec, release_sketch
@@ -52,7 +52,8 @@ class SketchPlan:
     """The public choices of one dataset's sketch (the ``sketch`` command's options).
 
     ``m`` frequencies drawn by ``law`` at scale σ = ``scale`` (data units; None: "auto", chosen
-    privately with ``auto_fraction`` of ε, searched in ``scale_range``) from the public ``seed``,
+    privately with ``auto_fraction`` of ε, searched in ``scale_range``, data units; None: the range
+    the public box gives, :func:`~fedsketch.common.sketch.scale.default_range`) from the public ``seed``,
     with a random dither ξ if ``dither``; ``feature`` map; ``r`` of m entries per record (None:
     m); ``privacy`` the whole run's budget, calibration included. ValueError names the first bad
     choice.
@@ -67,7 +68,7 @@ class SketchPlan:
     r: int | None = None
     dither: bool = True
     auto_fraction: float = 0.1
-    scale_range: tuple[float, float] = DEFAULT_RANGE
+    scale_range: tuple[float, float] | None = None
 
     def __post_init__(self) -> None:
         if self.law not in LAWS:
@@ -80,9 +81,10 @@ class SketchPlan:
             raise ValueError(f"the scale σ must be a positive number or 'auto', got {self.scale!r}")
         if self.scale is None and not 0 < self.auto_fraction < 1:
             raise ValueError(f"the auto fraction of ε must be in (0, 1), got {self.auto_fraction}")
-        lo, hi = self.scale_range
-        if not 0 < lo < hi < math.inf:
-            raise ValueError(f"the σ search range needs 0 < LO < HI, got {lo}:{hi}")
+        if self.scale_range is not None:
+            lo, hi = self.scale_range
+            if not 0 < lo < hi < math.inf:
+                raise ValueError(f"the σ search range needs 0 < LO < HI, got {lo}:{hi}")
 
     def run(self, chunks: Callable[[], Iterable[np.ndarray]], box: Box, *, tally: Tally | None = None,
             progress: Callable[[int], None] | None = None) -> DatasetSketch:

@@ -6,6 +6,12 @@ private ``complex`` sketch whose m0 frequencies have radii spread over the publi
 
     ω_j = ρ_j·φ_j,   ρ_j log-spaced over [RHO_SIGMA_LO/σ_hi, RHO_SIGMA_HI/σ_lo]   (1/data units),
 
+[σ_lo, σ_hi] is public and follows the data's units: by default [h̄/60, 5h̄/3] for a box of mean
+half-width h̄ (:func:`default_range`; [0.1, 10] on the ±6 box of standardized data), or a range
+the user states in data units. No absolute number enters: mapping the records and the box by
+x ↦ c·x + b maps the range, the radii (by 1/c), σ̂ and every fallback below by c, so the sketch
+that follows is the same function of the mapped records (tests/common/test_equivariance.py).
+
 φ_j uniform directions (purpose ``CALIBRATION_DIRECTIONS``), no dither (the fit reads moduli only).
 For a mixture of clusters of spread σ_c, the empirical characteristic function obeys
 |φ_X(ω)| ≤ exp(−‖ω‖²σ_c²/2), with equality in directions where the centres' phases align.
@@ -30,14 +36,17 @@ typical direction's decay σ̃, are not fooled but overshoot on a separated mixt
 both down to the bottom of the range. So:
 
 * fit reliable (noise rms ≤ RELIABLE_NOISE_RMS): σ = max(σ̂, SPREAD_SHARE·σ̃) ("fit" or
-  "typical scale");
+  "typical scale"), unless that lands on an end of the search range: the fit then failed (the
+  data's scale lies beyond the range, or the range is the wrong one for these units), σ falls
+  back to the box's floor below ("failed: range edge"), and the user is told to widen the range
+  or state σ;
 * fit unreliable: a data-independent choice, h/BOX_CELLS for a box of mean half-width h (σ below
   it resolves structure finer than the decoder finds in that box: on paper 004's mixture relative
   SSE 5.4 at h/σ = 15 against 1.04 at 10.7) ("noisy: box floor"), or, for a sketch without a
   stated box (:meth:`Box.widest`), the geometric middle of the search range ("noisy: range
   middle");
 
-clipped into the search range: a range boundary only when the rule itself lands there.
+clipped into the search range (the explanation says so when a fallback was clipped).
 """
 
 from __future__ import annotations
@@ -48,7 +57,7 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from ..choices import DEFAULT_RANGE
+from ..choices import RANGE_PER_HALF_WIDTH
 from .box import WIDEST, Box, Tally
 from .frequencies import draw_directions
 from .privacy import PrivacySpec, PrivateSketch, privatize
@@ -74,12 +83,13 @@ SPREAD_SHARE = 0.8
 
 @dataclass(frozen=True)
 class CalibrationSpec:
-    """Public spec of the calibration sketch: dimension d, m0 frequencies, σ range, seed."""
+    """Public spec of the calibration sketch: dimension d, σ range [sigma_lo, sigma_hi] (data
+    units), m0 frequencies, seed."""
 
     d: int
+    sigma_lo: float
+    sigma_hi: float
     m0: int = DEFAULT_M0
-    sigma_lo: float = DEFAULT_RANGE[0]
-    sigma_hi: float = DEFAULT_RANGE[1]
     seed: int = 0
 
     def __post_init__(self) -> None:
@@ -119,8 +129,10 @@ class ScaleCalibration:
 
     ``noise_rms`` is the rms of the noise on √m0·|s_j| (dimensionless; the envelope runs from 1
     down to 0), ``reliable`` is ``noise_rms ≤ RELIABLE_NOISE_RMS``; ``fitted`` is the envelope
-    fit σ̂ (block maxima), ``spread`` the typical-direction fit σ̃ (block medians), and ``choice``
-    says how ``sigma`` came from them (module docstring).
+    fit σ̂ (block maxima), ``spread`` the typical-direction fit σ̃ (block medians), ``floor`` the
+    box's floor (None without a box), and ``choice`` says how ``sigma`` came from them (module
+    docstring): "fit", "typical scale", "failed: range edge", "noisy: box floor" or "noisy: range
+    middle".
     """
 
     sigma: float
@@ -133,6 +145,7 @@ class ScaleCalibration:
     fitted: float
     spread: float
     choice: str
+    floor: float | None = None
 
     @property
     def explanation(self) -> str:
@@ -143,15 +156,31 @@ class ScaleCalibration:
         if self.choice == "typical scale":
             return (f"σ = {self.sigma:.4g}, {SPREAD_SHARE:g} of a typical direction's scale "
                     f"{self.spread:.4g}: the envelope fit {self.fitted:.4g} is below it")
-        source = ("the box's floor (mean half-width / " f"{BOX_CELLS:g})" if self.choice == "noisy: box floor"
-                  else "the middle of the search range (no box was given)")
+        source = self._fallback()
+        if self.choice == "failed: range edge":
+            ruled = max(self.fitted, SPREAD_SHARE * self.spread)
+            end = "upper" if ruled >= self.sigma_hi else "lower"
+            return (f"σ = {self.sigma:.4g}, {source}: the fit failed, it ran to the {end} end of "
+                    f"the search range {self.sigma_lo:.4g}:{self.sigma_hi:.4g} (the data's scale "
+                    "lies beyond it)")
         return (f"σ = {self.sigma:.4g}, {source}: the calibration sketch is too noisy to fit (noise "
                 f"rms {self.noise_rms:.2f} on an envelope of 1, above {RELIABLE_NOISE_RMS:g})")
 
-    def advice(self, scale: str, bounds: str) -> str:
-        """What the user may give for a σ fitted to the data when the calibration was too noisy
-        to fit, as a clause to append to :attr:`explanation` ("" otherwise), naming the caller's
-        option or argument for a fixed σ (``scale``) and for the box (``bounds``)."""
+    def _fallback(self) -> str:
+        """Where a σ that is not a fit came from, in words (the clipping included)."""
+        if self.floor is None:
+            return "the middle of the search range (no box was given)"
+        source = f"the box's floor (mean half-width / {BOX_CELLS:g})"
+        if self.floor is not None and self.floor != self.sigma:
+            source += f" {self.floor:.4g} clipped into the search range"
+        return source
+
+    def advice(self, scale: str, bounds: str, scale_range: str = "the σ range") -> str:
+        """What the user may give when σ is not a fit to the data, as a clause to append to
+        :attr:`explanation` ("" otherwise), naming the caller's option or argument for a fixed σ
+        (``scale``), for the box (``bounds``) and for the search range (``scale_range``)."""
+        if self.choice == "failed: range edge":
+            return f"; widen {scale_range} or give {scale}"
         if not self.choice.startswith("noisy"):
             return ""
         boxed = "" if self.choice == "noisy: box floor" else f" ({bounds} gives the box's floor instead)"
@@ -205,19 +234,34 @@ def box_floor(box: Box) -> float | None:
     return float(np.mean(half)) / BOX_CELLS
 
 
+def default_range(box: Box) -> tuple[float, float]:
+    """The default σ search range (data units) of a sketch in ``box``: RANGE_PER_HALF_WIDTH times
+    its mean half-width h̄, [h̄/60, 5h̄/3] (module docstring). ValueError for a box nobody stated
+    (:meth:`Box.widest`): without a box there is no public scale to derive a range from."""
+    half = 0.5 * (box.hi - box.lo)
+    if np.all(half >= WIDEST):
+        raise ValueError("σ's search range follows the public box, and none was given: state the "
+                         "box, or the range in data units, or a fixed σ")
+    mean = float(np.mean(half))
+    return RANGE_PER_HALF_WIDTH[0] * mean, RANGE_PER_HALF_WIDTH[1] * mean
+
+
 def choose_scale(fitted: float, spread: float, reliable: bool, floor: float | None,
                  scale_range: tuple[float, float]) -> tuple[float, str]:
     """(σ, choice) from the envelope fit σ̂ (block maxima), the typical-direction fit σ̃ (block
     medians), their reliability and the box's fallback ``floor`` (module docstring), clipped
-    into ``scale_range``."""
+    into ``scale_range``. A reliable rule that lands on an end of the range is a failed fit."""
     lo, hi = scale_range
+    fallback = math.sqrt(lo * hi) if floor is None else floor
     if reliable:
         least = SPREAD_SHARE * spread
         sigma, choice = (fitted, "fit") if fitted >= least else (least, "typical scale")
+        if sigma <= lo or sigma >= hi:
+            sigma, choice = fallback, "failed: range edge"
     elif floor is not None:
         sigma, choice = floor, "noisy: box floor"
     else:
-        sigma, choice = math.sqrt(lo * hi), "noisy: range middle"
+        sigma, choice = fallback, "noisy: range middle"
     return min(max(sigma, lo), hi), choice
 
 
@@ -241,11 +285,11 @@ def read_calibration(sketch: np.ndarray, variance: float, spec: CalibrationSpec,
     fitted = fit_scale(sketch, variance, spec)
     spread = fit_scale(sketch, variance, spec, "median")
     reliable = noise_rms <= RELIABLE_NOISE_RMS
-    sigma, choice = choose_scale(fitted, spread, reliable, box_floor(box),
-                                 (spec.sigma_lo, spec.sigma_hi))
+    floor = box_floor(box)
+    sigma, choice = choose_scale(fitted, spread, reliable, floor, (spec.sigma_lo, spec.sigma_hi))
     return ScaleCalibration(sigma=sigma, epsilon=epsilon, m0=spec.m0, sigma_lo=spec.sigma_lo,
                             sigma_hi=spec.sigma_hi, noise_rms=noise_rms, reliable=reliable,
-                            fitted=fitted, spread=spread, choice=choice)
+                            fitted=fitted, spread=spread, choice=choice, floor=floor)
 
 
 def calibrate_scale(
@@ -254,7 +298,7 @@ def calibrate_scale(
     epsilon: float,
     *,
     neighbouring: str = "replace_one",
-    scale_range: tuple[float, float] = DEFAULT_RANGE,
+    scale_range: tuple[float, float] | None = None,
     seed: int = 0,
     m0: int = DEFAULT_M0,
 ) -> ScaleCalibration:
@@ -264,9 +308,10 @@ def calibrate_scale(
     the public ``box`` (d = its dimension) as every sketch's are (:mod:`.box`). The release is pure
     ε-DP under ``neighbouring`` (δ = 0); the caller spends the rest of its budget on the main
     sketch. ``epsilon = inf`` fits on the clean sketch (non-private baselines). The σ returned is
-    the fit, the box's floor or a data-independent fallback (module docstring; ``choice``).
+    the fit, the box's floor or a data-independent fallback (module docstring; ``choice``),
+    searched in ``scale_range`` (data units; None: :func:`default_range` of the box).
     """
-    spec = CalibrationSpec(d=box.d, m0=m0, sigma_lo=scale_range[0], sigma_hi=scale_range[1],
-                           seed=seed)
+    lo, hi = default_range(box) if scale_range is None else scale_range
+    spec = CalibrationSpec(d=box.d, m0=m0, sigma_lo=lo, sigma_hi=hi, seed=seed)
     release = calibration_release(chunks(), box, spec, PrivacySpec(epsilon, 0.0, neighbouring))
     return read_calibration(release.sketch, release.variance, spec, box, epsilon)

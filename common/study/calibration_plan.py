@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from ..choices import DEFAULT_RANGE, ROUND_SECONDS
+from ..choices import ROUND_SECONDS
 from ..sketch.scale import DEFAULT_M0, CalibrationSpec
 from ..spec_fields import checked, integer, number
 
@@ -20,13 +20,14 @@ MAX_M0 = 4096
 @dataclass(frozen=True)
 class CalibrationPlan:
     """A study's round 0: ``epsilon`` ε_0 (finite, > 0) of each device's calibration release,
-    ``m0`` calibration frequencies, the σ search range [``sigma_lo``, ``sigma_hi``] (data
-    units), and ``round_seconds``, how long the sketch round that follows collects at most."""
+    the σ search range [``sigma_lo``, ``sigma_hi``] (data units; by default derived from the
+    study's box, :func:`~fedsketch.common.sketch.scale.default_range`), ``m0`` calibration
+    frequencies, and ``round_seconds``, how long the sketch round that follows collects at most."""
 
     epsilon: float
+    sigma_lo: float
+    sigma_hi: float
     m0: int = DEFAULT_M0
-    sigma_lo: float = DEFAULT_RANGE[0]
-    sigma_hi: float = DEFAULT_RANGE[1]
     round_seconds: float = ROUND_SECONDS
 
     def __post_init__(self) -> None:

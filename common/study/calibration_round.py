@@ -62,16 +62,19 @@ SKETCH_ROUND_FORMAT = "fedsketch.sketch-round/1"
 CALIBRATION_KIND = "int64_pairs"
 
 
-def split_auto(epsilon: float, fraction: float = AUTO_FRACTION,
+def split_auto(epsilon: float, scale_range: tuple[float, float], fraction: float = AUTO_FRACTION,
                round_seconds: float = ROUND_SECONDS) -> tuple[CalibrationPlan, float]:
     """(round 0's plan, the ε left for the sketch and refinement rounds) of a study whose devices
-    spend ``epsilon`` in all: round 0 takes ``fraction``·ε (sequential composition).
-    ValueError for a fraction outside (0, 1) or an ε that is not finite and > 0."""
+    spend ``epsilon`` in all: round 0 takes ``fraction``·ε (sequential composition) and searches
+    σ in ``scale_range`` (data units; the study's box gives the default,
+    :func:`~fedsketch.common.sketch.scale.default_range`). ValueError for a fraction outside (0, 1) or
+    an ε that is not finite and > 0."""
     if not 0 < fraction < 1:
         raise ValueError(f"round 0's share of ε must be in (0, 1), got {fraction!r}")
     if not (math.isfinite(epsilon) and epsilon > 0):
         raise ValueError(f"--scale auto needs a finite epsilon > 0, got {epsilon!r}")
-    return CalibrationPlan(fraction * epsilon, round_seconds=round_seconds), (1 - fraction) * epsilon
+    return (CalibrationPlan(fraction * epsilon, *scale_range, round_seconds=round_seconds),
+            (1 - fraction) * epsilon)
 
 
 def _calibration(study: StudySpec) -> tuple[CalibrationSpec, PrivacySpec]:

@@ -10,9 +10,10 @@ from typing import Annotated
 import typer
 
 from fedsketch.common.cli import JsonOpt
+from fedsketch.common.helptext import TidyGroup
 from fedsketch.server.cli.errors import clean_errors
 
-certs_app = typer.Typer(no_args_is_help=True, help="TLS certificates for a coordinator.")
+certs_app = typer.Typer(cls=TidyGroup, no_args_is_help=True, help="TLS certificates for a coordinator.")
 
 
 @certs_app.command("init")

@@ -27,6 +27,7 @@ from typing import Annotated
 import typer
 
 from fedsketch.common.cli import CaOpt, InsecureOpt, Target
+from fedsketch.common.helptext import TidyGroup
 from fedsketch.common.pb import fedsketch_pb2 as pb
 from fedsketch.server.cli.create_study import create_study
 from fedsketch.server.cli.errors import NOT_IDENTIFIABLE_EXIT, clean_errors, report_identifiability
@@ -198,7 +199,7 @@ def result(
          "calibration": json.loads(res.calibration_json) if res.calibration_json else None})))
 
 
-coordinator_app = typer.Typer(no_args_is_help=True, help="Run and operate a coordinator.")
+coordinator_app = typer.Typer(cls=TidyGroup, no_args_is_help=True, help="Run and operate a coordinator.")
 coordinator_app.command("serve")(serve)
 coordinator_app.command("tokens")(tokens)
 coordinator_app.command("result")(result)

@@ -23,7 +23,7 @@ from fedsketch.common.choices import (
     ROUND_SHARE,
     ROUNDS,
 )
-from fedsketch.common.cli import CaOpt, InsecureOpt, JsonOpt, Target
+from fedsketch.common.cli import CaOpt, InsecureOpt, JsonOpt, ScaleRangeOpt, Target
 from fedsketch.common.pb import fedsketch_pb2 as pb
 from fedsketch.server.cli.errors import clean_errors
 from fedsketch.server.cli.operator_link import TokenFile, operator_stub
@@ -95,6 +95,7 @@ def create_study(
                                                  "(a coordinator restart does not reset it).")] = 30.0,
     auto_fraction: Annotated[float, typer.Option(
         help="Share of --epsilon that round 0 takes with --scale auto.")] = AUTO_FRACTION,
+    scale_range: ScaleRangeOpt = None,
     rounds: Annotated[int, typer.Option(
         help="Refinement rounds after the sketch: private Lloyd steps across the devices, each "
         "a study of its own with its own roster, whose sums are offsets from the centres "
@@ -114,9 +115,11 @@ def create_study(
 
     With --scale auto, the study starts with round 0: each device releases, once, a private
     calibration sketch of its records (m0 = 64 frequencies with radii spread over the σ range
-    0.1:10, exact discrete noise at ε_0 = --auto-fraction·ε); the coordinator sums them and picks
-    σ = max(envelope fit, 0.8·typical-direction fit) when the sum is precise enough, else the
-    box's mean half-width / 7 (post-processing only), shows σ and why in `status` and `result`,
+    --scale-range, by default h/60:5h/3 for the box's mean half-width h; exact discrete noise
+    at ε_0 = --auto-fraction·ε); the coordinator sums them and picks σ = max(envelope fit,
+    0.8·typical-direction fit) when the sum is precise enough and that lies inside the range,
+    else the box's mean half-width / 7 (post-processing only), shows σ and why in `status` and
+    `result`,
     and opens the sketch round with that σ fixed in its hashed spec. Round 0 without its quorum
     fails the study before anyone spends on the sketch. The rest, (1 − fraction)·ε, goes to the
     sketch and refinement rounds as below.
@@ -152,20 +155,24 @@ def create_study(
 
     from fedsketch.common.secagg.spec import SecAggSpec
     from fedsketch.common.secagg.trust import Assumptions
+    from fedsketch.common.sketch.box import Box
     from fedsketch.common.sketch.frequencies import FrequencySpec
     from fedsketch.common.sketch.privacy import PrivacySpec
+    from fedsketch.common.sketch.scale import default_range
     from fedsketch.common.sketch.spec import SketchSpec
     from fedsketch.common.study.calibration_round import split_auto
     from fedsketch.common.study.refine import split_study_epsilon
     from fedsketch.common.study.study import StudySpec
     from fedsketch.server.cli.bounds import parse_bounds
-    from fedsketch.server.cli.options import parse_scale
+    from fedsketch.server.cli.options import parse_range, parse_scale
 
     with clean_errors():
         lo, hi = parse_bounds(bounds, d)
         sigma, plan, rest = parse_scale(scale), None, epsilon
         if sigma is None:
-            plan, rest = split_auto(epsilon, auto_fraction, round_seconds)
+            searched = (default_range(Box(lo, hi)) if scale_range is None
+                        else parse_range(scale_range, "--scale-range"))
+            plan, rest = split_auto(epsilon, searched, auto_fraction, round_seconds)
             sigma = plan.placeholder
         sketch_eps, refine = split_study_epsilon(rest, rounds, round_share, round_seconds)
         sketch = SketchSpec(FrequencySpec(d=d, m=m, scale=sigma, law=law, seed=seed), feature,

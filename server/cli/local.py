@@ -18,8 +18,9 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from fedsketch.common.choices import DEFAULT_R, DEFAULT_RANGE, FEATURES, LAWS, NEIGHBOURING
-from fedsketch.common.cli import ColumnsOpt, HeaderOpt, JsonOpt, open_data
+from fedsketch.common.choices import DEFAULT_R, FEATURES, LAWS, NEIGHBOURING
+from fedsketch.common.cli import ColumnsOpt, HeaderOpt, JsonOpt, ScaleRangeOpt, open_data
+from fedsketch.common.helptext import TidyGroup
 from fedsketch.server.cli.errors import NOT_IDENTIFIABLE_EXIT, clean_errors, report_identifiability
 from fedsketch.server.cli.options import parse_range, parse_scale
 
@@ -27,7 +28,7 @@ if TYPE_CHECKING:  # numpy, scipy and the mechanisms load inside the commands th
     import numpy as np
     from rich.progress import Progress
 
-synth_app = typer.Typer(no_args_is_help=True, help="Generate synthetic datasets.")
+synth_app = typer.Typer(cls=TidyGroup, no_args_is_help=True, help="Generate synthetic datasets.")
 
 err = Console(stderr=True)
 Quiet = Annotated[bool, typer.Option("--quiet", "-q", help="No progress bars.")]
@@ -128,9 +129,7 @@ def sketch(
         help="Public box LO:HI (every axis) or a bounds.json; records outside are clipped into it "
              "(default ±2^40 on every axis, which only keeps phases finite).")] = None,
     auto_fraction: Annotated[float, typer.Option(help="Share of ε spent by --scale auto.")] = 0.1,
-    scale_range: Annotated[str, typer.Option(help="σ search range LO:HI for --scale auto.")] = (
-        f"{DEFAULT_RANGE[0]:g}:{DEFAULT_RANGE[1]:g}"
-    ),
+    scale_range: ScaleRangeOpt = None,
     header: HeaderOpt = None,
     columns: ColumnsOpt = None,
     engine: Annotated[str, typer.Option(
@@ -163,10 +162,14 @@ def sketch(
             eps_total = float(epsilon)
         except ValueError:
             raise ValueError(f"--epsilon must be a number > 0 or 'inf', got {epsilon!r}") from None
+        sigma = parse_scale(scale)
+        if sigma is None and bounds is None and scale_range is None:
+            raise ValueError("--scale auto needs --bounds (σ's search range follows the public "
+                             "box) or --scale-range LO:HI in data units")
         plan = SketchPlan(PrivacySpec(eps_total, delta, neighbouring), m=m, feature=feature, law=law,
-                          scale=parse_scale(scale), seed=seed, r=r, dither=dither,
-                          auto_fraction=auto_fraction,
-                          scale_range=parse_range(scale_range, "--scale-range"))
+                          scale=sigma, seed=seed, r=r, dither=dither, auto_fraction=auto_fraction,
+                          scale_range=None if scale_range is None
+                          else parse_range(scale_range, "--scale-range"))
         source = open_data(data, header, columns, engine=engine, scheduler=scheduler)  # before any spend
         box = (Box.widest(source.d) if bounds is None
                else Box(*parse_bounds(bounds, source.d)))
@@ -176,7 +179,7 @@ def sketch(
             made = plan.run(source.chunks, box, tally=tally, progress=lambda rows: bar.advance(task, rows))
         if made.calibration is not None:
             cal = made.calibration
-            err.print(f"scale auto: {cal.explanation}{cal.advice('--scale σ', '--bounds')} "
+            err.print(f"scale auto: {cal.explanation}{cal.advice('--scale σ', '--bounds', '--scale-range')} "
                       f"(spent ε = {cal.epsilon:.4g} of {eps_total:.4g})")
         made.to_file().save(out)
         release = made.release

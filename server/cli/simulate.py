@@ -19,7 +19,7 @@ from fedsketch.common.choices import (
     ROUNDS,
     SECAGG_STAGES,
 )
-from fedsketch.common.cli import ColumnsOpt, HeaderOpt, JsonOpt, open_data
+from fedsketch.common.cli import ColumnsOpt, HeaderOpt, JsonOpt, ScaleRangeOpt, open_data
 from fedsketch.server.cli.errors import clean_errors, report_identifiability
 
 
@@ -27,11 +27,11 @@ def simulate_command(
     devices: Annotated[int, typer.Option(help="Number of devices L.")] = 20,
     records: Annotated[int | None, typer.Option(
         "--records", "--n",
-        help="Total synthetic records N, split over the devices [default: 1000000; with --data, "
-             "the file's].")] = None,
+        help="Total synthetic records N, split over the devices (default: 1000000; with --data, "
+             "the file's).")] = None,
     k: Annotated[int, typer.Option(help="Clusters.")] = 10,
     d: Annotated[int | None, typer.Option(
-        help="Synthetic dimension [default: 10; with --data, the file's].")] = None,
+        help="Synthetic dimension (default: 10; with --data, the file's).")] = None,
     data: Annotated[Path | None, typer.Option(
         help="Records (.npy, CSV or Parquet) to split over the devices instead of paper 004's "
              "mixture (docs/REFERENCES.md); needs --bounds and --scale.")] = None,
@@ -58,8 +58,9 @@ def simulate_command(
     scale: Annotated[str | None, typer.Option(
         help="σ in data units, or 'auto': the study's round 0, a private calibration release "
              "of every device at a tenth of --epsilon, chooses σ as `coordinator create-study "
-             "--scale auto` does [default: 2 on the synthetic mixture, whose spread is public; "
-             "with --data required].")] = None,
+             "--scale auto` does (default: 2 on the synthetic mixture, whose spread is public; "
+             "with --data required).")] = None,
+    scale_range: ScaleRangeOpt = None,
     partition: Annotated[str, typer.Option(help="iid or dirichlet:ALPHA.")] = "iid",
     processes: Annotated[bool, typer.Option(help="Real daemon processes, not in-process.")]
     = False,
@@ -92,8 +93,9 @@ def simulate_command(
     --partition."""
     from fedsketch.server.bench.metrics import RELATIVE_SSE_MEANING
     from fedsketch.server.cli.bounds import parse_bounds
-    from fedsketch.server.cli.options import parse_scale
-    from fedsketch.server.sim.simulate import EXPECTED_ERRORS, SimConfig, file_data, run_simulation
+    from fedsketch.server.cli.options import parse_range, parse_scale
+    from fedsketch.server.sim.config import SimConfig
+    from fedsketch.server.sim.simulate import EXPECTED_ERRORS, file_data, run_simulation
 
     with clean_errors(*EXPECTED_ERRORS):
         pooled, box = None, None
@@ -117,6 +119,7 @@ def simulate_command(
             lo, hi = parse_bounds(bounds, d)
             box = (tuple(map(float, lo)), tuple(map(float, hi)))
         sigma = parse_scale(scale)  # None: auto
+        searched = None if scale_range is None else parse_range(scale_range, "--scale-range")
     cfg = SimConfig(devices=devices, records=records, k=k, d=d, m=m, feature=feature,
                     epsilon=epsilon, delta=delta, neighbouring=neighbouring, r=r, scale=sigma,
                     partition=partition, processes=processes, replicates=replicates, seed=seed,
@@ -124,7 +127,7 @@ def simulate_command(
                     max_dropout=max_dropout, max_colluders=max_colluders, degree=degree,
                     stage_timeout=stage_timeout,
                     dropout=dropout, dropout_stage=dropout_stage, box=box, rounds=rounds,
-                    round_share=round_share)
+                    round_share=round_share, scale_range=searched)
     with clean_errors(RuntimeError, *EXPECTED_ERRORS):  # RuntimeError: a device refused or the study failed
         report = run_simulation(cfg, pooled)
     if as_json:

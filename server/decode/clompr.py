@@ -57,6 +57,42 @@ GTOL_ATOM = 1e-5
 MAXITER_ATOM = 500
 
 @dataclass(frozen=True)
+class Frame:
+    """The decoder's coordinates u = (x − c)/t: c the box's centre (data units), t = 1/rms(Ω)
+    (data units; rms over Ω's entries), so that Ω_u = t·Ω is dimensionless with entries of rms 1
+    and the box is [(lo − c)/t, (hi − c)/t]. The phases are unchanged, Ωᵀx + ξ = Ω_uᵀu + ξ_u with
+    ξ_u = (ξ + Ωᵀc) mod 2π, so the sketch is the same function of u as of x.
+
+    Every step size, tolerance and start of CL-OMPR (the L-BFGS-B ftol/gtol, the uniform starts,
+    the weight bounds) is then stated in units where σ is about 1, whatever the data's units:
+    data and box mapped by x ↦ a·x + b, with Ω ↦ Ω/a as the scale-free σ gives, decode to the
+    mapped centroids (tests/common/test_equivariance.py); and the float32 phases of step 1 stay
+    within the box's phase bound around ξ_u, however far the box lies from 0."""
+
+    centre: np.ndarray
+    unit: float
+
+    @classmethod
+    def of(cls, omega: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> Frame:
+        """The frame of frequencies Ω (d, m) and the box [lo, hi]."""
+        rms = math.sqrt(float(np.mean(omega * omega)))
+        unit = 1.0 / rms if rms > 0 else float(np.mean(hi - lo)) / 2.0
+        return cls(lo / 2.0 + hi / 2.0, unit)
+
+    def frequencies(self, omega: np.ndarray, xi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(Ω_u, ξ_u) (class docstring)."""
+        return omega * self.unit, np.mod(xi + self.centre @ omega, 2.0 * math.pi)
+
+    def to_unit(self, x: np.ndarray) -> np.ndarray:
+        """u = (x − c)/t."""
+        return (x - self.centre) / self.unit
+
+    def to_data(self, u: np.ndarray) -> np.ndarray:
+        """x = c + t·u."""
+        return self.centre + u * self.unit
+
+
+@dataclass(frozen=True)
 class DecodeResult:
     """The decoded mixture of Diracs.
 
@@ -299,7 +335,6 @@ def clompr(
     s = sketch.astype(np.complex128)
     stacked = np.concatenate([s.real, s.imag])
     gain = harmonic / math.sqrt(omega.shape[1])
-    bounds = Bounds(lo, hi)
     total = replicates * 2 * k
     done = 0
 
@@ -309,11 +344,15 @@ def clompr(
         if progress is not None:
             progress(done, total)
 
+    frame = Frame.of(omega, lo, hi)
+    omega_u, xi_u = frame.frequencies(omega, xi)
+    bounds = Bounds(frame.to_unit(lo), frame.to_unit(hi))
     best: tuple[np.ndarray, np.ndarray, float] | None = None
     with threadpool_limits(1):
         for _ in range(replicates):
-            run = _decode_once(stacked, omega, xi, k, bounds, gain, rng, tick)
+            run = _decode_once(stacked, omega_u, xi_u, k, bounds, gain, rng, tick)
             if best is None or run[2] < best[2]:
                 best = run
     centroids, p, residual = best
-    return DecodeResult(centroids=centroids, weights=p / p.sum(), residual=residual)
+    return DecodeResult(centroids=np.clip(frame.to_data(centroids), lo, hi), weights=p / p.sum(),
+                        residual=residual)

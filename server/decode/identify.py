@@ -44,7 +44,7 @@ import numpy as np
 
 from fedsketch.common.sketch.frequencies import draw_frequencies
 from fedsketch.common.sketch.spec import SketchSpec
-from fedsketch.server.decode.clompr import best_atom, stacked_atoms
+from fedsketch.server.decode.clompr import Frame, best_atom, stacked_atoms
 
 #: Pure-noise sketches behind the ceiling, L-BFGS-B starts of the search in each, the seed of
 #: their draws and of the search, and the margin (noise standard deviations) above the ceiling.
@@ -91,11 +91,14 @@ def _ceiling(spec: SketchSpec, lo: tuple[float, ...], hi: tuple[float, ...]) -> 
 
     freqs = draw_frequencies(spec.frequencies)
     rng = np.random.default_rng(NOISE_SEED)
-    bounds = Bounds(np.array(lo), np.array(hi))
+    lo_, hi_ = np.array(lo), np.array(hi)
+    frame = Frame.of(freqs.omega, lo_, hi_)  # CL-OMPR's own coordinates: scale-free
+    omega_u, xi_u = frame.frequencies(freqs.omega, freqs.xi)
+    bounds = Bounds(frame.to_unit(lo_), frame.to_unit(hi_))
     best = 0.0
     for _ in range(NOISE_DRAWS):
         noise = rng.standard_normal(2 * spec.frequencies.m)
-        c = best_atom(noise, freqs.omega, freqs.xi, bounds, NOISE_STARTS, rng)
+        c = frame.to_data(best_atom(noise, omega_u, xi_u, bounds, NOISE_STARTS, rng))
         best = max(best, float(_unit_weights(noise, spec, c[None, :])[0]))
     return best
 

@@ -133,7 +133,8 @@ class Rounds:
                           None if secure else time.time() + spec.calibration.round_seconds,
                           {**cal.to_dict(), "explanation": cal.explanation}, spec.min_devices,
                           None if secure is None else asdict(secure))
-        advice = cal.advice("a fixed σ to create-study (--scale σ)", "--bounds")
+        advice = cal.advice("a fixed σ to create-study (--scale σ)", "--bounds",
+                            "create-study's --scale-range")
         round_id = self._child(study_id, rnd, None, f"round 0: {cal.explanation}{advice}; sketch round")
         log.info("study %s: round 0 chose %s; sketch round opened as %s", study_id,
                  cal.explanation, round_id)

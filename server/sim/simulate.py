@@ -51,11 +51,12 @@ from fedsketch.common.sketch.frequencies import FrequencySpec
 from fedsketch.common.sketch.privacy import PrivacySpec
 from fedsketch.common.sketch.spec import SketchSpec
 from fedsketch.common.study.calibration_round import split_auto
-from fedsketch.common.study.refine import ROUND_SHARE, split_study_epsilon
+from fedsketch.common.study.refine import split_study_epsilon
 from fedsketch.common.study.study import StudySpec
 from fedsketch.server.bench.metrics import sklearn_kmeans_centroids, split, sse_per_n
 from fedsketch.server.service.api import build_server
 from fedsketch.server.service.coordinator import Coordinator
+from fedsketch.server.sim.config import SimConfig, round0_range, used_config
 from fedsketch.server.store import Store, open_store
 
 OPERATOR_TOKEN = "simulation-operator-token"
@@ -65,47 +66,6 @@ DECODE_TIMEOUT = 600.0
 DROPOUT_STAGES = tuple(stage.value for stage in Stage)
 #: Bad input a simulation may raise besides ValueError and OSError: its devices' ledger refusals.
 EXPECTED_ERRORS: tuple[type[Exception], ...] = (LedgerError,)
-
-
-@dataclass(frozen=True)
-class SimConfig:
-    """One simulation (see ``fedsketch simulate --help`` for each field)."""
-
-    devices: int = 20
-    records: int = 1_000_000
-    k: int = 10
-    d: int = 10
-    m: int = 1000
-    feature: str = "complex"
-    epsilon: float = 1.0
-    delta: float = 0.0
-    neighbouring: str = "replace_one"
-    r: int = 1
-    scale: float | None = 2.0
-    bound: float = 15.0
-    separation: float = 2.5
-    partition: str = "iid"
-    processes: bool = False
-    replicates: int = 3
-    seed: int = 0
-    secure_aggregation: bool = False
-    threshold: int | None = None
-    max_dropout: float | None = None
-    max_colluders: float = 0.0
-    degree: int | None = None
-    stage_timeout: float = 5.0
-    dropout: float = 0.0
-    dropout_stage: str = "masked_input"
-    box: tuple[tuple[float, ...], tuple[float, ...]] | None = None
-    rounds: int = 0
-    round_share: float = ROUND_SHARE
-
-    @property
-    def public_box(self) -> tuple[list[float], list[float]]:
-        """(lo, hi) of the study: ``box`` when given (a data file's), else ±``bound``."""
-        if self.box is not None:
-            return list(self.box[0]), list(self.box[1])
-        return [-self.bound] * self.d, [self.bound] * self.d
 
 
 def split_records(labels: np.ndarray, devices: int, scheme: str,
@@ -136,7 +96,7 @@ def split_records(labels: np.ndarray, devices: int, scheme: str,
 
 
 def _study_spec(cfg: SimConfig) -> StudySpec:
-    plan, rest = (None, cfg.epsilon) if cfg.scale is not None else split_auto(cfg.epsilon)
+    plan, rest = (None, cfg.epsilon) if cfg.scale is not None else split_auto(cfg.epsilon, round0_range(cfg))
     sketch_eps, refine = split_study_epsilon(rest, cfg.rounds, cfg.round_share)
     sketch = SketchSpec(FrequencySpec(d=cfg.d, m=cfg.m, seed=cfg.seed,
                                       scale=cfg.scale if plan is None else plan.placeholder),
@@ -396,5 +356,5 @@ def run_simulation(cfg: SimConfig, data: Pooled | None = None) -> dict:
         "bytes_sent": bytes_up,
         "secure_aggregation": None if spec.secure_aggregation is None else {
             **asdict(spec.secure_aggregation), "min_honest": spec.assumptions.min_honest},
-        "config": asdict(cfg),
+        "config": used_config(cfg, spec, full.get("calibration")),
     }

@@ -159,9 +159,9 @@ def test_the_function_and_the_command_make_the_same_file(mixture, tmp_path):
     np.save(tmp_path / "x.npy", x)
     res = CliRunner().invoke(app, ["sketch", str(tmp_path / "x.npy"), "--out", str(tmp_path / "cli.npz"),
                                    "--m", "60", "--r", "60", "--epsilon", "inf", "--seed", "2",
-                                   "--quiet"])
+                                   "--bounds", "-12:12", "--quiet"])
     assert res.exit_code == 0, res.output
-    mine = sketch(x, epsilon=math.inf, m=60, seed=2)
+    mine = sketch(x, epsilon=math.inf, m=60, seed=2, bounds="-12:12")
     mine.save(tmp_path / "api.npz")
     cli, api = load_sketch(tmp_path / "cli.npz"), load_sketch(tmp_path / "api.npz")
     assert np.array_equal(cli.payload, api.payload) and cli.spec == api.spec
@@ -176,7 +176,7 @@ def test_the_function_and_the_command_make_the_same_file(mixture, tmp_path):
 @pytest.mark.blas
 def test_decode_and_evaluate_find_the_mixture(mixture):
     x, centres = mixture
-    out = decode(sketch(x, epsilon=math.inf, m=60, seed=1), 3, (-12, 12), seed=0)
+    out = decode(sketch(x, epsilon=math.inf, m=60, seed=1, bounds=(-12, 12)), 3, (-12, 12), seed=0)
     assert isinstance(out, Decoding) and out.identifiability.status == "identified"
     assert out.weights.sum() == pytest.approx(1.0)
     nearest = np.min(np.linalg.norm(out.centroids[:, None] - centres[None], axis=2), axis=1)
@@ -208,14 +208,15 @@ def test_noise_alone_warns_not_identifiable():
 def test_an_unreliable_auto_scale_warns_in_the_apis_words():
     x = np.random.default_rng(1).uniform(-1, 1, size=(300, 2))
     with pytest.warns(UserWarning, match="scale='auto'") as caught:
-        sketch(x, epsilon=0.01, m=40, scale="auto")
+        sketch(x, epsilon=0.01, m=40, scale="auto", scale_range=(0.1, 10.0))
     text = " ".join(str(w.message) for w in caught if "scale='auto'" in str(w.message))
     assert "too noisy" in text and "bounds=" in text and "--" not in text
 
 
 @pytest.mark.parametrize(("data", "kwargs", "message"), [
     (np.array([[0.0, 1.0], [np.nan, 2.0]]), {}, "row index 1 (counted from 0) holds a NaN"),
-    ([np.zeros((3, 2)), np.array([[0.0, np.inf]])], {}, "row index 3 (counted from 0) holds a NaN or an"),
+    ([np.zeros((3, 2)), np.array([[0.0, np.inf]])], {"bounds": "-5:5"},
+     "row index 3 (counted from 0) holds a NaN or an"),
     (np.zeros(5), {}, "2-D array"),
     (np.array([["a", "b"]]), {}, "real numbers"),
     ((c for c in [np.zeros((3, 2))]), {}, "one-shot iterator"),
@@ -226,6 +227,7 @@ def test_an_unreliable_auto_scale_warns_in_the_apis_words():
     (np.zeros((3, 2)), {"law": "cauchy"}, "unknown law"),
 ])
 def test_bad_input_is_refused_by_name(data, kwargs, message):
+    """(A list of chunks with scale "auto" needs a box or a range: σ's range follows the box.)"""
     with pytest.raises(ValueError, match=re.escape(message)):
         sketch(data, epsilon=1.0, m=20, **kwargs)
 

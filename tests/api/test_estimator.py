@@ -15,7 +15,8 @@ from sklearn.utils.estimator_checks import parametrize_with_checks
 
 from fedsketch import CompressiveKMeans, NotIdentifiableWarning, decode, sketch
 from fedsketch.common.data.synthetic import gmm
-from fedsketch.server.sim.simulate import SimConfig, run_simulation
+from fedsketch.server.sim.config import SimConfig
+from fedsketch.server.sim.simulate import run_simulation
 
 #: Relative SSE (SSE of the fit / SSE of KMeans, n_init = 3) on MIXTURE with bounds ±20, measured
 #: over 40 runs each (random_state 0..39 at ε = ∞; 40 fits at ε = 1, whose noise is from OS bits):
@@ -74,6 +75,29 @@ def test_a_private_fit_needs_a_public_box():
     assert np.all(model.cluster_centers_ <= x.max(axis=0) + 0.05 * np.ptp(x, axis=0) + 1e-9)
 
 
+def test_more_clusters_than_records_is_refused_as_scikit_learn_refuses_it():
+    from sklearn.cluster import KMeans
+
+    x = np.random.default_rng(0).normal(size=(4, 2))
+    with pytest.raises(ValueError) as theirs:
+        KMeans(5, n_init=1).fit(x)
+    model = CompressiveKMeans(5, epsilon=1.0, bounds=(-5, 5))
+    with pytest.raises(ValueError) as ours:
+        model.fit(x)
+    assert str(ours.value) == str(theirs.value) == "n_samples=4 should be >= n_clusters=5."
+    assert not hasattr(model, "sketch_")  # refused before anything was spent
+    CompressiveKMeans(4, epsilon=math.inf, bounds=(-5, 5), random_state=0).fit(x)  # k = n fits
+
+
+def test_the_scale_range_is_an_option():
+    x = np.random.default_rng(0).normal(size=(3000, 2))
+    model = CompressiveKMeans(2, epsilon=math.inf, bounds=(-5, 5), scale_range=(0.2, 0.3),
+                              random_state=0).fit(x)
+    cal = model.sketch_.calibration
+    assert (cal["sigma_lo"], cal["sigma_hi"]) == (0.2, 0.3)
+    assert cal["choice"] == "failed: range edge"  # a unit blob's scale lies above 0.3
+
+
 def test_a_dataframe_fit_warns_nothing_about_feature_names():
     """fit on a DataFrame records its column names, and fit, predict and fit_predict on that
     same DataFrame must not tell the user it lacks them (scikit-learn's feature-name check)."""
@@ -91,7 +115,7 @@ def test_a_dataframe_fit_warns_nothing_about_feature_names():
 
 def test_from_result_of_a_decoding_and_of_a_federated_round(tmp_path):
     x, _, centres = gmm(20_000, 3, 2, 3.0, 5)
-    decoding = decode(sketch(x, epsilon=math.inf, m=60, seed=1), 3, (-12, 12), seed=0)
+    decoding = decode(sketch(x, epsilon=math.inf, m=60, seed=1, bounds=(-12, 12)), 3, (-12, 12), seed=0)
     for given in (decoding, decoding.to_dict()):
         model = CompressiveKMeans.from_result(given, epsilon=math.inf)
         assert np.array_equal(model.cluster_centers_, decoding.centroids)

@@ -38,7 +38,7 @@ def test_pipeline_synth_sketch_decode_evaluate(data, tmp_path):
     assert np.load(data.with_name("y.npy")).shape == (40000,)
     sk = tmp_path / "s.npz"
     res = run("sketch", str(data), "--m", "120", "--epsilon", "inf", "--seed", "3",
-              "--out", str(sk), "--quiet")
+              "--bounds", "-12:12", "--out", str(sk), "--quiet")
     assert res.returncode == 0, res.stderr
     res = run("decode", str(sk), "--k", "4", "--bounds", "-12:12", "--replicates", "2",
               "--seed", "0", "--json", "--quiet")
@@ -62,6 +62,7 @@ def test_sketch_file_contents(data, tmp_path):
 
     sk = tmp_path / "q.npz"
     res = runner.invoke(app, ["sketch", str(data), "--m", "50", "--feature", "quantized",
+                              "--bounds", "-20:20",
                               "--r", "5", "--epsilon", "2", "--out", str(sk), "--quiet"])
     assert res.exit_code == 0, res.output
     f = load_sketch(sk)
@@ -80,7 +81,7 @@ def test_sketch_files_hold_only_integers(data, tmp_path, feature, relation, delt
     from fedsketch.common.sketch.sketchfile import load_sketch
 
     sk = tmp_path / "s.npz"
-    res = runner.invoke(app, ["sketch", str(data), "--m", "20", "--feature", feature,
+    res = runner.invoke(app, ["sketch", str(data), "--m", "20", "--feature", feature, "--bounds", "-20:20",
                               "--epsilon", "1", "--delta", delta, "--neighbouring", relation,
                               "--out", str(sk), "--quiet"])
     assert res.exit_code == 0, res.output
@@ -124,7 +125,8 @@ BAD_SKETCH = [
 def test_sketch_refuses_bad_input(tmp_path, data, kind, make, extra, message):
     src = data if make is None else _bad(tmp_path, f"{kind}.npy", make)
     out = tmp_path / "out.npz"
-    res = runner.invoke(app, ["sketch", str(src), "--m", "50", "--out", str(out), "--quiet", *extra])
+    res = runner.invoke(app, ["sketch", str(src), "--m", "50", "--out", str(out), "--quiet",
+                              "--bounds", "-20:20", *extra])
     assert res.exit_code == 1
     assert message in res.output and res.output.count("\n") == 1 and res.output.startswith("error:")
     assert not out.exists() and not list(tmp_path.glob(".out.npz*"))
@@ -156,7 +158,7 @@ def test_sketch_clips_a_huge_record_into_the_box(tmp_path, bounds):
 @pytest.fixture(scope="module")
 def sketch_file(data, tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("sk") / "s.npz"
-    res = runner.invoke(app, ["sketch", str(data), "--m", "50", "--epsilon", "inf",
+    res = runner.invoke(app, ["sketch", str(data), "--m", "50", "--epsilon", "inf", "--bounds", "-20:20",
                               "--out", str(out), "--quiet"])
     assert res.exit_code == 0, res.output
     return out

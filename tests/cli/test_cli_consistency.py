@@ -36,7 +36,8 @@ def test_synth_and_sketch_print_json_and_r_defaults_to_one(tmp_path):
     out = json.loads(done.stdout)
     assert out["r"] == 1 == load_sketch(s).spec.r
     assert out["m"] == 50 and out["n"] == 2000 and out["epsilon"] == "inf" and out["noise"] == []
-    done = run("sketch", str(x), "--out", str(s), "--m", "50", "--epsilon", "1", "--json", "-q")
+    done = run("sketch", str(x), "--out", str(s), "--m", "50", "--epsilon", "1", "--bounds", "-20:20",
+               "--json", "-q")
     out = json.loads(done.stdout)
     assert out["calibration"]["sigma"] == out["scale"] and out["noise"][0]["target"]
     centroids = tmp_path / "c.json"

@@ -87,7 +87,7 @@ def test_round_0_then_the_sketch_round_keep_the_rest_once(led):
 def test_what_a_study_asks_after_each_release_and_for_how_long():
     """Round 0 (auto), then the sketch round (900 s), then rounds 1 and 2 (600 s each), each
     followed by a gap of a day for decoding and the next pass."""
-    plan, rest = split_auto(10.0, round_seconds=900.0)
+    plan, rest = split_auto(10.0, (0.1, 10.0), round_seconds=900.0)
     base = study_spec(epsilon=rest * 0.5, refine=RefineSpec((1.5, 3.0), 600.0))
     freqs = replace(base.sketch.frequencies, scale=plan.placeholder)
     spec = StudySpec.create(base.name, replace(base.sketch, frequencies=freqs), base.k, base.lo,
@@ -167,7 +167,7 @@ def test_how_long_a_release_keeps_the_rounds_after_it():
 def test_round_0_asks_for_the_sketchs_delta_too():
     """After a calibration round 0 comes the sketch, whose δ the device must still be able to pay:
     round 0 asks for it (a pure-ε budget could never follow round 0 with the sketch)."""
-    plan, rest = split_auto(10.0)
+    plan, rest = split_auto(10.0, (0.1, 10.0))
     base = study_spec(epsilon=rest)
     sketch = replace(base.sketch, privacy=replace(base.sketch.privacy, delta=1e-6),
                      frequencies=replace(base.sketch.frequencies, scale=plan.placeholder))

@@ -28,7 +28,7 @@ from fedsketch.common.secagg.trust import Assumptions
 from fedsketch.common.sketch.box import Box
 from fedsketch.common.sketch.frequencies import draw_frequencies
 from fedsketch.common.sketch.privacy import PrivacySpec
-from fedsketch.common.sketch.scale import calibrate_scale
+from fedsketch.common.sketch.scale import calibrate_scale, default_range
 from fedsketch.common.study.calibration_round import SketchRound, check_calibration, split_auto
 from fedsketch.common.study.refine import RefineSpec
 from fedsketch.common.study.secure_calibration import SecureCalibration
@@ -45,7 +45,7 @@ def data():
 
 def auto_spec(epsilon: float = 20.0, **rules) -> StudySpec:
     """A study over [−10, 10]^3 whose round 0 takes a tenth of ``epsilon``."""
-    plan, rest = split_auto(epsilon)
+    plan, rest = split_auto(epsilon, default_range(Box(np.full(3, -10.0), np.full(3, 10.0))))
     base = study_spec(epsilon=rest, **rules)
     freqs = replace(base.sketch.frequencies, scale=plan.placeholder)
     return StudySpec.create(base.name, replace(base.sketch, frequencies=freqs), base.k, base.lo,

@@ -29,6 +29,8 @@ def test_round0_as_processes_resends_after_a_kill_and_chooses_sigma(coordinator,
             "--replicates", "2", "--rounds", "0")
     refused = c.op(*base, "--auto-fraction", "1", check=False)
     assert refused.returncode == 1 and "round 0's share of ε must be in (0, 1)" in refused.stderr
+    refused = c.op(*base, "--scale-range", "5:1", check=False)
+    assert refused.returncode == 1 and "--scale-range needs 0 < LO < HI" in refused.stderr
     made = c.op(*base)
     assert "round 0 0.8, the sketch 7.2" in made.stderr
     study = made.stdout.strip()
@@ -54,6 +56,8 @@ def test_round0_as_processes_resends_after_a_kill_and_chooses_sigma(coordinator,
     result = wait_done(c, study)
     cal = result["calibration"]
     assert 0.1 < cal["sigma"] < 10 and cal["explanation"].startswith(f"σ = {cal['sigma']:.4g}")
+    # the range searched follows the box ±12: h/60 : 5h/3
+    assert (cal["sigma_lo"], cal["sigma_hi"]) == (pytest.approx(0.2), pytest.approx(20.0))
     (sketch,) = rounds_of(c, study)
     assert json.loads(sketch.spec_json)["sigma"] == cal["sigma"]
     status = json.loads(c.op("status", study, "--json").stdout)

@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 
 from fedsketch.common.data.synthetic import gmm
-from fedsketch.server.sim.simulate import SimConfig, run_simulation, split_records
+from fedsketch.server.sim.config import SimConfig
+from fedsketch.server.sim.simulate import run_simulation, split_records
 
 FEDSKETCH = str(Path(sys.executable).with_name("fedsketch"))
 
@@ -85,6 +86,12 @@ def test_simulation_with_scale_auto_runs_round_0_first(secure):
     cal = report["calibration"]
     assert cal["reliable"] and cal["epsilon"] == pytest.approx(2.0) and 0.1 < cal["sigma"] < 10
     assert report["devices"] == 4 and report["relative_sse"] < 1.15
+    # the report's config says what was used: round 0's σ, the range it searched (the box ±15's
+    # default, h/60:5h/3), and the synthetic mixture's bound and separation
+    used = report["config"]
+    assert used["scale"] == cal["sigma"] and used["scale_auto"] is True
+    assert used["scale_range"] == [pytest.approx(0.25), pytest.approx(25.0)]
+    assert (used["bound"], used["separation"], used["box"]) == (15.0, 3.0, [[-15.0] * 3, [15.0] * 3])
 
 
 @pytest.mark.slow
@@ -134,6 +141,10 @@ def test_simulate_splits_a_data_file_over_the_devices(tmp_path):
     report = json.loads(res.stdout)
     assert report["records"] == 6000 and np.asarray(report["centroids"]).shape == (3, 3)
     assert report["config"]["box"] == [[85.0] * 3, [115.0] * 3]
+    # a file's run: no synthetic bound or separation, the fixed σ given, no range searched
+    used = report["config"]
+    assert (used["bound"], used["separation"], used["scale"], used["scale_auto"],
+            used["scale_range"]) == (None, None, 1.5, False, None)
     assert report["relative_sse"] < 1.2
     assert report["identifiability"]["status"] == "identified"
     clipped = subprocess.run([*base, "--bounds", "99:101"], capture_output=True, text=True, timeout=300)

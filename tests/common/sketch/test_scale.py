@@ -25,6 +25,7 @@ from fedsketch.common.sketch.scale import (
     calibrate_scale,
     calibration_frequencies,
     choose_scale,
+    default_range,
     fit_scale,
 )
 from fedsketch.common.sketch.sketchfile import load_sketch
@@ -52,7 +53,7 @@ def test_calibration_frequencies_span_the_range():
 
 @pytest.mark.parametrize("sigma", [0.2, 1.0, 3.7, 8.0])
 def test_fit_recovers_the_envelope_scale(sigma):
-    spec = CalibrationSpec(d=3)
+    spec = CalibrationSpec(d=3, sigma_lo=0.1, sigma_hi=10.0)
     rho = spec.radii()
     sketch = np.exp(-0.5 * (rho * sigma) ** 2) / math.sqrt(spec.m0) * np.exp(1j * rho)
     assert fit_scale(sketch, 0.0, spec) == pytest.approx(sigma, rel=0.02)
@@ -60,7 +61,7 @@ def test_fit_recovers_the_envelope_scale(sigma):
 
 def test_fit_debiases_the_noise_power():
     """Adding the expected noise power to every entry must not move σ̂."""
-    spec = CalibrationSpec(d=3)
+    spec = CalibrationSpec(d=3, sigma_lo=0.1, sigma_hi=10.0)
     rho = spec.radii()
     clean = np.exp(-0.5 * (rho * 2.0) ** 2)
     v = 1e-3  # noise power 2·m0·v = 0.128 on an envelope of 1
@@ -72,7 +73,8 @@ def test_fit_debiases_the_noise_power():
 @pytest.mark.parametrize("sigma_c", [0.3, 1.0, 4.0])
 def test_single_gaussian_blob_gives_its_standard_deviation(sigma_c):
     x = np.random.default_rng(0).normal(5.0, sigma_c, size=(200_000, 4)).astype(np.float32)
-    out = calibrate_scale(lambda: split(x), Box(np.full(4, -45.0), np.full(4, 55.0)), math.inf, seed=1)
+    out = calibrate_scale(lambda: split(x), Box(np.full(4, -45.0), np.full(4, 55.0)), math.inf, seed=1,
+                          scale_range=(0.1, 10.0))
     assert out.sigma == pytest.approx(sigma_c, rel=0.1)
     assert out.noise_rms == 0.0 and out.reliable and out.advice("--scale", "--bounds") == ""
     # one blob: every direction decays alike, so the medians agree with the maxima
@@ -81,7 +83,7 @@ def test_single_gaussian_blob_gives_its_standard_deviation(sigma_c):
 
 def test_reported_noise_rms_matches_the_laplace_formula():
     x = np.random.default_rng(0).normal(0.0, 1.0, size=(50_000, 2)).astype(np.float32)
-    out = calibrate_scale(lambda: split(x), Box.widest(2), 0.5, m0=32)
+    out = calibrate_scale(lambda: split(x), Box.widest(2), 0.5, m0=32, scale_range=(0.1, 10.0))
     # √(2·m0·v), v = DLap variance of the encoded sum (a = exp(−ε/(2·m0·κ))) / (γ·n·√m0)²: within
     # 0.2 % of the float mechanism's 2·c_f·m0/(nε) = 0.00724
     a = math.exp(-0.5 / l1_sensitivity("complex", 32, "replace_one"))
@@ -138,19 +140,49 @@ def test_a_calibration_swamped_by_noise_never_returns_a_range_boundary():
     assert "too noisy" in boxed.explanation and "--" not in boxed.explanation
     assert boxed.advice("--scale", "--bounds") == ("; give --scale, or more records or budget, for a "
                                                    "σ fitted to the data")
-    bare = calibrate_scale(lambda: split(x), Box.widest(8), 0.05, seed=2)
+    bare = calibrate_scale(lambda: split(x), Box.widest(8), 0.05, seed=2, scale_range=(0.1, 10.0))
     assert (bare.sigma, bare.choice) == (pytest.approx(1.0), "noisy: range middle")
     assert "no box was given" in bare.explanation and "(--bounds gives" in bare.advice("--scale", "--bounds")
     assert bare.to_dict()["choice"] == "noisy: range middle" and bare.to_dict()["fitted"] == bare.fitted
 
 
+def test_a_fit_on_the_end_of_the_range_is_a_failure_that_says_what_to_do():
+    """A blob of spread 0.3 in a box of mean half-width 50: the default range, [50/60, 250/3],
+    lies above the data's scale; the fit runs to its lower end. That is no fit: σ falls back to
+    the box's floor 50/7, and the explanation and the advice say so. With the range the user
+    states (0.1:10) the same data are fitted."""
+    x = np.random.default_rng(0).normal(5.0, 0.3, size=(200_000, 4)).astype(np.float32)
+    box = Box(np.full(4, -45.0), np.full(4, 55.0))
+    assert default_range(box) == (pytest.approx(50 / 60), pytest.approx(250 / 3))
+    out = calibrate_scale(lambda: split(x), box, math.inf, seed=1)
+    assert out.reliable and out.fitted == pytest.approx(50 / 60)
+    assert (out.choice, out.sigma) == ("failed: range edge", pytest.approx(50 / 7))
+    assert "fit failed" in out.explanation and "lower end" in out.explanation
+    assert "envelope fit" not in out.explanation
+    assert out.advice("--scale σ", "--bounds", "--scale-range") == "; widen --scale-range or give --scale σ"
+    wide = calibrate_scale(lambda: split(x), box, math.inf, seed=1, scale_range=(0.1, 10.0))
+    assert wide.choice == "fit" and wide.sigma == pytest.approx(0.3, rel=0.1)
+    with pytest.raises(ValueError, match="follows the public box"):
+        default_range(Box.widest(4))
+
+
+def test_a_clipped_floor_names_the_clipping():
+    """The message of issue 31: a floor of 357 shown as "σ = 10, the box's floor" when a user's
+    range ends at 10. Now it says the floor was clipped."""
+    x = np.random.default_rng(4).normal(0.0, 1.0, size=(500, 2))
+    box = Box(np.full(2, 0.0), np.full(2, 5000.0))
+    out = calibrate_scale(lambda: split(x), box, 0.05, seed=2, scale_range=(0.1, 10.0))
+    assert out.choice == "noisy: box floor" and out.sigma == 10.0
+    assert "2500 / 7" not in out.explanation and "357.1 clipped into the search range" in out.explanation
+
+
 def test_bad_calibration_specs():
     with pytest.raises(ValueError, match="m0"):
-        CalibrationSpec(d=2, m0=4)
+        CalibrationSpec(d=2, sigma_lo=0.1, sigma_hi=10.0, m0=4)
     with pytest.raises(ValueError, match="lo < hi"):
         CalibrationSpec(d=2, sigma_lo=2.0, sigma_hi=1.0)
     with pytest.raises(ValueError, match="finite"):
-        fit_scale(np.full(64, np.nan), 0.0, CalibrationSpec(d=2))
+        fit_scale(np.full(64, np.nan), 0.0, CalibrationSpec(d=2, sigma_lo=0.1, sigma_hi=10.0))
 
 
 def test_cli_scale_auto_splits_the_budget(tmp_path):
@@ -159,7 +191,8 @@ def test_cli_scale_auto_splits_the_budget(tmp_path):
     np.save(data, x)
     out = tmp_path / "s.npz"
     res = CliRunner().invoke(app, ["sketch", str(data), "--m", "40", "--epsilon", "2",
-                                   "--auto-fraction", "0.25", "--out", str(out), "--quiet"])
+                                   "--auto-fraction", "0.25", "--out", str(out), "--quiet",
+                                   "--scale-range", "0.1:10"])
     assert res.exit_code == 0, res.output
     f = load_sketch(out)
     assert f.calibration["epsilon"] == pytest.approx(0.5)

@@ -22,7 +22,7 @@ from fedsketch.common.study.wire import PayloadError
 
 
 def auto(neighbouring: str = "replace_one") -> StudySpec:
-    plan, rest = split_auto(10.0)
+    plan, rest = split_auto(10.0, (0.1, 10.0))
     base = study_spec(epsilon=rest, neighbouring=neighbouring)
     freqs = replace(base.sketch.frequencies, scale=plan.placeholder)
     return StudySpec.create("t", replace(base.sketch, frequencies=freqs), 3, base.lo, base.hi,
@@ -64,4 +64,4 @@ def test_a_sketch_round_fits_its_study_only():
     with pytest.raises(ValueError, match="state its σ"):
         replace(rnd, calibration={"sigma": 3.0})
     with pytest.raises(ValueError, match="placeholder"):
-        replace(spec, calibration=CalibrationPlan(1.0, sigma_lo=0.5))
+        replace(spec, calibration=CalibrationPlan(1.0, sigma_lo=0.5, sigma_hi=10.0))

@@ -30,7 +30,7 @@ def test_a_spec_nested_too_deeply_is_a_value_error(parse, text):
 def _study_json() -> dict:
     """A study with every optional part a plain study can have: a deadline, a roster and its
     window, round 0 and refinement rounds."""
-    plan, rest = split_auto(10.0)
+    plan, rest = split_auto(10.0, (0.1, 10.0))
     base = study_spec(epsilon=rest)
     sketch = replace(base.sketch, frequencies=replace(base.sketch.frequencies, scale=plan.placeholder))
     spec = StudySpec.create("t", sketch, 3, base.lo, base.hi, calibration=plan, deadline=2e9,

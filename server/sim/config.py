@@ -1,0 +1,80 @@
+"""A simulation's configuration (:class:`SimConfig`) and what it uses: round 0's σ range, and the
+``config`` that ``simulate --json`` reports."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING
+
+from fedsketch.common.choices import ROUND_SHARE
+from fedsketch.common.sketch.box import Box
+from fedsketch.common.sketch.scale import default_range
+
+if TYPE_CHECKING:
+    from fedsketch.common.study.study import StudySpec
+
+
+@dataclass(frozen=True)
+class SimConfig:
+    """One simulation (see ``fedsketch simulate --help`` for each field)."""
+
+    devices: int = 20
+    records: int = 1_000_000
+    k: int = 10
+    d: int = 10
+    m: int = 1000
+    feature: str = "complex"
+    epsilon: float = 1.0
+    delta: float = 0.0
+    neighbouring: str = "replace_one"
+    r: int = 1
+    scale: float | None = 2.0
+    bound: float = 15.0
+    separation: float = 2.5
+    partition: str = "iid"
+    processes: bool = False
+    replicates: int = 3
+    seed: int = 0
+    secure_aggregation: bool = False
+    threshold: int | None = None
+    max_dropout: float | None = None
+    max_colluders: float = 0.0
+    degree: int | None = None
+    stage_timeout: float = 5.0
+    dropout: float = 0.0
+    dropout_stage: str = "masked_input"
+    box: tuple[tuple[float, ...], tuple[float, ...]] | None = None
+    rounds: int = 0
+    round_share: float = ROUND_SHARE
+    scale_range: tuple[float, float] | None = None
+
+    @property
+    def public_box(self) -> tuple[list[float], list[float]]:
+        """(lo, hi) of the study: ``box`` when given (a data file's), else ±``bound``."""
+        if self.box is not None:
+            return list(self.box[0]), list(self.box[1])
+        return [-self.bound] * self.d, [self.bound] * self.d
+
+
+def round0_range(cfg: SimConfig) -> tuple[float, float]:
+    """The σ range (data units) round 0 searches under --scale auto: ``cfg.scale_range``, or the
+    default of the study's public box (:func:`~fedsketch.common.sketch.scale.default_range`)."""
+    return default_range(Box(*cfg.public_box)) if cfg.scale_range is None else cfg.scale_range
+
+
+def used_config(cfg: SimConfig, spec: StudySpec, calibration: dict | None) -> dict:
+    """What the run used, JSON-ready: every field of ``cfg``, with ``scale`` the σ the sketch
+    was taken at (round 0's choice under --scale auto, flagged by ``scale_auto``), ``scale_range``
+    the range round 0 searched (None with a fixed σ), ``box`` the study's public box, and the
+    synthetic mixture's ``bound`` and ``separation`` None when the records came from a file."""
+    out = asdict(cfg)
+    lo, hi = cfg.public_box
+    out["box"] = [lo, hi]
+    out["scale_auto"] = cfg.scale is None
+    if cfg.scale is None:
+        out["scale"] = None if calibration is None else calibration.get("sigma")
+    plan = spec.calibration
+    out["scale_range"] = None if plan is None else [plan.sigma_lo, plan.sigma_hi]
+    if cfg.box is not None:
+        out["bound"] = out["separation"] = None
+    return out
