@@ -13,9 +13,11 @@ cannot be seeded, by design; nor can the masks of r < m entries per record. So a
 reproducible only at ε = ∞ with r = m, and the estimator's ``non_deterministic`` tag says so.
 
 The public box ``bounds`` is where records are clipped and where the decoder looks. A private fit
-(finite ε) needs it, stated without looking at the data: without it, ``fit`` refuses (ValueError),
-where diffprivlib would warn and take the box from the data, spending privacy nobody counts. At
-ε = ∞ (no privacy) a missing box is taken from X's range, widened by 5 % of it on each side.
+(finite ε) needs it, stated without looking at the data, or ``bounds="auto"``: a private box read
+from X at a stated 10 % of ε (:mod:`fedsketch.common.sketch.private_box`), counted in ε. Without
+either, ``fit`` refuses (ValueError), where diffprivlib would warn and take the box from the data,
+spending privacy nobody counts. At ε = ∞ (no privacy) a missing box is taken from X's range,
+widened by 5 % of it on each side.
 
 scikit-learn is imported here only, so the rest of the API works without it.
 """
@@ -65,8 +67,9 @@ class CompressiveKMeans(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Clust
     n_clusters : k, the number of centroids.
     epsilon : total ε of a fit, σ's calibration included (math.inf: no noise and no privacy).
     delta : δ; > 0 selects the discrete Gaussian (pure ε-DP, discrete Laplace, at 0).
-    bounds : the public box: ``(lo, hi)`` (numbers, or d numbers each), ``"LO:HI"`` or a
-        bounds.json path. Required at finite ε (module docstring).
+    bounds : the public box: ``(lo, hi)`` (numbers, or d numbers each), ``"LO:HI"``, a
+        bounds.json path, or "auto" (a private box at 10 % of ε). Required at finite ε (module
+        docstring).
     m : frequencies (complex sketch entries); None: 10·k·d.
     r : entries each record contributes to, 1..m; None: m.
     scale : σ in data units, or "auto": chosen privately with 10 % of ε, searched between 1/300
@@ -115,14 +118,14 @@ class CompressiveKMeans(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Clust
             raise ValueError(f"n_clusters must be ≥ 1, got {self.n_clusters}")
         if X.shape[0] < k:  # scikit-learn's KMeans refuses it in these words
             raise ValueError(f"n_samples={X.shape[0]} should be >= n_clusters={k}.")
-        box = self._box(X)
+        auto = isinstance(self.bounds, str) and self.bounds == "auto"
+        box = None if auto else self._box(X)
         seed = self._seed()
-        width = float(np.max(box.hi - box.lo))
-        searched = ((width * SCALE_RANGE[0], width * SCALE_RANGE[1]) if self.scale_range is None
-                    else tuple(self.scale_range))
+        searched = (tuple(self.scale_range) if self.scale_range is not None else None if box is None
+                    else tuple(float(np.max(box.hi - box.lo)) * f for f in SCALE_RANGE))
         released = sketch(X, epsilon=float(self.epsilon), delta=self.delta, neighbouring=self.neighbouring,
                           m=M_PER_KD * k * d if self.m is None else self.m, r=self.r, feature=self.feature,
-                          scale=self.scale, seed=seed, bounds=box,
+                          scale=self.scale, seed=seed, bounds="auto" if auto else box,
                           scale_range=searched)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", NotIdentifiableWarning)  # warned below, once

@@ -34,6 +34,7 @@ from fedsketch.common.data.dataio import DataSource, ReadOptions
 from fedsketch.common.sketch.box import Box, Tally
 from fedsketch.common.sketch.dataset_sketch import SketchPlan
 from fedsketch.common.sketch.privacy import PrivacySpec
+from fedsketch.common.sketch.private_box import BOX_FRACTION
 from fedsketch.common.sketch.sketchfile import SketchFile, load_sketch
 from fedsketch.server.bench.metrics import Evaluation, evaluate_centroids
 from fedsketch.server.cli.bounds import parse_bounds
@@ -61,7 +62,7 @@ def sketch(data: Records, *, epsilon: float = 1.0, delta: float = 0.0,
            feature: str = "complex", law: str = "adapted_radius", scale: float | str = "auto",
            seed: int = 0, dither: bool = True, bounds: Bounds | None = None, auto_fraction: float = 0.1,
            scale_range: tuple[float, float] | None = None, columns: Sequence[str] | None = None,
-           header: bool | None = None) -> Sketch:
+           header: bool | None = None, box_fraction: float = BOX_FRACTION) -> Sketch:
     """The private sketch of ``data`` (module docstring), as ``fedsketch sketch`` makes it.
 
     ``epsilon`` is the whole budget (math.inf: no noise, no privacy), calibration included;
@@ -71,15 +72,19 @@ def sketch(data: Records, *, epsilon: float = 1.0, delta: float = 0.0,
     the box's mean half-width h̄) with ``auto_fraction`` of ε. ``seed`` is the
     public seed of Ω and ξ; each record contributes to ``r`` of the m entries (default m).
     Records are clipped into ``bounds`` (default ±2^40 on every axis, which only keeps phases
-    finite); a UserWarning says how many were (a count that is not private and not stored).
+    finite; "auto": a private box read from the records with ``box_fraction`` of ε, stored in
+    the sketch for :func:`decode`); a UserWarning says how many were (a count that is not
+    private and not stored).
     """
     plan = SketchPlan(PrivacySpec(float(epsilon), delta, neighbouring), m=m, feature=feature, law=law,
                       scale=_scale(scale), seed=seed, r=r, dither=dither, auto_fraction=auto_fraction,
-                      scale_range=None if scale_range is None else tuple(scale_range))
-    chunks, d = _records(data, twice=plan.scale is None, options=_options(data, columns, header))
-    box = Box.widest(d) if bounds is None else as_box(bounds, d)
+                      scale_range=None if scale_range is None else tuple(scale_range),
+                      box_fraction=box_fraction)
+    auto = isinstance(bounds, str) and bounds == "auto"
+    chunks, d = _records(data, twice=plan.scale is None or auto, options=_options(data, columns, header))
+    box = Box.widest(d) if bounds is None else None if auto else as_box(bounds, d)
     tally = Tally()
-    made = plan.run(chunks, box, tally=tally)
+    made = plan.run(chunks, box, d=d, tally=tally)
     if made.calibration is not None and made.calibration.choice not in ("fit", "typical scale"):
         cal = made.calibration
         warnings.warn(f"scale='auto': {cal.explanation}"
@@ -90,17 +95,20 @@ def sketch(data: Records, *, epsilon: float = 1.0, delta: float = 0.0,
     return made.to_file()
 
 
-def decode(sketch: Sketch | str | os.PathLike, k: int, bounds: Bounds, *, replicates: int = 3,
-           seed: int | None = None) -> Decoding:
-    """k centroids and weights decoded from ``sketch`` (a :class:`Sketch` or its file) inside the
-    public box ``bounds`` by CL-OMPR, the best of ``replicates`` runs (``seed``: the decoder's
-    random starts), with the verdict on whether they stand above the sketch's noise, as
-    ``fedsketch decode`` does. Reads no data. A :class:`NotIdentifiableWarning` repeats a
-    "not identifiable" verdict's reason."""
+def decode(sketch: Sketch | str | os.PathLike, k: int, bounds: Bounds | None = None, *,
+           replicates: int = 3, seed: int | None = None) -> Decoding:
+    """k centroids and weights decoded from ``sketch`` (a :class:`Sketch` or its file) inside the public
+    box ``bounds`` (None: the box the sketch holds, read by ``bounds="auto"``) by CL-OMPR, the best
+    of ``replicates`` runs (``seed``: the decoder's random starts), with the verdict on whether they
+    stand above the sketch's noise, as ``fedsketch decode`` does. Reads no data. A
+    :class:`NotIdentifiableWarning` repeats a "not identifiable" verdict's reason."""
     name = "the sketch"
     if not isinstance(sketch, SketchFile):
         name, sketch = str(sketch), load_sketch(sketch)
-    box = as_box(bounds, sketch.spec.frequencies.d)
+    if bounds is None and sketch.box is None:
+        raise ValueError(f"{name} holds no box (it was made with bounds given): give bounds=")
+    box = (Box(np.asarray(sketch.box["lo"]), np.asarray(sketch.box["hi"])) if bounds is None
+           else as_box(bounds, sketch.spec.frequencies.d))
     sketch.check_frequencies(name)
     out = decode_judged(sketch.sketch, sketch.spec, k, box.lo, box.hi, records=sketch.n,
                         replicates=replicates, rng=np.random.default_rng(seed))

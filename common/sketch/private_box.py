@@ -60,6 +60,8 @@ TAIL = 0.005
 FLOOR = 3
 #: Probability that noise alone makes any bin of a release significant.
 FALSE_BIN = 1e-3
+#: The margin of :func:`data_box` (a share of each column's range, on each side).
+DATA_MARGIN = 0.05
 #: Default share of a run's ε spent on the box.
 BOX_FRACTION = 0.1
 
@@ -173,6 +175,19 @@ def _refuse(column: int, tau: int, stage: str) -> ValueError:
     return ValueError(f"column {column + 1}: no {stage} histogram bin holds the ~{tau:,} records "
                       "a private box needs at this ε; give more records, a larger ε, or the box "
                       "itself (--bounds)")
+
+
+def data_box(chunks: Callable[[], Iterable[np.ndarray]], d: int) -> Box:
+    """The records' own range widened by :data:`DATA_MARGIN` of its width on each side (a
+    column of one value by 1): the box of a run without privacy (ε = ∞), which reads the data."""
+    lo, hi = np.full(d, np.inf), np.full(d, -np.inf)
+    for chunk in chunks():
+        if len(chunk):
+            lo, hi = np.minimum(lo, chunk.min(axis=0)), np.maximum(hi, chunk.max(axis=0))
+    if not np.all(np.isfinite(lo)):
+        raise ValueError("no records to read a box from")
+    pad = np.where(hi > lo, (hi - lo) * DATA_MARGIN, 1.0)
+    return Box(lo - pad, hi + pad)
 
 
 def private_box(chunks: Callable[[], Iterable[np.ndarray]], d: int, epsilon: float, *,

@@ -7,8 +7,9 @@ Keys:
     ``spec``     JSON text: ``format``, ``spec`` (:class:`SketchSpec`), ``spec_sha256``,
                  ``omega_sha256`` (SHA-256 of Ω‖ξ), ``grid`` (γ, steps per unit of the feature
                  map), ``mechanism`` (noise terms), ``epsilon_spent`` (the ε of everything this
-                 file's data was charged for, calibration included) and ``calibration`` (the
-                 private-scale round, or null).
+                 file's data was charged for, calibration and box included), ``calibration`` (the
+                 private-scale round, or null) and ``box`` (the private box read from the
+                 records, :class:`~.private_box.PrivateBox`'s dict, or null when the user gave one).
 
 Every released value is an integer (MECHANISMS §1.10); the normalized sketch
 s = S~/(γ·α·max(n, 1)·√m) is computed when the file is read. Files are written to a temporary
@@ -48,6 +49,7 @@ class SketchFile:
     mechanism: dict
     calibration: dict | None
     epsilon_spent: float
+    box: dict | None = None
 
     @property
     def sketch(self) -> np.ndarray:
@@ -58,12 +60,13 @@ class SketchFile:
 
     @classmethod
     def from_release(cls, spec: SketchSpec, release: PrivateSketch, omega_sha256: str,
-                     calibration: dict | None = None) -> SketchFile:
+                     calibration: dict | None = None, box: dict | None = None) -> SketchFile:
         """``release`` of ``spec`` as a file holds it. ``epsilon_spent`` is the release's ε plus
-        the calibration round's (``calibration["epsilon"]``)."""
-        spent = release.privacy.epsilon + (0.0 if calibration is None else float(calibration["epsilon"]))
+        the calibration round's (``calibration["epsilon"]``) and the private box's (``box``)."""
+        spent = release.privacy.epsilon + sum(float(part["epsilon"]) for part in (calibration, box)
+                                              if part is not None)
         return cls(release.payload.astype(np.int64), int(release.n), spec, omega_sha256,
-                   release.mechanism(), calibration, spent)
+                   release.mechanism(), calibration, spent, box)
 
     def check_frequencies(self, name: str = "the sketch") -> None:
         """ValueError unless the Ω, ξ drawn from the spec hash to ``omega_sha256`` (the frequencies
@@ -84,6 +87,7 @@ class SketchFile:
             "mechanism": self.mechanism,
             "epsilon_spent": "inf" if math.isinf(self.epsilon_spent) else self.epsilon_spent,
             "calibration": self.calibration,
+            "box": self.box,
         }
         arrays = {"payload": self.payload, "n": np.int64(self.n), "spec": np.array(json.dumps(meta))}
         with atomic_write(Path(path)) as fh:
@@ -148,4 +152,19 @@ def load_sketch(path: str | os.PathLike[str]) -> SketchFile:
         mechanism=meta["mechanism"],
         calibration=meta.get("calibration"),
         epsilon_spent=float(meta["epsilon_spent"]),
+        box=_box_of(meta.get("box"), spec.frequencies.d, path),
     )
+
+
+def _box_of(box: object, d: int, path: Path) -> dict | None:
+    """A file's ``box`` entry, checked: None, or lo and hi of d finite numbers with lo < hi."""
+    if box is None:
+        return None
+    try:
+        lo, hi = (np.asarray(box[key], dtype=np.float64) for key in ("lo", "hi"))
+        ok = lo.shape == hi.shape == (d,) and bool(np.all(np.isfinite(lo) & np.isfinite(hi) & (lo < hi)))
+    except (TypeError, KeyError, ValueError):
+        ok = False
+    if not ok:
+        raise ValueError(f"{path}: its box is not {d} finite intervals lo < hi")
+    return box

@@ -127,8 +127,11 @@ def sketch(
     dither: Annotated[bool, typer.Option(help="Random public dither ξ.")] = True,
     bounds: Annotated[str | None, typer.Option(
         help="Public box LO:HI (every axis) or a bounds.json; records outside are clipped into it "
-             "(default ±2^40 on every axis, which only keeps phases finite).")] = None,
+             "(default ±2^40 on every axis, which only keeps phases finite). 'auto': a private "
+             "box read from the records at --box-fraction of ε (at ε = inf their own range), "
+             "stored in the sketch file for decode.")] = None,
     auto_fraction: Annotated[float, typer.Option(help="Share of ε spent by --scale auto.")] = 0.1,
+    box_fraction: Annotated[float, typer.Option(help="Share of ε spent by --bounds auto.")] = 0.1,
     scale_range: ScaleRangeOpt = None,
     header: HeaderOpt = None,
     columns: ColumnsOpt = None,
@@ -154,6 +157,7 @@ def sketch(
     from fedsketch.common.sketch.box import Box, Tally
     from fedsketch.common.sketch.dataset_sketch import SketchPlan
     from fedsketch.common.sketch.privacy import PrivacySpec
+    from fedsketch.common.sketch.private_box import PrivateBox
     from fedsketch.server.cli.bounds import parse_bounds
 
     with clean_errors():
@@ -165,18 +169,23 @@ def sketch(
         sigma = parse_scale(scale)
         if sigma is None and bounds is None and scale_range is None:
             raise ValueError("--scale auto needs --bounds (σ's search range follows the public "
-                             "box) or --scale-range LO:HI in data units")
+                             "box; --bounds auto reads one privately) or --scale-range LO:HI in "
+                             "data units")
         plan = SketchPlan(PrivacySpec(eps_total, delta, neighbouring), m=m, feature=feature, law=law,
                           scale=sigma, seed=seed, r=r, dither=dither, auto_fraction=auto_fraction,
+                          box_fraction=box_fraction,
                           scale_range=None if scale_range is None
                           else parse_range(scale_range, "--scale-range"))
         source = open_data(data, header, columns, engine=engine, scheduler=scheduler)  # before any spend
-        box = (Box.widest(source.d) if bounds is None
+        box = (Box.widest(source.d) if bounds is None else None if bounds == "auto"
                else Box(*parse_bounds(bounds, source.d)))
         tally = Tally()
         with progress_bar(quiet) as bar:
             task = bar.add_task("sketching", total=source.n)
-            made = plan.run(source.chunks, box, tally=tally, progress=lambda rows: bar.advance(task, rows))
+            made = plan.run(source.chunks, box, d=source.d, tally=tally,
+                            progress=lambda rows: bar.advance(task, rows))
+        if isinstance(made.box, PrivateBox):
+            err.print(f"bounds auto: {made.box.explanation}")
         if made.calibration is not None:
             cal = made.calibration
             err.print(f"scale auto: {cal.explanation}{cal.advice('--scale σ', '--bounds', '--scale-range')} "
@@ -196,6 +205,7 @@ def sketch(
             "scale": made.spec.frequencies.scale, "delta": delta,
             "epsilon": eps_total if math.isfinite(eps_total) else "inf",
             "calibration": None if made.calibration is None else made.calibration.to_dict(),
+            "box": made.box_dict(),
             "noise": [{"law": t.law, "scale": t.scale, "target": t.target} for t in release.noise],
             "clipped": tally.clipped}, allow_nan=False))
 
@@ -203,7 +213,9 @@ def sketch(
 def decode(
     sketch_file: Annotated[Path, typer.Argument(metavar="SKETCH", help="A sketch file (.npz).")],
     k: Annotated[int, typer.Option(help="Number of centroids.")],
-    bounds: Annotated[str, typer.Option(help="Public box: LO:HI (every axis) or a bounds.json.")],
+    bounds: Annotated[str | None, typer.Option(
+        help="Public box: LO:HI (every axis) or a bounds.json (default: the box the sketch file "
+             "holds, read by sketch --bounds auto).")] = None,
     replicates: Annotated[int, typer.Option(help="CL-OMPR runs; the lowest residual wins.")] = 3,
     seed: Annotated[int | None, typer.Option(help="Seed of the decoder's random starts.")] = None,
     as_json: JsonOpt = False,
@@ -226,7 +238,13 @@ def decode(
 
     with clean_errors():
         loaded = load_sketch(sketch_file)
-        lo, hi = parse_bounds(bounds, loaded.spec.frequencies.d)
+        if bounds is not None:
+            lo, hi = parse_bounds(bounds, loaded.spec.frequencies.d)
+        elif loaded.box is not None:
+            lo, hi = np.asarray(loaded.box["lo"]), np.asarray(loaded.box["hi"])
+        else:
+            raise ValueError(f"{sketch_file} holds no box (it was sketched with --bounds given): "
+                             "give that box with --bounds")
         loaded.check_frequencies(str(sketch_file))
         with progress_bar(quiet) as bar:
             task = bar.add_task("decoding", total=replicates * 2 * k)

@@ -177,3 +177,16 @@ def test_clustering_check_fails_at_finite_epsilon_for_the_stated_reason():
     with pytest.warns(NotIdentifiableWarning):
         model = CompressiveKMeans(3, epsilon=1.0, bounds=(-30, 30), replicates=1, random_state=0).fit(x)
     assert model.identifiability_.status == "not identifiable"
+
+
+def test_a_private_fit_reads_its_own_box_with_bounds_auto():
+    """bounds="auto": a private fit with no box stated (kelvin and miles, columns 100× apart)
+    spends 10 % of ε on a private box, counts it in the sketch's ε, and finds the clusters."""
+    rng = np.random.default_rng(8)
+    centres = np.array([[300.0, 500.0], [330.0, 2500.0], [270.0, 4000.0]])
+    x = np.concatenate([c + rng.normal(0, [5.0, 150.0], (10_000, 2)) for c in centres])
+    model = CompressiveKMeans(3, epsilon=2.0, bounds="auto", m=300, random_state=0).fit(x)
+    assert model.sketch_.box is not None and model.sketch_.box["epsilon"] == pytest.approx(0.2)
+    assert model.sketch_.epsilon_spent == pytest.approx(2.0)
+    got = model.cluster_centers_[np.argsort(model.cluster_centers_[:, 1])]
+    assert np.all(np.abs(got - centres) < [10, 300]), got

@@ -5,12 +5,15 @@ to the data's central 99 % whatever the units."""
 
 from __future__ import annotations
 
+import json
 import math
 
 import numpy as np
 import pytest
 from scipy.stats import beta
+from typer.testing import CliRunner
 
+from fedsketch.cli import app
 from fedsketch.common.sketch import private_box as pbox
 from fedsketch.common.sketch.private_box import (
     COARSE_BINS,
@@ -20,6 +23,7 @@ from fedsketch.common.sketch.private_box import (
     release_histograms,
     sensitivity,
 )
+from fedsketch.common.sketch.sketchfile import load_sketch
 
 
 def chunked(x: np.ndarray, rows: int = 4096):
@@ -118,3 +122,48 @@ def test_too_few_records_are_refused_in_words():
         private_box(chunked(x), 3, 0.5)
     with pytest.raises(ValueError, match="finite ε"):
         private_box(chunked(x), 3, math.inf)
+
+
+def _cli(*args: str) -> dict:
+    res = CliRunner().invoke(app, [*args, "--json", "--quiet"])
+    assert res.exit_code == 0, res.output
+    return json.loads(res.output.strip().splitlines()[-1])
+
+
+def test_sketch_with_bounds_auto_then_decode_without_bounds(tmp_path):
+    """``sketch --bounds auto`` spends its box's share of ε (in the file's ε), stores the box,
+    and ``decode`` takes it from the file; the centroids land inside it, near k-means'."""
+    rng = np.random.default_rng(4)
+    centres = np.array([[300.0, 500.0], [330.0, 2500.0], [270.0, 4000.0]])
+    x = np.concatenate([c + rng.normal(0, [5.0, 150.0], (8000, 2)) for c in centres])
+    np.save(tmp_path / "x.npy", x)
+    made = _cli("sketch", str(tmp_path / "x.npy"), "--out", str(tmp_path / "s.npz"), "--epsilon", "2",
+                "--bounds", "auto", "--box-fraction", "0.2", "--m", "200", "--r", "200")
+    box = made["box"]
+    assert box["epsilon"] == pytest.approx(0.4)
+    assert np.all(np.array(box["lo"]) < x.min(axis=0) + [15, 450])
+    assert np.all(np.array(box["hi"]) > x.max(axis=0) - [15, 450])
+    stored = load_sketch(tmp_path / "s.npz")
+    assert stored.box == box and stored.epsilon_spent == pytest.approx(2.0)
+    out = _cli("decode", str(tmp_path / "s.npz"), "--k", "3", "--seed", "1")
+    got = np.array(sorted(out["centroids"], key=lambda c: c[1]))
+    assert np.all(np.abs(got - centres) < [10, 300]), got
+
+
+def test_bounds_auto_at_epsilon_inf_is_the_data_range(tmp_path):
+    x = np.random.default_rng(5).normal(50, 10, (2000, 2))
+    np.save(tmp_path / "x.npy", x)
+    made = _cli("sketch", str(tmp_path / "x.npy"), "--out", str(tmp_path / "s.npz"), "--epsilon",
+                "inf", "--bounds", "auto", "--scale", "5", "--m", "20")
+    width = x.max(axis=0) - x.min(axis=0)
+    np.testing.assert_allclose(made["box"]["lo"], x.min(axis=0) - 0.05 * width)
+    np.testing.assert_allclose(made["box"]["hi"], x.max(axis=0) + 0.05 * width)
+    assert made["box"]["epsilon"] == "inf"
+
+
+def test_decode_without_bounds_needs_a_box_in_the_file(tmp_path):
+    np.save(tmp_path / "x.npy", np.random.default_rng(6).normal(size=(500, 2)))
+    _cli("sketch", str(tmp_path / "x.npy"), "--out", str(tmp_path / "s.npz"), "--epsilon", "1",
+         "--bounds", "-4:4", "--scale", "1", "--m", "20")
+    res = CliRunner().invoke(app, ["decode", str(tmp_path / "s.npz"), "--k", "2"])
+    assert res.exit_code == 1 and "holds no box" in res.output and "--bounds" in res.output
