@@ -63,7 +63,7 @@ from fedsketch.common.refine import RoundSpec, is_round
 from fedsketch.common.study import StudySpec, spec_sha256
 
 from .declines import Declined
-from .ledger import DEFAULT_SOURCE, BudgetExceeded, Identity, Ledger, LedgerError, Spend
+from .ledger import DEFAULT_SOURCE, BudgetExceeded, Identity, Ledger, LedgerError, LedgerUnavailable, Spend
 from .localdata import DATA_ERRORS, DataFeed, Retry, data_refusal, log_clipped
 from .roster_steps import FINAL_REFUSALS, RosterSteps
 from .round_steps import RoundChecks, release
@@ -333,6 +333,8 @@ class Agent(SecureSteps, RosterSteps, RoundChecks):
                 **spend_labels(spec, rnd, admitted.later, admitted.deadline))
         except BudgetExceeded as exc:  # e.g. another daemon on this ledger spent
             return Declined(str(exc), pb.BUDGET)
+        except LedgerUnavailable:  # the file, not the study: nothing recorded, tried next pass
+            raise
         except LedgerError as exc:  # the coordinator's re-check, or the ledger's bookkeeping
             return str(exc)
         fault_point()

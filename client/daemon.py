@@ -30,7 +30,7 @@ from fedsketch.common.dataio import AS_IS, DataSource, ReadOptions
 from fedsketch.common.link import Link
 
 from .agent import Agent
-from .ledger import DEFAULT_SOURCE, Budget, Ledger, LedgerError
+from .ledger import DEFAULT_SOURCE, Budget, Ledger, LedgerError, LedgerUnavailable
 from .ledger_records import check_budget
 from .localdata import LocalData, Stopped, stoppable
 
@@ -149,6 +149,11 @@ def run(cfg: DaemonConfig, stop: threading.Event) -> int:
                 log.warning("coordinator: %s", rpc_words(exc, link))
                 if cfg.once:
                     return 1
+                failures += 1
+            except LedgerUnavailable as exc:  # nothing recorded, nothing sent: try again later
+                if cfg.once:
+                    raise
+                log.warning("ledger: %s", exc)
                 failures += 1
             else:
                 for study_id in out.submitted + out.resent:
