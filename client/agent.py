@@ -119,8 +119,10 @@ class Agent(SecureSteps, RosterSteps, RoundChecks):
         if not token:
             raise LedgerError("this device is not enrolled yet: pass an enrollment token")
         key = self.ledger.enrollment_key()  # committed first: a lost reply is asked again
+        eps, delta = self.ledger.declared() or (0.0, 0.0)  # the total the coordinator holds it to
         reply = self.stub.Enroll(pb.EnrollRequest(token=token, public_key=signing.public_key(key),
-                                                  label=label), timeout=RPC_TIMEOUT)
+                                                  label=label, budget_epsilon=eps, budget_delta=delta),
+                                 timeout=RPC_TIMEOUT)
         identity = Identity(reply.device_id, key, coordinator)
         self.ledger.set_identity(identity)
         log.info("enrolled as %s", reply.device_id)

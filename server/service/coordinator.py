@@ -50,6 +50,7 @@ from fedsketch.common.study import StudySpec, spec_sha256
 from fedsketch.common.tls import MAX_MESSAGE_BYTES
 from fedsketch.server.decode.pipeline import StudyResult, decode_study
 from fedsketch.server.errors import Code, Refusal
+from fedsketch.server.service.accounting import release_cost
 from fedsketch.server.service.messages import Submission
 from fedsketch.server.service.reads import Reads
 from fedsketch.server.service.roster import Roster
@@ -144,11 +145,13 @@ class Coordinator(SecureStudies, Roster, Reads, Shared):
 
     # --- devices -------------------------------------------------------------------------------
 
-    def enroll(self, token: str, public_key: bytes, label: str) -> str:
-        """Trade a one-time token for a device id bound to the raw Ed25519 ``public_key``."""
+    def enroll(self, token: str, public_key: bytes, label: str,
+               budget: tuple[float, float] | None = None) -> str:
+        """Trade a one-time token for a device id bound to the raw Ed25519 ``public_key`` and
+        the total (ε, δ) ``budget`` it declares (:mod:`.accounting`)."""
         if len(public_key) != signing.PUBLIC_KEY_BYTES:
             raise Refusal(Code.INVALID_ARGUMENT, "public_key must be 32 raw bytes")
-        return self.store.enroll(token, public_key, label)
+        return self.store.enroll(token, public_key, label, budget)
 
     def issue_tokens(self, count: int) -> list[str]:
         """``count`` fresh one-time enrollment tokens, stored (as digests) before they are returned."""
@@ -350,8 +353,11 @@ class Coordinator(SecureStudies, Roster, Reads, Shared):
         except (wire.PayloadError, CellsError) as exc:
             raise Refusal(Code.INVALID_ARGUMENT, str(exc)) from None
         receipt = hashlib.sha256(c.payload).hexdigest()
+        epsilon, delta = release_cost(spec, self.spec(spec.parent_id) if isinstance(spec, RoundSpec)
+                                      else None)  # counted against the device's declared total
         stored = self.store.add_contribution(ContributionRow(
-            c.study_id, c.device_id, c.n, c.kind, c.payload, receipt, c.signature, time.time()))
+            c.study_id, c.device_id, c.n, c.kind, c.payload, receipt, c.signature, time.time(),
+            epsilon, delta))
         if stored:
             row = self.store.get_study(c.study_id)
             if row.contributions >= row.capacity:  # nothing more can come

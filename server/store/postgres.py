@@ -147,6 +147,11 @@ class PostgresStore(SQLStore):
             c.execute(_LOCK, (APPLICATION_ID, key))
             yield c
 
+    def _also_lock(self, c: PostgresConnection, key: str) -> None:
+        """The transaction-scoped advisory lock of ``key`` too (always after the transaction's
+        own, a study's: so no two transactions take two locks in opposite orders)."""
+        c.execute(_LOCK, (APPLICATION_ID, key))
+
     @contextmanager
     def _reading(self) -> Iterator[PostgresConnection]:
         with self._faults(), self._pool.connection() as conn:
