@@ -5,6 +5,8 @@ records for it (the device's ``release_cost`` in ``client/study_pass.py``).
 - a study's sketch, also in a sketch round (whose spec is the study it collects): the sketch's
   (ε, δ);
 - a study with a calibration round 0 (its own releases are round 0's): round 0's ε (pure);
+- a secure round 0 (:class:`~fedsketch.common.secure_calibration.SecureCalibration`): round 0's
+  ε (pure);
 - refinement round t (plain: its :class:`~fedsketch.common.refine.RoundSpec` with the study's
   spec; secure: a :class:`~fedsketch.common.secure_rounds.SecureRound`): ε_t (pure).
 """
@@ -14,15 +16,18 @@ from __future__ import annotations
 import math
 
 from fedsketch.common.refine import RoundSpec
+from fedsketch.common.secure_calibration import SecureCalibration
 from fedsketch.common.secure_rounds import SecureRound
 from fedsketch.common.study import StudySpec
 from fedsketch.server.errors import Code, Refusal
 
 
-def release_cost(spec: StudySpec | RoundSpec | SecureRound,
+def release_cost(spec: StudySpec | RoundSpec | SecureRound | SecureCalibration,
                  parent: StudySpec | None = None) -> tuple[float, float]:
     """(ε, δ) of one device's release for a study of ``spec`` (a plain round's needs its
     study's spec, ``parent``)."""
+    if isinstance(spec, SecureCalibration):
+        return spec.study.calibration.epsilon, 0.0
     if isinstance(spec, SecureRound):
         return spec.round.epsilon(spec.parent), 0.0
     if isinstance(spec, RoundSpec):

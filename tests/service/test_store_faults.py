@@ -16,6 +16,7 @@ import json
 import os
 import signal
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -200,3 +201,36 @@ def test_a_full_ledger_is_one_error_line_records_nothing_and_takes_part_later(tm
         if c.proc.poll() is None:
             c.kill()
     assert set(stored(c, study)) == {device_id(ledger), device_id(other)}
+
+
+def test_a_deadline_that_passes_while_the_store_is_full_closes_the_study_once_space_returns(
+        tmp_path, tmpfs, cli_certs, device_files):
+    """The watcher that closes studies at their deadline meets the full store, logs it, and
+    closes the study once space returns (it used to die with the fault, leaving the study open
+    for good)."""
+    disk = tmpfs("store", "8m")
+    c = CoordinatorProcess(tmp_path, cli_certs, db_readers=False)
+    c.db = disk / "coordinator.db"
+    c.start()
+    try:
+        study = c.op("create-study", "--name", "late", "--d", "3", "--k", "3", "--bounds", "-12:12",
+                     "--rounds", "0", "--scale", "1.5", "--epsilon", "5", "--m", "60", "--r", "60",
+                     "--min-devices", "2", "--roster", "3", "--replicates", "2",
+                     "--deadline", "20").stdout.strip()
+        tokens = c.op("tokens", "--count", "2").stdout.split()
+        ledgers = [tmp_path / "l0", tmp_path / "l1"]
+        device(c, device_files[0], ledgers[0], tokens[0])  # joins
+        device(c, device_files[1], ledgers[1], tokens[1])  # fills the quorum, contributes
+        device(c, device_files[0], ledgers[0])  # contributes
+        filler = fill(disk)
+        stop = time.monotonic() + 180  # the deadline is 20 s after creation
+        while "watcher: the store failed" not in c.log.read_text():
+            assert time.monotonic() < stop and c.proc.poll() is None, c.log.read_text()
+            time.sleep(0.5)
+        assert "UNAVAILABLE" not in c.log.read_text() and "Traceback" not in c.log.read_text()
+        filler.unlink()
+        assert wait_done(c, study)["devices"] == 2
+        assert c.terminate() == 0
+    finally:
+        if c.proc.poll() is None:
+            c.kill()
