@@ -10,6 +10,7 @@ the deletion from the seal alone, and the restored copy once it asks the coordin
 from __future__ import annotations
 
 import json
+import logging
 import shutil
 import sqlite3
 import subprocess
@@ -18,8 +19,11 @@ from pathlib import Path
 import pytest
 from test_round_processes import FEDSKETCH, CoordinatorProcess, cli
 from test_round_processes import device_files as device_files  # a module-scoped fixture
+from test_secagg_round import drive, secure_spec
+from test_secagg_round import parts as parts  # a module-scoped fixture
 
 from fedsketch.client.ledger import Ledger
+from fedsketch.common.pb import fedsketch_pb2 as pb
 from fedsketch.server.store import open_store
 
 pytestmark = pytest.mark.slow
@@ -98,3 +102,32 @@ def test_a_rolled_back_ledger_is_reported_and_cannot_spend_past_the_declared_bud
     finally:
         if c.proc.poll() is None:
             c.kill()
+
+
+def test_a_secure_round_counts_against_the_declared_budget_and_refuses_a_rolled_back_device(
+        coordinator_round, parts, caplog):
+    """Secure aggregation (in-process coordinator, real gRPC): four devices (device 0 declaring 8.0, the
+    others 20.0) finish a round of ε = 5, which the coordinator then counts for each (from the
+    REGISTER, kept once the round ended since each masked). Device 0's spend rows are deleted, so
+    its ledger shows 8.0 left; in a second round of ε = 5 its REGISTER is refused
+    (declared_budget_exceeded, in its log), it spends nothing, and the other three finish without
+    it."""
+    r = coordinator_round
+    spec = secure_spec(4, epsilon=5.0, threshold=3, dropouts=1, timeout=10.0)
+    agents = [r.agent(f"s{i}", parts[i], budget=8.0 if i == 0 else 20.0) for i in range(4)]
+    ids = [a.ledger.identity().device_id for a in agents]
+    first = r.create(spec).study_id
+    assert drive(r, first, agents).state == pb.DONE
+    for dev in ids:
+        charges = r.coordinator.store.account(dev).charges
+        assert [(c.study_id, c.epsilon, c.secure) for c in charges] == [(first, 5.0, True)]
+    agents[0].ledger._conn.execute("DELETE FROM spends")
+    assert agents[0].ledger.remaining("default").epsilon == 8.0
+    second = r.create(spec).study_id
+    with caplog.at_level(logging.INFO, logger="fedsketch.device"):
+        s = drive(r, second, agents)
+    assert s.state == pb.DONE and r.result(second).devices == 3, s.detail
+    assert agents[0].ledger.find(second) is None and agents[1].ledger.find(second) is not None
+    assert "declared_budget_exceeded" in caplog.text
+    assert r.coordinator.store.account(ids[0]).charged == (5.0, 0.0)
+    assert r.coordinator.store.account(ids[1]).charged == (10.0, 0.0)
