@@ -122,6 +122,9 @@ def test_a_full_store_answers_resource_exhausted_keeps_reads_and_loses_nothing(t
         assert any(study in line and "3/3/3" in line for line in c.op("list").stdout.splitlines())
         status = json.loads(c.op("status", study, "--json").stdout)
         assert status["contributions"] == 1, status
+        tokens = c.op("tokens", check=False)  # an operator's write: the same words
+        assert tokens.returncode == 1
+        one_error_line(tokens.stderr, "RESOURCE_EXHAUSTED: the coordinator's store is full")
         filler.unlink()  # space returns: the same bytes are taken
         device(c, device_files[0], ledgers[0])
         device(c, device_files[1], ledgers[1])
