@@ -14,6 +14,7 @@ records for it (the device's ``release_cost`` in ``client/study_pass.py``).
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 from fedsketch.common.refine import RoundSpec
 from fedsketch.common.secure_calibration import SecureCalibration
@@ -37,6 +38,12 @@ def release_cost(spec: StudySpec | RoundSpec | SecureRound | SecureCalibration,
     if spec.calibration is not None:
         return spec.calibration.epsilon, 0.0
     return spec.sketch.privacy.epsilon, spec.sketch.privacy.delta
+
+
+def study_cost(spec_of: Callable[[str], StudySpec | RoundSpec], study_id: str) -> tuple[float, float]:
+    """:func:`release_cost` of a plain study or round, its specs read with ``spec_of``."""
+    spec = spec_of(study_id)
+    return release_cost(spec, spec_of(spec.parent_id) if isinstance(spec, RoundSpec) else None)
 
 
 def declared_budget(epsilon: float, delta: float) -> tuple[float, float] | None:

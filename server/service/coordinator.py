@@ -50,7 +50,7 @@ from fedsketch.common.study import StudySpec, spec_sha256
 from fedsketch.common.tls import MAX_MESSAGE_BYTES
 from fedsketch.server.decode.pipeline import StudyResult, decode_study
 from fedsketch.server.errors import Code, Refusal
-from fedsketch.server.service.accounting import release_cost
+from fedsketch.server.service.accounting import study_cost
 from fedsketch.server.service.messages import Submission
 from fedsketch.server.service.reads import Reads
 from fedsketch.server.service.roster import Roster
@@ -373,8 +373,7 @@ class Coordinator(SecureStudies, Roster, Reads, Shared):
         except (wire.PayloadError, CellsError) as exc:
             raise Refusal(Code.INVALID_ARGUMENT, str(exc)) from None
         receipt = hashlib.sha256(c.payload).hexdigest()
-        epsilon, delta = release_cost(spec, self.spec(spec.parent_id) if isinstance(spec, RoundSpec)
-                                      else None)  # counted against the device's declared total
+        epsilon, delta = study_cost(self.spec, c.study_id)  # counted against the declared total
         stored = self.store.add_contribution(ContributionRow(
             c.study_id, c.device_id, c.n, c.kind, c.payload, receipt, c.signature, time.time(),
             epsilon, delta))

@@ -80,8 +80,9 @@ class EventStore:
         emit("enroll", device=device_id)
         return device_id
 
-    def register(self, study_id: str, device_id: str) -> tuple[bool, StudyRow]:
-        added, row = self._store.register(study_id, device_id)
+    def register(self, study_id: str, device_id: str,
+                 cost: tuple[float, float] | None = None) -> tuple[bool, StudyRow]:
+        added, row = self._store.register(study_id, device_id, cost)
         if added:
             emit("register", study=study_id, device=device_id, registered=row.registered,
                  quorum=row.min_devices, roster=row.capacity)

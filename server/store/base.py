@@ -290,14 +290,17 @@ class Store(ABC):
     # rosters
 
     @abstractmethod
-    def register(self, study_id: str, device_id: str) -> tuple[bool, StudyRow]:
-        """Add ``device_id`` to the study's roster in one transaction; (added, the study after).
+    def register(self, study_id: str, device_id: str,
+                 cost: tuple[float, float] | None = None) -> tuple[bool, StudyRow]:
+        """Add ``device_id`` to the study's roster in one transaction; (added, the study after);
+        with its release's ``cost``, refused if that would take the device past its declared
+        budget (:mod:`.accounts`: the contribution is checked again).
 
         Idempotent: (False, row) for a device already in the roster, whatever the study's state.
         The registration that brings the roster to ``min_devices`` sets ``filled_at``.
         StoreError: 'not_found' for an unknown study or device; 'failed_precondition' unless the
         study is in ``ACCEPTING`` and not closing, or if its roster already holds ``capacity``
-        devices (it is never larger). Audited.
+        devices (it is never larger), or past the declared budget. Audited.
         """
 
     @abstractmethod

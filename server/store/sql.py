@@ -189,7 +189,8 @@ class SQLStore(OperatorReads, SecureRounds, Store):
 
     # rosters
 
-    def register(self, study_id: str, device_id: str) -> tuple[bool, StudyRow]:
+    def register(self, study_id: str, device_id: str,
+                 cost: tuple[float, float] | None = None) -> tuple[bool, StudyRow]:
         with self._tx(study_id) as c:
             study = self._study(c, study_id)
             if not c.execute("SELECT 1 FROM devices WHERE device_id = ?", (device_id,)).fetchone():
@@ -203,6 +204,7 @@ class SQLStore(OperatorReads, SecureRounds, Store):
             if study.registered >= study.capacity:
                 raise StoreError(Code.FAILED_PRECONDITION, f"the roster of study {study_id!r} is "
                                  f"full ({study.registered} devices)")
+            accounts.check(c, device_id, study_id, cost)  # early: its contribution is checked again
             now = time.time()
             c.execute("INSERT INTO registrations (study_id, device_id, registered_at) VALUES (?, ?, ?)",
                       (study_id, device_id, now))

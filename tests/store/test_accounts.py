@@ -47,6 +47,10 @@ def test_a_release_past_the_declared_total_is_refused_and_nothing_is_stored(stor
     assert info.value.code == "failed_precondition" and info.value.message.startswith(REFUSED)
     assert "declared a total ε = 1 at enrollment" in info.value.message
     assert store.contributions("b") == []
+    store.create_study("d", "{}", "0" * 64, None, 1)
+    with pytest.raises(StoreError, match=REFUSED):  # refused early, at its registration
+        store.register("d", dev, (0.6, 0.0))
+    assert store.get_study("d").registered == 0
     assert not store.add_contribution(release("a", dev, 0.6))  # a re-send is still acknowledged
     assert store.add_contribution(release("c", dev, 0.4))  # exactly the total: allowed
     account = store.account(dev)
