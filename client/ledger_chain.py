@@ -28,14 +28,19 @@ import sqlite3
 import struct
 from dataclasses import dataclass
 
-from fedsketch.common import signing
-from fedsketch.common.signing import field
-
 DOMAIN = b"fedsketch/ledger-chain/v1"
 GENESIS = bytes(32)
 #: The spend columns a link covers, in order (none of them is ever updated).
 SEALED = ("seq, study_id, study_name, source, epsilon, delta, n, kind, payload_sha256, "
           "spec_sha256, spent_at, parent, round, study_epsilon, premask, kept_until")
+
+
+def field(data: str | bytes) -> bytes:
+    """A length-prefixed field (uint32 little-endian length, then the bytes; UTF-8 for text), as
+    :func:`fedsketch.common.signing.field` (not imported here: the command line's start loads no
+    cryptography)."""
+    raw = data.encode() if isinstance(data, str) else data
+    return struct.pack("<I", len(raw)) + raw
 
 
 def _optional(value: float | None) -> bytes:
@@ -72,6 +77,8 @@ def _head(db: sqlite3.Connection) -> tuple[int, bytes]:
 def seal(db: sqlite3.Connection, seq: int) -> None:
     """Chain and sign the spend row ``seq`` after the current head, inside the caller's write
     transaction, and move the head to it."""
+    from fedsketch.common import signing
+
     count, head = _head(db)
     row = db.execute(f"SELECT {SEALED} FROM spends WHERE seq = ?", (seq,)).fetchone()
     link = row_digest(head, row)
@@ -84,6 +91,8 @@ def seal(db: sqlite3.Connection, seq: int) -> None:
 
 def sign_unsigned(db: sqlite3.Connection) -> None:
     """Sign the sealed rows that were recorded before the ledger held a key (at enrollment)."""
+    from fedsketch.common import signing
+
     key = _key(db)
     rows = db.execute("SELECT seq, chain FROM spends WHERE chain IS NOT NULL AND "
                       "chain_signature IS NULL").fetchall()
@@ -116,6 +125,8 @@ class Verdict:
 def verify(db: sqlite3.Connection) -> Verdict:
     """Recompute the chain over every spend row and check every signature against the device's
     key; compare the last link and the count with the sealed head (module docstring)."""
+    from fedsketch.common import signing
+
     key = _key(db)
     public = None if key is None else signing.public_key(key)
     problems: list[str] = []
