@@ -105,3 +105,10 @@ def test_device_budget_verify_says_ok_or_reports_in_words_and_exit_status(sealed
                          capture_output=True, text=True, timeout=60)
     assert bad.returncode == 1 and "Traceback" not in bad.stderr
     assert "sealed 3 spend(s) and holds 2" in bad.stderr, bad.stderr
+
+
+def test_the_chain_fields_are_laid_out_as_the_signatures_fields():
+    from fedsketch.client.ledger_chain import field
+
+    for value in ("", "study", "ε", b"", b"\0\1", b"x" * 300):
+        assert field(value) == signing.field(value)
