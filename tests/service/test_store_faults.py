@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 
 import pytest
-from test_round_processes import CoordinatorProcess, cli, create_study, device, wait_done
+from test_round_processes import FEDSKETCH, CoordinatorProcess, cli, create_study, device, wait_done
 from test_round_processes import device_files as device_files  # a module-scoped fixture
 
 from fedsketch.client.ledger import Ledger
@@ -31,15 +31,15 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture
 def tmpfs(tmp_path):
-    """``tmpfs(name, size)``: a fresh tmpfs of ``size`` (e.g. "8m") mounted at tmp_path/name,
+    """``tmpfs(name, size[, ",ro"])``: a fresh tmpfs of ``size`` (e.g. "8m") mounted at tmp_path/name,
     unmounted after the test; the test is skipped when mounting is not permitted (not root)."""
     mounted: list[Path] = []
 
-    def mount(name: str, size: str) -> Path:
+    def mount(name: str, size: str, options: str = "") -> Path:
         folder = tmp_path / name
         folder.mkdir()
-        res = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size},mode=0700", "tmpfs",
-                              str(folder)], capture_output=True, text=True)
+        res = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size},mode=0700{options}",
+                              "tmpfs", str(folder)], capture_output=True, text=True)
         if res.returncode != 0:
             pytest.skip(f"cannot mount a tmpfs here (root only): {res.stderr.strip()}")
         mounted.append(folder)
@@ -237,3 +237,16 @@ def test_a_deadline_that_passes_while_the_store_is_full_closes_the_study_once_sp
     finally:
         if c.proc.poll() is None:
             c.kill()
+
+
+def test_a_store_on_a_read_only_file_system_is_one_error_line_at_start(tmp_path, tmpfs):
+    """A file system cannot turn read-only under a coordinator that has its files open for
+    writing (Linux refuses the remount: busy), so a read-only store is met at start: one
+    ``error:`` line naming the file and the cause, exit status 1, nothing written."""
+    disk = tmpfs("ro", "1m", ",ro")
+    res = subprocess.run([FEDSKETCH, "coordinator", "serve", "--db", str(disk / "c.db"),
+                          "--insecure", "--listen", "127.0.0.1:0", "--token-file",
+                          str(tmp_path / "token")], capture_output=True, text=True, timeout=60)
+    assert res.returncode == 1
+    one_error_line(res.stderr, str(disk / "c.db"), "Read-only file system")
+    assert not (tmp_path / "token").exists()
