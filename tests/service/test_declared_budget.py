@@ -113,7 +113,8 @@ def test_a_secure_round_counts_against_the_declared_budget_and_refuses_a_rolled_
     (declared_budget_exceeded, in its log), it spends nothing, and the other three finish without
     it."""
     r = coordinator_round
-    spec = secure_spec(4, epsilon=5.0, threshold=3, dropouts=1, timeout=10.0)
+    # stage timeout 20 s: generous for four in-process devices; round 2's REGISTER waits it out
+    spec = secure_spec(4, epsilon=5.0, threshold=3, dropouts=1, timeout=20.0)
     agents = [r.agent(f"s{i}", parts[i], budget=8.0 if i == 0 else 20.0) for i in range(4)]
     ids = [a.ledger.identity().device_id for a in agents]
     first = r.create(spec).study_id
