@@ -37,7 +37,7 @@ SEALED = ("seq, study_id, study_name, source, epsilon, delta, n, kind, payload_s
 
 def field(data: str | bytes) -> bytes:
     """A length-prefixed field (uint32 little-endian length, then the bytes; UTF-8 for text), as
-    :func:`fedsketch.common.signing.field` (not imported here: the command line's start loads no
+    :func:`fedsketch.common.net.signing.field` (not imported here: the command line's start loads no
     cryptography)."""
     raw = data.encode() if isinstance(data, str) else data
     return struct.pack("<I", len(raw)) + raw
@@ -77,7 +77,7 @@ def _head(db: sqlite3.Connection) -> tuple[int, bytes]:
 def seal(db: sqlite3.Connection, seq: int) -> None:
     """Chain and sign the spend row ``seq`` after the current head, inside the caller's write
     transaction, and move the head to it."""
-    from fedsketch.common import signing
+    from fedsketch.common.net import signing
 
     count, head = _head(db)
     row = db.execute(f"SELECT {SEALED} FROM spends WHERE seq = ?", (seq,)).fetchone()
@@ -91,7 +91,7 @@ def seal(db: sqlite3.Connection, seq: int) -> None:
 
 def sign_unsigned(db: sqlite3.Connection) -> None:
     """Sign the sealed rows that were recorded before the ledger held a key (at enrollment)."""
-    from fedsketch.common import signing
+    from fedsketch.common.net import signing
 
     key = _key(db)
     rows = db.execute("SELECT seq, chain FROM spends WHERE chain IS NOT NULL AND "
@@ -125,7 +125,7 @@ class Verdict:
 def verify(db: sqlite3.Connection) -> Verdict:
     """Recompute the chain over every spend row and check every signature against the device's
     key; compare the last link and the count with the sealed head (module docstring)."""
-    from fedsketch.common import signing
+    from fedsketch.common.net import signing
 
     key = _key(db)
     public = None if key is None else signing.public_key(key)

@@ -53,9 +53,9 @@ import math
 import sqlite3
 import time
 
-from .ledger_chain import seal_all
-from .ledger_records import LedgerError
-from .policy import Policy
+from fedsketch.client.ledger_chain import seal_all
+from fedsketch.client.ledger_records import LedgerError
+from fedsketch.client.policy import Policy
 
 log = logging.getLogger("fedsketch.device")
 

@@ -13,10 +13,10 @@ from collections.abc import Callable
 from contextlib import AbstractContextManager
 from dataclasses import replace
 
-from .ledger_chain import Verdict, seal, verify
-from .ledger_records import Budget, BudgetExceeded, LedgerError, Spend, over_budget
-from .ledger_schema import SPEND_COLUMNS, promised, promises, round_taken, study_spent
-from .policy import Policy
+from fedsketch.client.ledger_chain import Verdict, seal, verify
+from fedsketch.client.ledger_records import Budget, BudgetExceeded, LedgerError, Spend, over_budget
+from fedsketch.client.ledger_schema import SPEND_COLUMNS, promised, promises, round_taken, study_spent
+from fedsketch.client.policy import Policy
 
 
 class Spends:

@@ -15,12 +15,11 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from fedsketch.common.device_reads import signed_read
-from fedsketch.common.link import Link
+from fedsketch.client.ledger import Ledger
+from fedsketch.client.ledger_records import LedgerError
+from fedsketch.common.net.device_reads import signed_read
+from fedsketch.common.net.link import Link
 from fedsketch.common.pb import fedsketch_pb2_grpc as pb_grpc
-
-from .ledger import Ledger
-from .ledger_records import LedgerError
 
 #: Seconds to wait for the coordinator's account.
 TIMEOUT = 30.0

@@ -9,17 +9,16 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from fedsketch.common.box import Box
-from fedsketch.common.calibration_round import SketchRound, is_sketch_round
-from fedsketch.common.refine import RoundSpec
+from fedsketch.client.ledger import Identity
+from fedsketch.client.localdata import LocalData
+from fedsketch.client.study_pass import Later, release_cost
 from fedsketch.common.secagg import Client
 from fedsketch.common.secagg import wire as sw
-from fedsketch.common.secure_calibration import SecureProtocol, secure_protocol
-from fedsketch.common.study import StudySpec
-
-from .ledger import Identity
-from .localdata import LocalData
-from .study_pass import Later, release_cost
+from fedsketch.common.sketch.box import Box
+from fedsketch.common.study.calibration_round import SketchRound, is_sketch_round
+from fedsketch.common.study.refine import RoundSpec
+from fedsketch.common.study.secure_calibration import SecureProtocol, secure_protocol
+from fedsketch.common.study.study import StudySpec
 
 #: Format of a session as the ledger keeps it.
 SESSION_FORMAT = "fedsketch.secure-session/1"

@@ -11,7 +11,7 @@ UNMASK.
 * MASKED_INPUT: the device sketches that same version of the data (it drops out, unspent, if
   the file changed or the count differs), adds its noise share, masks, commits the spend with
   the bytes to the ledger, and only then sends. In a refinement round of a secure study its
-  input is the round's exact cells instead of the sketch (:mod:`fedsketch.common.secure_rounds`).
+  input is the round's exact cells instead of the sketch (:mod:`fedsketch.common.study.secure_rounds`).
 * CONSISTENCY and UNMASK: the device signs one survivor list and reveals shares only as that
   list implies, against the consistency quorum of signatures on it
   (:meth:`fedsketch.common.secagg.Client.unmask`).
@@ -42,27 +42,26 @@ from collections.abc import Callable
 import grpc
 import numpy as np
 
-from fedsketch.common import signing
-from fedsketch.common.box import Tally
+from fedsketch.client.declines import Declined
+from fedsketch.client.ledger import BudgetExceeded, Identity, Ledger, LedgerError
+from fedsketch.client.localdata import DATA_ERRORS, LocalData, data_refusal, log_clipped
+from fedsketch.client.roster_steps import FINAL_REFUSALS
+from fedsketch.client.secure_session import Session
+from fedsketch.client.study_pass import RPC_TIMEOUT, Outcome, fault_point, spend_labels
 from fedsketch.common.cli import printable
 from fedsketch.common.dp.plan import integer_sum_term
 from fedsketch.common.dp.samplers import dlap_noise_share
-from fedsketch.common.frequencies import draw_frequencies
+from fedsketch.common.net import signing
 from fedsketch.common.pb import fedsketch_pb2 as pb
 from fedsketch.common.pb import fedsketch_pb2_grpc as pb_grpc
-from fedsketch.common.refine import RoundSpec, round_cells
 from fedsketch.common.secagg import Client, SecAggAbort
 from fedsketch.common.secagg import wire as sw
-from fedsketch.common.secure_calibration import SecureCalibration
-from fedsketch.common.secure_rounds import SecureRound
-from fedsketch.common.sketching import feature_sum
-
-from .declines import Declined
-from .ledger import BudgetExceeded, Identity, Ledger, LedgerError
-from .localdata import DATA_ERRORS, LocalData, data_refusal, log_clipped
-from .roster_steps import FINAL_REFUSALS
-from .secure_session import Session
-from .study_pass import RPC_TIMEOUT, Outcome, fault_point, spend_labels
+from fedsketch.common.sketch.box import Tally
+from fedsketch.common.sketch.frequencies import draw_frequencies
+from fedsketch.common.sketch.sketching import feature_sum
+from fedsketch.common.study.refine import RoundSpec, round_cells
+from fedsketch.common.study.secure_calibration import SecureCalibration
+from fedsketch.common.study.secure_rounds import SecureRound
 
 log = logging.getLogger("fedsketch.device")
 
@@ -229,7 +228,7 @@ class SecureSteps:
 
         The shares of h_min = L − D − C devices add up to the release's integer-sum term
         (MECHANISMS §4.2, :mod:`fedsketch.common.secagg.trust`,
-        :mod:`fedsketch.common.secure_rounds`).
+        :mod:`fedsketch.common.study.secure_rounds`).
         """
         spec, tally = session.spec, Tally()
         try:

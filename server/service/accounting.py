@@ -5,10 +5,10 @@ records for it (the device's ``release_cost`` in ``client/study_pass.py``).
 - a study's sketch, also in a sketch round (whose spec is the study it collects): the sketch's
   (ε, δ);
 - a study with a calibration round 0 (its own releases are round 0's): round 0's ε (pure);
-- a secure round 0 (:class:`~fedsketch.common.secure_calibration.SecureCalibration`): round 0's
+- a secure round 0 (:class:`~fedsketch.common.study.secure_calibration.SecureCalibration`): round 0's
   ε (pure);
-- refinement round t (plain: its :class:`~fedsketch.common.refine.RoundSpec` with the study's
-  spec; secure: a :class:`~fedsketch.common.secure_rounds.SecureRound`): ε_t (pure).
+- refinement round t (plain: its :class:`~fedsketch.common.study.refine.RoundSpec` with the study's
+  spec; secure: a :class:`~fedsketch.common.study.secure_rounds.SecureRound`): ε_t (pure).
 """
 
 from __future__ import annotations
@@ -16,10 +16,10 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 
-from fedsketch.common.refine import RoundSpec
-from fedsketch.common.secure_calibration import SecureCalibration
-from fedsketch.common.secure_rounds import SecureRound
-from fedsketch.common.study import StudySpec
+from fedsketch.common.study.refine import RoundSpec
+from fedsketch.common.study.secure_calibration import SecureCalibration
+from fedsketch.common.study.secure_rounds import SecureRound
+from fedsketch.common.study.study import StudySpec
 from fedsketch.server.errors import Code, Refusal
 
 

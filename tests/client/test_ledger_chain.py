@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from fedsketch.client.ledger import Identity, Ledger
-from fedsketch.common import signing
+from fedsketch.common.net import signing
 
 FEDSKETCH = str(Path(sys.executable).with_name("fedsketch"))
 
