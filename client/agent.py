@@ -52,7 +52,15 @@ import math
 import grpc
 
 from fedsketch.client.declines import Declined
-from fedsketch.client.ledger import DEFAULT_SOURCE, BudgetExceeded, Identity, Ledger, LedgerError, Spend
+from fedsketch.client.ledger import (
+    DEFAULT_SOURCE,
+    BudgetExceeded,
+    Identity,
+    Ledger,
+    LedgerError,
+    LedgerUnavailable,
+    Spend,
+)
 from fedsketch.client.localdata import DATA_ERRORS, DataFeed, Retry, data_refusal, log_clipped
 from fedsketch.client.roster_steps import FINAL_REFUSALS, RosterSteps
 from fedsketch.client.round_steps import RoundChecks, release
@@ -118,8 +126,10 @@ class Agent(SecureSteps, RosterSteps, RoundChecks):
         if not token:
             raise LedgerError("this device is not enrolled yet: pass an enrollment token")
         key = self.ledger.enrollment_key()  # committed first: a lost reply is asked again
+        eps, delta = self.ledger.declared() or (0.0, 0.0)  # the total the coordinator holds it to
         reply = self.stub.Enroll(pb.EnrollRequest(token=token, public_key=signing.public_key(key),
-                                                  label=label), timeout=RPC_TIMEOUT)
+                                                  label=label, budget_epsilon=eps, budget_delta=delta),
+                                 timeout=RPC_TIMEOUT)
         identity = Identity(reply.device_id, key, coordinator)
         self.ledger.set_identity(identity)
         log.info("enrolled as %s", reply.device_id)
@@ -332,6 +342,8 @@ class Agent(SecureSteps, RosterSteps, RoundChecks):
                 **spend_labels(spec, rnd, admitted.later, admitted.deadline))
         except BudgetExceeded as exc:  # e.g. another daemon on this ledger spent
             return Declined(str(exc), pb.BUDGET)
+        except LedgerUnavailable:  # the file, not the study: nothing recorded, tried next pass
+            raise
         except LedgerError as exc:  # the coordinator's re-check, or the ledger's bookkeeping
             return str(exc)
         fault_point()

@@ -251,15 +251,45 @@ def _when(t: float) -> str:
         return f"{t:g} (Unix s)"
 
 
+def _verify(ledger: Path, coordinator: str | None, ca: Path | None, insecure: bool) -> None:
+    """``device budget --verify`` (:mod:`.ledger_verify`): what holds on stdout, each problem on
+    stderr, then one ``error:`` line and exit status 1 if there is any."""
+    from fedsketch.client.ledger_verify import verify
+
+    with clean_errors():
+        with _existing(ledger) as book:
+            holds, problems = verify(book, coordinator, ca, insecure)
+    for line in holds:
+        typer.echo(line)
+    for line in problems:
+        typer.echo(f"problem: {line}", err=True)
+    if problems:
+        typer.echo(f"error: the ledger {ledger} does not verify ({len(problems)} problems)", err=True)
+        raise typer.Exit(1)
+
+
 @device_app.command("budget")
 def device_budget(
     ledger: LedgerOpt,
     as_json: JsonOpt = False,
+    verify: Annotated[bool, typer.Option("--verify", help=(
+        "Only check the spends against their seal (a hash chain signed with the device's key: "
+        "a deleted, edited or added row is reported) and, with --coordinator, against what "
+        "the coordinator counts against the budget the device declared; exit 1 if anything "
+        "does not hold."))] = False,
+    coordinator: Annotated[str | None, typer.Option(
+        envvar="FEDSKETCH_COORDINATOR", help="With --verify: the coordinator HOST:PORT to compare "
+        "with.")] = None,
+    ca: CaOpt = None,
+    insecure: InsecureOpt = False,
 ) -> None:
     """The device's budgets (what each source may spend, has spent, has left, and how much of
     that is reserved or kept), its policy, the studies whose roster it joined and that reserve
     part of the budget, the studies whose later rounds keep part of it, every spend with its
     time, study and outcome, and the owner's log of budget changes."""
+    if verify:
+        _verify(ledger, coordinator, ca, insecure)
+        return
     with clean_errors():
         with _existing(ledger) as book:
             budgets = book.sources()

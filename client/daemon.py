@@ -26,7 +26,7 @@ from pathlib import Path
 import grpc
 
 from fedsketch.client.agent import Agent
-from fedsketch.client.ledger import DEFAULT_SOURCE, Budget, Ledger, LedgerError
+from fedsketch.client.ledger import DEFAULT_SOURCE, Budget, Ledger, LedgerError, LedgerUnavailable
 from fedsketch.client.ledger_records import check_budget
 from fedsketch.client.localdata import LocalData, Stopped, stoppable
 from fedsketch.common.cli import rpc_words
@@ -148,6 +148,11 @@ def run(cfg: DaemonConfig, stop: threading.Event) -> int:
                 log.warning("coordinator: %s", rpc_words(exc, link))
                 if cfg.once:
                     return 1
+                failures += 1
+            except LedgerUnavailable as exc:  # nothing recorded, nothing sent: try again later
+                if cfg.once:
+                    raise
+                log.warning("ledger: %s", exc)
                 failures += 1
             else:
                 for study_id in out.submitted + out.resent:

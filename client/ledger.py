@@ -52,6 +52,7 @@ from fedsketch.client.ledger_records import (
     BudgetExceeded,
     Identity,
     LedgerError,
+    LedgerUnavailable,
     Spend,
     check_budget,
     check_source,
@@ -71,9 +72,26 @@ from fedsketch.client.ledger_spends import Spends
 from fedsketch.client.policy import Policy
 
 __all__ = ["DEFAULT_SOURCE", "SCHEMA_VERSION", "Budget", "BudgetChange", "BudgetExceeded",
-           "Identity", "Ledger", "LedgerError", "Reservation", "Spend"]
+           "Identity", "Ledger", "LedgerError", "LedgerUnavailable", "Reservation", "Spend"]
 
 _BUSY_TIMEOUT_S = 30.0
+
+
+#: SQLite result codes that are the file's or the machine's state, with what the owner can do:
+#: BUSY 5, LOCKED 6, NOMEM 7, READONLY 8, IOERR 10, FULL 13, CANTOPEN 14, PROTOCOL 15.
+_FAULTS = {5: " (another process holds it)", 6: "", 7: "", 8: " (it, or its folder, is read-only)",
+           10: " (the disk failed to read or write it)", 13: " (the disk under it is full: free "
+           "space and run again)", 14: " (check that its folder exists and is writable)", 15: ""}
+
+
+def unavailable(path: str, exc: sqlite3.OperationalError) -> LedgerError:
+    """The ledger error, in words, for SQLite's ``exc`` on ``path``: LedgerUnavailable for a
+    fault of the file or the disk (:data:`_FAULTS`), else LedgerError."""
+    code = (getattr(exc, "sqlite_errorcode", None) or 0) & 0xFF
+    if code not in _FAULTS:
+        return LedgerError(f"the ledger {path} failed: {exc}")
+    return LedgerUnavailable(f"cannot use the ledger {path}: {exc}{_FAULTS[code]}; nothing "
+                             "was recorded and nothing was sent")
 
 
 class Ledger(Spends, Reservations, SecureSessions, IdentityStore):
@@ -86,13 +104,18 @@ class Ledger(Spends, Reservations, SecureSessions, IdentityStore):
 
     def __init__(self, path: str | os.PathLike) -> None:
         self.path = os.fspath(path)
-        os.close(os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600))
+        try:
+            os.close(os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600))
+        except OSError as exc:
+            raise LedgerUnavailable(f"cannot open the ledger {self.path}: {exc.strerror}") from exc
         self._conn = sqlite3.connect(self.path, timeout=_BUSY_TIMEOUT_S, isolation_level=None)
         try:
             self._open()
         except BaseException as exc:
             self._conn.close()
-            if isinstance(exc, sqlite3.DatabaseError) and not isinstance(exc, sqlite3.OperationalError):
+            if isinstance(exc, sqlite3.OperationalError):
+                raise unavailable(self.path, exc) from exc
+            if isinstance(exc, sqlite3.DatabaseError):
                 raise LedgerError(f"{self.path} is not a readable ledger: {exc}") from exc
             raise
 
@@ -135,13 +158,25 @@ class Ledger(Spends, Reservations, SecureSessions, IdentityStore):
     @contextmanager
     def _write(self) -> Iterator[sqlite3.Connection]:
         """One write transaction, taken with BEGIN IMMEDIATE (the write lock first, then any checks)."""
-        self._conn.execute("BEGIN IMMEDIATE")
         try:
-            yield self._conn
-        except BaseException:
-            self._conn.execute("ROLLBACK")
-            raise
-        self._conn.execute("COMMIT")
+            self._conn.execute("BEGIN IMMEDIATE")
+            try:
+                yield self._conn
+            except BaseException:
+                if self._conn.in_transaction:
+                    self._conn.execute("ROLLBACK")
+                raise
+            self._conn.execute("COMMIT")
+        except sqlite3.OperationalError as exc:  # a full disk, a read-only file system, I/O
+            if self._conn.in_transaction:
+                try:
+                    self._conn.execute("ROLLBACK")
+                except sqlite3.Error:
+                    pass
+            fault = unavailable(self.path, exc)
+            if not isinstance(fault, LedgerUnavailable):
+                raise
+            raise fault from exc
 
     def close(self) -> None:
         """Close the file (idempotent). Every recorded spend was already committed."""

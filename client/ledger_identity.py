@@ -1,6 +1,9 @@
 """The device's identity in its ledger: its id, Ed25519 private key and coordinator address,
 and the key of an enrollment in progress.
 
+At enrollment the device also declares its total budget (:meth:`IdentityStore.declared`), which
+its coordinator holds it to whatever the ledger later says (``docs/device-owner.md``).
+
 Enrollment must survive a lost reply: the coordinator commits the enrollment, the reply never
 arrives, and the device asks again. So the device draws its key once (OS CSPRNG), commits it to
 the ledger (``settings.enrollment_key``) *before* it calls Enroll, and sends that same key on
@@ -10,16 +13,20 @@ returns the same device id. Storing the identity drops the pending key.
 
 from __future__ import annotations
 
+import math
 import sqlite3
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 
+from fedsketch.client.ledger_chain import sign_unsigned
 from fedsketch.client.ledger_records import Identity, LedgerError
 from fedsketch.client.ledger_schema import set_settings
 from fedsketch.common.net import signing
 
 #: ``settings`` key of the private key of an enrollment in progress (hex).
 PENDING_KEY = "enrollment_key"
+#: ``settings`` keys of the total budget the device declares when it enrolls (schema 7).
+DECLARED = ("declared_epsilon", "declared_delta")
 
 
 class IdentityStore:
@@ -47,7 +54,19 @@ class IdentityStore:
                 return bytes.fromhex(row[0])
             key = signing.new_private_key()
             set_settings(db, **{PENDING_KEY: key.hex()})
+            budgets = db.execute("SELECT epsilon, delta FROM sources").fetchall()
+            eps, delta = math.fsum(b[0] for b in budgets), math.fsum(b[1] for b in budgets)
+            set_settings(db, **{DECLARED[0]: repr(eps), DECLARED[1]: repr(min(delta, 1.0 - 1e-12))})
             return key
+
+    def declared(self) -> tuple[float, float] | None:
+        """The total (ε, δ) the device declares, or declared, to its coordinator when it enrolls:
+        its sources' budgets summed (sequential composition over every source's spends bounds
+        what it can release in all) when it drew its enrollment key; None before."""
+        values = dict(self._conn.execute("SELECT key, value FROM settings WHERE key IN (?, ?)", DECLARED))
+        if len(values) < 2:
+            return None
+        return float(values[DECLARED[0]]), float(values[DECLARED[1]])
 
     def set_identity(self, identity: Identity) -> None:
         """Store the device identity (and drop the pending enrollment key). Storing the same
@@ -64,3 +83,4 @@ class IdentityStore:
             db.execute("INSERT INTO identity (id, device_id, private_key, coordinator) VALUES (1, ?, ?, ?)",
                        (identity.device_id, identity.private_key, identity.coordinator))
             db.execute("DELETE FROM settings WHERE key = ?", (PENDING_KEY,))
+            sign_unsigned(db)  # spends recorded before the device had its key

@@ -18,6 +18,12 @@ class LedgerError(Exception):
     """A corrupt, foreign or newer-version ledger file, an unknown source, or a conflicting record."""
 
 
+class LedgerUnavailable(LedgerError):
+    """The ledger file could not be read or written (a full disk, a read-only or failing file
+    system): nothing of the failed transaction was kept, so no spend was recorded and nothing
+    was sent. ``str(exc)`` names the file and the cause."""
+
+
 @dataclass(frozen=True)
 class Budget:
     """A source's total budget: ε (dimensionless) and δ (a probability)."""

@@ -1,4 +1,13 @@
-"""The ledger's SQLite layout: schema version 6, and the one-time migrations from schemas 1 to 5.
+"""The ledger's SQLite layout: schema version 7, and the one-time migrations from schemas 1 to 6.
+
+Schema 7 seals the spends: ``spends.chain`` (a SHA-256 hash chain over the rows) and
+``spends.chain_signature`` (the device's Ed25519 signature of the link), with the settings
+``chain_count`` and ``chain_head`` (:mod:`.ledger_chain`), so that a deleted or edited spend row
+is found by ``fedsketch device budget --verify``. It also keeps ``declared_epsilon`` and
+``declared_delta`` in the settings: the total budget the device declared to its coordinator at
+enrollment, which the coordinator holds it to. :func:`migrate_v6` adds the columns and seals
+the rows the file holds, in their order, at the migration (what was done to them before cannot
+be known; the migration is logged).
 
 Schema 6 adds ``spends.kept_until``: on a release after which its study has more rounds, the
 time (Unix seconds) until which the device keeps those rounds' ε aside (:func:`promised`),
@@ -44,12 +53,13 @@ import math
 import sqlite3
 import time
 
+from fedsketch.client.ledger_chain import seal_all
 from fedsketch.client.ledger_records import LedgerError
 from fedsketch.client.policy import Policy
 
 log = logging.getLogger("fedsketch.device")
 
-SCHEMA_VERSION = 6
+SCHEMA_VERSION = 7
 FORMAT = "fedsketch.ledger"
 #: The source of a device that declares no other.
 DEFAULT_SOURCE = "default"
@@ -96,7 +106,9 @@ CREATE TABLE spends (
     round          INTEGER NOT NULL DEFAULT 0,
     study_epsilon  REAL,
     premask        BLOB,
-    kept_until     REAL
+    kept_until     REAL,
+    chain          BLOB,
+    chain_signature BLOB
 );
 CREATE INDEX spends_by_source ON spends (source);
 CREATE TABLE reservations (
@@ -216,6 +228,7 @@ def migrate_v1(db: sqlite3.Connection, settings: dict[str, str]) -> None:
                "delta, n, kind, payload, payload_sha256, spec_sha256, spent_at, acked_at, "
                "receipt, NULL FROM spends_v1 ORDER BY seq", (DEFAULT_SOURCE,))
     db.execute("DROP TABLE spends_v1")
+    seal_all(db)
     db.execute("DELETE FROM settings WHERE key IN ('budget', 'budget_delta')")
     set_settings(db, schema_version=str(SCHEMA_VERSION), policy=Policy().to_json())
     log_change(db, "migrate", DEFAULT_SOURCE, epsilon, delta,
@@ -269,6 +282,18 @@ def migrate_v5(db: sqlite3.Connection) -> None:
                "secure-aggregation round survives a restart of the daemon")
 
 
+def migrate_v6(db: sqlite3.Connection) -> None:
+    """Schema 6 → 7 (module docstring), inside the caller's write transaction: the seal's
+    columns, and every existing spend sealed in ``seq`` order."""
+    db.execute("ALTER TABLE spends ADD COLUMN chain BLOB")
+    db.execute("ALTER TABLE spends ADD COLUMN chain_signature BLOB")
+    sealed = seal_all(db)
+    set_settings(db, schema_version="7")
+    log_change(db, "migrate", None, None, None, f"schema 6 → 7: the {sealed} spends recorded so "
+               "far were sealed now (a hash chain signed with the device's key); from here on a "
+               "deleted or edited spend row is found by `fedsketch device budget --verify`")
+
+
 def drop_out_of_box(db: sqlite3.Connection, settings: dict[str, str]) -> str | None:
     """Remove the ``out_of_box`` key that the first schema-2 release stored in the policy, inside
     the caller's write transaction (logged); the old value, or None if there was none.
@@ -298,7 +323,7 @@ def upgrade(db: sqlite3.Connection, path: str) -> None:
         log.warning("%s: migrated from schema 1; its budget is what it had spent, so "
                     "nothing remains until `fedsketch device raise-budget`", path)
         return
-    if version not in ("2", "3", "4", "5", str(SCHEMA_VERSION)):
+    if version not in ("2", "3", "4", "5", "6", str(SCHEMA_VERSION)):
         raise LedgerError(f"{path} has ledger schema version {version!r}; this code reads "
                           f"versions 1 to {SCHEMA_VERSION} (written by a newer fedsketch?)")
     if version == "2":
@@ -309,6 +334,8 @@ def upgrade(db: sqlite3.Connection, path: str) -> None:
         migrate_v4(db)
     if version in ("2", "3", "4", "5"):
         migrate_v5(db)
+    if version in ("2", "3", "4", "5", "6"):
+        migrate_v6(db)
     if drop_out_of_box(db, settings) == "refuse":
         log.warning("%s: the owner's policy out-of-box = refuse is no longer offered "
                     "(the refusal would reveal the records); records are clipped", path)

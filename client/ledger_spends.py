@@ -13,6 +13,7 @@ from collections.abc import Callable
 from contextlib import AbstractContextManager
 from dataclasses import replace
 
+from fedsketch.client.ledger_chain import Verdict, seal, verify
 from fedsketch.client.ledger_records import Budget, BudgetExceeded, LedgerError, Spend, over_budget
 from fedsketch.client.ledger_schema import SPEND_COLUMNS, promised, promises, round_taken, study_spent
 from fedsketch.client.policy import Policy
@@ -126,11 +127,12 @@ class Spends:
             if later_epsilon > 0:  # the study's whole ε for this device, kept until kept_until
                 whole = math.fsum((study_spent(db, study), spend.epsilon, later_epsilon))
                 spend = replace(spend, study_epsilon=whole, kept_until=now + keep_seconds)
-            db.execute(f"INSERT INTO spends ({SPEND_COLUMNS}) VALUES ({', '.join('?' * 19)})",
+            cursor = db.execute(f"INSERT INTO spends ({SPEND_COLUMNS}) VALUES ({', '.join('?' * 19)})",
                        (spend.study_id, spend.study_name, spend.source, spend.epsilon, spend.delta,
                         spend.n, spend.kind, spend.payload, spend.payload_sha256, spend.spec_sha256,
                         spend.spent_at, None, None, None, parent, round, spend.study_epsilon,
                         spend.premask, spend.kept_until))
+            seal(db, cursor.lastrowid)  # chained and signed in the same transaction
         return spend
 
     def mark_acked(self, study_id: str, receipt: str) -> None:
@@ -165,6 +167,10 @@ class Spends:
         rows = self._conn.execute(f"SELECT {SPEND_COLUMNS} FROM spends WHERE acked_at IS NOT NULL "
                                   "AND final_state IS NULL ORDER BY seq")
         return [Spend(*r) for r in rows]
+
+    def verify_chain(self) -> Verdict:
+        """The spend rows checked against their seal (:func:`.ledger_chain.verify`)."""
+        return verify(self._conn)
 
     def spends(self) -> list[Spend]:
         """All spends, oldest first."""

@@ -119,7 +119,8 @@ def test_units_with_example_configs_run_a_study(tmp_path):
     subprocess.run([FEDSKETCH, "certs", "init", "--out", str(tmp_path / "certs"), "--host",
                     "localhost"], check=True, capture_output=True)
     coord_env = coordinator_env(tmp_path, "coordinator.env")
-    coord_env.update(FEDSKETCH_DB=str(tmp_path / "c.db"), FEDSKETCH_LISTEN="127.0.0.1:0")
+    coord_env.update(FEDSKETCH_DB=str(tmp_path / "c.db"), FEDSKETCH_LISTEN="127.0.0.1:0",
+                     FEDSKETCH_DB_READERS="1")  # run_study reads the file while it serves
     server, port = serve("fedsketch-coordinator.service", coord_env, tmp_path / "port")
     try:
         started("fedsketch-coordinator.service", coord_env, port)

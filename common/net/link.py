@@ -65,6 +65,10 @@ class Link:
         return first_host(self.target)
 
 
+#: How the coordinator's answer for a store that cannot write begins (its text is shown as it is).
+STORE_FAULT = "the coordinator's store "
+
+
 def describe(code: str, details: str, link: Link | None) -> str:
     """One line for a failed gRPC call with status ``code`` (a name such as "UNAVAILABLE") and
     the library's ``details``: what failed and which option to check, for a failed connection;
@@ -72,7 +76,7 @@ def describe(code: str, details: str, link: Link | None) -> str:
     from ..text import printable
 
     where = f"the coordinator at {link.target}" if link else "the coordinator"
-    if code not in ("UNAVAILABLE", "DEADLINE_EXCEEDED"):
+    if code not in ("UNAVAILABLE", "DEADLINE_EXCEEDED") or details.startswith(STORE_FAULT):
         hint = (" (check --token-file: it must hold the token `coordinator serve` wrote to its "
                 "--token-file)" if "operator credential" in details else "")
         return f"{code}: {printable(details)}{hint}"

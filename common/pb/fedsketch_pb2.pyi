@@ -65,14 +65,18 @@ FINISHED: Stage
 CONSISTENCY: Stage
 
 class EnrollRequest(_message.Message):
-    __slots__ = ("token", "public_key", "label")
+    __slots__ = ("token", "public_key", "label", "budget_epsilon", "budget_delta")
     TOKEN_FIELD_NUMBER: _ClassVar[int]
     PUBLIC_KEY_FIELD_NUMBER: _ClassVar[int]
     LABEL_FIELD_NUMBER: _ClassVar[int]
+    BUDGET_EPSILON_FIELD_NUMBER: _ClassVar[int]
+    BUDGET_DELTA_FIELD_NUMBER: _ClassVar[int]
     token: str
     public_key: bytes
     label: str
-    def __init__(self, token: _Optional[str] = ..., public_key: _Optional[bytes] = ..., label: _Optional[str] = ...) -> None: ...
+    budget_epsilon: float
+    budget_delta: float
+    def __init__(self, token: _Optional[str] = ..., public_key: _Optional[bytes] = ..., label: _Optional[str] = ..., budget_epsilon: _Optional[float] = ..., budget_delta: _Optional[float] = ...) -> None: ...
 
 class EnrollResponse(_message.Message):
     __slots__ = ("device_id",)
@@ -101,6 +105,32 @@ class DeviceRead(_message.Message):
     audience: str
     format: int
     def __init__(self, device_id: _Optional[str] = ..., study_id: _Optional[str] = ..., signed_at: _Optional[float] = ..., signature: _Optional[bytes] = ..., audience: _Optional[str] = ..., format: _Optional[int] = ...) -> None: ...
+
+class Account(_message.Message):
+    __slots__ = ("budget_epsilon", "budget_delta", "charged_epsilon", "charged_delta", "charges")
+    BUDGET_EPSILON_FIELD_NUMBER: _ClassVar[int]
+    BUDGET_DELTA_FIELD_NUMBER: _ClassVar[int]
+    CHARGED_EPSILON_FIELD_NUMBER: _ClassVar[int]
+    CHARGED_DELTA_FIELD_NUMBER: _ClassVar[int]
+    CHARGES_FIELD_NUMBER: _ClassVar[int]
+    budget_epsilon: float
+    budget_delta: float
+    charged_epsilon: float
+    charged_delta: float
+    charges: _containers.RepeatedCompositeFieldContainer[Charge]
+    def __init__(self, budget_epsilon: _Optional[float] = ..., budget_delta: _Optional[float] = ..., charged_epsilon: _Optional[float] = ..., charged_delta: _Optional[float] = ..., charges: _Optional[_Iterable[_Union[Charge, _Mapping]]] = ...) -> None: ...
+
+class Charge(_message.Message):
+    __slots__ = ("study_id", "epsilon", "delta", "secure")
+    STUDY_ID_FIELD_NUMBER: _ClassVar[int]
+    EPSILON_FIELD_NUMBER: _ClassVar[int]
+    DELTA_FIELD_NUMBER: _ClassVar[int]
+    SECURE_FIELD_NUMBER: _ClassVar[int]
+    study_id: str
+    epsilon: float
+    delta: float
+    secure: bool
+    def __init__(self, study_id: _Optional[str] = ..., epsilon: _Optional[float] = ..., delta: _Optional[float] = ..., secure: _Optional[bool] = ...) -> None: ...
 
 class ListStudiesResponse(_message.Message):
     __slots__ = ("studies",)

@@ -84,6 +84,11 @@ class DeviceStub:
                 request_serializer=fedsketch_dot_common_dot_pb_dot_fedsketch__pb2.RefusalReport.SerializeToString,
                 response_deserializer=fedsketch_dot_common_dot_pb_dot_fedsketch__pb2.RefusalAck.FromString,
                 _registered_method=True)
+        self.GetAccount = channel.unary_unary(
+                '/fedsketch.v1.Device/GetAccount',
+                request_serializer=fedsketch_dot_common_dot_pb_dot_fedsketch__pb2.DeviceRead.SerializeToString,
+                response_deserializer=fedsketch_dot_common_dot_pb_dot_fedsketch__pb2.Account.FromString,
+                _registered_method=True)
 
 
 class DeviceServicer:
@@ -172,6 +177,16 @@ class DeviceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def GetAccount(self, request, context):
+        """What the coordinator has counted against this device's declared budget: the total it
+        declared at enrollment, and every study whose release it stored (plain contributions,
+        secure rounds it sent a masked input to or is registered in while they run), with its
+        (ε, δ). Signed read, study_id "".
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_DeviceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -224,6 +239,11 @@ def add_DeviceServicer_to_server(servicer, server):
                     servicer.ReportRefusal,
                     request_deserializer=fedsketch_dot_common_dot_pb_dot_fedsketch__pb2.RefusalReport.FromString,
                     response_serializer=fedsketch_dot_common_dot_pb_dot_fedsketch__pb2.RefusalAck.SerializeToString,
+            ),
+            'GetAccount': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetAccount,
+                    request_deserializer=fedsketch_dot_common_dot_pb_dot_fedsketch__pb2.DeviceRead.FromString,
+                    response_serializer=fedsketch_dot_common_dot_pb_dot_fedsketch__pb2.Account.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -496,6 +516,33 @@ class Device:
             '/fedsketch.v1.Device/ReportRefusal',
             fedsketch_dot_common_dot_pb_dot_fedsketch__pb2.RefusalReport.SerializeToString,
             fedsketch_dot_common_dot_pb_dot_fedsketch__pb2.RefusalAck.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetAccount(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/fedsketch.v1.Device/GetAccount',
+            fedsketch_dot_common_dot_pb_dot_fedsketch__pb2.DeviceRead.SerializeToString,
+            fedsketch_dot_common_dot_pb_dot_fedsketch__pb2.Account.FromString,
             options,
             channel_credentials,
             insecure,

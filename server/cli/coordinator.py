@@ -67,6 +67,12 @@ def serve(
         "device's message, and each study is closed, decoded and published once. Secure-"
         "aggregation studies too: any of them takes any device's stage message, checked "
         "against the round the database holds, and each stage closes once.")] = False,
+    db_readers: Annotated[bool, typer.Option(
+        "--db-readers", envvar="FEDSKETCH_DB_READERS",
+        help="Let other processes read a SQLite --db while it serves (WAL's shared-memory "
+        "index in <db>-shm). Without it the coordinator holds the file alone and keeps that "
+        "index in its own memory, so a -shm file that another process truncates or makes "
+        "unwritable cannot crash it (SIGBUS).")] = False,
     log_format: Annotated[str, typer.Option(
         envvar="FEDSKETCH_LOG_FORMAT", help="How stderr's log lines are written: 'text' "
         "(key=value pairs) or 'json' (one JSON object a line).")] = "text",
@@ -88,7 +94,10 @@ def serve(
     again (a secure one from its stored unmasked sum) and secure-aggregation rounds go on at the
     stage they were in, their deadlines counted from when each stage opened. Every request is parsed from raw
     bytes under its method's size limit; malformed input is refused with INVALID_ARGUMENT. An
-    internal error answers INTERNAL with a short error id, logged here with its traceback.
+    internal error answers INTERNAL with a short error id, logged here with its traceback; a
+    store that cannot write (full disk, read-only or failing file, lost database) answers
+    RESOURCE_EXHAUSTED or UNAVAILABLE naming the cause, logged here with the file, and reads
+    go on.
     Studies and results are not public: the operator token reads them all, an enrolled device
     (signing each read) the studies it may join and the results of those it contributed to.
     The standard gRPC health service answers on the same port: SERVING while the store answers.
@@ -119,7 +128,7 @@ def serve(
                              "one coordinator serves")
         if db_file is not None:
             hold_exclusive(db_file)  # first: a file another coordinator serves is refused
-        store = open_store(db)
+        store = open_store(db, exclusive=not db_readers)
         if db_file is None:
             store.hold(shared)
         if not token_file.exists():

@@ -25,6 +25,7 @@ from fedsketch.common.net.tls import MAX_MESSAGE_BYTES, ServerTLS
 from fedsketch.common.pb import fedsketch_pb2 as pb
 from fedsketch.common.secagg import wire as secagg_wire
 from fedsketch.server.errors import Code, Refusal
+from fedsketch.server.service.accounting import declared_budget
 from fedsketch.server.service.coordinator import Coordinator
 from fedsketch.server.service.events import EventStore
 from fedsketch.server.service.handlers import add_service
@@ -68,8 +69,9 @@ class DeviceService:
 
     def Enroll(self, request, context):  # noqa: N802 (gRPC method names)
         """Trade a one-time token for a device id bound to the public key."""
+        budget = declared_budget(request.budget_epsilon, request.budget_delta)
         return pb.EnrollResponse(device_id=self.c.enroll(request.token, bytes(request.public_key),
-                                                         request.label))
+                                                         request.label, budget))
 
     def ListStudies(self, request, context):  # noqa: N802
         """The accepting studies the signing device may join."""
@@ -125,6 +127,16 @@ class DeviceService:
     def GetResult(self, request, context):  # noqa: N802
         """The published result of a done study the signing device contributed to."""
         return result_message(request.study_id, *self.c.read_result(_read("GetResult", request)))
+
+    def GetAccount(self, request, context):  # noqa: N802
+        """What the coordinator counts against the signing device's declared budget."""
+        acc = self.c.read_account(_read("GetAccount", request))
+        eps, delta = acc.budget or (0.0, 0.0)
+        charged = acc.charged
+        return pb.Account(budget_epsilon=eps, budget_delta=delta, charged_epsilon=charged[0],
+                          charged_delta=charged[1], charges=[
+                              pb.Charge(study_id=c.study_id, epsilon=c.epsilon, delta=c.delta,
+                                        secure=c.secure) for c in acc.charges])
 
 
 class OperatorService:

@@ -51,6 +51,7 @@ from fedsketch.common.study.secure_calibration import secure_protocol
 from fedsketch.common.study.study import StudySpec, spec_sha256
 from fedsketch.server.decode.pipeline import StudyResult, decode_study
 from fedsketch.server.errors import Code, Refusal
+from fedsketch.server.service.accounting import study_cost
 from fedsketch.server.service.messages import Submission
 from fedsketch.server.service.reads import Reads
 from fedsketch.server.service.roster import Roster
@@ -68,6 +69,7 @@ from fedsketch.server.store.base import (
     StudyRow,
     Transition,
 )
+from fedsketch.server.store.faults import StoreUnavailable
 
 log = logging.getLogger("fedsketch.coordinator")
 
@@ -92,6 +94,7 @@ class Coordinator(SecureStudies, Roster, Reads, Shared):
         self._specs: dict[str, StudySpec] = {}
         self._lock = threading.Lock()
         self._decoder = ThreadPoolExecutor(max_workers=1, thread_name_prefix="decode")
+        self._stalled: set[str] = set()  # studies whose decoding waits for the store
         self._stop = threading.Event()
         self._watcher = threading.Thread(target=self._watch, name="deadlines", daemon=True)
         self.rounds: dict[str, SecAggRound] = {}
@@ -145,11 +148,13 @@ class Coordinator(SecureStudies, Roster, Reads, Shared):
 
     # --- devices -------------------------------------------------------------------------------
 
-    def enroll(self, token: str, public_key: bytes, label: str) -> str:
-        """Trade a one-time token for a device id bound to the raw Ed25519 ``public_key``."""
+    def enroll(self, token: str, public_key: bytes, label: str,
+               budget: tuple[float, float] | None = None) -> str:
+        """Trade a one-time token for a device id bound to the raw Ed25519 ``public_key`` and
+        the total (ε, δ) ``budget`` it declares (:mod:`.accounting`)."""
         if len(public_key) != signing.PUBLIC_KEY_BYTES:
             raise Refusal(Code.INVALID_ARGUMENT, "public_key must be 32 raw bytes")
-        return self.store.enroll(token, public_key, label)
+        return self.store.enroll(token, public_key, label, budget)
 
     def issue_tokens(self, count: int) -> list[str]:
         """``count`` fresh one-time enrollment tokens, stored (as digests) before they are returned."""
@@ -271,30 +276,46 @@ class Coordinator(SecureStudies, Roster, Reads, Shared):
 
     def _watch(self) -> None:
         while not self._stop.wait(WATCH_INTERVAL):
-            now = time.time()
-            self._sweep(now)  # shared coordinators: studies left decoding by one that died
-            accepting = self.store.list_studies(ACCEPTING)
-            self._adopt(accepting)  # shared coordinators: rounds started by another one
-            with self._lock:
-                rounds = list(self.rounds.values())
-            for r in rounds:
-                r.tick(now)
-            for row in accepting:
-                collect = getattr(self.spec(row.study_id), "collect_seconds", None)
-                if (reason := row.close_due(now, collect)) is not None:
-                    try:
-                        self.close(row.study_id, reason)
-                    except Refusal:
-                        pass  # closed concurrently
+            try:
+                self._watch_once(time.time())
+            except StoreUnavailable as exc:  # the watcher outlives the fault, and tries again
+                log.warning("watcher: the store failed (%s at %s); trying again in %g s",
+                            exc.cause, exc.where, WATCH_INTERVAL)
+
+    def _watch_once(self, now: float) -> None:
+        """One pass of the watcher: deadlines, windows and stage timeouts, and decodings that
+        waited for the store."""
+        self._sweep(now)  # shared coordinators: studies left decoding by one that died
+        accepting = self.store.list_studies(ACCEPTING)
+        self._adopt(accepting)  # shared coordinators: rounds started by another one
+        with self._lock:
+            rounds, stalled, self._stalled = list(self.rounds.values()), self._stalled, set()
+        for study_id in stalled:
+            self._decoder.submit(self._decode, study_id)
+        for r in rounds:
+            r.tick(now)
+        for row in accepting:
+            collect = getattr(self.spec(row.study_id), "collect_seconds", None)
+            if (reason := row.close_due(now, collect)) is not None:
+                try:
+                    self.close(row.study_id, reason)
+                except Refusal:
+                    pass  # closed concurrently
 
     # --- decoding ------------------------------------------------------------------------------
 
     def _decode(self, study_id: str) -> None:
         """Decode a closed study: a refinement round's cells, or a sketch (whose study then publishes
         its result, or begins its rounds), under its claim (a round's: its study's), if still decoding."""
-        with self.store.claim(self.store.get_study(study_id).parent or study_id):
-            if self.store.get_study(study_id).state == "decoding":
-                self._decode_claimed(study_id, self.spec(study_id))
+        try:
+            with self.store.claim(self.store.get_study(study_id).parent or study_id):
+                if self.store.get_study(study_id).state == "decoding":
+                    self._decode_claimed(study_id, self.spec(study_id))
+        except StoreUnavailable as exc:  # left decoding; the watcher queues it again
+            log.warning("decoding study %s waits for the store (%s at %s)", study_id, exc.cause,
+                        exc.where)
+            with self._lock:
+                self._stalled.add(study_id)
 
     def _decode_claimed(self, study_id: str, spec: StudySpec | RoundSpec) -> None:
         kept = self.store.secure_round(study_id)
@@ -325,6 +346,8 @@ class Coordinator(SecureStudies, Roster, Reads, Shared):
                 return
             self.store.put_result(study_id, json.dumps(result.to_dict()))
             log.info("study %s decoded from %d devices", study_id, result.devices)
+        except StoreUnavailable:
+            raise  # not the decoding's fault: the study stays decoding (:meth:`_decode`)
         except Exception as exc:  # a failed decoding fails the study, with the reason
             log.exception("decoding study %s failed", study_id)
             self._settle(study_id, DECODING_FAILED, f"decoding failed: {exc}")
@@ -351,8 +374,10 @@ class Coordinator(SecureStudies, Roster, Reads, Shared):
         except (wire.PayloadError, CellsError) as exc:
             raise Refusal(Code.INVALID_ARGUMENT, str(exc)) from None
         receipt = hashlib.sha256(c.payload).hexdigest()
+        epsilon, delta = study_cost(self.spec, c.study_id)  # counted against the declared total
         stored = self.store.add_contribution(ContributionRow(
-            c.study_id, c.device_id, c.n, c.kind, c.payload, receipt, c.signature, time.time()))
+            c.study_id, c.device_id, c.n, c.kind, c.payload, receipt, c.signature, time.time(),
+            epsilon, delta))
         if stored:
             row = self.store.get_study(c.study_id)
             if row.contributions >= row.capacity:  # nothing more can come

@@ -74,13 +74,15 @@ class EventStore:
              roster=row.capacity, deadline=row.deadline)
         return row
 
-    def enroll(self, token: str, public_key: bytes, label: str) -> str:
-        device_id = self._store.enroll(token, public_key, label)
+    def enroll(self, token: str, public_key: bytes, label: str,
+               budget: tuple[float, float] | None = None) -> str:
+        device_id = self._store.enroll(token, public_key, label, budget)
         emit("enroll", device=device_id)
         return device_id
 
-    def register(self, study_id: str, device_id: str) -> tuple[bool, StudyRow]:
-        added, row = self._store.register(study_id, device_id)
+    def register(self, study_id: str, device_id: str,
+                 cost: tuple[float, float] | None = None) -> tuple[bool, StudyRow]:
+        added, row = self._store.register(study_id, device_id, cost)
         if added:
             emit("register", study=study_id, device=device_id, registered=row.registered,
                  quorum=row.min_devices, roster=row.capacity)
@@ -143,8 +145,9 @@ class EventStore:
         self._store.put_result(study_id, result_json)
         emit("state", study=study_id, state="done", detail="")
 
-    def add_stage_message(self, study_id: str, stage: int, device_id: str, body: bytes) -> bool:
-        stored = self._store.add_stage_message(study_id, stage, device_id, body)
+    def add_stage_message(self, study_id: str, stage: int, device_id: str, body: bytes,
+                          cost: tuple[float, float] | None = None) -> bool:
+        stored = self._store.add_stage_message(study_id, stage, device_id, body, cost)
         if stored:
             emit("message", study=study_id, device=device_id, stage=pb.Stage.Name(stage))
         return stored

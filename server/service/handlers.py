@@ -11,9 +11,12 @@ untrusted byte is judged by the coordinator's own code, in this order:
    deserializer, answered garbage with a generic INTERNAL and kept about 16 KB per such request:
    issue 12, finding 1; ``benchmarks/bench_garbage.py`` measures both.)
 3. the method: a :class:`~fedsketch.server.errors.Refusal` raised anywhere below becomes its
-   status (:data:`STATUS`) with its message; anything else is a bug: the client gets INTERNAL
-   with a short error id, and the server logs that id with the traceback. No reply is UNKNOWN
-   and no traceback reaches a client.
+   status (:data:`STATUS`) with its message; a store that cannot read or write
+   (:class:`~fedsketch.server.store.faults.StoreUnavailable`: a full disk, a read-only or failing
+   file, a lost database) answers RESOURCE_EXHAUSTED (full) or UNAVAILABLE with the cause, and
+   the server logs the cause and the file (nothing of the request was stored; the client
+   retries); anything else is a bug: the client gets INTERNAL with a short error id, and the
+   server logs that id with the traceback. No reply is UNKNOWN and no traceback reaches a client.
 
 The methods, and their request and response types, are read from the proto's service
 descriptors, so a method added to the proto without a size limit or an implementation fails
@@ -32,6 +35,7 @@ from google.protobuf.message import DecodeError, Message
 from fedsketch.common.net.tls import MAX_MESSAGE_BYTES
 from fedsketch.common.pb import fedsketch_pb2 as pb
 from fedsketch.server.errors import Code, Refusal
+from fedsketch.server.store.faults import StoreUnavailable
 
 log = logging.getLogger("fedsketch.coordinator")
 
@@ -73,6 +77,7 @@ MAX_REQUEST_BYTES: dict[str, int] = {
     "Device/SecAggSend": MAX_MESSAGE_BYTES,
     "Device/SecAggFetch": ENVELOPE_BYTES,  # its body is empty
     "Device/ReportRefusal": ENVELOPE_BYTES,
+    "Device/GetAccount": ENVELOPE_BYTES,
     "Operator/CreateStudy": SPEC_BYTES,
     "Operator/ListStudies": ENVELOPE_BYTES,
     "Operator/ShowStudy": ENVELOPE_BYTES,
@@ -118,6 +123,11 @@ def unary(path: str, request_type: type[Message], response_type: type[Message],
             return behaviour(request, context)
         except Refusal as exc:
             status, details = STATUS[exc.code], exc.message
+        except StoreUnavailable as exc:
+            log.error("store fault in %s: %s (at %s); the request was not stored", path,
+                      exc.cause, exc.where)
+            status = grpc.StatusCode.RESOURCE_EXHAUSTED if exc.full else grpc.StatusCode.UNAVAILABLE
+            details = exc.for_client()
         except Exception:  # a bug: the client gets an id to quote, the log gets the traceback
             error_id = secrets.token_hex(4)
             log.exception("internal error %s in %s", error_id, path)

@@ -53,6 +53,7 @@ from fedsketch.common.study.study import StudySpec
 from fedsketch.server.errors import Code, Refusal
 from fedsketch.server.service.messages import ReadMessage
 from fedsketch.server.service.secure_round import SecAggRound
+from fedsketch.server.store.accounts import Account
 from fedsketch.server.store.base import ACCEPTING, Store, StudyRow
 
 #: How far (seconds) a signed read's ``signed_at`` may lie from the coordinator's clock, either way.
@@ -163,6 +164,14 @@ class Reads:
         if not (readable := self._readable(r.device_id, rows)):
             raise self._denied(r, "study")
         return readable[0]
+
+    def read_account(self, r: ReadMessage) -> Account:
+        """The device's own account against its declared budget (:mod:`~fedsketch.server.store.
+        accounts`)."""
+        self._authenticate_read(r)
+        if r.study_id:
+            raise Refusal(Code.INVALID_ARGUMENT, "GetAccount names no study: sign it with study_id \"\"")
+        return self.store.account(r.device_id)
 
     def read_result(self, r: ReadMessage) -> tuple[StudySpec, dict]:
         """The spec and result (as :meth:`result`) of a study the device contributed to, by its

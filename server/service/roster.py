@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from fedsketch.common.net import signing
 from fedsketch.server.errors import Code, Refusal
+from fedsketch.server.service.accounting import study_cost
 from fedsketch.server.service.messages import RefusalMessage, RegistrationMessage
 from fedsketch.server.store.base import Store, StudyRow
 
@@ -58,7 +59,8 @@ class Roster:
         full, give it an input ticket; (duplicate, the study after, the ticket's seconds or 0).
         Raises Refusal."""
         self._check_roster_message(r, signing.REGISTRATION_DOMAIN, "registration")
-        added, row = self.store.register(r.study_id, r.device_id)
+        cost = study_cost(self.spec, r.study_id)  # refused early if it cannot pay (accounting)
+        added, row = self.store.register(r.study_id, r.device_id, cost)
         seconds = self.store.ticket(r.study_id, r.device_id, TICKET_SECONDS) if r.ticket else 0.0
         return not added, row, seconds
 

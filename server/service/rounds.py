@@ -56,6 +56,7 @@ from fedsketch.common.study.study import StudySpec, spec_sha256
 from fedsketch.server.decode.pipeline import StudyResult
 from fedsketch.server.decode.refine import RoundResult, first_centroids, next_centroids, refined_result
 from fedsketch.server.store.base import DECODING_FAILED, Store, StudyRow
+from fedsketch.server.store.faults import StoreUnavailable
 
 log = logging.getLogger("fedsketch.coordinator")
 
@@ -120,6 +121,8 @@ class Rounds:
                 releases = [(records, np.asarray(total, dtype=np.int64).reshape(2, spec.calibration.m0))]
                 draws = devices / spec.assumptions.min_honest
             self._open_sketch(study_id, fit_round0(spec, releases, draws))
+        except StoreUnavailable:
+            raise  # the store's fault, not round 0's: it stays decoding
         except Exception as exc:  # noqa: BLE001 (the study must not stay decoding silently)
             log.exception("study %s: round 0 failed", study_id)
             self.settle(study_id, DECODING_FAILED, f"round 0 (σ calibration) failed: {exc}")
@@ -196,6 +199,8 @@ class Rounds:
         see the error)."""
         try:
             self._advance(study_id)
+        except StoreUnavailable:
+            raise  # the store's fault, not the refinement's: it stays decoding
         except Exception as exc:  # noqa: BLE001 (the study must not stay decoding silently)
             log.exception("study %s: refinement failed", study_id)
             self.settle(study_id, DECODING_FAILED, f"refinement failed: {exc}")

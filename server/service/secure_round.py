@@ -23,28 +23,26 @@ threshold at any stage, with fewer than L − D registered devices (nobody has s
 than L − D masked inputs (the unknown shares could add up to less than one DLap(a)) or fewer
 signatures on Y than the consistency quorum, the study fails and nothing is released.
 
-Durability: every stage message is kept in the store (:meth:`Store.add_stage_message
-<fedsketch.server.store.base.Store.add_stage_message>`) before it is acknowledged, every stage
-that opens is recorded with when it opened, and the unmasked sum is stored, with the devices in
-it and their declared records, in the transaction that moves the study to decoding
-(:meth:`~fedsketch.server.store.base.Store.end_secure_round`). The Aggregator is deterministic
-given each stage's messages, and the routed bundles are canonical JSON, so
-:meth:`SecAggRound.resume` rebuilds a round from the store by replaying every closed stage's
-messages: a coordinator restarted at any point gives every device the same bytes as before and
-resumes the open stage, whose deadline stays ``stage_timeout`` after it opened (REGISTER's after
-its first registration) but, if that passed while it was down, comes no sooner than a short grace
-after the restart (:func:`~.secure_studies.restart_grace`), and a restart while decoding decodes
-the stored sum again; coordinators sharing a database serve one round together the same way
-(:mod:`.shared_round`). A device
-sends one message per stage, kept once: an identical re-send is acknowledged again (also once
-its stage has closed, while the round runs: its first acknowledgement may have been lost in a
-restart), different bytes are refused (CONFLICT), and so is a message longer than its stage
-needs (:data:`STAGE_BYTES`), so the store holds at most a bounded message per stage and roster
-device; the messages are deleted when the round ends. A device rides through the coordinator's
-restart by retrying its calls (:mod:`fedsketch.client.secure_steps`). Stages are the protocol's
-``Stage`` numbers (:data:`fedsketch.common.secagg.wire.STAGES`), covered by each message's
-signature: part of the wire contract. Refusals carry domain codes; :mod:`.api` turns them into
-gRPC statuses.
+Durability: every stage message is kept in the store (:meth:`Store.add_stage_message`; a REGISTER counts
+against the device's declared budget, :mod:`.accounting`) before it is acknowledged, every stage that
+opens is recorded with when it opened, and the unmasked sum is stored, with the devices in it and their
+declared records, in the transaction that moves the study to decoding
+(:meth:`~fedsketch.server.store.base.Store.end_secure_round`). The Aggregator is deterministic given
+each stage's messages, and the routed bundles are canonical JSON, so :meth:`SecAggRound.resume` rebuilds
+a round from the store by replaying every closed stage's messages: a coordinator restarted at any point
+gives every device the same bytes as before and resumes the open stage, whose deadline stays
+``stage_timeout`` after it opened (REGISTER's after its first registration) but, if that passed while it
+was down, comes no sooner than a short grace after the restart (:func:`~.secure_studies.restart_grace`),
+and a restart while decoding decodes the stored sum again; coordinators sharing a database serve one
+round together the same way (:mod:`.shared_round`). A device sends one message per stage, kept once: an
+identical re-send is acknowledged again (also once its stage has closed, while the round runs: its first
+acknowledgement may have been lost in a restart), different bytes are refused (CONFLICT), and so is a
+message longer than its stage needs (:data:`STAGE_BYTES`), so the store holds at most a bounded message
+per stage and roster device; the messages are deleted when the round ends. A device rides through the
+coordinator's restart by retrying its calls (:mod:`fedsketch.client.secure_steps`). Stages are the
+protocol's ``Stage`` numbers (:data:`fedsketch.common.secagg.wire.STAGES`), covered by each message's
+signature: part of the wire contract. Refusals carry domain codes; :mod:`.api` turns them into gRPC
+statuses.
 """
 
 from __future__ import annotations
@@ -65,6 +63,7 @@ from fedsketch.common.secagg import wire as sw
 from fedsketch.common.study.secure_rounds import SecureRound
 from fedsketch.common.study.study import StudySpec
 from fedsketch.server.errors import Code, Refusal
+from fedsketch.server.service.accounting import release_cost
 from fedsketch.server.service.rounds import failure_detail
 from fedsketch.server.store.base import SecureRoundRow, StageMessageRow, Store
 
@@ -232,7 +231,8 @@ class SecAggRound:
                 raise Refusal(Code.PERMISSION_DENIED,
                               f"device {device_id} is not in this round's roster")
             parsed = self._parse(stage, body)  # a malformed message is refused, not kept
-            self._store.add_stage_message(self.study_id, stage, device_id, body)  # before the ack
+            self._store.add_stage_message(self.study_id, stage, device_id, body,  # before the ack
+                                          release_cost(self.spec) if stage == pb.REGISTER else None)
             if stage == pb.REGISTER and not inbox:
                 self._opened_at = time.time()
                 self.deadline = self._opened_at + self.sa.stage_timeout

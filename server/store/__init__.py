@@ -11,15 +11,18 @@ import os
 import re
 
 from fedsketch.server.store.base import ContributionRow, Store, StoreError, StudyRow
+from fedsketch.server.store.faults import StoreUnavailable
 from fedsketch.server.store.sqlite import SQLiteStore
 
-__all__ = ["ContributionRow", "SQLiteStore", "Store", "StoreError", "StudyRow", "open_store", "sqlite_path"]
+__all__ = ["ContributionRow", "SQLiteStore", "Store", "StoreError", "StoreUnavailable", "StudyRow",
+           "open_store", "sqlite_path"]
 
 _URL = re.compile(r"(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*)://(?P<rest>.*)", re.DOTALL)
 
 
-def open_store(url_or_path: str | os.PathLike) -> Store:
-    """Open (or create) the store at ``url_or_path``.
+def open_store(url_or_path: str | os.PathLike, *, exclusive: bool = False) -> Store:
+    """Open (or create) the store at ``url_or_path``; a SQLite file with ``exclusive`` is held
+    by this process alone (:class:`SQLiteStore`), a PostgreSQL database ignores it.
 
     A path-like object, or a string without ``scheme://``, is a SQLite file. URLs follow
     SQLAlchemy's spelling: ``sqlite:///relative.db`` or ``sqlite:////absolute/path.db``, and
@@ -30,7 +33,7 @@ def open_store(url_or_path: str | os.PathLike) -> Store:
     backend's own refusals (:class:`StoreError`) pass through.
     """
     path = sqlite_path(url_or_path)
-    return SQLiteStore(path) if path is not None else _postgres(os.fspath(url_or_path))
+    return SQLiteStore(path, exclusive=exclusive) if path is not None else _postgres(os.fspath(url_or_path))
 
 
 def sqlite_path(url_or_path: str | os.PathLike) -> str | None:

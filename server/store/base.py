@@ -140,6 +140,9 @@ class ContributionRow:
     payload_sha256: str
     signature: bytes
     received_at: float
+    #: the release's cost to the device (None: not counted), :mod:`.accounts`
+    epsilon: float | None = None
+    delta: float | None = None
 
 
 @dataclass(frozen=True)
@@ -227,8 +230,10 @@ class Store(ABC):
         nothing. ValueError for an empty token. Audited."""
 
     @abstractmethod
-    def enroll(self, token: str, public_key: bytes, label: str) -> str:
-        """Atomically trade an unused token for a new device id bound to ``public_key``; return
+    def enroll(self, token: str, public_key: bytes, label: str,
+               budget: tuple[float, float] | None = None) -> str:
+        """Atomically trade an unused token for a new device id bound to ``public_key`` and the
+        total (ε, δ) ``budget`` it declares (None: none); return
         the id (``dev-`` and 16 hex digits). Idempotent: a token already traded for this very key
         returns the same id (the device's reply was lost; it stored its key before it asked).
         Audited.
@@ -237,6 +242,11 @@ class Store(ABC):
         token or one traded for another key; 'conflict' if the key is already enrolled with
         another token (the token then stays unused).
         """
+
+    @abstractmethod
+    def account(self, device_id: str):
+        """The device's :class:`~.accounts.Account`: its declared budget and what is counted
+        against it; StoreError 'not_found' for an unknown device."""
 
     @abstractmethod
     def device_key(self, device_id: str) -> bytes | None:
@@ -280,14 +290,17 @@ class Store(ABC):
     # rosters
 
     @abstractmethod
-    def register(self, study_id: str, device_id: str) -> tuple[bool, StudyRow]:
-        """Add ``device_id`` to the study's roster in one transaction; (added, the study after).
+    def register(self, study_id: str, device_id: str,
+                 cost: tuple[float, float] | None = None) -> tuple[bool, StudyRow]:
+        """Add ``device_id`` to the study's roster in one transaction; (added, the study after);
+        with its release's ``cost``, refused if that would take the device past its declared
+        budget (:mod:`.accounts`: the contribution is checked again).
 
         Idempotent: (False, row) for a device already in the roster, whatever the study's state.
         The registration that brings the roster to ``min_devices`` sets ``filled_at``.
         StoreError: 'not_found' for an unknown study or device; 'failed_precondition' unless the
         study is in ``ACCEPTING`` and not closing, or if its roster already holds ``capacity``
-        devices (it is never larger). Audited.
+        devices (it is never larger), or past the declared budget. Audited.
         """
 
     @abstractmethod
@@ -334,8 +347,9 @@ class Store(ABC):
         acknowledgement was lost learns that its bytes are stored. StoreError: 'not_found' for an
         unknown study or device; 'conflict' if the device already contributed different bytes;
         'failed_precondition' unless the study is in ``ACCEPTING`` and its roster is full, or
-        if it is closing and the device holds no live ticket; 'permission_denied' for a device
-        not in the roster. ValueError for a kind not in
+        if it is closing and the device holds no live ticket, or if the row's (ε, δ) would take
+        the device past the total it declared (:mod:`.accounts`, checked in the same
+        transaction); 'permission_denied' for a device not in the roster. ValueError for a kind not in
         ``KINDS``. Audited.
         """
 
@@ -374,12 +388,15 @@ class Store(ABC):
     # secure aggregation: a round's stage messages and progress, so a restart resumes it
 
     @abstractmethod
-    def add_stage_message(self, study_id: str, stage: int, device_id: str, body: bytes) -> bool:
+    def add_stage_message(self, study_id: str, stage: int, device_id: str, body: bytes,
+                          cost: tuple[float, float] | None = None) -> bool:
         """Keep one stage message, one per (study, stage, device): True if stored; False for an
         identical re-send (nothing written, in any state); never replaced: StoreError 'conflict'
         for other bytes, 'not_found' for an unknown study or device, 'failed_precondition' unless
-        the study is in ``ACCEPTING``. The round admits only its roster, the open stage and
-        bounded bodies, so a study holds at most (stages × roster) rows of bounded size."""
+        the study is in ``ACCEPTING``, or (a REGISTER with its ``cost``) if the round would take
+        the device past its declared budget (:mod:`.accounts`, in the same transaction). The
+        round admits only its roster, the open stage and bounded bodies, so a study holds at
+        most (stages × roster) rows of bounded size."""
 
     @abstractmethod
     def stage_messages(self, study_id: str, stages: tuple[int, ...] | None = None,

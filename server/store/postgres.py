@@ -36,10 +36,11 @@ from typing import Any
 
 import psycopg
 from psycopg.conninfo import conninfo_to_dict
-from psycopg_pool import ConnectionPool
+from psycopg_pool import ConnectionPool, PoolTimeout
 
 from fedsketch.server.errors import Code
 from fedsketch.server.store.base import StoreError
+from fedsketch.server.store.faults import StoreUnavailable, from_postgres
 from fedsketch.server.store.schema import APPLICATION_ID, SCHEMA_VERSION, migrate, postgres_sql
 from fedsketch.server.store.sql import COORDINATOR, SQLStore
 
@@ -141,15 +142,33 @@ class PostgresStore(SQLStore):
     def _tx(self, key: str = COORDINATOR) -> Iterator[PostgresConnection]:
         """One transaction on a pooled connection, after the advisory lock of ``key``: committed
         on normal exit, rolled back on any error."""
-        with self._pool.connection() as conn, conn.transaction():
+        with self._faults(), self._pool.connection() as conn, conn.transaction():
             c = PostgresConnection(conn)
             c.execute(_LOCK, (APPLICATION_ID, key))
             yield c
 
+    def _also_lock(self, c: PostgresConnection, key: str) -> None:
+        """The transaction-scoped advisory lock of ``key`` too (always after the transaction's
+        own, a study's: so no two transactions take two locks in opposite orders)."""
+        c.execute(_LOCK, (APPLICATION_ID, key))
+
     @contextmanager
     def _reading(self) -> Iterator[PostgresConnection]:
-        with self._pool.connection() as conn:
+        with self._faults(), self._pool.connection() as conn:
             yield PostgresConnection(conn)
+
+    @contextmanager
+    def _faults(self) -> Iterator[None]:
+        """A fault of the server or the connection (:func:`.faults.from_postgres`), or a pool that
+        found no connection in time, raised as StoreUnavailable."""
+        try:
+            yield
+        except (psycopg.Error, PoolTimeout) as exc:
+            fault = (StoreUnavailable(f"no connection to the database: {exc}", self.where)
+                     if isinstance(exc, PoolTimeout) else from_postgres(exc, self.where))
+            if fault is None:
+                raise
+            raise fault from exc
 
     def hold(self, shared: bool = False) -> None:
         """Hold the database as its one coordinator, or with ``shared`` as one of several (each

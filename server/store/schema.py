@@ -46,6 +46,15 @@ and device: :meth:`~fedsketch.server.store.base.Store.add_stage_message`), and `
 each round's open stage, when it opened, and once it has ended its roster (JSON: device →
 whether its masked input is in the sum) and, if it unmasked, its sum (int64 words), the devices
 in it and their declared records. :func:`migrate_v6` creates both.
+
+Schema 8 keeps the two-sided account of each device's privacy budget: ``devices.budget_epsilon``
+and ``budget_delta``, the total it declared at enrollment (NULL: none, an older device), and
+``epsilon`` and ``delta`` on ``contributions`` and on a secure round's REGISTER row of
+``stage_messages``, the cost of that release to the device (NULL for rows stored before: not
+counted). :meth:`~fedsketch.server.store.base.Store.add_contribution` and the REGISTER of
+:meth:`~fedsketch.server.store.base.Store.add_stage_message` refuse a release that would take a
+device past its declared total, in the transaction that stores it (:mod:`.accounts`).
+:func:`migrate_v7` adds the columns; a new store is :data:`SCHEMA` and then that step.
 """
 
 from __future__ import annotations
@@ -56,7 +65,7 @@ from typing import Any, Protocol
 
 from fedsketch.server.store.base import KINDS, STATES, StudyRow
 
-SCHEMA_VERSION = 7
+SCHEMA_VERSION = 8
 
 #: Marks a database as a fedsketch store: SQLite's ``PRAGMA application_id`` ("FSKS" in the file
 #: header), PostgreSQL's ``fedsketch_store.application_id``.
@@ -144,6 +153,13 @@ SECURE_ROUNDS = """CREATE TABLE secure_rounds (
         records REAL NOT NULL DEFAULT 0.0,
         members TEXT)"""
 
+SECURE_CHARGES = """CREATE TABLE secure_charges (
+        study_id TEXT NOT NULL REFERENCES studies(study_id),
+        device_id TEXT NOT NULL REFERENCES devices(device_id),
+        epsilon REAL NOT NULL,
+        delta REAL,
+        PRIMARY KEY (study_id, device_id))"""
+
 SCHEMA = (
     """CREATE TABLE devices (
         device_id TEXT PRIMARY KEY,
@@ -207,7 +223,9 @@ def study_row(row: tuple) -> StudyRow:
                     parent=row[12], roster=row[13], filled_at=row[14])
 
 
-CONTRIBUTION_COLUMNS = "study_id, device_id, n, kind, payload, payload_sha256, signature, received_at"
+#: The columns of ``contributions`` before schema 8 (what :func:`migrate_v2` copies).
+V7_CONTRIBUTION_COLUMNS = "study_id, device_id, n, kind, payload, payload_sha256, signature, received_at"
+CONTRIBUTION_COLUMNS = V7_CONTRIBUTION_COLUMNS + ", epsilon, delta"
 
 
 def migrate_v1(c: Connection) -> None:
@@ -224,8 +242,8 @@ def migrate_v2(c: Connection) -> None:
     c.execute("CREATE INDEX studies_by_parent ON studies(parent)")
     c.execute("ALTER TABLE contributions RENAME TO contributions_v2")
     c.execute(CONTRIBUTIONS)
-    c.execute(f"INSERT INTO contributions ({CONTRIBUTION_COLUMNS}) SELECT {CONTRIBUTION_COLUMNS} "
-              "FROM contributions_v2")
+    c.execute(f"INSERT INTO contributions ({V7_CONTRIBUTION_COLUMNS}) SELECT "
+              f"{V7_CONTRIBUTION_COLUMNS} FROM contributions_v2")
     c.execute("DROP TABLE contributions_v2")
     c.execute("CREATE INDEX contributions_by_time ON contributions(study_id, received_at)")
 
@@ -263,6 +281,20 @@ def migrate_v6(c: Connection) -> None:
     c.execute(SECURE_ROUNDS)
 
 
+def migrate_v7(c: Connection) -> None:
+    """Schema 7 → 8 inside the caller's write transaction (module docstring): the budget a
+    device declares, and the (ε, δ) of each release stored (NULL for those stored before:
+    not counted)."""
+    for table, columns in (("devices", ("budget_epsilon", "budget_delta")),
+                           ("contributions", ("epsilon", "delta")),
+                           ("stage_messages", ("epsilon", "delta"))):
+        for column in columns:
+            c.execute(f"ALTER TABLE {table} ADD COLUMN {column} REAL")
+    c.execute(SECURE_CHARGES)
+    for table in ("contributions", "stage_messages", "secure_charges"):  # a device's account
+        c.execute(f"CREATE INDEX {table}_by_device ON {table}(device_id)")
+
+
 def migrate(c: Connection, version: int) -> list[str]:
     """Bring a schema-``version`` store (0: empty, created here from :data:`SCHEMA`) to
     :data:`SCHEMA_VERSION` inside the caller's write transaction; what each step changed, for
@@ -270,12 +302,15 @@ def migrate(c: Connection, version: int) -> list[str]:
     if version == 0:
         for statement in SCHEMA:
             c.execute(statement)
+        migrate_v7(c)  # the tables of SCHEMA are schema 7's; schema 8 adds columns to them
     steps = ((migrate_v1, "contributors joined their studies' rosters"),
              (migrate_v2, "studies may have refinement rounds"),
              (migrate_v3, "rosters may be larger than the quorum"),
              (migrate_v4, "studies keep their totals (contributions, records, registered)"),
              (migrate_v5, "devices may report why they declined a study"),
-             (migrate_v6, "secure-aggregation rounds are kept and resume after a restart"))
+             (migrate_v6, "secure-aggregation rounds are kept and resume after a restart"),
+             (migrate_v7, "devices declare their total budget, and each release stored keeps its "
+                          "(epsilon, delta)"))
     done = []
     for old, (step, what) in enumerate(steps, start=1):
         if 1 <= version <= old:

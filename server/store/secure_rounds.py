@@ -13,6 +13,7 @@ import time
 from collections.abc import Collection
 
 from fedsketch.server.errors import Code
+from fedsketch.server.store import accounts
 from fedsketch.server.store.base import (
     ABANDON,
     ACCEPTING,
@@ -38,7 +39,8 @@ class SecureRounds:
                              "runs no secure-aggregation round")
         return study
 
-    def add_stage_message(self, study_id: str, stage: int, device_id: str, body: bytes) -> bool:
+    def add_stage_message(self, study_id: str, stage: int, device_id: str, body: bytes,
+                          cost: tuple[float, float] | None = None) -> bool:
         body = bytes(body)
         with self._tx(study_id) as c:
             self._study(c, study_id)  # not_found for an unknown study
@@ -52,8 +54,12 @@ class SecureRounds:
             self._accepting(c, study_id)
             if not c.execute("SELECT 1 FROM devices WHERE device_id = ?", (device_id,)).fetchone():
                 raise StoreError(Code.NOT_FOUND, f"no enrolled device {device_id!r}")
-            c.execute("INSERT INTO stage_messages (study_id, stage, device_id, body, received_at) "
-                      "VALUES (?, ?, ?, ?, ?)", (study_id, stage, device_id, body, time.time()))
+            if cost is not None:  # a REGISTER: the round counts against the declared budget
+                self._also_lock(c, "device:" + device_id)
+                accounts.check(c, device_id, study_id, cost)
+            c.execute("INSERT INTO stage_messages (study_id, stage, device_id, body, received_at, "
+                      "epsilon, delta) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                      (study_id, stage, device_id, body, time.time(), *(cost or (None, None))))
             return True
 
     def stage_messages(self, study_id: str, stages: tuple[int, ...] | None = None,
@@ -97,6 +103,7 @@ class SecureRounds:
                       "members = ? WHERE study_id = ?",
                       (None if total is None else bytes(total), devices, records,
                        None if members is None else json.dumps(members, sort_keys=True), study_id))
+            c.execute(accounts.KEEP_SECURE_CHARGES, (study_id,))  # before its messages go
             c.execute("DELETE FROM stage_messages WHERE study_id = ?", (study_id,))
             c.execute("UPDATE studies SET state = ?, detail = ? WHERE study_id = ?",
                       (transition.target, detail, study_id))

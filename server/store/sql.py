@@ -11,7 +11,8 @@ lifecycle) in the SQL of :mod:`.schema`, over the two things a backend provides:
 - ``_reading()``, a connection for reads, which see every write that returned.
 
 The operator's reads, and refusals, are in :mod:`.operator_reads`; secure-aggregation rounds in
-:mod:`.secure_rounds`.
+:mod:`.secure_rounds`; a device's account against its declared budget in :mod:`.accounts` (a
+write that counts against it also takes the device's lock, ``_also_lock``).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from abc import abstractmethod
 from contextlib import AbstractContextManager
 
 from fedsketch.server.errors import Code
+from fedsketch.server.store import accounts
 from fedsketch.server.store.base import (
     ACCEPTING,
     COLLECT,
@@ -47,6 +49,8 @@ from fedsketch.server.store.secure_rounds import SecureRounds
 COORDINATOR = "coordinator"  # audit actor for writes not made on behalf of a device
 #: The ``_tx`` key of enrollments (they check a key's uniqueness across tokens) and of tokens.
 ENROLLMENT = "enrollment"
+#: The lock a write that counts against a device's declared budget also takes (its id follows).
+DEVICE_KEY = "device:"
 
 
 def _sha256_hex(text: str) -> str:
@@ -93,7 +97,8 @@ class SQLStore(OperatorReads, SecureRounds, Store):
             )
             self._log(c, COORDINATOR, "add_tokens", f"{len(tokens)} tokens")
 
-    def enroll(self, token: str, public_key: bytes, label: str) -> str:
+    def enroll(self, token: str, public_key: bytes, label: str,
+               budget: tuple[float, float] | None = None) -> str:
         public_key = bytes(public_key)
         if len(public_key) != 32:
             raise ValueError(f"public key must be 32 bytes, got {len(public_key)}")
@@ -111,12 +116,22 @@ class SQLStore(OperatorReads, SecureRounds, Store):
                 raise StoreError(Code.PERMISSION_DENIED, "unknown or already used enrollment token")
             if c.execute("SELECT 1 FROM devices WHERE public_key = ?", (public_key,)).fetchone():
                 raise StoreError(Code.CONFLICT, "this public key is already enrolled")
-            c.execute("INSERT INTO devices (device_id, public_key, label, enrolled_at) VALUES (?, ?, ?, ?)",
-                      (device_id, public_key, label, now))
+            c.execute("INSERT INTO devices (device_id, public_key, label, enrolled_at, budget_epsilon, "
+                      "budget_delta) VALUES (?, ?, ?, ?, ?, ?)", (device_id, public_key, label, now,
+                                                                 *(budget or (None, None))))
             c.execute("UPDATE tokens SET used_by = ?, used_at = ? WHERE token_sha256 = ?",
                       (device_id, now, digest))
-            self._log(c, device_id, "enroll", f"label={label!r}")
+            self._log(c, device_id, "enroll", f"label={label!r}" + (
+                "" if budget is None else f" budget=({budget[0]:g}, {budget[1]:g})"))
         return device_id
+
+    def account(self, device_id: str) -> accounts.Account:
+        with self._reading() as c:
+            return accounts.account(c, device_id)
+
+    def _also_lock(self, c: Connection, key: str) -> None:
+        """Inside a write transaction, also take the lock of ``key`` (after the transaction's
+        own): a no-op where every write is serialized (SQLite); PostgreSQL's store overrides it."""
 
     def device_key(self, device_id: str) -> bytes | None:
         rows = self._query("SELECT public_key FROM devices WHERE device_id = ?", (device_id,))
@@ -174,7 +189,8 @@ class SQLStore(OperatorReads, SecureRounds, Store):
 
     # rosters
 
-    def register(self, study_id: str, device_id: str) -> tuple[bool, StudyRow]:
+    def register(self, study_id: str, device_id: str,
+                 cost: tuple[float, float] | None = None) -> tuple[bool, StudyRow]:
         with self._tx(study_id) as c:
             study = self._study(c, study_id)
             if not c.execute("SELECT 1 FROM devices WHERE device_id = ?", (device_id,)).fetchone():
@@ -188,6 +204,7 @@ class SQLStore(OperatorReads, SecureRounds, Store):
             if study.registered >= study.capacity:
                 raise StoreError(Code.FAILED_PRECONDITION, f"the roster of study {study_id!r} is "
                                  f"full ({study.registered} devices)")
+            accounts.check(c, device_id, study_id, cost)  # early: its contribution is checked again
             now = time.time()
             c.execute("INSERT INTO registrations (study_id, device_id, registered_at) VALUES (?, ?, ?)",
                       (study_id, device_id, now))
@@ -290,10 +307,13 @@ class SQLStore(OperatorReads, SecureRounds, Store):
             if study.closing is not None and not self._holds_ticket(c, row.study_id, row.device_id):
                 raise StoreError(Code.FAILED_PRECONDITION, f"study {row.study_id!r} is closing and "
                                  f"takes input only from devices holding a live input ticket")
+            cost = None if row.epsilon is None else (row.epsilon, row.delta or 0.0)
+            self._also_lock(c, DEVICE_KEY + row.device_id)
+            accounts.check(c, row.device_id, row.study_id, cost)
             c.execute(
-                f"INSERT INTO contributions ({CONTRIBUTION_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                f"INSERT INTO contributions ({CONTRIBUTION_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (row.study_id, row.device_id, row.n, row.kind, bytes(row.payload), row.payload_sha256,
-                 bytes(row.signature), row.received_at),
+                 bytes(row.signature), row.received_at, row.epsilon, row.delta),
             )
             c.execute("UPDATE studies SET contributed = contributed + 1, records = records + ?, state = ? "
                       "WHERE study_id = ?",

@@ -21,6 +21,7 @@ from contextlib import contextmanager
 
 from fedsketch.server.errors import Code
 from fedsketch.server.store.base import StoreError
+from fedsketch.server.store.faults import from_sqlite
 from fedsketch.server.store.schema import APPLICATION_ID, SCHEMA_VERSION, migrate
 from fedsketch.server.store.sql import COORDINATOR, SQLStore
 
@@ -48,8 +49,16 @@ class SQLiteStore(SQLStore):
     """The coordinator's state in one SQLite file; one connection is shared under a lock, so
     calls are serialized."""
 
-    def __init__(self, path: str | os.PathLike) -> None:
+    def __init__(self, path: str | os.PathLike, *, exclusive: bool = False) -> None:
         """Open or create the store at ``path`` (WAL, foreign keys, synchronous=FULL).
+
+        With ``exclusive`` (what ``coordinator serve`` uses unless told ``--db-readers``) the
+        connection takes SQLite's EXCLUSIVE locking mode before its first access, so WAL keeps
+        its index in this process's heap instead of the ``<file>-shm`` shared memory: no other
+        process can read the file while it is open, and nothing another process does to a
+        ``-shm`` file (truncating it, making it unwritable) can kill this one with SIGBUS, which
+        a memory-mapped ``-shm`` that shrank under it does. A fault of the file while it serves
+        (full, read-only, I/O error) is a :class:`~.faults.StoreUnavailable`.
 
         Raises StoreError 'failed_precondition' if the file is not a SQLite database, is a SQLite
         database that is not a fedsketch store, or has a schema version outside 1 to SCHEMA_VERSION
@@ -58,6 +67,7 @@ class SQLiteStore(SQLStore):
         coordinator holds the file for itself with :func:`.filelock.hold_exclusive` first.
         """
         self.path = os.fspath(path)
+        self.exclusive = exclusive
         self._lock = threading.Lock()
         self._claims: dict[str, tuple[threading.Lock, int]] = {}  # key: (lock, holders and waiters)
         try:
@@ -75,6 +85,8 @@ class SQLiteStore(SQLStore):
             raise StoreError(Code.FAILED_PRECONDITION, message) from exc
 
     def _open(self) -> None:
+        if self.exclusive:  # before any access: WAL then never maps a -shm file
+            self._conn.execute("PRAGMA locking_mode=EXCLUSIVE")
         schema_version(self._conn, self.path)  # before anything below can modify a foreign file
         mode = self._conn.execute("PRAGMA journal_mode=WAL").fetchone()[0]
         if mode != "wal":
@@ -94,20 +106,34 @@ class SQLiteStore(SQLStore):
     def _tx(self, key: str = COORDINATOR) -> Iterator[sqlite3.Connection]:
         """Hold the lock for one write transaction: committed on normal exit, rolled back on any
         error. Every write is serialized, whatever its ``key``."""
-        with self._lock:
+        with self._lock, self._faults():
             self._conn.execute("BEGIN IMMEDIATE")
             try:
                 yield self._conn
                 self._conn.execute("COMMIT")
             except BaseException:
                 if self._conn.in_transaction:
-                    self._conn.execute("ROLLBACK")
+                    try:
+                        self._conn.execute("ROLLBACK")
+                    except sqlite3.Error:  # SQLite rolled back itself (a failed COMMIT on FULL)
+                        pass
                 raise
 
     @contextmanager
     def _reading(self) -> Iterator[sqlite3.Connection]:
-        with self._lock:
+        with self._lock, self._faults():
             yield self._conn
+
+    @contextmanager
+    def _faults(self) -> Iterator[None]:
+        """A fault of the file (:func:`.faults.from_sqlite`) raised as StoreUnavailable."""
+        try:
+            yield
+        except sqlite3.Error as exc:
+            fault = from_sqlite(exc, self.path)
+            if fault is None:
+                raise
+            raise fault from exc
 
     @contextmanager
     def claim(self, key: str) -> Iterator[None]:

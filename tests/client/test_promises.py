@@ -117,6 +117,8 @@ def test_a_schema_5_promise_lapses_a_week_after_its_spend(tmp_path):
     with sqlite3.connect(path) as db:
         db.execute("UPDATE spends SET spent_at = spent_at - ? WHERE study_id = 'stale'", (8 * 86400.0,))
         db.execute("ALTER TABLE spends DROP COLUMN kept_until")
+        db.execute("ALTER TABLE spends DROP COLUMN chain")  # schema 7's seal
+        db.execute("ALTER TABLE spends DROP COLUMN chain_signature")
         db.execute("DROP TABLE secure_sessions")
         db.execute("UPDATE settings SET value = '5' WHERE key = 'schema_version'")
     db.close()
@@ -125,7 +127,7 @@ def test_a_schema_5_promise_lapses_a_week_after_its_spend(tmp_path):
         rows = {s.study_id: s for s in led.spends()}
         assert all(s.kept_until == s.spent_at + MIGRATED_KEEP_SECONDS for s in rows.values())
         assert kept(led) == [("fresh", 0.5)]
-        assert "schema 5 → 6" in led.history()[-1].detail
+        assert "schema 5 → 6" in led.history()[-2].detail  # then 6 → 7
     finally:
         led.close()
 

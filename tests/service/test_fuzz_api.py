@@ -244,6 +244,8 @@ def _field_values(edge: Edge) -> dict[str, st.SearchStrategy]:
         "include_closed": st.booleans(), "join_only": st.booleans(),
         "limit": st.integers(-2**31, 2**31 - 1), "reason": st.integers(-2**31, 2**31 - 1),
         "n": st.floats(allow_nan=True, allow_infinity=True),
+        "budget_epsilon": st.floats(allow_nan=True, allow_infinity=True),
+        "budget_delta": st.floats(allow_nan=True, allow_infinity=True),
         "signed_at": st.floats(allow_nan=True, allow_infinity=True) | st.just(time.time()),
         "audience": st.sampled_from(["localhost", ""]) | st.text(),
         "format": st.integers(0, 2**32 - 1),

@@ -33,10 +33,12 @@ def cli(*args: str, env: dict | None = None, check: bool = True) -> subprocess.C
 
 
 class CoordinatorProcess:
-    """``fedsketch coordinator serve`` on a free loopback port, with TLS."""
+    """``fedsketch coordinator serve`` on a free loopback port, with TLS; with ``db_readers``
+    (the default here: the tests read its SQLite file while it serves) ``--db-readers``."""
 
-    def __init__(self, folder: Path, certs: Path, *extra: str) -> None:
-        self.folder, self.certs, self.extra = folder, certs, extra
+    def __init__(self, folder: Path, certs: Path, *extra: str, db_readers: bool = True) -> None:
+        self.folder, self.certs = folder, certs
+        self.extra = (*extra, "--db-readers") if db_readers else extra
         self.log = folder / "serve.log"  # a file, not a pipe nobody reads: the log never blocks it
         self.db = folder / "coordinator.db"
         self.token_file = folder / "operator.token"

@@ -90,9 +90,24 @@ V2_CONTRIBUTIONS = """CREATE TABLE contributions (
     received_at REAL NOT NULL, PRIMARY KEY (study_id, device_id))"""
 
 
+def back_to_schema_7(raw: sqlite3.Connection) -> None:
+    """Rewrite a current store file as schema 7 wrote it: no declared budgets, no (ε, δ) on
+    contributions and REGISTER messages, no ``secure_charges``."""
+    raw.execute("DROP TABLE secure_charges")
+    raw.execute("DROP INDEX contributions_by_device")
+    raw.execute("DROP INDEX stage_messages_by_device")
+    for table, columns in (("devices", ("budget_epsilon", "budget_delta")),
+                           ("contributions", ("epsilon", "delta")),
+                           ("stage_messages", ("epsilon", "delta"))):
+        for column in columns:
+            raw.execute(f"ALTER TABLE {table} DROP COLUMN {column}")
+    raw.execute("PRAGMA user_version = 7")
+
+
 def back_to_schema_6(raw: sqlite3.Connection) -> None:
     """Rewrite a current store file as schema 6 wrote it: no ``stage_messages``, no
-    ``secure_rounds``."""
+    ``secure_rounds`` (nor schema 8's columns)."""
+    back_to_schema_7(raw)
     raw.execute("DROP TABLE stage_messages")
     raw.execute("DROP TABLE secure_rounds")
     raw.execute("PRAGMA user_version = 6")

@@ -1,0 +1,126 @@
+"""The coordinator's side of a device's privacy budget: what it has counted against the total the
+device declared at enrollment, and the check that refuses a release past it.
+
+A device declares its total (ε, δ) when it enrolls (``devices.budget_epsilon``,
+``budget_delta``; NULL: an older device, which is held to nothing). Each release the coordinator
+stores carries its cost to the device, as the study's spec says (the service computes it:
+:func:`fedsketch.server.service.accounting.release_cost`): a plain contribution its row's
+``epsilon``/``delta``; a secure round its device's REGISTER row's. A device is *charged*
+
+    Σ over its plain contributions of (ε, δ)
+    + Σ over the secure rounds it registered in of (ε, δ), for each round that still runs
+      (it may yet spend) or to which it sent a masked input (it spent; kept in
+      ``secure_charges`` when the round ends and its stage messages are dropped)
+
+(sequential composition over its releases: the device's ledger adds them up the same way, and a
+secure round it left before masking, or that ended before it masked, costs it nothing). A new
+release of cost (ε, δ) is refused when charged + ε exceeds the declared ε (or the same for δ),
+by more than :data:`SLACK` (the two sides add floats in different orders). The check runs in the
+transaction that stores the release, after the device's own lock (:meth:`SQLStore._also_lock`:
+PostgreSQL's advisory lock of the device, so two processes of ``--shared`` coordinators storing
+two releases of one device run one after the other; SQLite's writes are serialized anyway).
+
+What it catches: a ledger rolled back (rows deleted, an older copy restored, a re-sealed forgery)
+spends again what it had spent; the coordinator still counts the first spends and refuses the
+release that would pass the declared total, with :data:`REFUSED` at the start of its reason.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from fedsketch.server.errors import Code
+from fedsketch.server.store.base import StoreError
+from fedsketch.server.store.schema import Connection
+
+#: Relative tolerance of the comparison (float sums in different orders on the two sides).
+SLACK = 1e-9
+#: How a refusal's reason begins: the code a device logs.
+REFUSED = "declared_budget_exceeded"
+#: Stage numbers of the proto's ``Stage`` (the store does not import the proto).
+REGISTER, MASKED_INPUT = 6, 4
+
+_CHARGES = f"""
+SELECT study_id, epsilon, delta, 0 FROM contributions
+WHERE device_id = ? AND epsilon IS NOT NULL AND study_id <> ?
+UNION ALL
+SELECT study_id, epsilon, delta, 1 FROM secure_charges WHERE device_id = ? AND study_id <> ?
+UNION ALL
+SELECT m.study_id, m.epsilon, m.delta, 1 FROM stage_messages AS m JOIN studies AS s
+  ON s.study_id = m.study_id
+WHERE m.device_id = ? AND m.stage = {REGISTER} AND m.epsilon IS NOT NULL AND m.study_id <> ?
+  AND (s.state IN ('open', 'collecting') OR EXISTS (
+       SELECT 1 FROM stage_messages AS x WHERE x.study_id = m.study_id
+       AND x.device_id = m.device_id AND x.stage = {MASKED_INPUT}))
+ORDER BY 1
+"""
+
+#: Run as a secure round ends (its stage messages are then dropped): the devices that sent a
+#: masked input stay charged the round's cost.
+KEEP_SECURE_CHARGES = f"""
+INSERT INTO secure_charges (study_id, device_id, epsilon, delta)
+SELECT m.study_id, m.device_id, m.epsilon, m.delta FROM stage_messages AS m
+WHERE m.study_id = ? AND m.stage = {REGISTER} AND m.epsilon IS NOT NULL AND EXISTS (
+      SELECT 1 FROM stage_messages AS x WHERE x.study_id = m.study_id
+      AND x.device_id = m.device_id AND x.stage = {MASKED_INPUT})
+"""
+
+
+@dataclass(frozen=True)
+class Charge:
+    """One release counted against a device: its study, (ε, δ), and whether it is a secure round."""
+
+    study_id: str
+    epsilon: float
+    delta: float
+    secure: bool
+
+
+@dataclass(frozen=True)
+class Account:
+    """A device's declared total (None: none declared) and what is counted against it."""
+
+    budget: tuple[float, float] | None
+    charges: tuple[Charge, ...]
+
+    @property
+    def charged(self) -> tuple[float, float]:
+        return (math.fsum(c.epsilon for c in self.charges), math.fsum(c.delta for c in self.charges))
+
+
+def declared(c: Connection, device_id: str) -> tuple[float, float] | None:
+    """The total the device declared (None: none); StoreError 'not_found' for an unknown one."""
+    row = c.execute("SELECT budget_epsilon, budget_delta FROM devices WHERE device_id = ?",
+                    (device_id,)).fetchone()
+    if row is None:
+        raise StoreError(Code.NOT_FOUND, f"no enrolled device {device_id!r}")
+    return None if row[0] is None else (float(row[0]), float(row[1] or 0.0))
+
+
+def account(c: Connection, device_id: str, other_than: str = "") -> Account:
+    """The device's account, leaving out the release for study ``other_than``; StoreError
+    'not_found' for an unknown device. It reads the device's rows through their indexes by
+    device (schema 8): O(its releases), not of the store."""
+    budget = declared(c, device_id)
+    charges = tuple(Charge(s, float(e), float(d or 0.0), bool(k))
+                    for s, e, d, k in c.execute(_CHARGES, (device_id, other_than) * 3))
+    return Account(budget, charges)
+
+
+def check(c: Connection, device_id: str, study_id: str, cost: tuple[float, float] | None) -> None:
+    """Refuse (StoreError 'failed_precondition', reason starting with :data:`REFUSED`) a release
+    of ``cost`` for ``study_id`` that would take the device past its declared total."""
+    if cost is None or declared(c, device_id) is None:  # an older device: nothing is read
+        return
+    acc = account(c, device_id, study_id)
+    (eps, delta), (charged_eps, charged_delta) = cost, acc.charged
+    for name, total, charged, asked in (("ε", acc.budget[0], charged_eps, eps),
+                                        ("δ", acc.budget[1], charged_delta, delta)):
+        if asked > 0 and math.fsum((charged, asked)) > total + SLACK * max(1.0, total):
+            raise StoreError(Code.FAILED_PRECONDITION, (
+                f"{REFUSED}: device {device_id} declared a total {name} = {total:g} at enrollment; "
+                f"the coordinator has stored releases of {len(acc.charges)} studies from it worth "
+                f"{name} = {charged:g}, and study {study_id} asks {asked:g} more. Its ledger "
+                "says otherwise only if spends were deleted or an older copy restored "
+                "(`fedsketch device budget --verify`)"))
