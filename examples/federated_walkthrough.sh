@@ -5,6 +5,7 @@
 #     bash examples/federated_walkthrough.sh
 # README.md shows these same lines (tests/test_doc_blocks.py checks that they agree and runs them).
 set -euo pipefail
+trap 'kill $(jobs -p) 2> /dev/null' EXIT   # the coordinator, if a step failed
 
 # Three devices' records: air time (minutes) and distance (miles) of New York's 2013 flights.
 python -c '
@@ -23,7 +24,6 @@ fedsketch certs init --out certs --host 127.0.0.1
 fedsketch coordinator serve --db coordinator.db --listen 127.0.0.1:0 --port-file port \
     --cert certs/server.pem --key certs/server.key --token-file operator.token 2> serve.log &
 COORDINATOR_PID=$!
-trap 'kill $COORDINATOR_PID' EXIT
 until [ -s port ]; do sleep 0.2; done
 export FEDSKETCH_COORDINATOR=127.0.0.1:$(cat port) FEDSKETCH_CA=certs/ca.pem
 export FEDSKETCH_OPERATOR_TOKEN_FILE=operator.token
@@ -50,3 +50,4 @@ done
 # the operator could not make on real devices' data).
 python -c 'import json; r = json.load(open("result.json")); print(r["centroids"], r["identifiability"]["status"])'
 fedsketch evaluate --data flights.csv --centroids result.json
+kill "$COORDINATOR_PID"
