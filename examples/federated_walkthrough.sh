@@ -24,7 +24,7 @@ fedsketch certs init --out certs --host 127.0.0.1
 fedsketch coordinator serve --db coordinator.db --listen 127.0.0.1:0 --port-file port \
     --cert certs/server.pem --key certs/server.key --token-file operator.token 2> serve.log &
 COORDINATOR_PID=$!
-until [ -s port ]; do sleep 0.2; done
+until [ -s port ]; do kill -0 $COORDINATOR_PID; sleep 0.2; done   # serving, or it died
 export FEDSKETCH_COORDINATOR=127.0.0.1:$(cat port) FEDSKETCH_CA=certs/ca.pem
 export FEDSKETCH_OPERATOR_TOKEN_FILE=operator.token
 
