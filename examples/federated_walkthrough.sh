@@ -5,7 +5,7 @@
 #     bash examples/federated_walkthrough.sh
 # README.md shows these same lines (tests/test_doc_blocks.py checks that they agree and runs them).
 set -euo pipefail
-trap 'kill $(jobs -p) 2> /dev/null' EXIT   # the coordinator, if a step failed
+trap 'kill $(jobs -p) 2> /dev/null || true' EXIT   # the coordinator, if a step failed
 
 # Three devices' records: air time (minutes) and distance (miles) of New York's 2013 flights.
 python -c '

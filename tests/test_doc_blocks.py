@@ -12,7 +12,8 @@ session of its own, and at the document's end every process left in those sessio
 SIGTERM (SIGKILL 30 s later). The one block that needs a PostgreSQL server reads its URL from
 ``$DATABASE_URL``, which the test sets to a fresh database on the suite's server
 (``tests/pgtest.py``). Each block must exit 0 (bash runs with ``-e -u -o pipefail``), and every
-relative SSE a block prints must be a number between 0.5 and 100.
+relative SSE a block prints must be a number between 0.5 and 100. The README's walkthrough is
+examples/federated_walkthrough.sh line for line, and the script runs in its place.
 """
 
 from __future__ import annotations
@@ -83,12 +84,16 @@ def test_json_blocks_parse():
                 json.loads(text), (doc.name, line)
 
 
+def walkthrough_body() -> str:
+    """examples/federated_walkthrough.sh after its header (shebang, comments, set -e, trap)."""
+    return WALKTHROUGH.read_text().split("# the coordinator, if a step failed\n", 1)[1].lstrip("\n")
+
+
 def test_readme_walkthrough_is_the_example_script():
     """The README's walkthrough is examples/federated_walkthrough.sh after its header, line for
-    line, so running the README's block runs the script."""
+    line; test_document_blocks_run runs the script in its place (header included)."""
     script = WALKTHROUGH.read_text()
-    body = script.split("# the coordinator, if a step failed\n", 1)[1].lstrip("\n")
-    assert any(text == body for _, _, text in runnable(ROOT / "README.md"))
+    assert any(text == walkthrough_body() for _, _, text in runnable(ROOT / "README.md"))
     assert script.startswith("#!/usr/bin/env bash") and "set -euo pipefail" in script
 
 
@@ -126,6 +131,8 @@ def test_document_blocks_run(doc, tmp_path, request):
         for line, kind, text in runnable(doc):
             command = (["bash", "-e", "-u", "-o", "pipefail", "-c", text] if kind == "bash"
                        else [sys.executable, "-c", text])
+            if text == walkthrough_body():  # the script itself runs: the block and its header
+                command = ["bash", str(WALKTHROUGH)]
             # Files, not pipes: a server a block leaves in the background keeps its stdout open.
             out_path, err_path = logs / f"{line}.out", logs / f"{line}.err"
             with out_path.open("w") as out, err_path.open("w") as err:
