@@ -13,7 +13,7 @@ policy, the device's budget. TOO_MANY_RECORDS (either relation), TOO_FEW_RECORDS
 only, where n is released exactly) and DATA_UNREADABLE (a value that is not finite) depend on
 the records, and each says only the decision that the device's absence already shows: a bare
 code, with no count, margin or value. Under add/remove, where n is private, the count refusal
-reveals the one bit "n > max_device_records" that non-participation shows anyway (README, "The
+reveals the one bit "n > max_device_records" that non-participation shows anyway (docs/operator-guide.md, "The
 per-device record cap"); the count stops with the chunk that passes the cap
 (:meth:`~.agent.Agent._count`), so the time a refusing device takes does not grow with how far
 beyond the cap its n lies (but for a CSV file, whose rows are counted whenever it is opened, for

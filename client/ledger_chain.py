@@ -18,7 +18,7 @@ are reported. The key is in the same file, so whoever can write the file can als
 forged history, and a whole older copy of the file is consistent in itself. Those are caught by
 the coordinator, which counts the ε of every contribution it stored from the device against
 the total the device declared at enrollment (``fedsketch device budget --verify --coordinator``
-compares the two; docs/device-owner.md).
+compares the two; docs/device-owners.md).
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 and the key of an enrollment in progress.
 
 At enrollment the device also declares its total budget (:meth:`IdentityStore.declared`), which
-its coordinator holds it to whatever the ledger later says (``docs/device-owner.md``).
+its coordinator holds it to whatever the ledger later says (``docs/device-owners.md``).
 
 Enrollment must survive a lost reply: the coordinator commits the enrollment, the reply never
 arrives, and the device asks again. So the device draws its key once (OS CSPRNG), commits it to

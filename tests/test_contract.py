@@ -27,7 +27,7 @@ def test_generated_code_matches_the_proto(tmp_path):
             f"common/pb/{name} is stale: run `make proto`")
 
 
-#: Who may not import whom, by fedsketch package prefix (the layering of README's Layout).
+#: Who may not import whom, by fedsketch package prefix (the layering of docs/layout.md).
 FORBIDDEN: dict[str, tuple[str, ...]] = {
     "fedsketch.common": ("fedsketch.client", "fedsketch.server"),
     "fedsketch.client": ("fedsketch.server",),
@@ -317,10 +317,10 @@ def test_modules_stay_small_or_say_why():
 
 
 def test_readme_layout_names_every_package():
-    """README's Layout map and the folders agree: every package is on the map, every folder on
-    the map exists."""
-    text = (ROOT / "README.md").read_text()
-    block = text[text.index("## Layout"):].split("```")[1]
+    """The Layout map (docs/layout.md) and the folders agree: every package is on the map, every
+    folder on the map exists."""
+    text = (ROOT / "docs" / "layout.md").read_text()
+    block = text[text.index("# Layout"):].split("```text\n")[1].split("```")[0]
     mapped, parent = set(), ""
     for line in block.splitlines():
         name = line.split(" ", 1)[0] if not line.startswith(" ") else line.strip().split(" ", 1)[0]

@@ -137,7 +137,7 @@ def test_from_result_of_a_decoding_and_of_a_federated_round(tmp_path):
         CompressiveKMeans.from_result({"centroids": [[0.0, 1.0]]})
 
 
-#: Checks that fail for a private fit, and why (the README's table). At ε = ∞ and r = m every check
+#: Checks that fail for a private fit, and why (docs/python-api.md's table). At ε = ∞ and r = m every check
 #: applies and passes. At finite ε the non_deterministic tag leaves out the checks that need a
 #: seeded fit to repeat itself: check_methods_sample_order_invariance and
 #: check_methods_subset_invariance are not generated; check_transformer_general,

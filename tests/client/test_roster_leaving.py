@@ -138,7 +138,7 @@ def test_a_far_deadline_holds_the_budget_for_ever_and_breaks_device_budget(coord
 
 def test_another_sources_daemon_does_not_pull_the_device_out_of_a_study(coordinator_round, records,
                                                                        tmp_path):
-    """README: data about other people -> `device add-source NAME` and run it with `--source
+    """docs/device-owners.md: data about other people -> `device add-source NAME` and run it with `--source
     NAME` (a second daemon, same ledger, same device identity). Its file has d = 5."""
     r = coordinator_round
     path = tmp_path / "v.ledger"

@@ -24,7 +24,7 @@ device_files = processes.device_files
 #: The README's operator example before the planner (git history): 10 devices, sketch ε 0.1.
 OLD_EXAMPLE = ("--d", "10", "--k", "10", "--bounds", "-15:15", "--scale", "2", "--epsilon", "0.5",
                "--m", "1000", "--r", "1", "--min-devices", "10")
-#: The README's example now.
+#: The operator guide's example now (docs/operator-guide.md).
 NEW_EXAMPLE = ("--d", "10", "--k", "10", "--bounds", "-15:15", "--scale", "2", "--epsilon", "1",
                "--m", "1000", "--r", "1", "--min-devices", "20", "--expected-records", "100000")
 

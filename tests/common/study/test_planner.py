@@ -94,7 +94,7 @@ def test_old_readme_example_is_hopeless_and_the_new_one_works():
     """The README's operator example before the planner (d = k = 10, box ±15, σ = 2, ε = 0.5 with
     three refinement rounds, so 0.1 for the sketch, m = 1000, r = 1, 10 devices) with 10,000
     records per device measured relative SSE 7.0: the planner says hopeless. The example the
-    README now gives (20 devices of 100,000 records, ε = 1) works."""
+    operator guide now gives (20 devices of 100,000 records, ε = 1) works."""
     old = _study(0.5, 10, m=1000, r=1, d=10, k=10, rounds=3)
     threshold = decoder_threshold(old.sketch, np.array(old.lo), np.array(old.hi))
     plan = plan_study(old, 10_000, threshold)
