@@ -8,7 +8,9 @@ same units, and the same table and box multiplied by c (the result must not depe
   40:100, 0:20000, 0:12, 0:60, 0:35; k = 5.
 
 Relative SSE = SSE of the decoded centroids on the clipped table / SSE of KMeans (k-means++,
-n_init = 10) on it. ``python benchmarks/bench_units.py --seeds 5 --factors 1,1e-3``.
+n_init = 10) on it. ``python benchmarks/bench_units.py --seeds 5 --factors 1,1e-3``; with
+``--boxes given,auto`` also ``--bounds auto``'s private box in place of the given one (the SSE and
+its reference on the same table, clipped into the given box).
 """
 
 from __future__ import annotations
@@ -47,11 +49,13 @@ def sse(x: np.ndarray, c: np.ndarray) -> float:
     return total
 
 
-def run(x: np.ndarray, box: Box, k: int, epsilon: float, seed: int) -> tuple[float, dict]:
-    """(SSE of sketch + decode's centroids, the calibration's dict) for one seed."""
+def run(x: np.ndarray, box: Box | None, k: int, epsilon: float, seed: int) -> tuple[float, dict]:
+    """(SSE of sketch + decode's centroids, the calibration's dict) for one seed; ``box`` None:
+    ``--bounds auto``, the private box at 10 % of ε (then 10 % for σ, 80 % for the sketch)."""
     plan = SketchPlan(PrivacySpec(epsilon, 0.0, "replace_one"), m=1000, r=1, seed=seed)
-    made = plan.run(lambda: iter([x]), box)
-    out = decode_judged(made.release.sketch, made.spec, k, box.lo, box.hi, records=made.release.n,
+    made = plan.run(lambda: iter([x]), box, d=x.shape[1])
+    used = made.box.box if box is None else box
+    out = decode_judged(made.release.sketch, made.spec, k, used.lo, used.hi, records=made.release.n,
                         replicates=3, rng=np.random.default_rng(seed))
     return sse(x, out.centroids), made.calibration.to_dict()
 
@@ -63,6 +67,8 @@ def main() -> None:
     parser.add_argument("--tables", default="flights,diamonds")
     parser.add_argument("--epsilon", type=float, default=1.0)
     parser.add_argument("--cache", type=Path, default=None)
+    parser.add_argument("--boxes", default="given",
+                        help="given (the box from the columns' meanings), auto (--bounds auto), or both")
     args = parser.parse_args()
     from sklearn.cluster import KMeans
 
@@ -75,15 +81,18 @@ def main() -> None:
         raw = np.clip(raw, lo, hi)
         ref = KMeans(k, n_init=10, random_state=0).fit(raw).inertia_
         for factor in (float(f) for f in args.factors.split(",")):
-            x, box = raw * factor, Box(np.array(lo, float) * factor, np.array(hi, float) * factor)
-            rel, sigmas = [], []
-            for seed in range(args.seeds):
-                value, cal = run(x, box, k, args.epsilon, seed)
-                rel.append(value / (ref * factor**2))
-                sigmas.append(f"{cal['sigma'] / factor:.4g} ({cal['choice']})")
-            print(json.dumps({"table": name, "factor": factor, "epsilon": args.epsilon,
-                              "median": statistics.median(rel), "relative_sse": rel,
-                              "sigma_in_natural_units": sigmas}), flush=True)
+            for which in args.boxes.split(","):
+                x = raw * factor
+                box = (None if which == "auto"
+                       else Box(np.array(lo, float) * factor, np.array(hi, float) * factor))
+                rel, sigmas = [], []
+                for seed in range(args.seeds):
+                    value, cal = run(x, box, k, args.epsilon, seed)
+                    rel.append(value / (ref * factor**2))
+                    sigmas.append(f"{cal['sigma'] / factor:.4g} ({cal['choice']})")
+                print(json.dumps({"table": name, "factor": factor, "box": which,
+                                  "epsilon": args.epsilon, "median": statistics.median(rel),
+                                  "relative_sse": rel, "sigma_in_natural_units": sigmas}), flush=True)
 
 
 if __name__ == "__main__":

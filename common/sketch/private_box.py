@@ -58,6 +58,8 @@ FINE_BINS = 64
 TAIL = 0.005
 #: Stage 2 reads counts below this many noise scales as 0.
 FLOOR = 3
+#: Window widths (coarse bins) stage 1 tries, smallest first.
+WINDOWS = (1, 2, 4, 8, 16, 32)
 #: Probability that noise alone makes any bin of a release significant.
 FALSE_BIN = 1e-3
 #: The margin of :func:`data_box` (a share of each column's range, on each side).
@@ -133,12 +135,25 @@ class PrivateBox:
                 "their records clipped into the box)")
 
 
-def _significant(counts: np.ndarray, tau: int) -> list[tuple[int, int] | None]:
-    """Per column (rows of ``counts``), the (first, last) bin whose noisy count reaches ``tau``."""
+def _significant(counts: np.ndarray, tau: int, scale: float) -> list[tuple[int, int] | None]:
+    """Per column (rows of ``counts``), the (first, last) bin of the windows of w consecutive
+    bins whose noisy sum reaches τ_w, for the smallest w in :data:`WINDOWS` that has one: τ_1 =
+    ``tau``, and for w > 1 the level the sum of w noise draws (variance 2w·``scale``², Δ1/ε =
+    ``scale`` records) exceeds with probability about FALSE_BIN over all windows (a Gaussian
+    tail, √(4w·scale²·ln(bins·len(WINDOWS)/FALSE_BIN))). A column whose records spread over many
+    octaves (prices, incomes) fills no bin alone but some window of them."""
     spans: list[tuple[int, int] | None] = []
+    level = math.log(counts.size * len(WINDOWS) / FALSE_BIN)
     for row in counts:
-        hits = np.flatnonzero(row >= tau)
-        spans.append((int(hits[0]), int(hits[-1])) if hits.size else None)
+        span = None
+        for w in WINDOWS:
+            sums = np.convolve(row, np.ones(w, dtype=np.int64), mode="valid")
+            need = tau if w == 1 else max(tau, math.sqrt(4 * w * scale**2 * level))
+            hits = np.flatnonzero(sums >= need)
+            if hits.size:
+                span = (int(hits[0]), int(hits[-1]) + w - 1)
+                break
+        spans.append(span)
     return spans
 
 
@@ -206,7 +221,7 @@ def private_box(chunks: Callable[[], Iterable[np.ndarray]], d: int, epsilon: flo
     counts = release_histograms(counts, half, neighbouring)
     tau1 = threshold(half, delta1, counts.size)
     lo1, hi1 = np.empty(d), np.empty(d)
-    for col, span in enumerate(_significant(counts, tau1)):
+    for col, span in enumerate(_significant(counts, tau1, delta1 / half)):
         if span is None:
             raise _refuse(col, tau1, "coarse")
         first, last = _toward_zero(counts[col], span, delta1 / half)
