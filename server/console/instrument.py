@@ -89,9 +89,10 @@ class MeteredStore:
             self._m.refusals.labels(reason).inc()
         return added
 
-    def add_stage_message(self, study_id: str, stage: int, device_id: str, body: bytes) -> bool:
+    def add_stage_message(self, study_id: str, stage: int, device_id: str, body: bytes,
+                          cost: tuple[float, float] | None = None) -> bool:
         stored = self._timed("add_stage_message", self._store.add_stage_message, study_id, stage,
-                             device_id, body)
+                             device_id, body, cost)
         if stored:
             self._m.stage_messages.labels(pb.Stage.Name(stage)).inc()
             if self._store.shared:  # this process sees only some of the round's messages
