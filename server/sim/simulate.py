@@ -370,6 +370,7 @@ def run_simulation(cfg: SimConfig, data: Pooled | None = None) -> dict:
         res = operator.GetResult(pb.StudyRef(study_id=study.study_id), metadata=meta)
         seconds["decode"] = time.perf_counter() - t
         full = json.loads(store.get_result(study.study_id))
+        opened = getattr(loop.coordinator.round_of(study.study_id), "stage_open", {})
     centroids = np.asarray(res.centroids).reshape(res.k, res.d)
     ref = data.kmeans_sse_per_n
     sse = sse_per_n(split(x), centroids)
@@ -393,6 +394,7 @@ def run_simulation(cfg: SimConfig, data: Pooled | None = None) -> dict:
         "seconds": seconds,
         "bytes_sent": bytes_up,
         "secure_aggregation": None if spec.secure_aggregation is None else {
-            **asdict(spec.secure_aggregation), "min_honest": spec.assumptions.min_honest},
+            **asdict(spec.secure_aggregation), "min_honest": spec.assumptions.min_honest,
+            "stage_open_seconds": dict(opened)},
         "config": asdict(cfg),
     }
