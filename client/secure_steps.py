@@ -289,6 +289,7 @@ class SecureSteps:
                 return self._drop(sid, session, Declined(f"secure aggregation: {exc}", pb.OTHER))
             session.replies[stage] = sw.masked_to_bytes(y)
             self._keep(sid, session)  # masked once: a restart spends on and sends these bytes
+            fault_point("kill-after-mask")
         if (spend := self.ledger.find(sid)) is None:
             premask = (session.input + session.noise).astype("<i8").tobytes()
             try:

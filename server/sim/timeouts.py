@@ -1,0 +1,32 @@
+"""The simulator's default stage timeout for a secure round (``simulate --secure-aggregation``
+without ``--stage-timeout``).
+
+A device prepares its input (reads and sketches its data, draws its noise share) before it
+registers (:mod:`fedsketch.client.secure_steps`), so a stage's time is network and crypto alone:
+at most, per device, its X25519 agreements, Shamir shares and AES-GCM for its neighbours
+(SHARE_KEYS), or its pair masks' keystreams (MASKED_INPUT), each an RPC over TLS on loopback.
+The in-process simulator steps its L devices one after another, and its coordinator runs in the
+same process, so a stage stays open about L times one device's step.
+
+Measured (``python benchmarks/bench_secagg.py stages``: paper 004's data, N = 10^6, m = 1000,
+complex map, ε = 0.5, full graph, no timeout reached, largest of 3 runs; 2-core VM with a load
+average of about 4 from other jobs): the longest stage was SHARE_KEYS, 0.44 s at L = 20 and
+5.3 s at L = 100, about 53 ms per device (docs/secure-aggregation.md has every stage). The
+default allows :data:`SECONDS_PER_DEVICE` = 0.6 s per device, about 11 times that, and at least
+:data:`MIN_STAGE_TIMEOUT` seconds: a wide margin for a machine several times busier. A stage
+with devices that really drop out (``--dropout``) waits the whole timeout: pass a shorter
+``--stage-timeout`` to simulate those quickly.
+"""
+
+from __future__ import annotations
+
+#: Seconds of stage timeout per simulated device (module docstring).
+SECONDS_PER_DEVICE = 0.6
+#: Fewest seconds of the default stage timeout.
+MIN_STAGE_TIMEOUT = 30.0
+
+
+def default_stage_timeout(devices: int) -> float:
+    """The stage timeout (seconds) of a simulated secure round of ``devices`` devices:
+    max(:data:`MIN_STAGE_TIMEOUT`, :data:`SECONDS_PER_DEVICE` · L)."""
+    return max(MIN_STAGE_TIMEOUT, SECONDS_PER_DEVICE * devices)
