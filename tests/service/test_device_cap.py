@@ -153,7 +153,7 @@ def test_a_device_whose_count_would_pass_the_secure_total_is_refused_alone(coord
     register is refused (INVALID_ARGUMENT) with the reason, spends nothing, and the round goes
     on with the other three once REGISTER times out."""
     r = coordinator_round
-    study = r.create(secure_spec(4, dropouts=1, max_records=10_000, timeout=1.5))
+    study = r.create(secure_spec(4, dropouts=1, max_records=10_000))
     agents = [r.agent(f"t{i}", parts[i]) for i in range(4)]
     for agent in agents:
         agent.step()  # prepares its input
