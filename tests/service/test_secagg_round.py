@@ -114,7 +114,8 @@ def test_unmasked_sum_is_the_plain_integer_sum(coordinator_round, parts, feature
     sketch = SketchSpec(FrequencySpec(d=3, m=40, scale=1.5, seed=2), feature, 40,
                         PrivacySpec(epsilon))
     spec = StudySpec.create("exact", sketch, 3, [-10.0] * 3, [10.0] * 3, min_devices=6,
-                            replicates=1, secure_aggregation=SecAggSpec(4, 100_000, 0, 0, None, 5.0))
+                            replicates=1,
+                            secure_aggregation=SecAggSpec(4, 100_000, 0, 0, None, STAGE_TIMEOUT))
     study = coordinator_round.create(spec)
     seen = spy_total(coordinator_round, study.study_id)
     agents = [coordinator_round.agent(f"s{feature[0]}{i}", parts[i], budget=epsilon)
@@ -139,7 +140,8 @@ def test_an_off_centre_box_sums_the_features_of_the_records_themselves(coordinat
     sketch = SketchSpec(FrequencySpec(d=3, m=40, scale=1.5, seed=2), "quantized", 40,
                         PrivacySpec(epsilon))
     spec = StudySpec.create("off-centre", sketch, 3, [490.0] * 3, [510.0] * 3, min_devices=4,
-                            replicates=1, secure_aggregation=SecAggSpec(3, 100_000, 0, 0, None, 5.0))
+                            replicates=1,
+                            secure_aggregation=SecAggSpec(3, 100_000, 0, 0, None, STAGE_TIMEOUT))
     study = coordinator_round.create(spec)
     seen = spy_total(coordinator_round, study.study_id)
     agents = [coordinator_round.agent(f"oc{i}", parts[i] + 500.0, budget=epsilon) for i in range(4)]
