@@ -8,7 +8,7 @@ included, under the ``neighbouring`` relation. Everything else follows scikit-le
 the data's holder, not for publication.
 
 Randomness: ``random_state`` seeds the public frequencies Ω, ξ and the decoder's starts. The
-privacy noise comes from OS bits (the integer mechanisms of :mod:`fedsketch.common.privacy`) and
+privacy noise comes from OS bits (the integer mechanisms of :mod:`fedsketch.common.sketch.privacy`) and
 cannot be seeded, by design; nor can the masks of r < m entries per record. So a fit is
 reproducible only at ε = ∞ with r = m, and the estimator's ``non_deterministic`` tag says so.
 
@@ -38,7 +38,7 @@ except ImportError as exc:  # pragma: no cover - exercised only without scikit-l
     raise ImportError("CompressiveKMeans needs scikit-learn: pip install scikit-learn "
                       "(or pip install 'fedsketch[bench]')") from exc
 
-from fedsketch.common.box import Box
+from fedsketch.common.sketch.box import Box
 from fedsketch.steps import (
     Bounds,
     Decoding,

@@ -1,6 +1,6 @@
 """The ``sketch``, ``decode`` and ``evaluate`` commands as functions on arrays, files and chunks.
 
-Each runs the same code as its command (:class:`fedsketch.common.dataset_sketch.SketchPlan`,
+Each runs the same code as its command (:class:`fedsketch.common.sketch.dataset_sketch.SketchPlan`,
 :func:`fedsketch.server.decode.pipeline.decode_judged`,
 :func:`fedsketch.server.bench.metrics.evaluate_centroids`) with the same defaults, so a sketch made
 here decodes with ``fedsketch decode`` and the other way round.
@@ -17,7 +17,7 @@ Records (``data``) come in one of three forms, all in data units:
   first pass on the private choice of σ.
 
 Privacy: every sketch draws fresh noise from OS bits (the integer mechanisms of
-:mod:`fedsketch.common.privacy`); ``seed`` fixes the public frequencies only, never the noise.
+:mod:`fedsketch.common.sketch.privacy`); ``seed`` fixes the public frequencies only, never the noise.
 """
 
 from __future__ import annotations
@@ -30,12 +30,12 @@ from itertools import chain
 
 import numpy as np
 
-from fedsketch.common.box import Box, Tally
-from fedsketch.common.dataio import DataSource, ReadOptions
-from fedsketch.common.dataset_sketch import SketchPlan
-from fedsketch.common.privacy import PrivacySpec
-from fedsketch.common.scale import DEFAULT_RANGE
-from fedsketch.common.sketchfile import SketchFile, load_sketch
+from fedsketch.common.data.dataio import DataSource, ReadOptions
+from fedsketch.common.sketch.box import Box, Tally
+from fedsketch.common.sketch.dataset_sketch import SketchPlan
+from fedsketch.common.sketch.privacy import PrivacySpec
+from fedsketch.common.sketch.scale import DEFAULT_RANGE
+from fedsketch.common.sketch.sketchfile import SketchFile, load_sketch
 from fedsketch.server.bench.metrics import Evaluation, evaluate_centroids
 from fedsketch.server.cli.bounds import parse_bounds
 from fedsketch.server.decode.identify import IDENTIFIED, Identifiability

@@ -31,8 +31,8 @@ from pathlib import Path
 
 import numpy as np
 
-from fedsketch.common.lloyd import cluster_stats, nearest
-from fedsketch.common.synthetic import gmm
+from fedsketch.common.data.synthetic import gmm
+from fedsketch.common.dp.lloyd import cluster_stats, nearest
 from fedsketch.server.bench import kmeans as kp
 from fedsketch.server.bench.compare import compare, plot, synthetic
 from fedsketch.server.bench.task import Task

@@ -28,14 +28,14 @@ import statistics
 import numpy as np
 from sklearn.datasets import load_digits
 
+from fedsketch.common.data.synthetic import gmm
 from fedsketch.common.dp.calibration import dlap_variance, l1_sensitivity
 from fedsketch.common.dp.plan import noise_plan
 from fedsketch.common.features import ENTRY_L1, GRID
-from fedsketch.common.frequencies import FrequencySpec, draw_frequencies
-from fedsketch.common.privacy import PrivacySpec
-from fedsketch.common.sketching import feature_sum
-from fedsketch.common.spec import SketchSpec
-from fedsketch.common.synthetic import gmm
+from fedsketch.common.sketch.frequencies import FrequencySpec, draw_frequencies
+from fedsketch.common.sketch.privacy import PrivacySpec
+from fedsketch.common.sketch.sketching import feature_sum
+from fedsketch.common.sketch.spec import SketchSpec
 from fedsketch.server.bench.metrics import sklearn_kmeans_centroids, split, sse_per_n
 from fedsketch.server.decode.pipeline import decode_centroids
 

@@ -24,7 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import realdata  # noqa: E402
 
-from fedsketch.common.synthetic import gmm  # noqa: E402
+from fedsketch.common.data.synthetic import gmm  # noqa: E402
 from fedsketch.server.bench.ckm import ckm_run  # noqa: E402
 from fedsketch.server.bench.metrics import sklearn_kmeans_centroids, split, sse_per_n  # noqa: E402
 from fedsketch.server.bench.task import Task  # noqa: E402

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from bench_sketch import OUT, data_file
 
-from fedsketch.common.dataio import load_all
+from fedsketch.common.data.dataio import load_all
 from fedsketch.server.bench.metrics import split, sse_per_n
 
 KMEANS = """

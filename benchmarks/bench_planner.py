@@ -1,7 +1,7 @@
 """The utility planner's prediction against federated runs (``fedsketch simulate``'s harness).
 
 Each configuration (L devices × n records each, ε per device, local noise or secure aggregation)
-is planned from its public spec alone (:func:`fedsketch.common.planner.plan_study`: the expected
+is planned from its public spec alone (:func:`fedsketch.common.study.planner.plan_study`: the expected
 z of a centroid's atom against the decoder's threshold, ‖e‖/‖s‖ and the verdict), then run
 through :func:`fedsketch.server.sim.simulate.run_simulation`: a real coordinator and L in-process
 devices over TLS on loopback, paper 004's mixture (k = d = 10, separation 2.5, box ±15), m = 1000,
@@ -24,7 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
-from fedsketch.common.planner import SAFETY, plan_study
+from fedsketch.common.study.planner import SAFETY, plan_study
 from fedsketch.server.decode.identify import decoder_threshold
 from fedsketch.server.sim.simulate import SimConfig, _study_spec, pooled_data, run_simulation
 

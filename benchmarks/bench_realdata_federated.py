@@ -42,7 +42,7 @@ import numpy as np
 import realdata
 from bench_realdata import diffprivlib_runs
 
-from fedsketch.common.lloyd import nearest
+from fedsketch.common.dp.lloyd import nearest
 from fedsketch.server.bench.compare import methods
 from fedsketch.server.bench.metrics import sklearn_kmeans_centroids, split, sse_per_n
 from fedsketch.server.bench.task import Task

@@ -46,15 +46,15 @@ from pathlib import Path
 import grpc
 import numpy as np
 
-from fedsketch.common import signing
-from fedsketch.common.frequencies import FrequencySpec
-from fedsketch.common.link import Link
+from fedsketch.common.net import signing
+from fedsketch.common.net.link import Link
+from fedsketch.common.net.tls import init_certs, secure_channel, server_credentials
 from fedsketch.common.pb import fedsketch_pb2 as pb
 from fedsketch.common.pb import fedsketch_pb2_grpc as pb_grpc
-from fedsketch.common.privacy import PrivacySpec
-from fedsketch.common.spec import SketchSpec
-from fedsketch.common.study import StudySpec, spec_sha256
-from fedsketch.common.tls import init_certs, secure_channel, server_credentials
+from fedsketch.common.sketch.frequencies import FrequencySpec
+from fedsketch.common.sketch.privacy import PrivacySpec
+from fedsketch.common.sketch.spec import SketchSpec
+from fedsketch.common.study.study import StudySpec, spec_sha256
 from fedsketch.server.sim.simulate import SimConfig, run_simulation
 from fedsketch.server.store import ContributionRow, open_store
 

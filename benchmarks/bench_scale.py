@@ -18,12 +18,12 @@ import statistics
 
 import numpy as np
 
-from fedsketch.common.box import Box
-from fedsketch.common.frequencies import FrequencySpec
-from fedsketch.common.privacy import PrivacySpec
-from fedsketch.common.scale import calibrate_scale
-from fedsketch.common.spec import SketchSpec, release_sketch
-from fedsketch.common.synthetic import gmm
+from fedsketch.common.data.synthetic import gmm
+from fedsketch.common.sketch.box import Box
+from fedsketch.common.sketch.frequencies import FrequencySpec
+from fedsketch.common.sketch.privacy import PrivacySpec
+from fedsketch.common.sketch.scale import calibrate_scale
+from fedsketch.common.sketch.spec import SketchSpec, release_sketch
 from fedsketch.server.bench.metrics import sklearn_kmeans_centroids, split, sse_per_n
 from fedsketch.server.decode.pipeline import decode_centroids
 

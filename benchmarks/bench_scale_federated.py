@@ -27,7 +27,7 @@ from pathlib import Path
 import numpy as np
 import realdata
 
-from fedsketch.common.lloyd import nearest
+from fedsketch.common.dp.lloyd import nearest
 from fedsketch.server.bench.metrics import sklearn_kmeans_centroids, split, sse_per_n
 from fedsketch.server.sim.simulate import Pooled, SimConfig, pooled_data, run_simulation
 

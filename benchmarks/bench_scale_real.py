@@ -30,11 +30,11 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import realdata  # noqa: E402
 
-from fedsketch.common.box import Box  # noqa: E402
-from fedsketch.common.frequencies import FrequencySpec  # noqa: E402
-from fedsketch.common.privacy import PrivacySpec  # noqa: E402
-from fedsketch.common.scale import DEFAULT_RANGE, calibrate_scale  # noqa: E402
-from fedsketch.common.spec import SketchSpec, release_sketch  # noqa: E402
+from fedsketch.common.sketch.box import Box  # noqa: E402
+from fedsketch.common.sketch.frequencies import FrequencySpec  # noqa: E402
+from fedsketch.common.sketch.privacy import PrivacySpec  # noqa: E402
+from fedsketch.common.sketch.scale import DEFAULT_RANGE, calibrate_scale  # noqa: E402
+from fedsketch.common.sketch.spec import SketchSpec, release_sketch  # noqa: E402
 from fedsketch.server.bench.metrics import sklearn_kmeans_centroids, split, sse_per_n  # noqa: E402
 from fedsketch.server.decode.pipeline import decode_centroids  # noqa: E402
 

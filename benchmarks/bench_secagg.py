@@ -41,8 +41,8 @@ from pathlib import Path
 
 import numpy as np
 
+from fedsketch.common.data.synthetic import gmm
 from fedsketch.common.pb import fedsketch_pb2 as pb
-from fedsketch.common.synthetic import gmm
 from fedsketch.server.sim.simulate import (
     SimConfig,
     _agents,

@@ -20,10 +20,10 @@ from pathlib import Path
 
 import numpy as np
 
-from fedsketch.common.dataio import DataSource, write_npy_stream
-from fedsketch.common.frequencies import FrequencySpec, draw_frequencies
-from fedsketch.common.sketching import feature_sum
-from fedsketch.common.synthetic import gmm_chunks
+from fedsketch.common.data.dataio import DataSource, write_npy_stream
+from fedsketch.common.data.synthetic import gmm_chunks
+from fedsketch.common.sketch.frequencies import FrequencySpec, draw_frequencies
+from fedsketch.common.sketch.sketching import feature_sum
 
 OUT = Path(__file__).resolve().parent / "out"
 

@@ -22,11 +22,11 @@ import numpy as np
 from rich.console import Console
 from rich.table import Table
 
-from fedsketch.common.dataio import load_all
+from fedsketch.common.data.dataio import load_all
 from fedsketch.common.features import FIRST_HARMONIC
-from fedsketch.common.frequencies import FrequencySpec, draw_frequencies
-from fedsketch.common.privacy import PrivacySpec, privatize
-from fedsketch.common.sketching import feature_sum
+from fedsketch.common.sketch.frequencies import FrequencySpec, draw_frequencies
+from fedsketch.common.sketch.privacy import PrivacySpec, privatize
+from fedsketch.common.sketch.sketching import feature_sum
 from fedsketch.server.bench.metrics import RELATIVE_SSE_MEANING, sklearn_kmeans_centroids, split, sse_per_n
 from fedsketch.server.decode.clompr import clompr
 

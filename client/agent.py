@@ -51,25 +51,14 @@ import math
 
 import grpc
 
-from fedsketch.common import signing
-from fedsketch.common.box import Box, Tally
-from fedsketch.common.calibration_round import SketchRound, is_sketch_round
-from fedsketch.common.cli import printable
-from fedsketch.common.device_reads import signed_read
-from fedsketch.common.frequencies import draw_frequencies
-from fedsketch.common.pb import fedsketch_pb2 as pb
-from fedsketch.common.pb import fedsketch_pb2_grpc as pb_grpc
-from fedsketch.common.refine import RoundSpec, is_round
-from fedsketch.common.study import StudySpec, spec_sha256
-
-from .declines import Declined
-from .ledger import DEFAULT_SOURCE, BudgetExceeded, Identity, Ledger, LedgerError, Spend
-from .localdata import DATA_ERRORS, DataFeed, Retry, data_refusal, log_clipped
-from .roster_steps import FINAL_REFUSALS, RosterSteps
-from .round_steps import RoundChecks, release
-from .secure_session import Session
-from .secure_steps import SECURE_KIND, SecureSteps
-from .study_pass import (
+from fedsketch.client.declines import Declined
+from fedsketch.client.ledger import DEFAULT_SOURCE, BudgetExceeded, Identity, Ledger, LedgerError, Spend
+from fedsketch.client.localdata import DATA_ERRORS, DataFeed, Retry, data_refusal, log_clipped
+from fedsketch.client.roster_steps import FINAL_REFUSALS, RosterSteps
+from fedsketch.client.round_steps import RoundChecks, release
+from fedsketch.client.secure_session import Session
+from fedsketch.client.secure_steps import SECURE_KIND, SecureSteps
+from fedsketch.client.study_pass import (
     RPC_TIMEOUT,
     UNHANDLED,
     Admitted,
@@ -81,6 +70,16 @@ from .study_pass import (
     release_cost,
     spend_labels,
 )
+from fedsketch.common.cli import printable
+from fedsketch.common.net import signing
+from fedsketch.common.net.device_reads import signed_read
+from fedsketch.common.pb import fedsketch_pb2 as pb
+from fedsketch.common.pb import fedsketch_pb2_grpc as pb_grpc
+from fedsketch.common.sketch.box import Box, Tally
+from fedsketch.common.sketch.frequencies import draw_frequencies
+from fedsketch.common.study.calibration_round import SketchRound, is_sketch_round
+from fedsketch.common.study.refine import RoundSpec, is_round
+from fedsketch.common.study.study import StudySpec, spec_sha256
 
 log = logging.getLogger("fedsketch.device")
 
@@ -111,7 +110,7 @@ class Agent(SecureSteps, RosterSteps, RoundChecks):
     def ensure_enrolled(self, coordinator: str, token: str | None, label: str) -> Identity:
         """The stored identity, or a new Ed25519 key enrolled with ``token``; ``coordinator`` is
         the ``--coordinator`` the channel reaches, which the agent's reads are signed for
-        (:func:`~fedsketch.common.device_reads.audience`), so it is called before :meth:`step`."""
+        (:func:`~fedsketch.common.net.device_reads.audience`), so it is called before :meth:`step`."""
         self._coordinator = coordinator
         identity = self.ledger.identity()
         if identity is not None:

@@ -27,6 +27,9 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from fedsketch.client.ledger_records import LedgerError, check_budget
+from fedsketch.client.ledger_schema import DEFAULT_SOURCE
+from fedsketch.client.policy import Policy
 from fedsketch.common.cli import (
     CaOpt,
     InsecureOpt,
@@ -39,12 +42,8 @@ from fedsketch.common.cli import (
 )
 from fedsketch.common.cli import clean_errors as _clean_errors
 
-from .ledger_records import LedgerError, check_budget
-from .ledger_schema import DEFAULT_SOURCE
-from .policy import Policy
-
 if TYPE_CHECKING:  # the ledger (sqlite3, cryptography) and the daemon load in the commands
-    from .ledger import Ledger, Spend
+    from fedsketch.client.ledger import Ledger, Spend
 
 device_app = typer.Typer(no_args_is_help=True,
                          help="Run a device daemon; set and read its budget and policy.")
@@ -73,7 +72,7 @@ def _existing(path: Path) -> Iterator[Ledger]:
     """An existing ledger, open for the block and closed after it."""
     if not path.exists():
         raise ValueError(f"{path}: no such ledger (create it with `fedsketch device init`)")
-    from .ledger import Ledger
+    from fedsketch.client.ledger import Ledger
 
     book = Ledger(path)
     try:
@@ -115,7 +114,7 @@ def device_init(
         policy = _policy(Policy(), max_epsilon, study, coordinator_pattern)
         check_budget(budget, 0.0 if budget_delta is None else budget_delta)  # before any file
         _new_ledger_folder(ledger)
-        from .ledger import Ledger
+        from fedsketch.client.ledger import Ledger
 
         book = Ledger(ledger)
         try:
@@ -213,9 +212,8 @@ def device_run(
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
-    from fedsketch.common.dataio import ReadOptions
-
-    from . import daemon
+    from fedsketch.client import daemon
+    from fedsketch.common.data.dataio import ReadOptions
 
     with clean_errors():
         check_tls(ca, insecure)

@@ -25,14 +25,13 @@ from pathlib import Path
 
 import grpc
 
+from fedsketch.client.agent import Agent
+from fedsketch.client.ledger import DEFAULT_SOURCE, Budget, Ledger, LedgerError
+from fedsketch.client.ledger_records import check_budget
+from fedsketch.client.localdata import LocalData, Stopped, stoppable
 from fedsketch.common.cli import rpc_words
-from fedsketch.common.dataio import AS_IS, DataSource, ReadOptions
-from fedsketch.common.link import Link
-
-from .agent import Agent
-from .ledger import DEFAULT_SOURCE, Budget, Ledger, LedgerError
-from .ledger_records import check_budget
-from .localdata import LocalData, Stopped, stoppable
+from fedsketch.common.data.dataio import AS_IS, DataSource, ReadOptions
+from fedsketch.common.net.link import Link
 
 log = logging.getLogger("fedsketch.device")
 _jitter = random.SystemRandom()

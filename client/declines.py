@@ -2,7 +2,7 @@
 
 A refusal the device decides itself is a :class:`Declined`: its text goes to the device's own
 log, its ``code`` (a ``RefusalReason`` of ``proto/fedsketch.proto``) to the coordinator, signed
-(:func:`fedsketch.common.signing.refusal_digest`; sent by
+(:func:`fedsketch.common.net.signing.refusal_digest`; sent by
 :class:`~.roster_steps.RosterSteps`), once per study, so the operator sees why a
 device is absent (``coordinator status``). A refusal of the coordinator's making (it refused a
 registration, a ticket or a release) is a plain string and is not reported: the coordinator

@@ -45,8 +45,8 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from .ledger_identity import IdentityStore
-from .ledger_records import (
+from fedsketch.client.ledger_identity import IdentityStore
+from fedsketch.client.ledger_records import (
     Budget,
     BudgetChange,
     BudgetExceeded,
@@ -56,8 +56,8 @@ from .ledger_records import (
     check_budget,
     check_source,
 )
-from .ledger_reservations import Reservation, Reservations
-from .ledger_schema import (
+from fedsketch.client.ledger_reservations import Reservation, Reservations
+from fedsketch.client.ledger_schema import (
     DEFAULT_SOURCE,
     FORMAT,
     SCHEMA_VERSION,
@@ -66,9 +66,9 @@ from .ledger_schema import (
     set_settings,
     upgrade,
 )
-from .ledger_sessions import SecureSessions
-from .ledger_spends import Spends
-from .policy import Policy
+from fedsketch.client.ledger_sessions import SecureSessions
+from fedsketch.client.ledger_spends import Spends
+from fedsketch.client.policy import Policy
 
 __all__ = ["DEFAULT_SOURCE", "SCHEMA_VERSION", "Budget", "BudgetChange", "BudgetExceeded",
            "Identity", "Ledger", "LedgerError", "Reservation", "Spend"]

@@ -14,10 +14,9 @@ import sqlite3
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 
-from fedsketch.common import signing
-
-from .ledger_records import Identity, LedgerError
-from .ledger_schema import set_settings
+from fedsketch.client.ledger_records import Identity, LedgerError
+from fedsketch.client.ledger_schema import set_settings
+from fedsketch.common.net import signing
 
 #: ``settings`` key of the private key of an enrollment in progress (hex).
 PENDING_KEY = "enrollment_key"

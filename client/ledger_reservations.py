@@ -27,7 +27,7 @@ from collections.abc import Callable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 
-from .ledger_records import Budget, LedgerError
+from fedsketch.client.ledger_records import Budget, LedgerError
 
 #: Longest time (seconds) a device sets aside the cost of a study whose roster it joined: one
 #: day (less if the study's deadline comes first). Afterwards the reservation no longer counts.

@@ -44,8 +44,8 @@ import math
 import sqlite3
 import time
 
-from .ledger_records import LedgerError
-from .policy import Policy
+from fedsketch.client.ledger_records import LedgerError
+from fedsketch.client.policy import Policy
 
 log = logging.getLogger("fedsketch.device")
 

@@ -22,7 +22,7 @@ import time
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 
-from .ledger_records import LedgerError
+from fedsketch.client.ledger_records import LedgerError
 
 
 class SecureSessions:

@@ -13,9 +13,9 @@ from collections.abc import Callable
 from contextlib import AbstractContextManager
 from dataclasses import replace
 
-from .ledger_records import Budget, BudgetExceeded, LedgerError, Spend, over_budget
-from .ledger_schema import SPEND_COLUMNS, promised, promises, round_taken, study_spent
-from .policy import Policy
+from fedsketch.client.ledger_records import Budget, BudgetExceeded, LedgerError, Spend, over_budget
+from fedsketch.client.ledger_schema import SPEND_COLUMNS, promised, promises, round_taken, study_spent
+from fedsketch.client.policy import Policy
 
 
 class Spends:

@@ -3,7 +3,7 @@
 The agent never holds the records: it holds a :data:`DataFeed`, called once per study, which
 returns a :class:`LocalData` for the data as they are then (the daemon's opens the data file
 afresh, :func:`fedsketch.client.daemon.local_data`). Every pass over one LocalData reads the same
-version of the data, or fails with a :class:`~fedsketch.common.dataio.DataError`.
+version of the data, or fails with a :class:`~fedsketch.common.data.dataio.DataError`.
 """
 
 from __future__ import annotations
@@ -15,11 +15,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from fedsketch.common.box import Tally
-from fedsketch.common.dataio import DataError
+from fedsketch.client.declines import Declined
+from fedsketch.common.data.dataio import DataError
 from fedsketch.common.pb import fedsketch_pb2 as pb
-
-from .declines import Declined
+from fedsketch.common.sketch.box import Tally
 
 log = logging.getLogger("fedsketch.device")
 

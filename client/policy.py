@@ -14,7 +14,7 @@ Every check depends on public things only (the study's name and ε, the coordina
 the ledger). There is deliberately no "refuse studies whose box some record falls outside":
 that refusal is a function of the private records, seen by the coordinator as an absence, and
 a coordinator could binary-search a record's value with boxes of shrinking width at ~0 ε each.
-Records outside a study's box are always clipped onto it (:mod:`fedsketch.common.box`).
+Records outside a study's box are always clipped onto it (:mod:`fedsketch.common.sketch.box`).
 """
 
 from __future__ import annotations

@@ -21,17 +21,16 @@ import time
 
 import grpc
 
-from fedsketch.common import signing
-from fedsketch.common.calibration_round import SketchRound
+from fedsketch.client.declines import Declined
+from fedsketch.client.ledger import Identity, Ledger
+from fedsketch.client.ledger_reservations import RESERVATION_SECONDS, Reservation
+from fedsketch.client.study_pass import RPC_TIMEOUT, Admitted, Later, spend_labels
 from fedsketch.common.cli import printable
+from fedsketch.common.net import signing
 from fedsketch.common.pb import fedsketch_pb2 as pb
 from fedsketch.common.pb import fedsketch_pb2_grpc as pb_grpc
-from fedsketch.common.refine import RoundSpec
-
-from .declines import Declined
-from .ledger import Identity, Ledger
-from .ledger_reservations import RESERVATION_SECONDS, Reservation
-from .study_pass import RPC_TIMEOUT, Admitted, Later, spend_labels
+from fedsketch.common.study.calibration_round import SketchRound
+from fedsketch.common.study.refine import RoundSpec
 
 log = logging.getLogger("fedsketch.device")
 
@@ -62,7 +61,7 @@ class RosterSteps:
                         domain: bytes = signing.REGISTRATION_DOMAIN,
                         ticket: bool = False) -> pb.Registration:
         """This device's signed registration for ``study``, asking for an input ticket if
-        ``ticket`` (or, with :data:`~fedsketch.common.signing.LEAVE_DOMAIN`, its leave)."""
+        ``ticket`` (or, with :data:`~fedsketch.common.net.signing.LEAVE_DOMAIN`, its leave)."""
         digest = signing.registration_digest(study.study_id, identity.device_id,
                                              study.spec_sha256, domain)
         msg = pb.Registration(study_id=study.study_id, device_id=identity.device_id,

@@ -1,8 +1,8 @@
 """The device's checks of a study's rounds, and what it releases in each.
 
 A study's rounds are studies of their own that name it by id and spec hash: its refinement
-rounds (:mod:`fedsketch.common.refine`) and, after a calibration round 0 (``--scale auto``,
-:mod:`fedsketch.common.calibration_round`), its sketch round, whose spec carries the σ round 0
+rounds (:mod:`fedsketch.common.study.refine`) and, after a calibration round 0 (``--scale auto``,
+:mod:`fedsketch.common.study.calibration_round`), its sketch round, whose spec carries the σ round 0
 chose. Round 0 itself is the study's own release. Before it registers for a round the device
 reads the study from the coordinator, checks its hash and that the round fits it, and budgets
 the round's ε from what the study's earlier spend keeps aside; the ledger refuses a second
@@ -15,17 +15,16 @@ from dataclasses import replace
 
 import grpc
 
-from fedsketch.common import wire
-from fedsketch.common.box import Box, Tally
-from fedsketch.common.calibration_round import SketchRound, release_calibration
-from fedsketch.common.frequencies import draw_frequencies
+from fedsketch.client.declines import Declined
+from fedsketch.client.study_pass import RPC_TIMEOUT, Admitted, later_rounds
 from fedsketch.common.pb import fedsketch_pb2 as pb
-from fedsketch.common.refine import CELLS_KIND, RoundSpec, release_cells
-from fedsketch.common.spec import release_sketch
-from fedsketch.common.study import StudySpec, spec_sha256
-
-from .declines import Declined
-from .study_pass import RPC_TIMEOUT, Admitted, later_rounds
+from fedsketch.common.sketch.box import Box, Tally
+from fedsketch.common.sketch.frequencies import draw_frequencies
+from fedsketch.common.sketch.spec import release_sketch
+from fedsketch.common.study import wire
+from fedsketch.common.study.calibration_round import SketchRound, release_calibration
+from fedsketch.common.study.refine import CELLS_KIND, RoundSpec, release_cells
+from fedsketch.common.study.study import StudySpec, spec_sha256
 
 
 def release(admitted: Admitted, tally: Tally) -> tuple[int, str, bytes]:

@@ -17,16 +17,15 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from fedsketch.common.box import Box
-from fedsketch.common.calibration_round import SketchRound, is_sketch_round
-from fedsketch.common.refine import RoundSpec
+from fedsketch.client.ledger import Identity
+from fedsketch.client.study_pass import Later, release_cost
 from fedsketch.common.secagg import Client
 from fedsketch.common.secagg import wire as sw
-from fedsketch.common.secure_calibration import SecureProtocol, secure_protocol
-from fedsketch.common.study import StudySpec
-
-from .ledger import Identity
-from .study_pass import Later, release_cost
+from fedsketch.common.sketch.box import Box
+from fedsketch.common.study.calibration_round import SketchRound, is_sketch_round
+from fedsketch.common.study.refine import RoundSpec
+from fedsketch.common.study.secure_calibration import SecureProtocol, secure_protocol
+from fedsketch.common.study.study import StudySpec
 
 #: Format of a session as the ledger keeps it (/2: with the prepared input and noise share).
 SESSION_FORMAT = "fedsketch.secure-session/2"

@@ -7,7 +7,7 @@ UNMASK.
   stated dropouts and colluders is refused, :meth:`StudySpec.check_trust`); the device counts
   its records (replace-one: n is public), then reads them once more into its exact integer
   input x (the sketch's integer sum, round 0's calibration sum, or in a refinement round of a
-  secure study the round's exact cells, :mod:`fedsketch.common.secure_rounds`) and draws its
+  secure study the round's exact cells, :mod:`fedsketch.common.study.secure_rounds`) and draws its
   noise share e, and keeps both in its session in the ledger; it sends its REGISTER on its
   next pass. This is the only data work of the round, and it comes before the device's first
   message: the stage timeouts that follow bound network and crypto alone (their sizing:
@@ -53,27 +53,26 @@ from collections.abc import Callable
 import grpc
 import numpy as np
 
-from fedsketch.common import signing
-from fedsketch.common.box import Tally
+from fedsketch.client.declines import Declined
+from fedsketch.client.ledger import BudgetExceeded, Identity, Ledger, LedgerError, Spend
+from fedsketch.client.localdata import DATA_ERRORS, LocalData, Retry, data_refusal, log_clipped
+from fedsketch.client.roster_steps import FINAL_REFUSALS
+from fedsketch.client.secure_session import Session
+from fedsketch.client.study_pass import RPC_TIMEOUT, Admitted, Outcome, fault_point, spend_labels
 from fedsketch.common.cli import printable
 from fedsketch.common.dp.plan import integer_sum_term
 from fedsketch.common.dp.samplers import dlap_noise_share
-from fedsketch.common.frequencies import draw_frequencies
+from fedsketch.common.net import signing
 from fedsketch.common.pb import fedsketch_pb2 as pb
 from fedsketch.common.pb import fedsketch_pb2_grpc as pb_grpc
-from fedsketch.common.refine import RoundSpec, round_cells
 from fedsketch.common.secagg import Client, SecAggAbort
 from fedsketch.common.secagg import wire as sw
-from fedsketch.common.secure_calibration import SecureCalibration
-from fedsketch.common.secure_rounds import SecureRound
-from fedsketch.common.sketching import feature_sum
-
-from .declines import Declined
-from .ledger import BudgetExceeded, Identity, Ledger, LedgerError, Spend
-from .localdata import DATA_ERRORS, LocalData, Retry, data_refusal, log_clipped
-from .roster_steps import FINAL_REFUSALS
-from .secure_session import Session
-from .study_pass import RPC_TIMEOUT, Admitted, Outcome, fault_point, spend_labels
+from fedsketch.common.sketch.box import Tally
+from fedsketch.common.sketch.frequencies import draw_frequencies
+from fedsketch.common.sketch.sketching import feature_sum
+from fedsketch.common.study.refine import RoundSpec, round_cells
+from fedsketch.common.study.secure_calibration import SecureCalibration
+from fedsketch.common.study.secure_rounds import SecureRound
 
 log = logging.getLogger("fedsketch.device")
 
@@ -271,7 +270,7 @@ class SecureSteps:
 
         The shares of h_min = L − D − C devices add up to the release's integer-sum term
         (MECHANISMS §4.2, :mod:`fedsketch.common.secagg.trust`,
-        :mod:`fedsketch.common.secure_rounds`).
+        :mod:`fedsketch.common.study.secure_rounds`).
         """
         sid, stage = study.study_id, pb.MASKED_INPUT
         if session.input is None or session.noise is None:

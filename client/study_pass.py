@@ -10,14 +10,13 @@ import signal
 import time
 from dataclasses import dataclass, field
 
-from fedsketch.common.box import Box
-from fedsketch.common.calibration_round import SketchRound
+from fedsketch.client.localdata import LocalData
 from fedsketch.common.pb import fedsketch_pb2 as pb
-from fedsketch.common.refine import RoundSpec
 from fedsketch.common.secagg.wire import STAGES as SECURE_STAGES
-from fedsketch.common.study import StudySpec
-
-from .localdata import LocalData
+from fedsketch.common.sketch.box import Box
+from fedsketch.common.study.calibration_round import SketchRound
+from fedsketch.common.study.refine import RoundSpec
+from fedsketch.common.study.study import StudySpec
 
 #: Fault injection for crash tests: FEDSKETCH_FAULT names the :func:`fault_point` at which the
 #: process sends itself SIGKILL.

@@ -7,12 +7,12 @@ from __future__ import annotations
 
 #: Feature maps (:mod:`fedsketch.common.features`): f(t) = e^{it}, or its quantized ±1 ± i.
 FEATURES: tuple[str, ...] = ("complex", "quantized")
-#: Frequency radius laws (:mod:`fedsketch.common.frequencies`).
+#: Frequency radius laws (:mod:`fedsketch.common.sketch.frequencies`).
 LAWS: tuple[str, ...] = ("gaussian", "folded_gaussian", "adapted_radius")
 #: The neighbouring relations (:mod:`fedsketch.common.dp.calibration`; Dwork–Roth 2014 §2.3):
 #: replace one record (n public) or add/remove one.
 NEIGHBOURING: tuple[str, ...] = ("replace_one", "add_remove")
-#: Default public search range of σ (data units; :mod:`fedsketch.common.scale`): two decades
+#: Default public search range of σ (data units; :mod:`fedsketch.common.sketch.scale`): two decades
 #: around unit-scale data.
 DEFAULT_RANGE = (0.1, 10.0)
 #: Entries per record every command defaults to (``--r``): at n = 10^7 paper 004
@@ -21,7 +21,7 @@ DEFAULT_RANGE = (0.1, 10.0)
 DEFAULT_R = 1
 
 #: Default collection window (seconds after the quorum registered) of a plain study created from
-#: the CLI (:mod:`fedsketch.common.study`): long enough for devices that poll every few minutes to
+#: the CLI (:mod:`fedsketch.common.study.study`): long enough for devices that poll every few minutes to
 #: sketch and send, short enough that a roster device that never sends holds nobody's result for
 #: long.
 COLLECT_SECONDS = 3600.0
@@ -34,7 +34,7 @@ DEADLINE_SECONDS = 7 * 86400.0
 #: the most weight one device, hostile or not, carries in the average.
 DEFAULT_MAX_DEVICE_RECORDS = 1_000_000
 
-#: Default collection window of one refinement round (seconds; :mod:`fedsketch.common.refine`):
+#: Default collection window of one refinement round (seconds; :mod:`fedsketch.common.study.refine`):
 #: it closes earlier once its roster has sent.
 ROUND_SECONDS = 900.0
 #: Defaults of a new study, chosen by measurement (benchmarks/RESULTS.md §8): three rounds
@@ -48,7 +48,7 @@ ROUND_SHARE = 0.8
 #: secure) the median relative SSE went from 1.11 to 1.04, flights unchanged (RESULTS.md §8).
 ROUND_RADIUS = 0.5
 #: Share of a federated study's ε that its ``--scale auto`` round 0 (the calibration release,
-#: :mod:`fedsketch.common.calibration_round`) takes by default, as ``sketch --auto-fraction``.
+#: :mod:`fedsketch.common.study.calibration_round`) takes by default, as ``sketch --auto-fraction``.
 AUTO_FRACTION = 0.1
 
 #: The stages of secure aggregation, in order: the values of

@@ -5,7 +5,7 @@ how to read a data file (``--header/--no-header``, ``--columns``: the same in ev
 Errors: an expected failure (bad input, an unusable file or state, a missing optional package, a
 refused gRPC call) becomes ``error: <first line>`` on stderr and exit status 1; anything else
 propagates with its traceback (a bug, not bad input). A failed connection to the coordinator is
-said in words that name the option to check (:mod:`fedsketch.common.link`); the gRPC library's
+said in words that name the option to check (:mod:`fedsketch.common.net.link`); the gRPC library's
 own text follows only with the global ``--verbose``.
 
 Nothing heavy is imported here (no numpy, no grpc): every command's ``--help`` needs this module.
@@ -21,12 +21,12 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from .link import Link, describe
+from .net.link import Link, describe
 
 if TYPE_CHECKING:
     import grpc
 
-    from .dataio import DataSource
+    from .data.dataio import DataSource
 
 #: Failures that mean bad input, an unusable file or state, or a missing optional package.
 EXPECTED: tuple[type[BaseException], ...] = (ValueError, OSError, ImportError)
@@ -48,7 +48,7 @@ InsecureOpt = Annotated[bool, typer.Option("--insecure", help="Plaintext gRPC (l
 
 def header_option(envvar: str | None = None) -> typer.models.OptionInfo:
     """``--header/--no-header``: whether a CSV's first line holds column names (default: decided
-    from the line, :mod:`fedsketch.common.csvio`)."""
+    from the line, :mod:`fedsketch.common.data.csvio`)."""
     return typer.Option(
         "--header/--no-header", envvar=envvar, show_default=False,
         help="CSV only: the first line holds column names (--header) or is a record (--no-header) "
@@ -72,7 +72,7 @@ def open_data(path: Path, header: bool | None, columns: str | None, *,
               allow_empty: bool = False) -> DataSource:
     """The data file at ``path`` read as the options say; what the reader decided on its own (a
     header taken as such, pandas' index column left out) is printed on stderr as ``note:``."""
-    from .dataio import DataSource, ReadOptions
+    from .data.dataio import DataSource, ReadOptions
 
     source = DataSource(path, allow_empty=allow_empty, options=ReadOptions.parse(header, columns))
     for note in source.notes:
@@ -107,7 +107,7 @@ def connect(target: str, ca: Path | None, insecure: bool) -> grpc.Channel:
 
 
 def rpc_words(exc: grpc.RpcError, link: Link | None = None) -> str:
-    """A failed gRPC call in words (:func:`fedsketch.common.link.describe`) on ``link`` (default:
+    """A failed gRPC call in words (:func:`fedsketch.common.net.link.describe`) on ``link`` (default:
     the one :func:`connect` opened); with ``--verbose``, the library's text after them."""
     details = exc.details() or ""
     message = describe(exc.code().name, details, link or _Run.link)

@@ -9,7 +9,7 @@ dither ξ, MECHANISMS §2.1) uses these functions instead. They use only element
 with no fused multiply-add, so the same input gives the same bits on every IEEE-754 platform.
 
 They are not correctly rounded either: the error bounds are stated per function and checked against
-numpy in ``tests/common/test_frequencies.py``. What matters is that the result is a fixed function of the
+numpy in ``tests/common/sketch/test_frequencies.py``. What matters is that the result is a fixed function of the
 input bits.
 """
 

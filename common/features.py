@@ -71,7 +71,7 @@ def quadrant_signs(t: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
     No trigonometry: with q = ⌊t·2/π⌋ mod 4, Re < 0 iff bit 1 of q+1 is set (q ∈ {1, 2}) and
     Im < 0 iff bit 1 of q is set (q ∈ {2, 3}); each sign is 1 − that bit (worth 2). q is taken
-    in int64, exact for |t| < 2^63·π/2 (:data:`fedsketch.common.box.PHASE_LIMIT` keeps every
+    in int64, exact for |t| < 2^63·π/2 (:data:`fedsketch.common.sketch.box.PHASE_LIMIT` keeps every
     phase below 2^62 rad).
     """
     q = np.floor(t * _TWO_OVER_PI).astype(np.int64)

@@ -17,14 +17,14 @@ import pytest
 from fedsketch.client.agent import Agent
 from fedsketch.client.ledger import Ledger
 from fedsketch.client.localdata import LocalData
-from fedsketch.common.device_reads import signed_read
-from fedsketch.common.frequencies import FrequencySpec
+from fedsketch.common.net.device_reads import signed_read
+from fedsketch.common.net.tls import CertPaths, init_certs, secure_channel, server_tls
 from fedsketch.common.pb import fedsketch_pb2 as pb
 from fedsketch.common.pb import fedsketch_pb2_grpc as pb_grpc
-from fedsketch.common.privacy import PrivacySpec
-from fedsketch.common.spec import SketchSpec
-from fedsketch.common.study import StudySpec
-from fedsketch.common.tls import CertPaths, init_certs, secure_channel, server_tls
+from fedsketch.common.sketch.frequencies import FrequencySpec
+from fedsketch.common.sketch.privacy import PrivacySpec
+from fedsketch.common.sketch.spec import SketchSpec
+from fedsketch.common.study.study import StudySpec
 from fedsketch.server.bench.metrics import split
 from fedsketch.server.service.api import build_server
 from fedsketch.server.service.coordinator import Coordinator

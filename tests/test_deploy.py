@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from fedsketch.common.synthetic import gmm
+from fedsketch.common.data.synthetic import gmm
 from fedsketch.server.store import open_store
 
 ROOT = Path(__file__).resolve().parent.parent

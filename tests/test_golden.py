@@ -30,16 +30,16 @@ import threadpoolctl
 from conftest import seeded_words
 from typer.testing import CliRunner
 
+from fedsketch.common.data.synthetic import gmm, spectrum, subspaces
 from fedsketch.common.dp import exact
 from fedsketch.common.features import GRID
-from fedsketch.common.frequencies import FrequencySpec, draw_frequencies
-from fedsketch.common.privacy import PrivacySpec, privatize
-from fedsketch.common.sketchfile import load_sketch
-from fedsketch.common.sketching import FeatureSum, feature_sum
-from fedsketch.common.spec import SketchSpec
-from fedsketch.common.study import StudySpec
-from fedsketch.common.synthetic import gmm, spectrum, subspaces
-from fedsketch.common.wire import max_abs_entry
+from fedsketch.common.sketch.frequencies import FrequencySpec, draw_frequencies
+from fedsketch.common.sketch.privacy import PrivacySpec, privatize
+from fedsketch.common.sketch.sketchfile import load_sketch
+from fedsketch.common.sketch.sketching import FeatureSum, feature_sum
+from fedsketch.common.sketch.spec import SketchSpec
+from fedsketch.common.study.study import StudySpec
+from fedsketch.common.study.wire import max_abs_entry
 from fedsketch.server.bench import kmeans, pca, subspace
 from fedsketch.server.bench.task import Task
 from fedsketch.server.cli.main import app

@@ -1,5 +1,5 @@
 """fedsketch.common.dp: where the sketch release's noise is calibrated and drawn, and its budget
-traced (the bench's centralized mechanisms and :mod:`fedsketch.common.lloyd` use its calibration
+traced (the bench's centralized mechanisms and :mod:`fedsketch.common.dp.lloyd` use its calibration
 and draw their own noise).
 
 * :mod:`.calibration`: budget checks, the sensitivity of each released quantity, the scale of each

@@ -47,7 +47,7 @@ import numpy as np
 #: Steps per public bound B: g = B/STEPS; encoded values lie in [−STEPS, STEPS].
 STEPS = 1 << 20
 #: Largest number of encoded values a release may sum: |Σ| ≤ rows·STEPS stays below 2^53, so a
-#: float64 accumulation (``np.bincount`` in :mod:`fedsketch.common.lloyd`) is exact, and int64
+#: float64 accumulation (``np.bincount`` in :mod:`fedsketch.common.dp.lloyd`) is exact, and int64
 #: sums (:func:`outer_sum`) keep room for the noise.
 MAX_ROWS = 1 << 32
 #: Largest |v/g| of a whole-dataset query (:func:`encode` with ``limit=None``), and the relative

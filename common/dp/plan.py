@@ -1,10 +1,10 @@
 """The noise plan of a sketch release: which noise, on which integers, at which scale, for which ε.
 
 One function decides the noise of every privacy path; the device's release
-(:func:`fedsketch.common.privacy.privatize`), the coordinator's magnitude check
-(:func:`fedsketch.common.wire.max_abs_entry`) and secure aggregation (the study's DLap parameter
+(:func:`fedsketch.common.sketch.privacy.privatize`), the coordinator's magnitude check
+(:func:`fedsketch.common.study.wire.max_abs_entry`) and secure aggregation (the study's DLap parameter
 and each device's noise share) all read it. Every release is an integer vector (MECHANISMS §1.9
-item 7, §1.10): the encoded sum S ∈ Z^{2m} in grid steps (:mod:`fedsketch.common.sketching`) and,
+item 7, §1.10): the encoded sum S ∈ Z^{2m} in grid steps (:mod:`fedsketch.common.sketch.sketching`) and,
 under add/remove, the record count n ∈ Z. Every term is an integer law, drawn exactly
 (:mod:`fedsketch.common.dp.samplers`). With Δ1, Δ2 the sensitivities of S in grid steps
 (:func:`~fedsketch.common.dp.calibration.l1_sensitivity`, :func:`~.calibration.l2_sensitivity`):

@@ -7,8 +7,7 @@ from collections.abc import Callable, Collection, Mapping
 import numpy as np
 from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
 
-from .. import signing
-from ..shamir import combine, decode_share
+from ..net import signing
 from .crypto import (
     KEY_BYTES,
     add_pair_mask,
@@ -21,6 +20,7 @@ from .crypto import (
 )
 from .params import SecAggParams
 from .protocol import KIND_B, KIND_SK, Advert, SignedSurvivors, Stage, fail, final_on_abort
+from .shamir import combine, decode_share
 
 
 class Aggregator:

@@ -17,8 +17,7 @@ from collections.abc import Collection, Mapping
 import numpy as np
 from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
 
-from .. import signing
-from ..shamir import SHARE_BYTES, decode_share, encode_share, split
+from ..net import signing
 from .crypto import (
     KEY_BYTES,
     add_pair_mask,
@@ -35,6 +34,7 @@ from .crypto import (
 )
 from .params import SecAggParams
 from .protocol import KIND_B, KIND_SK, Advert, SignedSurvivors, fail, final_on_abort
+from .shamir import SHARE_BYTES, decode_share, encode_share, split
 
 
 class Client:

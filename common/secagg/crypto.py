@@ -19,7 +19,7 @@ from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
-from .. import signing
+from ..net import signing
 from .protocol import DOMAIN_PREFIX, Advert, SecAggAbort
 
 KEY_BYTES = 32

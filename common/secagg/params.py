@@ -8,8 +8,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cached_property
 
-from .. import signing
 from ..dp.calibration import noise_radius
+from ..net import signing
 from .protocol import DOMAIN_PREFIX
 from .trust import neighbourhood_size, split_reach
 

@@ -32,8 +32,8 @@ from collections.abc import Mapping
 
 import numpy as np
 
+from ..net.signing import field
 from ..pb import fedsketch_pb2 as pb
-from ..signing import field
 from .params import SecAggParams
 from .protocol import Advert, SignedSurvivors, Stage
 

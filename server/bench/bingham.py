@@ -19,7 +19,7 @@ import math
 
 import numpy as np
 
-from fedsketch.common.synthetic import random_orthonormal
+from fedsketch.common.data.synthetic import random_orthonormal
 
 #: Below this a < 0 the truncated Gamma(½, 1/|a|) proposal is used (its truncation keeps ≥ 84%).
 GAMMA_BRANCH_BELOW = -1.0

@@ -45,13 +45,13 @@ from dataclasses import replace
 
 import numpy as np
 
-from fedsketch.common.box import Box
 from fedsketch.common.dp.calibration import laplace_scale
-from fedsketch.common.frequencies import FrequencySpec
-from fedsketch.common.lloyd import excess_counts, noisy_lloyd_step
-from fedsketch.common.privacy import PrivacySpec
-from fedsketch.common.scale import calibrate_scale
-from fedsketch.common.spec import SketchSpec, release_sketch
+from fedsketch.common.dp.lloyd import excess_counts, noisy_lloyd_step
+from fedsketch.common.sketch.box import Box
+from fedsketch.common.sketch.frequencies import FrequencySpec
+from fedsketch.common.sketch.privacy import PrivacySpec
+from fedsketch.common.sketch.scale import calibrate_scale
+from fedsketch.common.sketch.spec import SketchSpec, release_sketch
 from fedsketch.server.bench.kmeans import (
     OVERSEED,
     kmeans_plus_plus,

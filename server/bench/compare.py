@@ -26,7 +26,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from fedsketch.common.synthetic import SPECTRUM_003, gmm, spectrum, subspaces
+from fedsketch.common.data.synthetic import SPECTRUM_003, gmm, spectrum, subspaces
 from fedsketch.server.bench import kmeans, pca, subspace
 from fedsketch.server.bench.ckm import ckm, ckm_lloyd
 from fedsketch.server.bench.metrics import sklearn_kmeans_centroids, split, sse_per_n
@@ -57,7 +57,7 @@ class Dataset:
 
 
 def synthetic(family: str, n: int, d: int, k: int, q: int, noise: float, seed: int) -> Dataset:
-    """The family's synthetic set (module docstring of :mod:`fedsketch.common.synthetic`)."""
+    """The family's synthetic set (module docstring of :mod:`fedsketch.common.data.synthetic`)."""
     if family == "kmeans":
         return Dataset(gmm(n, k, d, 2.5, seed)[0].astype(np.float64))
     if family == "pca":

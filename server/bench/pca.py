@@ -30,10 +30,10 @@ from collections.abc import Callable
 
 import numpy as np
 
+from fedsketch.common.data.synthetic import random_orthonormal
 from fedsketch.common.dp import grid
 from fedsketch.common.dp.calibration import dgauss_sigma
 from fedsketch.common.dp.samplers import dgauss_noise, noise_rng
-from fedsketch.common.synthetic import random_orthonormal
 from fedsketch.server.bench.bingham import sample_matrix_bingham
 from fedsketch.server.bench.task import Outcome, Task, clip_rows_to_norm, require_finite_epsilon
 

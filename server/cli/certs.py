@@ -1,5 +1,5 @@
 """``fedsketch certs``: the TLS certificates of a coordinator (a private CA and a server
-certificate signed by it, :func:`fedsketch.common.tls.init_certs`)."""
+certificate signed by it, :func:`fedsketch.common.net.tls.init_certs`)."""
 
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ def certs_init(
     as_json: JsonOpt = False,
 ) -> None:
     """Create a private CA and a server certificate for the coordinator's host names."""
-    from fedsketch.common.tls import init_certs
+    from fedsketch.common.net.tls import init_certs
 
     with clean_errors():
         paths = init_certs(out, host, days)

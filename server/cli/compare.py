@@ -65,7 +65,7 @@ def compare_command(
     import numpy as np
     from rich.progress import Progress
 
-    from fedsketch.common.dataio import load_all
+    from fedsketch.common.data.dataio import load_all
     from fedsketch.server.bench.compare import (
         FAMILIES,
         SYNTHETIC,

@@ -107,7 +107,7 @@ def serve(
     internal error answers INTERNAL with a short error id, logged here with its traceback.
     Studies and results are not public: the operator token reads them all, an enrolled device
     (signing each read) the studies it may join and the results of those it contributed to."""
-    from fedsketch.common.tls import server_tls
+    from fedsketch.common.net.tls import server_tls
     from fedsketch.server.cli.logformat import configure
     from fedsketch.server.service.api import build_server
     from fedsketch.server.store import open_store, sqlite_path
@@ -189,7 +189,7 @@ def result(
     --scale auto, "calibration" is round 0's choice of σ and its "explanation" (else null).
     Results are not public: reading one takes the operator token (a device reads the results of
     the studies it contributed to with its own signature)."""
-    from fedsketch.common.study import StudySpec
+    from fedsketch.common.study.study import StudySpec
 
     with clean_errors():
         stub, meta = operator_stub(coordinator, ca, insecure, token_file)

@@ -144,21 +144,21 @@ def create_study(
     coordinator: against one that deviates, (4) and (5) hold only if the keys are the
     devices' own. The chosen D, C, h_min and t are printed on stderr.
 
-    With --expected-records n, the planner (fedsketch.common.planner) predicts on stderr the z
+    With --expected-records n, the planner (fedsketch.common.study.planner) predicts on stderr the z
     (noise standard deviations) at which each centroid's atom should stand in the aggregate of
     --min-devices sketches of n records, against the threshold the decoder will hold it to, and
     says "expected to work", "doubtful" or "hopeless"; the last two are warnings, and with
     --strict refusals."""
     import time
 
-    from fedsketch.common.calibration_round import split_auto
-    from fedsketch.common.frequencies import FrequencySpec
-    from fedsketch.common.privacy import PrivacySpec
-    from fedsketch.common.refine import split_study_epsilon
     from fedsketch.common.secagg.spec import SecAggSpec
     from fedsketch.common.secagg.trust import Assumptions
-    from fedsketch.common.spec import SketchSpec
-    from fedsketch.common.study import StudySpec
+    from fedsketch.common.sketch.frequencies import FrequencySpec
+    from fedsketch.common.sketch.privacy import PrivacySpec
+    from fedsketch.common.sketch.spec import SketchSpec
+    from fedsketch.common.study.calibration_round import split_auto
+    from fedsketch.common.study.refine import split_study_epsilon
+    from fedsketch.common.study.study import StudySpec
     from fedsketch.server.cli.bounds import parse_bounds
     from fedsketch.server.cli.main import parse_scale
 

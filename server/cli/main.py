@@ -115,8 +115,8 @@ def synth_gmm(
     weight."""
     import numpy as np
 
-    from fedsketch.common.dataio import write_npy_stream
-    from fedsketch.common.synthetic import gmm_chunks
+    from fedsketch.common.data.dataio import write_npy_stream
+    from fedsketch.common.data.synthetic import gmm_chunks
 
     with clean_errors():
         check_output(out)
@@ -211,9 +211,9 @@ def sketch(
     printed here and stored nowhere. A NaN or an infinity in DATA stops the command before any
     noise is drawn.
     """
-    from fedsketch.common.box import Box, Tally
-    from fedsketch.common.dataset_sketch import SketchPlan
-    from fedsketch.common.privacy import PrivacySpec
+    from fedsketch.common.sketch.box import Box, Tally
+    from fedsketch.common.sketch.dataset_sketch import SketchPlan
+    from fedsketch.common.sketch.privacy import PrivacySpec
     from fedsketch.server.cli.bounds import parse_bounds
 
     with clean_errors():
@@ -277,7 +277,7 @@ def decode(
     stderr and in the JSON ("identifiability"), and --strict makes it an error."""
     import numpy as np
 
-    from fedsketch.common.sketchfile import load_sketch
+    from fedsketch.common.sketch.sketchfile import load_sketch
     from fedsketch.server.cli.bounds import parse_bounds
     from fedsketch.server.decode.pipeline import decode_judged
 

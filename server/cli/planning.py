@@ -1,5 +1,5 @@
 """The utility planner in the operator's commands: ``create-study --expected-records [--strict]``
-and the noise share of ``result``'s residual (:mod:`fedsketch.common.planner`)."""
+and the noise share of ``result``'s residual (:mod:`fedsketch.common.study.planner`)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 if TYPE_CHECKING:  # the CLI imports this module at start: no numpy until a command runs
-    from fedsketch.common.study import StudySpec
+    from fedsketch.common.study.study import StudySpec
 
 ExpectedRecordsOpt = Annotated[float | None, typer.Option(
     help="Records you expect each device to hold: the planner then predicts, from the public spec "
@@ -34,7 +34,7 @@ def report_plan(spec: StudySpec, expected_records: float | None, strict: bool) -
                          f"{expected_records:g}")
     import numpy as np
 
-    from fedsketch.common.planner import WORKS, plan_study
+    from fedsketch.common.study.planner import WORKS, plan_study
     from fedsketch.server.decode.identify import decoder_threshold
 
     plan = plan_study(spec, expected_records,
@@ -49,7 +49,7 @@ def report_plan(spec: StudySpec, expected_records: float | None, strict: bool) -
 
 def result_noise(spec: StudySpec, residual: float, devices: int, records: float) -> float:
     """Say on stderr how much of a result's ``residual`` is noise; the noise's expected norm."""
-    from fedsketch.common.planner import residual_noise
+    from fedsketch.common.study.planner import residual_noise
 
     norm, text = residual_noise(spec, residual, devices, records)
     typer.echo(text, err=True)

@@ -10,7 +10,7 @@ the released record count, γ the grid, α = r/m, and ``draws`` the number of fu
 sum (1 for a file, the number of devices for a study with local noise, devices/h_min under
 secure aggregation). In the second term q = E[(Re f)²] of one record's feature: 1/2 for the
 ``complex`` map (phases spread over the circle), 1 for ``quantized`` (its parts are ±1).
-:func:`fedsketch.common.planner.noise_variance` computes v; the planner predicts it before a study.
+:func:`fedsketch.common.study.planner.noise_variance` computes v; the planner predicts it before a study.
 
 Centroid j of a decoding stands out by z_j = p_j/√v, with p_j ≥ 0 the least-squares weights of
 the unit atoms u(c_j) = exp(i(Ωᵀc_j + ξ))/√m on s (non-negative least squares, jointly). Noise
@@ -42,8 +42,8 @@ from functools import lru_cache
 
 import numpy as np
 
-from fedsketch.common.frequencies import draw_frequencies
-from fedsketch.common.spec import SketchSpec
+from fedsketch.common.sketch.frequencies import draw_frequencies
+from fedsketch.common.sketch.spec import SketchSpec
 from fedsketch.server.decode.clompr import best_atom, stacked_atoms
 
 #: Pure-noise sketches behind the ceiling, L-BFGS-B starts of the search in each, the seed of
@@ -110,14 +110,14 @@ def noise_ceiling(spec: SketchSpec, lo: np.ndarray, hi: np.ndarray) -> float:
 def decoder_threshold(spec: SketchSpec, lo: np.ndarray, hi: np.ndarray) -> float:
     """The z a centroid must clear to count as signal: :func:`noise_ceiling` + MARGIN (noise
     standard deviations; what :func:`assess` holds a decoding to, and what
-    :func:`fedsketch.common.planner.plan_study` predicts against)."""
+    :func:`fedsketch.common.study.planner.plan_study` predicts against)."""
     return noise_ceiling(spec, lo, hi) + MARGIN
 
 
 def assess(sketch: np.ndarray, spec: SketchSpec, centroids: np.ndarray, lo: np.ndarray, hi: np.ndarray,
            variance: float) -> Identifiability:
     """The verdict on ``centroids`` (k, d) decoded from ``sketch`` (complex (m,)) whose noise has
-    ``variance`` v per real coordinate (:func:`fedsketch.common.planner.noise_variance`)."""
+    ``variance`` v per real coordinate (:func:`fedsketch.common.study.planner.noise_variance`)."""
     if variance <= 0.0:
         return Identifiability(IDENTIFIED, "the sketch carries no noise (no privacy noise and every "
                                "record in every entry): nothing to tell the centroids from", (), 0.0, 0.0)

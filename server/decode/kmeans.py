@@ -14,7 +14,7 @@ import math
 
 import numpy as np
 
-from fedsketch.common.lloyd import cluster_stats, nearest
+from fedsketch.common.dp.lloyd import cluster_stats, nearest
 
 #: Non-private reference: k-means++ restarts (paper 004's "3 replicates"), Lloyd limits.
 REFERENCE_RESTARTS = 3

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from fedsketch.common.lloyd import excess_counts
+from fedsketch.common.dp.lloyd import excess_counts
 from fedsketch.server.decode.kmeans import converged_kmeans
 
 #: Sphere packing (§6.1): failures tolerated per centre, bisection steps on the radius a.

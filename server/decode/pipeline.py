@@ -15,11 +15,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from fedsketch.common.features import FIRST_HARMONIC, GRID
-from fedsketch.common.frequencies import draw_frequencies
-from fedsketch.common.planner import noise_variance
-from fedsketch.common.sketching import normalized_sketch
-from fedsketch.common.spec import SketchSpec
-from fedsketch.common.study import StudySpec
+from fedsketch.common.sketch.frequencies import draw_frequencies
+from fedsketch.common.sketch.sketching import normalized_sketch
+from fedsketch.common.sketch.spec import SketchSpec
+from fedsketch.common.study.planner import noise_variance
+from fedsketch.common.study.study import StudySpec
 from fedsketch.server.decode.clompr import DecodeResult, clompr
 from fedsketch.server.decode.identify import Identifiability, assess
 
@@ -115,7 +115,7 @@ def decode_judged(sketch: np.ndarray, spec: SketchSpec, k: int, lo: np.ndarray, 
                   records: float, draws: float = 1.0, replicates: int, rng: np.random.Generator,
                   progress: Callable[[int, int], None] | None = None) -> Decoding:
     """:func:`decode_centroids`, then the verdict on its centroids against the noise of ``draws``
-    full noise draws on ``records`` released records (:func:`fedsketch.common.planner.noise_variance`: 1 draw
+    full noise draws on ``records`` released records (:func:`fedsketch.common.study.planner.noise_variance`: 1 draw
     for one release, the number of devices with local noise, devices/h_min under secure
     aggregation). ValueError unless 1 ≤ k ≤ m."""
     if not 1 <= k <= spec.frequencies.m:

@@ -1,4 +1,4 @@
-"""The coordinator's side of a refinement round (:mod:`fedsketch.common.refine`): which centres
+"""The coordinator's side of a refinement round (:mod:`fedsketch.common.study.refine`): which centres
 each round publishes, the next centres from the devices' summed releases, and the study's result
 once its rounds end. Everything here is post-processing of released values and public parameters.
 
@@ -24,7 +24,7 @@ its cell, c_j ← clip(c_j + clip(g·T~_j/max(N~_j, 1), −r, r), lo, hi) (data 
 offset lies within ±r, so the inner clip only bounds the noise of a light cell). With local
 noise every device added its own DLap draw, so the summed count carries D of them: standard
 deviation √(2D)·b for the Laplace scale b = 1/ε_count. A cell whose summed count is at noise
-level (:func:`~fedsketch.common.lloyd.excess_counts` with scale b·√D ≤ 0, the rule of
+level (:func:`~fedsketch.common.dp.lloyd.excess_counts` with scale b·√D ≤ 0, the rule of
 ``dplloyd-su-overseed``) keeps its centre: its mean would be noise.
 """
 
@@ -35,12 +35,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from fedsketch.common.box import Box
 from fedsketch.common.dp import grid
 from fedsketch.common.dp.calibration import laplace_scale
-from fedsketch.common.lloyd import excess_counts, nearest
-from fedsketch.common.refine import RoundSpec
-from fedsketch.common.study import StudySpec
+from fedsketch.common.dp.lloyd import excess_counts, nearest
+from fedsketch.common.sketch.box import Box
+from fedsketch.common.study.refine import RoundSpec
+from fedsketch.common.study.study import StudySpec
 from fedsketch.server.decode.overseed import (
     OVERSEED,
     reduce_centroids,

@@ -20,9 +20,9 @@ from concurrent.futures import ThreadPoolExecutor
 
 import grpc
 
+from fedsketch.common.net.tls import MAX_MESSAGE_BYTES, ServerTLS
 from fedsketch.common.pb import fedsketch_pb2 as pb
 from fedsketch.common.secagg import wire as secagg_wire
-from fedsketch.common.tls import MAX_MESSAGE_BYTES, ServerTLS
 from fedsketch.server.errors import Code, Refusal
 from fedsketch.server.service.coordinator import Coordinator
 from fedsketch.server.service.events import EventStore

@@ -42,12 +42,13 @@ import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
-from fedsketch.common import signing, wire
-from fedsketch.common.calibration_round import check_release
-from fedsketch.common.refine import CellsError, RoundSpec, check_cells
-from fedsketch.common.secure_calibration import secure_protocol
-from fedsketch.common.study import StudySpec, spec_sha256
-from fedsketch.common.tls import MAX_MESSAGE_BYTES
+from fedsketch.common.net import signing
+from fedsketch.common.net.tls import MAX_MESSAGE_BYTES
+from fedsketch.common.study import wire
+from fedsketch.common.study.calibration_round import check_release
+from fedsketch.common.study.refine import CellsError, RoundSpec, check_cells
+from fedsketch.common.study.secure_calibration import secure_protocol
+from fedsketch.common.study.study import StudySpec, spec_sha256
 from fedsketch.server.decode.pipeline import StudyResult, decode_study
 from fedsketch.server.errors import Code, Refusal
 from fedsketch.server.service.messages import Submission

@@ -4,7 +4,7 @@ gRPC is given no request deserializer (it hands over the bytes as they came), so
 untrusted byte is judged by the coordinator's own code, in this order:
 
 1. the size: over the method's :data:`MAX_REQUEST_BYTES` → INVALID_ARGUMENT, before any parsing
-   (gRPC's own transport cap, :data:`~fedsketch.common.tls.MAX_MESSAGE_BYTES`, still answers
+   (gRPC's own transport cap, :data:`~fedsketch.common.net.tls.MAX_MESSAGE_BYTES`, still answers
    RESOURCE_EXHAUSTED above 4 MiB);
 2. the protobuf: ``FromString`` of the method's request type; bytes that are not one →
    INVALID_ARGUMENT naming the type. (grpcio's generated path, which parses in its own
@@ -29,8 +29,8 @@ from collections.abc import Callable
 import grpc
 from google.protobuf.message import DecodeError, Message
 
+from fedsketch.common.net.tls import MAX_MESSAGE_BYTES
 from fedsketch.common.pb import fedsketch_pb2 as pb
-from fedsketch.common.tls import MAX_MESSAGE_BYTES
 from fedsketch.server.errors import Code, Refusal
 
 log = logging.getLogger("fedsketch.coordinator")

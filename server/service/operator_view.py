@@ -12,7 +12,7 @@ the transport's 4 MiB for any roster (:data:`MAX_STATUS_LIMIT` entries of about 
 from __future__ import annotations
 
 from fedsketch.common.pb import fedsketch_pb2 as pb
-from fedsketch.common.refine import RoundSpec
+from fedsketch.common.study.refine import RoundSpec
 from fedsketch.server.errors import Code, Refusal
 from fedsketch.server.service.coordinator import Coordinator
 from fedsketch.server.service.study_wire import study_message

@@ -6,7 +6,7 @@ Study details (spec, state, counts, failure detail) and results (centroids) are 
   ``ShowStudy``, ``GetResult``; :class:`~fedsketch.server.service.api.OperatorService`);
 * an enrolled device reads with a ``DeviceRead`` signed by its enrolled key over the coordinator
   it is meant for (its audience), the method, the study (or "" for the list) and the moment it
-  signed (:func:`~fedsketch.common.signing.read_digest`):
+  signed (:func:`~fedsketch.common.net.signing.read_digest`):
 
   - ``ListStudies``: the accepting studies it may join: every study an operator created, the
     refinement rounds of the studies whose roster it is on, and any study whose roster it is on;
@@ -21,7 +21,7 @@ Study details (spec, state, counts, failure detail) and results (centroids) are 
   (:meth:`~fedsketch.server.service.secure_round.SecAggRound.members`), which the store keeps
   across a coordinator restart, running or ended;
 * anyone else is refused, UNAUTHENTICATED: a read with no signature, in another digest format
-  than :data:`~fedsketch.common.signing.READ_FORMAT` (an older device's), signed outside the
+  than :data:`~fedsketch.common.net.signing.READ_FORMAT` (an older device's), signed outside the
   freshness window or for another coordinator is told so (none of these looks at the store); an
   unknown device id, a device not enrolled here and a signature that does not verify (or is not
   64 bytes, refused before the store is asked) all get one and the same answer
@@ -29,7 +29,7 @@ Study details (spec, state, counts, failure detail) and results (centroids) are 
   store is asked once and one signature checked in each case (an unknown device's against a
   stand-in key, refused whatever that check says), so neither does its time.
 
-The audience (:mod:`fedsketch.common.device_reads`): a read must be signed for a name the
+The audience (:mod:`fedsketch.common.net.device_reads`): a read must be signed for a name the
 coordinator's certificate names (``Coordinator.audiences``), so a read a device sent to another
 coordinator, replayed here, is refused. A plaintext coordinator (``--insecure``, a loopback demo)
 proves no name and checks none: there anyone on the path reads the answers anyway.
@@ -47,9 +47,9 @@ from __future__ import annotations
 import threading
 import time
 
-from fedsketch.common import signing
-from fedsketch.common.device_reads import audience_name, names_audience
-from fedsketch.common.study import StudySpec
+from fedsketch.common.net import signing
+from fedsketch.common.net.device_reads import audience_name, names_audience
+from fedsketch.common.study.study import StudySpec
 from fedsketch.server.errors import Code, Refusal
 from fedsketch.server.service.messages import ReadMessage
 from fedsketch.server.service.secure_round import SecAggRound
@@ -80,12 +80,12 @@ class Reads:
 
     def _authenticate_read(self, r: ReadMessage) -> None:
         """Refuse (UNAUTHENTICATED) a read that is not signed by an enrolled device, in format
-        :data:`~fedsketch.common.signing.READ_FORMAT`, for this coordinator, over its method,
+        :data:`~fedsketch.common.net.signing.READ_FORMAT`, for this coordinator, over its method,
         study and ``signed_at`` within the window (module docstring)."""
         if not r.device_id or not r.signature:
             raise Refusal(Code.UNAUTHENTICATED, f"Device/{r.method} needs a read signed by an enrolled "
                           "device (device_id, signed_at, audience, format, signature over "
-                          "fedsketch.common.signing.read_digest); the operator reads with its token "
+                          "fedsketch.common.net.signing.read_digest); the operator reads with its token "
                           f"through the Operator service")
         if r.format != signing.READ_FORMAT:  # unset (0): an earlier release's, format 1
             was = "format 1 (an earlier release's, naming no coordinator)" if not r.format else (
@@ -116,7 +116,7 @@ class Reads:
         (module docstring)."""
         return Refusal(Code.UNAUTHENTICATED, f"Device/{r.method}: the read's signature does not verify: "
                        "its device_id is not enrolled here, or this is not that device's signature "
-                       "over fedsketch.common.signing.read_digest of this coordinator, method, study "
+                       "over fedsketch.common.net.signing.read_digest of this coordinator, method, study "
                        "and time")
 
     def _memberships(self, device_id: str, study_ids: list[str]) -> dict[str, bool]:

@@ -4,20 +4,20 @@ Devices join a plain study's roster (signed, spending nothing); once its quorum 
 each roster device that asks (inside its spend transaction, just before it spends) gets an
 input ticket: the coordinator's promise to take its contribution for :data:`TICKET_SECONDS`,
 even if a close is requested meanwhile. A device that joined and can no longer take part
-leaves, signed in its own domain (:data:`~fedsketch.common.signing.LEAVE_DOMAIN`), and frees
+leaves, signed in its own domain (:data:`~fedsketch.common.net.signing.LEAVE_DOMAIN`), and frees
 its place for another; nobody else can take a device's place away, and a device that
 contributed, or holds a live ticket (it may have spent), cannot leave, so a leave replayed
 after the device joined again cannot cost it a contribution it paid for.
 
 A device that declines a study (of any kind) may say why: a reason code, signed in its own
-domain (:data:`~fedsketch.common.signing.REFUSAL_DOMAIN`), kept once per study and device for the
+domain (:data:`~fedsketch.common.net.signing.REFUSAL_DOMAIN`), kept once per study and device for the
 operator (``coordinator status``). Nothing depends on it: a device that never reports (an older
 release) is simply absent, as before.
 """
 
 from __future__ import annotations
 
-from fedsketch.common import signing
+from fedsketch.common.net import signing
 from fedsketch.server.errors import Code, Refusal
 from fedsketch.server.service.messages import RefusalMessage, RegistrationMessage
 from fedsketch.server.store.base import Store, StudyRow

@@ -1,4 +1,4 @@
-"""The coordinator's refinement rounds (:mod:`fedsketch.common.refine`): after a study's sketch is
+"""The coordinator's refinement rounds (:mod:`fedsketch.common.study.refine`): after a study's sketch is
 decoded, one round study per declared round, each a plain study of its own, then the study's
 refined result.
 
@@ -8,14 +8,14 @@ study; its spec carries C_0 and, for the result, the sketch's public outcome). A
 like any plain study, with the study's quorum and roster size and a deadline ``round_seconds``
 away, and closes as soon as its whole roster has sent; a secure study's round runs secure
 aggregation instead (by stage timeouts, over the round's cells:
-:mod:`fedsketch.common.secure_rounds`), which a restarted coordinator resumes from its store
+:mod:`fedsketch.common.study.secure_rounds`), which a restarted coordinator resumes from its store
 (:mod:`.secure_round`). A round that ends ``done`` holds the next centres and opens the next round; after
 the last one, or once a round fails (its roster never filled, a device missed its deadline, or
 its decoding failed), the study is published with the centres of the last round that ended with
 new ones (the start if none did): a failed round costs the study its refinement, not its result.
 
 Round 0. A study with a calibration round (``--scale auto``,
-:mod:`fedsketch.common.calibration_round`) collects the devices' calibration releases as its
+:mod:`fedsketch.common.study.calibration_round`) collects the devices' calibration releases as its
 own contributions: closed without its quorum it fails like any study, before anyone spent on
 its sketch. Closed with it, it turns ``decoding`` and :meth:`Rounds.calibrate` fits σ from the
 releases' sum (or fails the study with why), records the choice and its explanation in the
@@ -41,13 +41,18 @@ from dataclasses import asdict, replace
 
 import numpy as np
 
-from fedsketch.common.calibration_round import SketchRound, check_calibration, fit_round0, is_sketch_round
-from fedsketch.common.frequencies import draw_frequencies
-from fedsketch.common.refine import RoundSpec, check_cells, is_round
-from fedsketch.common.scale import ScaleCalibration
-from fedsketch.common.secure_calibration import SecureCalibration, SecureProtocol
-from fedsketch.common.secure_rounds import SecureRound
-from fedsketch.common.study import StudySpec, spec_sha256
+from fedsketch.common.sketch.frequencies import draw_frequencies
+from fedsketch.common.sketch.scale import ScaleCalibration
+from fedsketch.common.study.calibration_round import (
+    SketchRound,
+    check_calibration,
+    fit_round0,
+    is_sketch_round,
+)
+from fedsketch.common.study.refine import RoundSpec, check_cells, is_round
+from fedsketch.common.study.secure_calibration import SecureCalibration, SecureProtocol
+from fedsketch.common.study.secure_rounds import SecureRound
+from fedsketch.common.study.study import StudySpec, spec_sha256
 from fedsketch.server.decode.pipeline import StudyResult
 from fedsketch.server.decode.refine import RoundResult, first_centroids, next_centroids, refined_result
 from fedsketch.server.store.base import DECODING_FAILED, Store, StudyRow

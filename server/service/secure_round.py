@@ -59,8 +59,8 @@ import numpy as np
 from fedsketch.common.pb import fedsketch_pb2 as pb
 from fedsketch.common.secagg import Aggregator, SecAggAbort, SecAggParams
 from fedsketch.common.secagg import wire as sw
-from fedsketch.common.secure_rounds import SecureRound
-from fedsketch.common.study import StudySpec
+from fedsketch.common.study.secure_rounds import SecureRound
+from fedsketch.common.study.study import StudySpec
 from fedsketch.server.errors import Code, Refusal
 from fedsketch.server.service.rounds import failure_detail
 from fedsketch.server.store.base import SecureRoundRow, StageMessageRow, Store
@@ -76,7 +76,7 @@ STAGE_BYTES = 2048
 
 class SecAggRound:
     """One study's round: a sketch study's (``spec`` a StudySpec) or a refinement round's (a
-    :class:`~fedsketch.common.secure_rounds.SecureRound`), kept in ``store`` as it goes
+    :class:`~fedsketch.common.study.secure_rounds.SecureRound`), kept in ``store`` as it goes
     (module docstring). ``finish(total, devices, records)`` gets the unmasked integer sum (the
     payload's words, int64) once it is stored and the study is decoding; ``fail(reason)`` is
     called once an abort is stored (the study failed)."""

@@ -16,11 +16,11 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-from fedsketch.common import signing
-from fedsketch.common.refine import RoundSpec
+from fedsketch.common.net import signing
 from fedsketch.common.secagg import wire as secagg_wire
-from fedsketch.common.secure_calibration import SecureProtocol, secure_protocol
-from fedsketch.common.secure_rounds import SecureRound
+from fedsketch.common.study.refine import RoundSpec
+from fedsketch.common.study.secure_calibration import SecureProtocol, secure_protocol
+from fedsketch.common.study.secure_rounds import SecureRound
 from fedsketch.server.decode.pipeline import StudyResult, decode_sketch, integer_sketch
 from fedsketch.server.errors import Code, Refusal
 from fedsketch.server.service.messages import StageMessage

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 
 from fedsketch.common.pb import fedsketch_pb2 as pb
-from fedsketch.common.study import StudySpec
+from fedsketch.common.study.study import StudySpec
 from fedsketch.server.service.secure_round import SecAggRound
 from fedsketch.server.store.base import ACCEPTING, STATES, StudyRow
 

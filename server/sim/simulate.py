@@ -36,23 +36,23 @@ import numpy as np
 from fedsketch.client.agent import Agent
 from fedsketch.client.ledger import Ledger
 from fedsketch.client.localdata import LocalData
-from fedsketch.common.calibration_round import split_auto
-from fedsketch.common.dataio import DataSource, load_all
+from fedsketch.common.data.dataio import DataSource, load_all
+from fedsketch.common.data.synthetic import gmm
+from fedsketch.common.dp.lloyd import nearest
 from fedsketch.common.features import FEATURES
-from fedsketch.common.frequencies import FrequencySpec
-from fedsketch.common.lloyd import nearest
+from fedsketch.common.net.tls import CertPaths, init_certs, secure_channel, server_tls
 from fedsketch.common.pb import fedsketch_pb2 as pb
 from fedsketch.common.pb import fedsketch_pb2_grpc as pb_grpc
-from fedsketch.common.privacy import PrivacySpec
-from fedsketch.common.refine import ROUND_SHARE, split_study_epsilon
 from fedsketch.common.secagg import Stage
 from fedsketch.common.secagg import wire as sw
 from fedsketch.common.secagg.spec import SecAggSpec
 from fedsketch.common.secagg.trust import Assumptions
-from fedsketch.common.spec import SketchSpec
-from fedsketch.common.study import StudySpec
-from fedsketch.common.synthetic import gmm
-from fedsketch.common.tls import CertPaths, init_certs, secure_channel, server_tls
+from fedsketch.common.sketch.frequencies import FrequencySpec
+from fedsketch.common.sketch.privacy import PrivacySpec
+from fedsketch.common.sketch.spec import SketchSpec
+from fedsketch.common.study.calibration_round import split_auto
+from fedsketch.common.study.refine import ROUND_SHARE, split_study_epsilon
+from fedsketch.common.study.study import StudySpec
 from fedsketch.server.bench.metrics import sklearn_kmeans_centroids, split, sse_per_n
 from fedsketch.server.service.api import build_server
 from fedsketch.server.service.coordinator import Coordinator
@@ -303,7 +303,7 @@ def pooled_data(cfg: SimConfig) -> Pooled:
 
 
 def file_data(data: str | Path | DataSource, k: int, seed: int) -> Pooled:
-    """The records of a data file (a path, or an open source: :mod:`fedsketch.common.dataio`),
+    """The records of a data file (a path, or an open source: :mod:`fedsketch.common.data.dataio`),
     their clusters under KMeans (k-means++, n_init = 3, ``seed``) for ``dirichlet`` partitions,
     and its SSE/n."""
     x = load_all(data).astype(np.float64)

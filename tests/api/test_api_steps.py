@@ -25,7 +25,7 @@ from fedsketch import (
     load_sketch,
     sketch,
 )
-from fedsketch.common.synthetic import gmm
+from fedsketch.common.data.synthetic import gmm
 from fedsketch.server.cli.main import app
 
 ROOT = Path(__file__).resolve().parents[2]

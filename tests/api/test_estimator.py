@@ -14,7 +14,7 @@ from sklearn.utils import get_tags
 from sklearn.utils.estimator_checks import parametrize_with_checks
 
 from fedsketch import CompressiveKMeans, NotIdentifiableWarning, decode, sketch
-from fedsketch.common.synthetic import gmm
+from fedsketch.common.data.synthetic import gmm
 from fedsketch.server.sim.simulate import SimConfig, run_simulation
 
 #: Relative SSE (SSE of the fit / SSE of KMeans, n_init = 3) on MIXTURE with bounds ±20, measured

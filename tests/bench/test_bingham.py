@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 from scipy import integrate, stats
 
-from fedsketch.common.synthetic import random_orthonormal
+from fedsketch.common.data.synthetic import random_orthonormal
 from fedsketch.server.bench.bingham import (
     sample_matrix_bingham,
     sample_rotation_angle,

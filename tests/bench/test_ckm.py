@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from fedsketch.common.synthetic import gmm
+from fedsketch.common.data.synthetic import gmm
 from fedsketch.server.bench import ckm as ckm_module
 from fedsketch.server.bench.ckm import (
     CKM_LLOYD_FINAL_SHARE,

@@ -13,11 +13,11 @@ import numpy as np
 import pytest
 from conftest import seeded_words
 
-from fedsketch.common import lloyd as common_lloyd
+from fedsketch.common.data.synthetic import gmm
 from fedsketch.common.dp import exact, grid
+from fedsketch.common.dp import lloyd as common_lloyd
 from fedsketch.common.dp.calibration import dgauss_sigma, gamma_mahalanobis, laplace_scale
 from fedsketch.common.dp.samplers import dlap_noise
-from fedsketch.common.synthetic import gmm
 from fedsketch.server.bench import kmeans as kp
 from fedsketch.server.bench.metrics import sklearn_kmeans_centroids, sse_per_n
 from fedsketch.server.bench.task import Task

@@ -17,9 +17,9 @@ import numpy as np
 import pytest
 from conftest import seeded_words
 
+from fedsketch.common.data.synthetic import SPECTRUM_003, spectrum
 from fedsketch.common.dp import exact, grid
 from fedsketch.common.dp.calibration import dgauss_sigma
-from fedsketch.common.synthetic import SPECTRUM_003, spectrum
 from fedsketch.server.bench import pca
 from fedsketch.server.bench.pca import (
     METHODS,

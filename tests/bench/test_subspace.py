@@ -10,6 +10,7 @@ import pytest
 from conftest import seeded_words
 from scipy.integrate import quad
 
+from fedsketch.common.data.synthetic import random_orthonormal, subspaces
 from fedsketch.common.dp import exact
 from fedsketch.common.dp.calibration import (
     advanced_composition,
@@ -17,7 +18,6 @@ from fedsketch.common.dp.calibration import (
     dgauss_sigma,
     gauss_sigma_analytic,
 )
-from fedsketch.common.synthetic import random_orthonormal, subspaces
 from fedsketch.server.bench import subspace as sp
 from fedsketch.server.bench.subspace import gibbs as sp_gibbs
 from fedsketch.server.bench.subspace import kplane as sp_kplane

@@ -58,7 +58,7 @@ def test_pipeline_synth_sketch_decode_evaluate(data, tmp_path):
 
 
 def test_sketch_file_contents(data, tmp_path):
-    from fedsketch.common.sketchfile import load_sketch
+    from fedsketch.common.sketch.sketchfile import load_sketch
 
     sk = tmp_path / "q.npz"
     res = runner.invoke(app, ["sketch", str(data), "--m", "50", "--feature", "quantized",
@@ -77,7 +77,7 @@ def test_sketch_file_contents(data, tmp_path):
 def test_sketch_files_hold_only_integers(data, tmp_path, feature, relation, delta):
     """Every value a sketch file releases is an integer on the public grid: the payload, the
     count, and nothing else but the JSON spec (MECHANISMS §1.10)."""
-    from fedsketch.common.sketchfile import load_sketch
+    from fedsketch.common.sketch.sketchfile import load_sketch
 
     sk = tmp_path / "s.npz"
     res = runner.invoke(app, ["sketch", str(data), "--m", "20", "--feature", feature,
@@ -146,7 +146,7 @@ def test_sketch_clips_a_huge_record_into_the_box(tmp_path, bounds):
     assert res.exit_code == 0, res.output
     clipped = 2 if bounds is None else 3
     assert f"{clipped:,} of 500 records lay outside the box" in res.output
-    from fedsketch.common.sketchfile import load_sketch
+    from fedsketch.common.sketch.sketchfile import load_sketch
     f = load_sketch(out)
     assert f.payload.dtype == np.int64 and np.all(np.abs(f.payload) < 2**40)
     with np.load(out, allow_pickle=False) as z:

@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 from conftest import OPERATOR_TOKEN
 
-from fedsketch.common.sketchfile import load_sketch
+from fedsketch.common.sketch.sketchfile import load_sketch
 
 FEDSKETCH = str(Path(sys.executable).with_name("fedsketch"))
 

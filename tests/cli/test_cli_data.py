@@ -17,8 +17,8 @@ import pyarrow.parquet as pq
 import pytest
 from typer.testing import CliRunner
 
-from fedsketch.common.sketchfile import load_sketch
-from fedsketch.common.synthetic import gmm
+from fedsketch.common.data.synthetic import gmm
+from fedsketch.common.sketch.sketchfile import load_sketch
 from fedsketch.server.cli.main import app
 
 FEDSKETCH = str(Path(sys.executable).with_name("fedsketch"))

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 from conftest import OPERATOR_TOKEN
 
-from fedsketch.common.tls import init_certs, server_tls
+from fedsketch.common.net.tls import init_certs, server_tls
 from fedsketch.server.service.api import build_server
 from fedsketch.server.store import open_store
 

@@ -18,13 +18,13 @@ from fedsketch.client import daemon
 from fedsketch.client.agent import Agent
 from fedsketch.client.ledger import DEFAULT_SOURCE, Budget, Ledger, LedgerError
 from fedsketch.client.policy import Policy
-from fedsketch.common import wire
-from fedsketch.common.frequencies import FrequencySpec, draw_frequencies
 from fedsketch.common.pb import fedsketch_pb2 as pb
-from fedsketch.common.privacy import PrivacySpec
-from fedsketch.common.sketching import feature_sum
-from fedsketch.common.spec import SketchSpec
-from fedsketch.common.study import StudySpec, spec_sha256
+from fedsketch.common.sketch.frequencies import FrequencySpec, draw_frequencies
+from fedsketch.common.sketch.privacy import PrivacySpec
+from fedsketch.common.sketch.sketching import feature_sum
+from fedsketch.common.sketch.spec import SketchSpec
+from fedsketch.common.study import wire
+from fedsketch.common.study.study import StudySpec, spec_sha256
 from fedsketch.server.bench.metrics import split
 from fedsketch.server.cli.main import app
 

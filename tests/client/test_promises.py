@@ -18,11 +18,11 @@ from typer.testing import CliRunner
 from fedsketch.client.ledger import DEFAULT_SOURCE, BudgetExceeded, Ledger
 from fedsketch.client.ledger_schema import MIGRATED_KEEP_SECONDS
 from fedsketch.client.study_pass import MAX_KEEP_SECONDS, ROUND_GAP_SECONDS, Later, keep_seconds, later_rounds
-from fedsketch.common.calibration_round import SketchRound, split_auto
-from fedsketch.common.refine import RefineSpec, RoundSpec
 from fedsketch.common.secagg.spec import SecAggSpec
 from fedsketch.common.secagg.trust import Assumptions
-from fedsketch.common.study import StudySpec
+from fedsketch.common.study.calibration_round import SketchRound, split_auto
+from fedsketch.common.study.refine import RefineSpec, RoundSpec
+from fedsketch.common.study.study import StudySpec
 from fedsketch.server.cli.main import app
 
 

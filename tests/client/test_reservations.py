@@ -23,7 +23,7 @@ from fedsketch.client.ledger_reservations import RESERVATION_SECONDS
 from fedsketch.client.localdata import LocalData
 from fedsketch.client.policy import Policy
 from fedsketch.common.pb import fedsketch_pb2 as pb
-from fedsketch.common.refine import RefineSpec
+from fedsketch.common.study.refine import RefineSpec
 from fedsketch.server.bench.metrics import split
 from fedsketch.server.cli.main import app
 

@@ -18,7 +18,7 @@ from fedsketch.client.agent import Agent
 from fedsketch.client.ledger import DEFAULT_SOURCE, Ledger
 from fedsketch.client.localdata import LocalData
 from fedsketch.client.policy import Policy
-from fedsketch.common.refine import RefineSpec, is_round
+from fedsketch.common.study.refine import RefineSpec, is_round
 from fedsketch.server.bench.metrics import split
 from fedsketch.server.cli.main import app
 

@@ -9,11 +9,11 @@ import numpy as np
 import pytest
 from scipy.optimize import approx_fprime
 
+from fedsketch.common.data.synthetic import gmm
 from fedsketch.common.features import FIRST_HARMONIC
-from fedsketch.common.frequencies import FrequencySpec, draw_frequencies
-from fedsketch.common.privacy import PrivacySpec, privatize
-from fedsketch.common.sketching import feature_sum
-from fedsketch.common.synthetic import gmm
+from fedsketch.common.sketch.frequencies import FrequencySpec, draw_frequencies
+from fedsketch.common.sketch.privacy import PrivacySpec, privatize
+from fedsketch.common.sketch.sketching import feature_sum
 from fedsketch.server.bench.metrics import sklearn_kmeans_centroids, split, sse_per_n
 from fedsketch.server.decode import clompr as C
 

@@ -12,13 +12,13 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from fedsketch.common.box import Box
-from fedsketch.common.frequencies import FrequencySpec
-from fedsketch.common.planner import noise_variance
-from fedsketch.common.privacy import PrivacySpec
-from fedsketch.common.sketching import normalized_sketch
-from fedsketch.common.spec import SketchSpec, release_sketch
-from fedsketch.common.synthetic import gmm
+from fedsketch.common.data.synthetic import gmm
+from fedsketch.common.sketch.box import Box
+from fedsketch.common.sketch.frequencies import FrequencySpec
+from fedsketch.common.sketch.privacy import PrivacySpec
+from fedsketch.common.sketch.sketching import normalized_sketch
+from fedsketch.common.sketch.spec import SketchSpec, release_sketch
+from fedsketch.common.study.planner import noise_variance
 from fedsketch.server.cli.errors import NOT_IDENTIFIABLE_EXIT
 from fedsketch.server.cli.main import app
 from fedsketch.server.decode.identify import IDENTIFIED, NOT_IDENTIFIABLE, assess

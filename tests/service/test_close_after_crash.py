@@ -13,7 +13,8 @@ import time
 import numpy as np
 from conftest import study_spec
 
-from fedsketch.common import signing, wire
+from fedsketch.common.net import signing
+from fedsketch.common.study import wire
 from fedsketch.server.service.coordinator import Coordinator
 from fedsketch.server.service.messages import Submission
 from fedsketch.server.store import ContributionRow, open_store

@@ -13,13 +13,14 @@ import pytest
 from conftest import META, contribute_all, study_spec
 from test_secagg_round import drive, secure_spec
 
-from fedsketch.common import signing, wire
-from fedsketch.common.box import Box
+from fedsketch.common.data.synthetic import gmm
+from fedsketch.common.net import signing
 from fedsketch.common.pb import fedsketch_pb2 as pb
 from fedsketch.common.secagg import wire as sw
-from fedsketch.common.spec import release_sketch
-from fedsketch.common.study import DEFAULT_MAX_DEVICE_RECORDS, StudySpec
-from fedsketch.common.synthetic import gmm
+from fedsketch.common.sketch.box import Box
+from fedsketch.common.sketch.spec import release_sketch
+from fedsketch.common.study import wire
+from fedsketch.common.study.study import DEFAULT_MAX_DEVICE_RECORDS, StudySpec
 from fedsketch.server.bench.metrics import sklearn_kmeans_centroids, split, sse_per_n
 
 CAP = 5_000

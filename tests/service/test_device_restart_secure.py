@@ -15,9 +15,9 @@ from test_secagg_round import secure_spec, spy_total
 from fedsketch.client.agent import Agent
 from fedsketch.client.ledger import DEFAULT_SOURCE, Ledger
 from fedsketch.client.localdata import LocalData
+from fedsketch.common.data.synthetic import gmm
 from fedsketch.common.pb import fedsketch_pb2 as pb
 from fedsketch.common.secagg import wire as sw
-from fedsketch.common.synthetic import gmm
 from fedsketch.server.bench.metrics import split
 
 

@@ -28,18 +28,18 @@ from conftest import META, OPERATOR_TOKEN, study_spec
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from fedsketch.common import signing
-from fedsketch.common.device_reads import signed_read
-from fedsketch.common.frequencies import FrequencySpec
+from fedsketch.common.net import signing
+from fedsketch.common.net.device_reads import signed_read
+from fedsketch.common.net.tls import secure_channel, server_tls
 from fedsketch.common.pb import fedsketch_pb2 as pb
 from fedsketch.common.pb import fedsketch_pb2_grpc as pb_grpc
-from fedsketch.common.privacy import PrivacySpec
 from fedsketch.common.secagg import wire as sw
 from fedsketch.common.secagg.spec import SecAggSpec
 from fedsketch.common.secagg.trust import Assumptions
-from fedsketch.common.spec import SketchSpec
-from fedsketch.common.study import StudySpec
-from fedsketch.common.tls import secure_channel, server_tls
+from fedsketch.common.sketch.frequencies import FrequencySpec
+from fedsketch.common.sketch.privacy import PrivacySpec
+from fedsketch.common.sketch.spec import SketchSpec
+from fedsketch.common.study.study import StudySpec
 from fedsketch.server.errors import Refusal
 from fedsketch.server.service.api import build_server
 from fedsketch.server.service.coordinator import Coordinator

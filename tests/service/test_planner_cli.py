@@ -12,8 +12,8 @@ import pytest
 import test_round_processes as processes
 from test_round_processes import device, wait_done
 
-from fedsketch.common.planner import noise_variance
-from fedsketch.common.study import StudySpec
+from fedsketch.common.study.planner import noise_variance
+from fedsketch.common.study.study import StudySpec
 from fedsketch.server.store import open_store
 
 pytestmark = pytest.mark.slow

@@ -18,8 +18,8 @@ from test_fuzz_api import tables
 from test_refine_rounds import plant_round, refined_spec
 
 from fedsketch.client.agent import Agent
-from fedsketch.common import signing
-from fedsketch.common.device_reads import signed_read
+from fedsketch.common.net import signing
+from fedsketch.common.net.device_reads import signed_read
 from fedsketch.common.pb import fedsketch_pb2 as pb
 from fedsketch.server.service.reads import READ_WINDOW_SECONDS
 

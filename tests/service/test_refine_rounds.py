@@ -12,11 +12,11 @@ import pytest
 from conftest import META, signed, study_spec
 
 from fedsketch.client.policy import Policy
-from fedsketch.common import signing
+from fedsketch.common.data.synthetic import gmm
+from fedsketch.common.net import signing
 from fedsketch.common.pb import fedsketch_pb2 as pb
-from fedsketch.common.refine import CELLS_KIND, RefineSpec, RoundSpec, decode_cells
-from fedsketch.common.study import spec_sha256
-from fedsketch.common.synthetic import gmm
+from fedsketch.common.study.refine import CELLS_KIND, RefineSpec, RoundSpec, decode_cells
+from fedsketch.common.study.study import spec_sha256
 from fedsketch.server.bench.metrics import sklearn_kmeans_centroids, split, sse_per_n
 
 

@@ -10,7 +10,7 @@ import pytest
 from conftest import META, study_spec
 
 from fedsketch.client.localdata import LocalData
-from fedsketch.common import signing
+from fedsketch.common.net import signing
 from fedsketch.common.pb import fedsketch_pb2 as pb
 
 

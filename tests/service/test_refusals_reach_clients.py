@@ -12,15 +12,15 @@ import typer
 from conftest import META, study_spec
 
 from fedsketch.common.cli import clean_errors
-from fedsketch.common.frequencies import FrequencySpec
+from fedsketch.common.data.synthetic import gmm
 from fedsketch.common.pb import fedsketch_pb2 as pb
 from fedsketch.common.pb import fedsketch_pb2_grpc as pb_grpc
-from fedsketch.common.privacy import PrivacySpec
 from fedsketch.common.secagg.spec import SecAggSpec
 from fedsketch.common.secagg.trust import Assumptions
-from fedsketch.common.spec import SketchSpec
-from fedsketch.common.study import StudySpec
-from fedsketch.common.synthetic import gmm
+from fedsketch.common.sketch.frequencies import FrequencySpec
+from fedsketch.common.sketch.privacy import PrivacySpec
+from fedsketch.common.sketch.spec import SketchSpec
+from fedsketch.common.study.study import StudySpec
 
 
 def test_a_device_refused_at_register_says_why_and_finishes_its_pass(coordinator_round):

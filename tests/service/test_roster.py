@@ -17,9 +17,9 @@ from fedsketch.client import agent as agent_module
 from fedsketch.client.agent import Agent
 from fedsketch.client.ledger import DEFAULT_SOURCE, Ledger
 from fedsketch.client.localdata import LocalData
-from fedsketch.common import signing
+from fedsketch.common.data.synthetic import gmm
+from fedsketch.common.net import signing
 from fedsketch.common.pb import fedsketch_pb2 as pb
-from fedsketch.common.synthetic import gmm
 from fedsketch.server.bench.metrics import split
 
 

@@ -13,12 +13,13 @@ from conftest import META, contribute_all, study_spec
 from fedsketch.client import round_steps
 from fedsketch.client.agent import Agent
 from fedsketch.client.ledger import Ledger, LedgerError
-from fedsketch.common import signing, wire
+from fedsketch.common.data.synthetic import gmm
+from fedsketch.common.net import signing
+from fedsketch.common.net.tls import MAX_MESSAGE_BYTES, init_certs, secure_channel
 from fedsketch.common.pb import fedsketch_pb2 as pb
 from fedsketch.common.pb import fedsketch_pb2_grpc as pb_grpc
-from fedsketch.common.spec import release_sketch
-from fedsketch.common.synthetic import gmm
-from fedsketch.common.tls import MAX_MESSAGE_BYTES, init_certs, secure_channel
+from fedsketch.common.sketch.spec import release_sketch
+from fedsketch.common.study import wire
 from fedsketch.server.bench.metrics import sklearn_kmeans_centroids, split, sse_per_n
 from fedsketch.server.decode import pipeline
 from fedsketch.server.errors import Code

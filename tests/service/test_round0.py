@@ -19,20 +19,20 @@ import fedsketch.client.agent as agent_module
 from fedsketch.client.agent import Agent
 from fedsketch.client.ledger import DEFAULT_SOURCE, Ledger
 from fedsketch.client.secure_steps import SECURE_KIND
-from fedsketch.common.box import Box
-from fedsketch.common.calibration_round import SketchRound, check_calibration, split_auto
+from fedsketch.common.data.synthetic import gmm
 from fedsketch.common.dp.calibration import dlap_param, l1_sensitivity
 from fedsketch.common.dp.plan import noise_plan
-from fedsketch.common.frequencies import draw_frequencies
 from fedsketch.common.pb import fedsketch_pb2 as pb
-from fedsketch.common.privacy import PrivacySpec
-from fedsketch.common.refine import RefineSpec
-from fedsketch.common.scale import calibrate_scale
 from fedsketch.common.secagg.spec import SecAggSpec
 from fedsketch.common.secagg.trust import Assumptions
-from fedsketch.common.secure_calibration import SecureCalibration
-from fedsketch.common.study import StudySpec
-from fedsketch.common.synthetic import gmm
+from fedsketch.common.sketch.box import Box
+from fedsketch.common.sketch.frequencies import draw_frequencies
+from fedsketch.common.sketch.privacy import PrivacySpec
+from fedsketch.common.sketch.scale import calibrate_scale
+from fedsketch.common.study.calibration_round import SketchRound, check_calibration, split_auto
+from fedsketch.common.study.refine import RefineSpec
+from fedsketch.common.study.secure_calibration import SecureCalibration
+from fedsketch.common.study.study import StudySpec
 from fedsketch.server.bench.metrics import sklearn_kmeans_centroids, split, sse_per_n
 from fedsketch.server.cli.operator_view import status_document
 

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 from fedsketch.client.ledger import Ledger
-from fedsketch.common.synthetic import gmm
+from fedsketch.common.data.synthetic import gmm
 from fedsketch.server.store import open_store
 
 FEDSKETCH = str(Path(sys.executable).with_name("fedsketch"))

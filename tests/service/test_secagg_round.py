@@ -17,20 +17,20 @@ from fedsketch.client import daemon, secure_steps
 from fedsketch.client.agent import Agent
 from fedsketch.client.ledger import Ledger
 from fedsketch.client.localdata import LocalData
-from fedsketch.common import signing
-from fedsketch.common.box import Box
+from fedsketch.common.data.synthetic import gmm
 from fedsketch.common.dp.calibration import l1_sensitivity
 from fedsketch.common.dp.samplers import dlap_noise_share
-from fedsketch.common.frequencies import FrequencySpec, draw_frequencies
+from fedsketch.common.net import signing
 from fedsketch.common.pb import fedsketch_pb2 as pb
-from fedsketch.common.privacy import PrivacySpec
 from fedsketch.common.secagg import wire as sw
 from fedsketch.common.secagg.spec import SecAggSpec
 from fedsketch.common.secagg.trust import Assumptions
-from fedsketch.common.sketching import feature_sum
-from fedsketch.common.spec import SketchSpec
-from fedsketch.common.study import StudySpec, spec_sha256
-from fedsketch.common.synthetic import gmm
+from fedsketch.common.sketch.box import Box
+from fedsketch.common.sketch.frequencies import FrequencySpec, draw_frequencies
+from fedsketch.common.sketch.privacy import PrivacySpec
+from fedsketch.common.sketch.sketching import feature_sum
+from fedsketch.common.sketch.spec import SketchSpec
+from fedsketch.common.study.study import StudySpec, spec_sha256
 from fedsketch.server.bench.metrics import split
 from fedsketch.server.decode import pipeline
 from fedsketch.server.sim.simulate import DROPOUT_STAGES

@@ -17,8 +17,8 @@ import pytest
 from conftest import META
 from test_secagg_round import drive, secure_spec
 
+from fedsketch.common.data.synthetic import gmm
 from fedsketch.common.pb import fedsketch_pb2 as pb
-from fedsketch.common.synthetic import gmm
 
 
 @pytest.fixture(scope="module")

@@ -1,4 +1,4 @@
-"""Refinement rounds of a secure-aggregation study (fedsketch.common.secure_rounds): each round's
+"""Refinement rounds of a secure-aggregation study (fedsketch.common.study.secure_rounds): each round's
 cells go through secure aggregation, the unmasked sum is the devices' exact cells plus shares of
 one discrete-Laplace draw; a coordinator restart during a round resumes it
 (``test_secure_resume.py``)."""
@@ -13,15 +13,15 @@ import numpy as np
 import pytest
 from conftest import META, study_spec
 
-from fedsketch.common.box import Box
+from fedsketch.common.data.synthetic import gmm
 from fedsketch.common.dp.grid import STEPS
-from fedsketch.common.lloyd import exact_cell_stats
+from fedsketch.common.dp.lloyd import exact_cell_stats
 from fedsketch.common.pb import fedsketch_pb2 as pb
-from fedsketch.common.refine import RefineSpec, RoundSpec
 from fedsketch.common.secagg.spec import SecAggSpec
 from fedsketch.common.secagg.trust import Assumptions
-from fedsketch.common.secure_rounds import SecureRound
-from fedsketch.common.synthetic import gmm
+from fedsketch.common.sketch.box import Box
+from fedsketch.common.study.refine import RefineSpec, RoundSpec
+from fedsketch.common.study.secure_rounds import SecureRound
 from fedsketch.server.bench.metrics import split
 
 #: Su's ρ, restated (MECHANISMS §6.2).

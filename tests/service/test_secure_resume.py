@@ -19,11 +19,11 @@ from conftest import OPERATOR_TOKEN
 from test_secagg_round import secure_spec, spy_total
 from test_secure_refine import secure_refined, sketch_all_four
 
+from fedsketch.common.data.synthetic import gmm
+from fedsketch.common.net.tls import secure_channel, server_tls
 from fedsketch.common.pb import fedsketch_pb2 as pb
 from fedsketch.common.pb import fedsketch_pb2_grpc as pb_grpc
 from fedsketch.common.secagg import wire as sw
-from fedsketch.common.synthetic import gmm
-from fedsketch.common.tls import secure_channel, server_tls
 from fedsketch.server.errors import Code, Refusal
 from fedsketch.server.service.api import build_server
 from fedsketch.server.service.coordinator import Coordinator

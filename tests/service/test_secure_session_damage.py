@@ -17,8 +17,8 @@ from fedsketch.client.agent import Agent
 from fedsketch.client.ledger import DEFAULT_SOURCE, Ledger
 from fedsketch.client.localdata import LocalData
 from fedsketch.client.secure_session import Session
+from fedsketch.common.data.synthetic import gmm
 from fedsketch.common.pb import fedsketch_pb2 as pb
-from fedsketch.common.synthetic import gmm
 from fedsketch.server.bench.metrics import split
 
 

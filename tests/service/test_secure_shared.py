@@ -26,18 +26,18 @@ import pytest
 from test_round_processes import FEDSKETCH, CoordinatorProcess
 from test_secure_crash import Fleet, wait_for
 
-from fedsketch.common.frequencies import FrequencySpec
+from fedsketch.common.data.synthetic import gmm
+from fedsketch.common.net.tls import secure_channel
 from fedsketch.common.pb import fedsketch_pb2 as pb
 from fedsketch.common.pb import fedsketch_pb2_grpc as pb_grpc
-from fedsketch.common.privacy import PrivacySpec
-from fedsketch.common.refine import RefineSpec
 from fedsketch.common.secagg import wire as sw
 from fedsketch.common.secagg.spec import SecAggSpec
 from fedsketch.common.secagg.trust import Assumptions
-from fedsketch.common.spec import SketchSpec
-from fedsketch.common.study import StudySpec
-from fedsketch.common.synthetic import gmm
-from fedsketch.common.tls import secure_channel
+from fedsketch.common.sketch.frequencies import FrequencySpec
+from fedsketch.common.sketch.privacy import PrivacySpec
+from fedsketch.common.sketch.spec import SketchSpec
+from fedsketch.common.study.refine import RefineSpec
+from fedsketch.common.study.study import StudySpec
 from fedsketch.server.decode.pipeline import decode_sketch, integer_sketch
 from fedsketch.server.store import open_store
 

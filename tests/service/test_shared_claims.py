@@ -16,11 +16,12 @@ import time
 import numpy as np
 from conftest import study_spec
 
-from fedsketch.common import signing, wire
+from fedsketch.common.net import signing
 from fedsketch.common.pb import fedsketch_pb2 as pb
 from fedsketch.common.secagg import wire as sw
 from fedsketch.common.secagg.spec import SecAggSpec
 from fedsketch.common.secagg.trust import Assumptions
+from fedsketch.common.study import wire
 from fedsketch.server.service import shared
 from fedsketch.server.service.coordinator import Coordinator
 from fedsketch.server.service.events import EventStore

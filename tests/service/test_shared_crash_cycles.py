@@ -24,8 +24,8 @@ import pytest
 from test_round_processes import FEDSKETCH, CoordinatorProcess
 
 from fedsketch.client.ledger import Ledger
-from fedsketch.common.study import StudySpec
-from fedsketch.common.synthetic import gmm
+from fedsketch.common.data.synthetic import gmm
+from fedsketch.common.study.study import StudySpec
 from fedsketch.server.store import open_store
 
 pytestmark = pytest.mark.slow

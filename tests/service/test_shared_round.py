@@ -11,10 +11,10 @@ import threading
 
 from test_secagg_round import secure_spec
 
-from fedsketch.common import signing
+from fedsketch.common.net import signing
 from fedsketch.common.pb import fedsketch_pb2 as pb
 from fedsketch.common.secagg import wire as sw
-from fedsketch.common.study import spec_sha256
+from fedsketch.common.study.study import spec_sha256
 from fedsketch.server.errors import Code, Refusal
 from fedsketch.server.service.shared_round import SharedRound
 from fedsketch.server.store import open_store

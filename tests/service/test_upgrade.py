@@ -8,8 +8,8 @@ import json
 
 from conftest import study_spec
 
-from fedsketch.common.refine import RefineSpec, RoundSpec
-from fedsketch.common.study import spec_sha256
+from fedsketch.common.study.refine import RefineSpec, RoundSpec
+from fedsketch.common.study.study import spec_sha256
 from fedsketch.server.service.coordinator import Coordinator
 from fedsketch.server.store import open_store
 

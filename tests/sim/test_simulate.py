@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from fedsketch.common.synthetic import gmm
+from fedsketch.common.data.synthetic import gmm
 from fedsketch.server.sim.simulate import SimConfig, run_simulation, split_records
 
 FEDSKETCH = str(Path(sys.executable).with_name("fedsketch"))

@@ -19,7 +19,8 @@ import pytest
 from conftest import study_spec
 from test_store import back_to_schema_4, contribution, enroll, payload, refusal
 
-from fedsketch.common import signing, wire
+from fedsketch.common.net import signing
+from fedsketch.common.study import wire
 from fedsketch.server.service.coordinator import Coordinator
 from fedsketch.server.service.messages import Submission
 from fedsketch.server.store import SQLiteStore, open_store

@@ -14,7 +14,7 @@ function of a :class:`~fedsketch.server.bench.task.Task` returning an
   local-sensitivity (ε, δ) heuristics, not worst-case DP (§7).
 
 The Lloyd step itself (assignment, cluster statistics, the noisy count-and-sum release) lives in
-:mod:`fedsketch.common.lloyd`.
+:mod:`fedsketch.common.dp.lloyd`.
 
 Noise: every privacy draw of the family is exact integer noise from OS random bits, added to an
 integer release on a public grid (MECHANISMS §1.9 item 7; :mod:`fedsketch.common.dp.grid`):
@@ -32,7 +32,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from fedsketch.common.lloyd import OVERSEED_KEEP_SCALES
+from fedsketch.common.dp.lloyd import OVERSEED_KEEP_SCALES
 from fedsketch.server.bench.kmeans.budget import (
     IterationBudget,
     classical_split,

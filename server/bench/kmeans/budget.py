@@ -2,7 +2,7 @@
 iteration's ε is split between the count and the coordinate sums, and Su et al.'s iteration rule.
 
 One iteration releases, for every cluster j (empty ones included), its count N_j and coordinate
-sums S_{j,l} of records shifted into [−h_l, h_l] (:func:`fedsketch.common.lloyd.noisy_cluster_stats`).
+sums S_{j,l} of records shifted into [−h_l, h_l] (:func:`fedsketch.common.dp.lloyd.noisy_cluster_stats`).
 
 * add/remove: one record changes one cluster's count by 1 and its sum coordinate l by at most
   h_l; the clusters partition the records, so all k clusters cost what one costs (parallel
@@ -25,7 +25,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from fedsketch.common.dp.calibration import laplace_scale
-from fedsketch.common.lloyd import relation_factor, su_ratio, su_split
+from fedsketch.common.dp.lloyd import relation_factor, su_ratio, su_split
 
 #: Share of ε spent on the noisy record count that sets Su's T under add/remove (§6.4).
 SU_COUNT_SHARE = 0.05

@@ -3,7 +3,7 @@
 
 Records are clipped into the box and shifted by its centre, so coordinate l lies in [−h_l, h_l],
 h_l = (hi_l − lo_l)/2. From a data-independent start, each iteration is one
-:func:`fedsketch.common.lloyd.noisy_lloyd_step` (noisy counts and sums of every cluster, then the
+:func:`fedsketch.common.dp.lloyd.noisy_lloyd_step` (noisy counts and sums of every cluster, then the
 clipped means) with the shares of its :class:`~fedsketch.server.bench.kmeans.budget.IterationBudget`;
 sensitivities and the replace-one factor are in :mod:`fedsketch.server.bench.kmeans.budget`.
 Everything done with released centroids and counts (relocating spare centres, reducing k' centres
@@ -25,9 +25,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from fedsketch.common.box import Box
+from fedsketch.common.dp.lloyd import noisy_lloyd_step
 from fedsketch.common.dp.samplers import dlap_noise
-from fedsketch.common.lloyd import noisy_lloyd_step
+from fedsketch.common.sketch.box import Box
 from fedsketch.server.bench.kmeans.budget import (
     BudgetTrace,
     IterationBudget,
@@ -65,7 +65,7 @@ def shifted_data(task: Task) -> ShiftedData:
 def private_lloyd(data: ShiftedData, init: np.ndarray, trace: BudgetTrace,
                   between: Callable[[np.ndarray, np.ndarray, IterationBudget], np.ndarray] | None = None
                   ) -> tuple[np.ndarray, np.ndarray]:
-    """Lloyd iterations on shifted data, one :func:`~fedsketch.common.lloyd.noisy_lloyd_step` per
+    """Lloyd iterations on shifted data, one :func:`~fedsketch.common.dp.lloyd.noisy_lloyd_step` per
     entry of ``trace`` with that entry's shares: c_j = clip(g·T~_j/max(N~_j, 1)) to [−h, h]
     (post-processing of the integer release). ``between(c, N~, budget)``, when
     given, maps the released centroids and counts of the iteration with that budget to the next

@@ -32,11 +32,11 @@ from typing import TypeVar
 
 import numpy as np
 
-from fedsketch.common.box import Box
 from fedsketch.common.dp import grid
 from fedsketch.common.dp.calibration import dgauss_sigma, gamma_mahalanobis
+from fedsketch.common.dp.lloyd import cluster_stats
 from fedsketch.common.dp.samplers import dgauss_noise
-from fedsketch.common.lloyd import cluster_stats
+from fedsketch.common.sketch.box import Box
 from fedsketch.server.bench.kmeans.budget import relation_factor
 from fedsketch.server.bench.task import Outcome, Task, clip_rows_to_box, public_box, require_finite_epsilon
 from fedsketch.server.decode.kmeans import converged_kmeans

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from fedsketch.common.synthetic import random_orthonormal
+from fedsketch.common.data.synthetic import random_orthonormal
 from fedsketch.server.bench import subspace as family
 from fedsketch.server.bench.bingham import sample_matrix_bingham
 from fedsketch.server.bench.subspace.geometry import cluster_scatter, prepare, residuals

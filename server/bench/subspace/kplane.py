@@ -11,10 +11,10 @@ import math
 
 import numpy as np
 
+from fedsketch.common.data.synthetic import random_orthonormal
 from fedsketch.common.dp import grid
 from fedsketch.common.dp.calibration import advanced_composition, advanced_composition_inverse, dgauss_sigma
 from fedsketch.common.dp.samplers import dgauss_noise
-from fedsketch.common.synthetic import random_orthonormal
 from fedsketch.server.bench.pca import top_eigenvectors
 from fedsketch.server.bench.subspace.geometry import (
     cluster_scatter,

@@ -14,7 +14,7 @@ from scipy.sparse import coo_matrix
 from scipy.sparse.csgraph import connected_components
 from scipy.spatial.distance import cdist
 
-from fedsketch.common.synthetic import random_orthonormal
+from fedsketch.common.data.synthetic import random_orthonormal
 from fedsketch.server.bench import subspace as family
 from fedsketch.server.bench.pca import top_eigenvectors
 from fedsketch.server.bench.subspace.geometry import prepare, span_basis

@@ -1,0 +1,1 @@
+"""The sketch: frequencies, feature sums, the private release, its scale and box, its spec and file."""
