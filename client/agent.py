@@ -37,11 +37,11 @@ so its place goes to another device; a study the device left for good is not han
 The ledger refuses a second spend for the same study, so a study is never noised twice, and a
 study the ledger already holds is never handled again.
 
-A secure-aggregation study (``Study.stage`` REGISTER … UNMASK, replace-one) runs steps 1–2 and
-counts the records at REGISTER; at MASKED_INPUT it sketches that same file version (it drops
-out if the file changed or its count differs) and its one release is the masked input (integer
-sum + a noise share + masks), committed to the ledger before it is sent. Devices that drop
-before MASKED_INPUT spend nothing.
+A secure-aggregation study (``Study.stage`` REGISTER … UNMASK, replace-one) runs steps 1–2,
+counts the records and computes its exact integer input and noise share before it registers
+(:mod:`.secure_steps`: no timed stage reads the data); its one release is the masked input
+(integer sum + a noise share + masks), committed to the ledger before it is sent. Devices that
+drop before MASKED_INPUT spend nothing.
 """
 
 from __future__ import annotations
@@ -134,6 +134,7 @@ class Agent(SecureSteps, RosterSteps, RoundChecks):
         for spend in self.ledger.pending():
             if (reason := self._deliver(identity, spend)) is not None:
                 out.refused[spend.study_id] = reason
+                log.warning("study %s: %s", printable(spend.study_id), reason)
             else:
                 out.resent.append(spend.study_id)
         self._settle()

@@ -56,6 +56,7 @@ from fedsketch.common.study.study import StudySpec
 from fedsketch.server.bench.metrics import sklearn_kmeans_centroids, split, sse_per_n
 from fedsketch.server.service.api import build_server
 from fedsketch.server.service.coordinator import Coordinator
+from fedsketch.server.sim.timeouts import default_stage_timeout
 from fedsketch.server.store import Store, open_store
 
 OPERATOR_TOKEN = "simulation-operator-token"
@@ -91,7 +92,7 @@ class SimConfig:
     max_dropout: float | None = None
     max_colluders: float = 0.0
     degree: int | None = None
-    stage_timeout: float = 5.0
+    stage_timeout: float | None = None  # None: default_stage_timeout(devices)
     dropout: float = 0.0
     dropout_stage: str = "masked_input"
     box: tuple[tuple[float, ...], tuple[float, ...]] | None = None
@@ -143,8 +144,8 @@ def _study_spec(cfg: SimConfig) -> StudySpec:
     if cfg.secure_aggregation:
         dropout = cfg.dropout if cfg.max_dropout is None else cfg.max_dropout
         trust = Assumptions.from_fractions(cfg.devices, dropout, cfg.max_colluders)
-        secure = SecAggSpec.assuming(trust, cfg.records, cfg.degree, cfg.stage_timeout,
-                                     cfg.threshold)
+        timeout = cfg.stage_timeout or default_stage_timeout(cfg.devices)
+        secure = SecAggSpec.assuming(trust, cfg.records, cfg.degree, timeout, cfg.threshold)
     elif cfg.dropout:
         raise ValueError("--dropout simulates secure-aggregation dropouts: add "
                          "--secure-aggregation")
@@ -369,7 +370,7 @@ def run_simulation(cfg: SimConfig, data: Pooled | None = None) -> dict:
             raise RuntimeError(f"the study failed: {s.detail}")
         res = operator.GetResult(pb.StudyRef(study_id=study.study_id), metadata=meta)
         seconds["decode"] = time.perf_counter() - t
-        full = json.loads(store.get_result(study.study_id))
+        full, rnd = json.loads(store.get_result(study.study_id)), loop.coordinator.round_of(study.study_id)
     centroids = np.asarray(res.centroids).reshape(res.k, res.d)
     ref = data.kmeans_sse_per_n
     sse = sse_per_n(split(x), centroids)
@@ -393,6 +394,7 @@ def run_simulation(cfg: SimConfig, data: Pooled | None = None) -> dict:
         "seconds": seconds,
         "bytes_sent": bytes_up,
         "secure_aggregation": None if spec.secure_aggregation is None else {
-            **asdict(spec.secure_aggregation), "min_honest": spec.assumptions.min_honest},
+            **asdict(spec.secure_aggregation), "min_honest": spec.assumptions.min_honest,
+            "stage_open_seconds": dict(getattr(rnd, "stage_open", {}))},
         "config": asdict(cfg),
     }
