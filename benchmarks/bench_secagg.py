@@ -16,10 +16,17 @@ cost: m = 1000, 10^3 records per device, L and a larger L (``--devices``, 100 an
     crypto, the committee signatures it verifies; median over devices), bytes each device sends
     (median), the signing committee p and its quorum q, and the coordinator's seconds to close
     each stage.
+stages: how long each stage of a secure round stays open when nothing times out: `fedsketch
+    simulate`'s in-process devices (each stepped in turn, so a stage lasts the sum of every
+    device's step), L = ``--devices`` (20 and 100), N = ``--n`` (10^6) records, m = 1000, the
+    complex map, ε = 0.5, stage timeout 600 s, ``--runs`` (3) runs each; prints each stage's
+    largest open seconds over the runs, and the whole device phase (data work included). What
+    the simulator's default stage timeout is sized from (docs/secure-aggregation.md).
 
 Usage: python benchmarks/bench_secagg.py utility [--seeds 5] [--devices 100] [--n 10000000]
            [--replicates 3] [--plot PATH]
        python benchmarks/bench_secagg.py cost [--devices 100 1000]
+       python benchmarks/bench_secagg.py stages [--devices 20 100] [--n 1000000] [--runs 3]
 """
 
 from __future__ import annotations
@@ -174,6 +181,25 @@ def cost(small: int, large: int) -> None:
     print(f"\nsparse graph: per-device CPU grows {growth:.2f}x from L = {small} to L = {large}")
 
 
+def stages(devices: list[int], records: int, runs: int) -> None:
+    """The stage timings of the module docstring's ``stages``."""
+    rows = []
+    for n_dev in devices:
+        cfg = SimConfig(devices=n_dev, records=records, m=1000, epsilon=0.5,
+                        secure_aggregation=True, stage_timeout=600.0)
+        data = pooled_data(cfg)
+        reports = [run_simulation(cfg, data) for _ in range(runs)]
+        opened = [r["secure_aggregation"]["stage_open_seconds"] for r in reports]
+        rows.append((n_dev, {k: max(o[k] for o in opened) for k in opened[0]},
+                     max(r["seconds"]["devices"] for r in reports)))
+        print(rows[-1], flush=True)
+    names = list(rows[0][1])
+    print(f"\n| L | {' | '.join(n.lower() for n in names)} | device phase |")
+    print("|---" * (len(names) + 2) + "|")
+    for n_dev, opened, phase in rows:
+        print(f"| {n_dev} | {' | '.join(f'{opened[n]:.2f}' for n in names)} | {phase:.1f} |")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     parts = ap.add_subparsers(dest="part", required=True)
@@ -190,9 +216,17 @@ def main() -> None:
     cst = parts.add_parser("cost", help="per-device CPU and bytes, coordinator seconds per stage")
     cst.add_argument("--devices", type=int, nargs=2, default=[100, 1000], metavar=("L", "L_LARGE"),
                      help="the two device counts compared (default: %(default)s)")
+    stg = parts.add_parser("stages", help="each stage's open seconds in the simulator")
+    stg.add_argument("--devices", type=int, nargs="+", default=[20, 100],
+                     help="device counts L (default: %(default)s)")
+    stg.add_argument("--n", type=int, default=1_000_000,
+                     help="records N, split over the devices (default: %(default)s)")
+    stg.add_argument("--runs", type=int, default=3, help="runs per L (default: %(default)s)")
     args = ap.parse_args()
     if args.part == "utility":
         utility(args.seeds, args.devices, args.n, args.replicates, args.plot)
+    elif args.part == "stages":
+        stages(args.devices, args.n, args.runs)
     else:
         cost(*args.devices)
 

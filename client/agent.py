@@ -37,11 +37,11 @@ so its place goes to another device; a study the device left for good is not han
 The ledger refuses a second spend for the same study, so a study is never noised twice, and a
 study the ledger already holds is never handled again.
 
-A secure-aggregation study (``Study.stage`` REGISTER … UNMASK, replace-one) runs steps 1–2 and
-counts the records at REGISTER; at MASKED_INPUT it sketches that same file version (it drops
-out if the file changed or its count differs) and its one release is the masked input (integer
-sum + a noise share + masks), committed to the ledger before it is sent. Devices that drop
-before MASKED_INPUT spend nothing.
+A secure-aggregation study (``Study.stage`` REGISTER … UNMASK, replace-one) runs steps 1–2,
+counts the records and computes its exact integer input and noise share before it registers
+(:mod:`.secure_steps`: no timed stage reads the data); its one release is the masked input
+(integer sum + a noise share + masks), committed to the ledger before it is sent. Devices that
+drop before MASKED_INPUT spend nothing.
 """
 
 from __future__ import annotations
@@ -66,6 +66,7 @@ from fedsketch.client.roster_steps import FINAL_REFUSALS, RosterSteps
 from fedsketch.client.round_steps import RoundChecks, release
 from fedsketch.client.secure_session import Session
 from fedsketch.client.secure_steps import SECURE_KIND, SecureSteps
+from fedsketch.client.settling import Settling
 from fedsketch.client.study_pass import (
     RPC_TIMEOUT,
     UNHANDLED,
@@ -91,7 +92,7 @@ from fedsketch.common.text import printable
 
 log = logging.getLogger("fedsketch.device")
 
-class Agent(SecureSteps, RosterSteps, RoundChecks):
+class Agent(SecureSteps, RosterSteps, RoundChecks, Settling):
     """A device's protocol logic over one gRPC channel and one ledger."""
 
     def __init__(self, channel: grpc.Channel, ledger: Ledger, data: DataFeed,
@@ -144,6 +145,7 @@ class Agent(SecureSteps, RosterSteps, RoundChecks):
         for spend in self.ledger.pending():
             if (reason := self._deliver(identity, spend)) is not None:
                 out.refused[spend.study_id] = reason
+                log.warning("study %s: %s", printable(spend.study_id), reason)
             else:
                 out.resent.append(spend.study_id)
         self._settle()
@@ -361,30 +363,6 @@ class Agent(SecureSteps, RosterSteps, RoundChecks):
             self.ledger.mark_acked(spend.study_id, f"refused: {exc.code().name}")
             return f"the coordinator refused the release: {exc.details() or exc.code().name}"
         return None
-
-    def _settle(self) -> None:
-        """Record the final state (DONE or FAILED) of studies this device spent on, once they end,
-        so that ``fedsketch device budget`` can show what each spend bought. A round's release
-        that keeps ε for its study's later rounds (:func:`~.ledger_schema.promises`) is settled
-        only once the study itself has ended too: the record ends the promise."""
-        identity = self.ledger.identity()
-        for spend in self.ledger.unsettled():
-            ended = [self._ended(identity, spend.study_id)]
-            if spend.parent is not None and spend.study_epsilon is not None and ended[0]:
-                ended.append(self._ended(identity, spend.parent))
-            if all(ended):
-                self.ledger.set_final_state(spend.study_id, ended[0])
-
-    def _ended(self, identity: Identity, study_id: str) -> str | None:
-        """How study ``study_id`` ended (DONE, FAILED, or that the coordinator does not let this
-        device read it), or None while it runs."""
-        try:
-            study = self.stub.GetStudy(self._read(identity, "GetStudy", study_id), timeout=RPC_TIMEOUT)
-        except grpc.RpcError as exc:
-            if exc.code() != grpc.StatusCode.PERMISSION_DENIED:
-                raise
-            return "UNKNOWN to the coordinator, or not readable by this device"
-        return pb.StudyState.Name(study.state) if study.state in (pb.DONE, pb.FAILED) else None
 
     def _send(self, identity: Identity, spend: Spend) -> None:
         if spend.kind == SECURE_KIND:

@@ -9,7 +9,9 @@ signs one survivor list and reveals one kind of share per peer
 and the coordinator says it ended (or that the device may not read it); the file overwrites
 what it deletes (``PRAGMA secure_delete``) and its write-ahead log is truncated then. The
 secrets are as sensitive as the device's own key, which the same owner-only file keeps; the
-masked input's plain sum x + e is kept with its spend anyway (:mod:`.ledger_schema`, schema 5).
+session also holds the exact input x and noise share e the device prepared before it
+registered (:mod:`.secure_session`), as the spend keeps their sum x + e (:mod:`.ledger_schema`,
+schema 5).
 A row belongs to one source's daemon: another source cannot replace or delete it.
 """
 

@@ -1,16 +1,23 @@
 """A device's part in one secure-aggregation round, and how it is kept in the ledger across a
-restart of the daemon (:mod:`.ledger_sessions`)."""
+restart of the daemon (:mod:`.ledger_sessions`).
+
+A session is made when the device prepares its input for the round, before its REGISTER goes
+out (:mod:`.secure_steps`): it holds the exact integer input x and the noise share e from then
+on, so no stage reads the data and a restarted daemon masks the very x + e it prepared.
+Format /1 (sessions of an earlier release, which read the data at MASKED_INPUT) still loads,
+without an input: such a session's device leaves the round at MASKED_INPUT, unspent, saying so.
+"""
 
 from __future__ import annotations
 
 import base64
 import json
 import math
-from collections.abc import Callable
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from fedsketch.client.ledger import Identity
-from fedsketch.client.localdata import LocalData
 from fedsketch.client.study_pass import Later, release_cost
 from fedsketch.common.secagg import Client
 from fedsketch.common.secagg import wire as sw
@@ -20,8 +27,17 @@ from fedsketch.common.study.refine import RoundSpec
 from fedsketch.common.study.secure_calibration import SecureProtocol, secure_protocol
 from fedsketch.common.study.study import StudySpec
 
-#: Format of a session as the ledger keeps it.
-SESSION_FORMAT = "fedsketch.secure-session/1"
+#: Format of a session as the ledger keeps it (/2: with the prepared input and noise share).
+SESSION_FORMAT = "fedsketch.secure-session/2"
+#: The earlier format, which kept no input (module docstring).
+SESSION_FORMAT_1 = "fedsketch.secure-session/1"
+
+
+def _words(raw: bytes) -> np.ndarray:
+    """An int64 vector from its little-endian bytes (ValueError for a ragged length)."""
+    if len(raw) % 8:
+        raise ValueError("an input of a ragged length")
+    return np.frombuffer(raw, dtype="<i8").astype(np.int64)
 
 
 @dataclass
@@ -31,14 +47,14 @@ class Session:
     the study it collects). ``replies``: each stage's message as computed (once), re-sent as is
     until the coordinator takes it; ``setup``: the ADVERTISE_KEYS bundle (round parameters and
     enrolled keys) ``client`` was made for; ``later``: what the study asks after this release
-    (:func:`~.study_pass.later_rounds`). ``data`` is None in a session taken up after a
-    restart whose data no longer opens (it is read only at MASKED_INPUT). ``study_id`` and
-    ``device_id`` name the round and the device the session is for: a stored session loads
-    for those only."""
+    (:func:`~.study_pass.later_rounds`). ``input`` and ``noise``: the exact integer input x
+    (read from the data when the session was made, of ``n`` records) and this device's noise
+    share e, int64 vectors of the round's dim (None only in a session of format /1).
+    ``study_id`` and ``device_id`` name the round and the device the session is for: a stored
+    session loads for those only."""
 
     spec: StudySpec
     box: Box
-    data: LocalData | None
     n: int
     client: Client | None = None
     done: set[int] = field(default_factory=set)
@@ -49,6 +65,8 @@ class Session:
     setup: bytes | None = None
     study_id: str = ""
     device_id: str = ""
+    input: np.ndarray | None = None
+    noise: np.ndarray | None = None
 
     @property
     def epsilon(self) -> float:
@@ -72,17 +90,19 @@ class Session:
             "done": sorted(self.done), "left": self.left,
             "replies": {str(stage): b64(body) for stage, body in self.replies.items()},
             "setup": None if self.setup is None else b64(self.setup),
-            "client": None if self.client is None else self.client.state()}, sort_keys=True).encode()
+            "client": None if self.client is None else self.client.state(),
+            "input": None if self.input is None else b64(self.input.astype("<i8").tobytes()),
+            "noise": None if self.noise is None else b64(self.noise.astype("<i8").tobytes())},
+            sort_keys=True).encode()
 
     @classmethod
-    def load(cls, study_id: str, text: bytes, identity: Identity,
-             data: Callable[[], LocalData | None]) -> Session:
+    def load(cls, study_id: str, text: bytes, identity: Identity) -> Session:
         """The session :meth:`dump` wrote for the round of ``study_id`` and the device of
-        ``identity``, its client rebuilt (:meth:`Client.resumed`) and its data reopened by
-        ``data``; ValueError for anything else (a row of another round or device, another
-        format, a field of the wrong type: the file may be damaged)."""
+        ``identity``, its client rebuilt (:meth:`Client.resumed`); ValueError for anything else
+        (a row of another round or device, another format, a field of the wrong type: the file
+        may be damaged)."""
         try:
-            return cls._load(study_id, text, identity, data)
+            return cls._load(study_id, text, identity)
         except ValueError as exc:
             raise ValueError(f"unreadable secure session of study {study_id!r}: {exc}") from None
         except Exception as exc:  # noqa: BLE001 — whatever a damaged row raises: out of the round
@@ -90,10 +110,9 @@ class Session:
                              f"{type(exc).__name__}: {exc}") from None
 
     @classmethod
-    def _load(cls, study_id: str, text: bytes, identity: Identity,
-              data: Callable[[], LocalData | None]) -> Session:
+    def _load(cls, study_id: str, text: bytes, identity: Identity) -> Session:
         doc = json.loads(text)
-        if not isinstance(doc, dict) or doc.get("format") != SESSION_FORMAT:
+        if not isinstance(doc, dict) or doc.get("format") not in (SESSION_FORMAT, SESSION_FORMAT_1):
             raise ValueError(f"not a {SESSION_FORMAT} object")
         if (doc["study_id"], doc["device_id"]) != (study_id, identity.device_id):
             raise ValueError(f"it is the session of study {doc['study_id']!r} and device "
@@ -115,6 +134,13 @@ class Session:
         if setup is not None and doc["client"] is not None:
             params, keys, _ = sw.params_from_json(study_id, sw.load(setup))
             client = Client.resumed(params, identity.device_id, identity.private_key, keys, doc["client"])
-        return cls(spec, Box(spec.lo, spec.hi), data(), doc["n"], client, set(done), doc["left"], rnd,
+        x, e = (None, None) if doc["format"] == SESSION_FORMAT_1 else (doc["input"], doc["noise"])
+        if (x is None) != (e is None):
+            raise ValueError("an input without its noise share, or the reverse")
+        if x is not None:
+            x, e = _words(base64.b64decode(x, validate=True)), _words(base64.b64decode(e, validate=True))
+            if x.shape != e.shape:
+                raise ValueError("an input and a noise share of different lengths")
+        return cls(spec, Box(spec.lo, spec.hi), doc["n"], client, set(done), doc["left"], rnd,
                    {int(k): base64.b64decode(v, validate=True) for k, v in replies.items()},
-                   Later(*map(float, later)), setup, study_id, identity.device_id)
+                   Later(*map(float, later)), setup, study_id, identity.device_id, x, e)

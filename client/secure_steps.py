@@ -5,18 +5,27 @@ UNMASK.
 
 * REGISTER: the agent's checks (among them: a threshold that is unsafe under the study's
   stated dropouts and colluders is refused, :meth:`StudySpec.check_trust`); the device counts
-  its records (replace-one: n is public).
+  its records (replace-one: n is public), then reads them once more into its exact integer
+  input x (the sketch's integer sum, round 0's calibration sum, or in a refinement round of a
+  secure study the round's exact cells, :mod:`fedsketch.common.study.secure_rounds`) and draws its
+  noise share e, and keeps both in its session in the ledger; it sends its REGISTER on its
+  next pass. This is the only data work of the round, and it comes before the device's first
+  message: the stage timeouts that follow bound network and crypto alone (their sizing:
+  docs/secure-aggregation.md). Registering a pass later means a loop of devices (the
+  in-process simulator, a daemon in several rounds) does all its data work before any of its
+  REGISTERs starts that stage's clock.
 * ADVERTISE_KEYS: round parameters other than those the spec implies for the advertised
   roster are refused (:meth:`StudySpec.check_round`).
-* MASKED_INPUT: the device sketches that same version of the data (it drops out, unspent, if
-  the file changed or the count differs), adds its noise share, masks, commits the spend with
-  the bytes to the ledger, and only then sends. In a refinement round of a secure study its
-  input is the round's exact cells instead of the sketch (:mod:`fedsketch.common.study.secure_rounds`).
+* MASKED_INPUT: the device masks the x + e it prepared (no data are read), keeps the masked
+  bytes, commits the spend with them to the ledger, and only then sends.
 * CONSISTENCY and UNMASK: the device signs one survivor list and reveals shares only as that
   list implies, against the consistency quorum of signatures on it
   (:meth:`fedsketch.common.secagg.Client.unmask`).
 
-A device that drops before MASKED_INPUT spends nothing.
+A device that drops before MASKED_INPUT spends nothing. Every way out of a round has a reason
+that the pass logs, and a :class:`Declined` one (the device's own decision, or a coordinator
+that has nothing for it: it came too late) is reported to the coordinator
+(:mod:`.declines`).
 
 Riding through a coordinator restart (the coordinator keeps the round in its store and resumes
 it: :mod:`fedsketch.server.service.secure_round`): a call that fails for a reason other than a
@@ -30,8 +39,10 @@ Riding through a *device* restart: the session (the round's secrets, and each st
 as computed) is committed to the ledger before each message is sent
 (:mod:`.secure_session`, :mod:`.ledger_sessions`), and a restarted daemon takes it up on its
 first pass and goes on where it was: same keys, same bytes, one masked input, one signed
-survivor list. The state after masking is committed before the spend, so a crash between the
-two drops out of the round unspent (the input cannot be masked twice).
+survivor list. The masked bytes are committed before the spend, and the spend before they are
+sent: a daemon restarted between any two of these goes on with the next, with the same bytes
+(:meth:`SecureSteps._masked_step`); only one restarted after MASKED_INPUT closed leaves the
+round, unspent, and says so.
 """
 
 from __future__ import annotations
@@ -43,11 +54,11 @@ import grpc
 import numpy as np
 
 from fedsketch.client.declines import Declined
-from fedsketch.client.ledger import BudgetExceeded, Identity, Ledger, LedgerError
-from fedsketch.client.localdata import DATA_ERRORS, LocalData, data_refusal, log_clipped
+from fedsketch.client.ledger import BudgetExceeded, Identity, Ledger, LedgerError, Spend
+from fedsketch.client.localdata import DATA_ERRORS, LocalData, Retry, data_refusal, log_clipped
 from fedsketch.client.roster_steps import FINAL_REFUSALS
 from fedsketch.client.secure_session import Session
-from fedsketch.client.study_pass import RPC_TIMEOUT, Outcome, fault_point, spend_labels
+from fedsketch.client.study_pass import RPC_TIMEOUT, Admitted, Outcome, fault_point, spend_labels
 from fedsketch.common.dp.plan import integer_sum_term
 from fedsketch.common.dp.samplers import dlap_noise_share
 from fedsketch.common.net import signing
@@ -71,16 +82,18 @@ SECURE_KIND = "secagg_masked"
 
 class SecureSteps:
     """The secure-aggregation steps of :class:`fedsketch.client.agent.Agent` (a mixin: the agent
-    provides the stub, the ledger, its source, data feed and sessions, and ``_check``,
-    ``_count`` and ``_send``)."""
+    provides the stub, the ledger, its source and sessions, and ``_check``, ``_count``,
+    ``_ended`` and ``_deliver``)."""
 
     stub: pb_grpc.DeviceStub
     ledger: Ledger
     source: str
     bytes_sent: int
     _sessions: dict[str, Session]
-    data: Callable[[], LocalData]
     _ended: Callable[[Identity, str], str | None]
+    _check: Callable[[pb.Study], Admitted | str]
+    _count: Callable[[Admitted], int | str]
+    _deliver: Callable[[Identity, Spend], str | None]
 
     def _resume_sessions(self, identity: Identity, listed: set[str]) -> None:
         """Hold the sessions of the rounds ``listed`` (open, and this device may read them),
@@ -95,45 +108,46 @@ class SecureSteps:
                     self.ledger.drop_session(sid, self.source)
             elif sid not in self._sessions:
                 try:
-                    self._sessions[sid] = Session.load(sid, text, identity, self._data_or_none)
-                    log.info("study %s: went on with the secure round from the ledger", printable(sid))
+                    self._sessions[sid] = session = Session.load(sid, text, identity)
                 except ValueError as exc:
                     log.warning("%s; the device drops out of the round", exc)
                     self.ledger.drop_session(sid, self.source)
+                    continue
+                log.info("study %s: %s", printable(sid), "had left the secure round before the "
+                         "restart, and stays out of it" if session.left else
+                         "went on with the secure round from the ledger")
         self._sessions = {sid: s for sid, s in self._sessions.items() if sid in listed}
-
-    def _data_or_none(self) -> LocalData | None:
-        """The device's data, or None if it does not open now (a resumed session reads it only
-        at MASKED_INPUT, where it drops out, unspent, on data that changed)."""
-        try:
-            return self.data()
-        except DATA_ERRORS:
-            return None
 
     def _keep(self, study_id: str, session: Session) -> None:
         """Commit the session to the ledger: before each message it sends, the state it was
         computed from (:mod:`.ledger_sessions`)."""
         self.ledger.save_session(study_id, self.source, session.dump())
 
+    def _drop(self, study_id: str, session: Session, reason: str) -> str:
+        """Leave the round for good (kept in the ledger: also after a restart); ``reason``, which
+        the pass logs and, if the device decided it (:class:`Declined`), reports."""
+        session.left = True
+        self._keep(study_id, session)
+        return reason
+
     def _secure_step(self, identity: Identity, study: pb.Study, out: Outcome) -> str | None:
-        """Act on the open stage of a secure-aggregation study; the reason if refused."""
+        """Act on the open stage of a secure-aggregation study; the reason if refused (or out of
+        the round: every way out has one)."""
         sid, stage = study.study_id, study.stage
         session = self._sessions.get(sid)
         if stage == pb.REGISTER:
             if session is None:
-                admitted = self._check(study)
-                if isinstance(admitted, str):
-                    return admitted
-                if isinstance(n := self._count(admitted), str):
-                    return n
-                session = Session(admitted.spec, admitted.box, admitted.data, n, round=admitted.round,
-                                  later=admitted.later, study_id=sid, device_id=identity.device_id)
-                session.replies[pb.REGISTER] = sw.register_body(n)
+                prepared = self._prepare(identity, study)
+                if isinstance(prepared, str):
+                    return prepared
                 try:
-                    self._keep(sid, session)
+                    self._keep(sid, prepared)
                 except LedgerError as exc:  # another source's daemon is in this round
                     return Declined(str(exc), pb.OTHER)
-                self._sessions[sid] = session
+                self._sessions[sid] = prepared
+                log.info("study %s: input prepared for the secure round (%d records); the device "
+                         "registers on its next pass", printable(sid), prepared.n)
+                return None
             if pb.REGISTER in session.done:
                 return None
             if (refused := self._stage_refused(identity, sid, pb.REGISTER,
@@ -146,65 +160,90 @@ class SecureSteps:
         if session is None or stage in session.done or session.left:
             return None
         if stage != pb.ADVERTISE_KEYS and session.client is None:
-            session.left = True  # the round went on without this device's keys
-            self._keep(sid, session)
-            return None
+            return self._drop(sid, session, Declined(
+                f"the round went on to {pb.Stage.Name(stage)} without this device's keys: it is "
+                "out of the round, unspent", pb.OTHER))
+        if stage == pb.MASKED_INPUT:
+            return self._masked_step(identity, study, session, out)
         if stage not in session.replies:
-            reply = self._stage_reply(identity, study, session, out)
-            if session.left:
-                self._keep(sid, session)
+            reply = self._stage_reply(identity, study, session)
             if not isinstance(reply, bytes):
                 return reply
             session.replies[stage] = reply
             self._keep(sid, session)
         if (refused := self._stage_refused(identity, sid, stage, session.replies[stage])) is not None:
-            session.left = True
-            self._keep(sid, session)
-            return refused
+            return self._drop(sid, session, refused)
         session.done.add(stage)
         return None
 
-    def _stage_reply(self, identity: Identity, study: pb.Study, session: Session,
-                     out: Outcome) -> bytes | str | None:
-        """This device's message for the open stage, computed from what the coordinator routes
-        to it; or, with nothing to send, the reason it refuses (None: nothing to do this pass;
-        at MASKED_INPUT, whose release goes through the ledger, also None once it is sent)."""
-        sid, stage = study.study_id, study.stage
+    def _prepare(self, identity: Identity, study: pb.Study) -> Session | str:
+        """REGISTER's work, before anything goes out: the agent's checks, a count of the records
+        (n, public under replace-one), then the exact integer input and this device's noise
+        share: a session holding them and the REGISTER message (not stored yet); or why the
+        device does not take part (nothing is spent either way). The data are read here and
+        never again in the round: no timed stage waits on them."""
+        admitted = self._check(study)
+        if isinstance(admitted, str):
+            return admitted
+        if isinstance(n := self._count(admitted), str):
+            return n
+        session = Session(admitted.spec, admitted.box, n, round=admitted.round, later=admitted.later,
+                          study_id=study.study_id, device_id=identity.device_id)
+        tally = Tally()
         try:
-            body = self._stage_fetch(identity, sid, stage)
+            session.input, read, session.noise = self._exact_input(session, admitted.data, tally)
+        except DATA_ERRORS as exc:
+            return data_refusal(exc)
+        if read != n:  # a feed that keeps no stamp: the data changed between the two passes
+            return Retry(f"the data changed while the device read them ({n} records counted, "
+                         f"{read} read next); nothing was sent", pb.DATA_UNREADABLE)
+        log_clipped(study.study_id, tally)
+        session.replies[pb.REGISTER] = sw.register_body(n)
+        return session
+
+    def _fetch(self, identity: Identity, sid: str, session: Session, stage: int) -> bytes | str | None:
+        """What the coordinator routes to this device at ``stage``; None if the stage is not open
+        (it moved on, or has not opened yet: the next pass sees which), or why the device is out
+        of the round (the coordinator has nothing for it: it is not in the roster or was dropped,
+        e.g. a message of an earlier stage came too late)."""
+        try:
+            return self._stage_fetch(identity, sid, stage)
         except grpc.RpcError as exc:
             if exc.code() == grpc.StatusCode.FAILED_PRECONDITION:
-                return None  # the stage moved on or is not open yet: next pass
-            if exc.code() == grpc.StatusCode.PERMISSION_DENIED:
-                session.left = True  # not in the roster, or dropped by the coordinator
                 return None
+            if exc.code() == grpc.StatusCode.PERMISSION_DENIED:
+                return self._drop(sid, session, Declined(
+                    f"the coordinator has nothing for this device at {pb.Stage.Name(stage)} "
+                    f"({printable(exc.details())}): it is out of the round", pb.OTHER))
             raise
+
+    def _stage_reply(self, identity: Identity, study: pb.Study, session: Session) -> bytes | str | None:
+        """This device's message for the open stage (but MASKED_INPUT), computed from what the
+        coordinator routes to it; or, with nothing to send, the reason it is out of the round
+        (None: nothing to do this pass)."""
+        sid, stage = study.study_id, study.stage
+        body = self._fetch(identity, sid, session, stage)
+        if not isinstance(body, bytes):
+            return body
         try:
             if stage == pb.ADVERTISE_KEYS:
                 params, keys, _ = sw.params_from_json(sid, sw.load(body))
                 session.protocol.check_round(params)
                 session.client = Client(params, identity.device_id, identity.private_key, keys)
                 session.setup = body
-                reply = sw.dump(sw.advert_to_json(session.client.advertise()))
-            elif stage == pb.SHARE_KEYS:
+                return sw.dump(sw.advert_to_json(session.client.advertise()))
+            if stage == pb.SHARE_KEYS:
                 adverts = {v: sw.advert_from_json(a) for v, a in sw.load(body).items()}
-                reply = sw.dump(sw.bytes_map_to_json(session.client.share_keys(adverts)))
-            elif stage == pb.MASKED_INPUT:
-                inbox = sw.bytes_map_from_json(sw.load(body))
-                session.done.add(stage)
-                return self._masked_input(identity, study, session, inbox, out)
-            elif stage == pb.CONSISTENCY:
+                return sw.dump(sw.bytes_map_to_json(session.client.share_keys(adverts)))
+            if stage == pb.CONSISTENCY:
                 signature = session.client.sign_survivors(sw.survivors_from_json(sw.load(body)))
-                reply = sw.dump(sw.signature_to_json(signature))
-            elif stage == pb.UNMASK:
+                return sw.dump(sw.signature_to_json(signature))
+            if stage == pb.UNMASK:
                 shares = session.client.unmask(sw.signed_from_json(sw.load(body)))
-                reply = sw.dump(sw.unmask_to_json(shares))
-            else:
-                raise ValueError(f"the study is at stage {stage}, which this device does not know")
+                return sw.dump(sw.unmask_to_json(shares))
+            raise ValueError(f"the study is at stage {stage}, which this device does not know")
         except (SecAggAbort, ValueError) as exc:
-            session.left = True
-            return Declined(f"secure aggregation: {exc}", pb.OTHER)
-        return reply
+            return self._drop(sid, session, Declined(f"secure aggregation: {exc}", pb.OTHER))
 
     def _stage_refused(self, identity: Identity, study_id: str, stage: int, body: bytes) -> str | None:
         """Send a stage message: None once taken, or the coordinator's reason if it refuses the
@@ -220,63 +259,77 @@ class SecureSteps:
                     f"{exc.code().name}: {printable(exc.details())}")
         return None
 
-    def _masked_input(self, identity: Identity, study: pb.Study, session: Session,
-                      inbox: dict[str, bytes], out: Outcome) -> str | None:
-        """Sketch (or, in a refinement round, count and sum the cells), add a noise share, mask,
-        commit the spend with the bytes (and the input before the masks, x + e, which the
-        coordinator's unmasked sum adds up), then send.
+    def _masked_step(self, identity: Identity, study: pb.Study, session: Session,
+                     out: Outcome) -> str | None:
+        """MASKED_INPUT: mask the prepared input x + e (no data are read), keep the masked bytes,
+        commit the spend with them (and x + e, which the coordinator's unmasked sum adds up),
+        then send. Each step is kept before the next, so a daemon restarted anywhere in it goes
+        on from there with the same bytes: masks the input once, spends once (the ledger holds
+        at most one spend per study), and sends only what it spent on; a restart that finds
+        the stage closed leaves the round, unspent, saying so.
 
         The shares of h_min = L − D − C devices add up to the release's integer-sum term
         (MECHANISMS §4.2, :mod:`fedsketch.common.secagg.trust`,
         :mod:`fedsketch.common.study.secure_rounds`).
         """
-        spec, tally = session.spec, Tally()
-        try:
-            if session.data is None:  # resumed while the data did not open: open it now
-                session.data = self.data()
-            x, n, noise = self._exact_input(session, tally)
-        except DATA_ERRORS as exc:  # the file changed since REGISTER
-            session.left = True
-            return data_refusal(exc)
-        if n != session.n:
-            session.left = True
-            return Declined(f"the data changed since REGISTER ({session.n} records registered, "
-                            f"{n} read now); nothing was spent", pb.DATA_UNREADABLE)
-        log_clipped(study.study_id, tally)
-        y = session.client.masked_input(x, inbox, noise)
-        self._keep(study.study_id, session)  # masked once: a crash before the spend drops out, unspent
-        premask = (np.asarray(x, np.int64) + np.asarray(noise, np.int64)).astype("<i8").tobytes()
-        try:
-            spend = self.ledger.record_spend(
-                study_id=study.study_id, source=self.source, epsilon=session.epsilon, delta=0.0,
-                n=float(n), kind=SECURE_KIND, payload=sw.masked_to_bytes(y),
-                spec_sha256=study.spec_sha256, premask=premask,
-                **spend_labels(spec, session.round, session.later))
-        except (BudgetExceeded, LedgerError) as exc:
-            session.left = True
-            return Declined(str(exc), pb.BUDGET) if isinstance(exc, BudgetExceeded) else str(exc)
-        fault_point()
-        self._send(identity, spend)
-        out.submitted.append(study.study_id)
+        sid, stage = study.study_id, pb.MASKED_INPUT
+        if session.input is None or session.noise is None:
+            return self._drop(sid, session, Declined(
+                "the round's session was stored by an earlier release, which read the data only "
+                "at MASKED_INPUT: the device leaves the round, unspent", pb.OTHER))
+        if stage not in session.replies:
+            body = self._fetch(identity, sid, session, stage)
+            if not isinstance(body, bytes):
+                return body
+            try:
+                inbox = sw.bytes_map_from_json(sw.load(body))
+                y = session.client.masked_input(session.input, inbox, session.noise)
+            except (SecAggAbort, ValueError) as exc:
+                return self._drop(sid, session, Declined(f"secure aggregation: {exc}", pb.OTHER))
+            session.replies[stage] = sw.masked_to_bytes(y)
+            self._keep(sid, session)  # masked once: a restart spends on and sends these bytes
+            fault_point("kill-after-mask")
+        if (spend := self.ledger.find(sid)) is None:
+            premask = (session.input + session.noise).astype("<i8").tobytes()
+            try:
+                spend = self.ledger.record_spend(
+                    study_id=sid, source=self.source, epsilon=session.epsilon, delta=0.0,
+                    n=float(session.n), kind=SECURE_KIND, payload=session.replies[stage],
+                    spec_sha256=study.spec_sha256, premask=premask,
+                    **spend_labels(session.spec, session.round, session.later))
+            except BudgetExceeded as exc:
+                return self._drop(sid, session, Declined(str(exc), pb.BUDGET))
+            except LedgerError as exc:
+                return self._drop(sid, session, str(exc))
+            fault_point()
+        session.done.add(stage)
+        self._keep(sid, session)
+        if spend.acked_at is None:  # else this pass's re-send of pending releases took it
+            if (refused := self._deliver(identity, spend)) is not None:
+                return self._drop(sid, session, refused)
+            out.submitted.append(sid)
         return None
 
     @staticmethod
-    def _exact_input(session: Session, tally: Tally) -> tuple[np.ndarray, int, np.ndarray]:
-        """(the exact integer input, records read, this device's noise shares): the sketch's
-        integer sum (2m), round 0's calibration sum (2·m0) or a round's cells (K(d + 1))."""
+    def _exact_input(session: Session, data: LocalData,
+                     tally: Tally) -> tuple[np.ndarray, int, np.ndarray]:
+        """(the exact integer input, records read, this device's noise shares), int64: the
+        sketch's integer sum (2m), round 0's calibration sum (2·m0) or a round's cells
+        (K(d + 1)) of ``data``."""
         spec, box = session.spec, session.box
         if isinstance(protocol := session.protocol, SecureCalibration):
-            return (*protocol.exact_input(box, session.data.chunks(), tally), protocol.noise_shares())
+            x, n = protocol.exact_input(box, data.chunks(), tally)
+            return np.asarray(x, np.int64), n, protocol.noise_shares()
         if isinstance(session.round, RoundSpec):
-            counts, sums, n = round_cells(box, session.round, session.data.chunks(), tally)
+            counts, sums, n = round_cells(box, session.round, data.chunks(), tally)
             noise = SecureRound(spec, session.round).noise_shares()
-            return np.concatenate([counts, sums.ravel()]), n, noise
+            return np.concatenate([counts, sums.ravel()]).astype(np.int64), n, noise
         m, r = spec.sketch.frequencies.m, spec.sketch.r
-        fs = feature_sum(box.centred(session.data.chunks(), tally),
+        fs = feature_sum(box.centred(data.chunks(), tally),
                          box.reduce(draw_frequencies(spec.sketch.frequencies)), spec.sketch.feature, r)
         term = integer_sum_term(spec.sketch.feature, spec.sketch.privacy.epsilon, r, "replace_one")
         noise = dlap_noise_share(term.epsilon, term.sensitivity, spec.assumptions.min_honest, 2 * m)
-        return np.concatenate([fs.re, fs.im]), fs.n, noise
+        return np.concatenate([fs.re, fs.im]).astype(np.int64), fs.n, noise
 
     def _stage_send(self, identity: Identity, study_id: str, stage: int, body: bytes) -> None:
         digest = sw.message_digest(study_id, identity.device_id, stage, body)

@@ -18,8 +18,8 @@ from fedsketch.common.study.calibration_round import SketchRound
 from fedsketch.common.study.refine import RoundSpec
 from fedsketch.common.study.study import StudySpec
 
-#: Fault injection for crash tests: with FEDSKETCH_FAULT=kill-after-commit the process sends
-#: itself SIGKILL right after the ledger commit and before the first send.
+#: Fault injection for crash tests: FEDSKETCH_FAULT names the :func:`fault_point` at which the
+#: process sends itself SIGKILL.
 FAULT_ENV = "FEDSKETCH_FAULT"
 #: Deadline (seconds) of each RPC.
 RPC_TIMEOUT = 60.0
@@ -158,7 +158,9 @@ def is_secure(study: pb.Study) -> bool:
         return False
 
 
-def fault_point() -> None:
-    """Between the ledger commit and the first send: where crash tests kill the device."""
-    if os.environ.get(FAULT_ENV) == "kill-after-commit":
+def fault_point(where: str = "kill-after-commit") -> None:
+    """Where crash tests kill the device (:data:`FAULT_ENV` = ``where``): ``kill-after-commit``,
+    between a release's spend commit and its first send; ``kill-after-mask``, between a secure
+    round's masked input kept in its session and its spend (:mod:`.secure_steps`)."""
+    if os.environ.get(FAULT_ENV) == where:
         os.kill(os.getpid(), signal.SIGKILL)

@@ -62,6 +62,7 @@ def test_su_robust_counts_the_runs_above_1_2_for_every_method_and_eps(capsys):
     ("bench_secagg.py", ["utility", "--seeds", "1", "--devices", "5", "--n", "20000", "--replicates",
                          "1", "--plot", "secagg.png"], "| secure | 0.01 |"),
     ("bench_secagg.py", ["cost", "--devices", "16", "32"], "| 32 | degree 15 | 1, 1 | DONE |"),
+    ("bench_secagg.py", ["stages", "--devices", "4", "--n", "4000", "--runs", "1"], "| 4 | "),
     ("bench_grid.py", ["--seeds", "1", "--n", "20000"], "  ratio grid/float"),
     ("bench_garbage.py", ["--runs", "1", "--requests", "100", "--warmup", "20"],
      "| fedsketch coordinator serve (bytes handlers) |"),

@@ -78,8 +78,9 @@ def simulate_command(
         help="Fraction of devices the study assumes may collude with the coordinator.")] = 0.0,
     degree: Annotated[int | None, typer.Option(help="Neighbours per device (sparse SecAgg+ "
                                                "graph; default: everyone).")] = None,
-    stage_timeout: Annotated[float, typer.Option(help="Seconds before a stage proceeds "
-                                                 "without silent devices.")] = 5.0,
+    stage_timeout: Annotated[float | None, typer.Option(
+        help="Seconds before a stage proceeds without silent devices (default: max(30, 2·L), "
+        "sized from measured stage costs: docs/secure-aggregation.md).")] = None,
     dropout: Annotated[float, typer.Option(help="Fraction of devices that go silent.")] = 0.0,
     dropout_stage: Annotated[str, typer.Option(help=f"Where they go silent: "
                                                f"{', '.join(SECAGG_STAGES)}.")]

@@ -40,7 +40,7 @@ class SimConfig:
     max_dropout: float | None = None
     max_colluders: float = 0.0
     degree: int | None = None
-    stage_timeout: float = 5.0
+    stage_timeout: float | None = None  # None: default_stage_timeout(devices)
     dropout: float = 0.0
     dropout_stage: str = "masked_input"
     box: tuple[tuple[float, ...], tuple[float, ...]] | None = None
@@ -66,7 +66,9 @@ def used_config(cfg: SimConfig, spec: StudySpec, calibration: dict | None) -> di
     """What the run used, JSON-ready: every field of ``cfg``, with ``scale`` the σ the sketch
     was taken at (round 0's choice under --scale auto, flagged by ``scale_auto``), ``scale_range``
     the range round 0 searched (None with a fixed σ), ``box`` the study's public box, and the
-    synthetic mixture's ``bound`` and ``separation`` None when the records came from a file."""
+    synthetic mixture's ``bound`` and ``separation`` None when the records came from a file, and
+    ``stage_timeout`` the secure round's (the default for L devices unless given; None for a
+    plain study)."""
     out = asdict(cfg)
     lo, hi = cfg.public_box
     out["box"] = [lo, hi]
@@ -77,4 +79,6 @@ def used_config(cfg: SimConfig, spec: StudySpec, calibration: dict | None) -> di
     out["scale_range"] = None if plan is None else [plan.sigma_lo, plan.sigma_hi]
     if cfg.box is not None:
         out["bound"] = out["separation"] = None
+    out["stage_timeout"] = (None if spec.secure_aggregation is None
+                            else spec.secure_aggregation.stage_timeout)
     return out

@@ -57,6 +57,7 @@ from fedsketch.server.bench.metrics import sklearn_kmeans_centroids, split, sse_
 from fedsketch.server.service.api import build_server
 from fedsketch.server.service.coordinator import Coordinator
 from fedsketch.server.sim.config import SimConfig, round0_range, used_config
+from fedsketch.server.sim.timeouts import default_stage_timeout
 from fedsketch.server.store import Store, open_store
 
 OPERATOR_TOKEN = "simulation-operator-token"
@@ -105,8 +106,8 @@ def _study_spec(cfg: SimConfig) -> StudySpec:
     if cfg.secure_aggregation:
         dropout = cfg.dropout if cfg.max_dropout is None else cfg.max_dropout
         trust = Assumptions.from_fractions(cfg.devices, dropout, cfg.max_colluders)
-        secure = SecAggSpec.assuming(trust, cfg.records, cfg.degree, cfg.stage_timeout,
-                                     cfg.threshold)
+        timeout = cfg.stage_timeout or default_stage_timeout(cfg.devices)
+        secure = SecAggSpec.assuming(trust, cfg.records, cfg.degree, timeout, cfg.threshold)
     elif cfg.dropout:
         raise ValueError("--dropout simulates secure-aggregation dropouts: add "
                          "--secure-aggregation")
@@ -331,7 +332,7 @@ def run_simulation(cfg: SimConfig, data: Pooled | None = None) -> dict:
             raise RuntimeError(f"the study failed: {s.detail}")
         res = operator.GetResult(pb.StudyRef(study_id=study.study_id), metadata=meta)
         seconds["decode"] = time.perf_counter() - t
-        full = json.loads(store.get_result(study.study_id))
+        full, rnd = json.loads(store.get_result(study.study_id)), loop.coordinator.round_of(study.study_id)
     centroids = np.asarray(res.centroids).reshape(res.k, res.d)
     ref = data.kmeans_sse_per_n
     sse = sse_per_n(split(x), centroids)
@@ -355,6 +356,7 @@ def run_simulation(cfg: SimConfig, data: Pooled | None = None) -> dict:
         "seconds": seconds,
         "bytes_sent": bytes_up,
         "secure_aggregation": None if spec.secure_aggregation is None else {
-            **asdict(spec.secure_aggregation), "min_honest": spec.assumptions.min_honest},
+            **asdict(spec.secure_aggregation), "min_honest": spec.assumptions.min_honest,
+            "stage_open_seconds": dict(getattr(rnd, "stage_open", {}))},
         "config": used_config(cfg, spec, full.get("calibration")),
     }

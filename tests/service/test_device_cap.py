@@ -135,7 +135,8 @@ def test_a_hostile_register_is_refused_alone_and_the_secure_round_completes(coor
     refused(b'{"n":5001}', "outside 1 .. 5,000")
     refused(b'{"n":1099511627777}', "outside 1 .. 5,000")
     for agent in honest[:2]:
-        agent.step()
+        agent.step()  # prepares its input
+        agent.step()  # registers
     rnd = r.coordinator.rounds[study.study_id]
     assert len(rnd._inbox[pb.REGISTER]) == 2
     refused(b'{"n":4500}', "above the study's max_records 10,000")
@@ -154,9 +155,11 @@ def test_a_device_whose_count_would_pass_the_secure_total_is_refused_alone(coord
     register is refused (INVALID_ARGUMENT) with the reason, spends nothing, and the round goes
     on with the other three once REGISTER times out."""
     r = coordinator_round
-    study = r.create(secure_spec(4, dropouts=1, max_records=10_000, timeout=1.5))
+    study = r.create(secure_spec(4, dropouts=1, max_records=10_000))
     agents = [r.agent(f"t{i}", parts[i]) for i in range(4)]
-    outcomes = [agent.step() for agent in agents]
+    for agent in agents:
+        agent.step()  # prepares its input
+    outcomes = [agent.step() for agent in agents]  # registers
     reason = outcomes[3].refused[study.study_id]
     assert "above the study's max_records 10,000" in reason, reason
     s = drive(r, study.study_id, agents[:3])

@@ -32,11 +32,14 @@ def test_a_device_refused_at_register_says_why_and_finishes_its_pass(coordinator
     secure = coordinator_round.create(StudySpec.create(
         "secure", sketch, 3, [-10.0] * 3, [10.0] * 3, min_devices=3, replicates=1,
         secure_aggregation=SecAggSpec.assuming(Assumptions(3, 0, 0), 5000, None, 600.0, None)))
-    plain = coordinator_round.create(study_spec(min_devices=2))
     x, _, _ = gmm(3000, 3, 3, 3.0, seed=1)
-    first = coordinator_round.agent("first", x).step()
-    assert secure.study_id not in first.refused
-    out = coordinator_round.agent("big", x).step()
+    first = coordinator_round.agent("first", x)
+    for _ in range(2):  # prepares its input, then registers
+        assert secure.study_id not in first.step().refused
+    big = coordinator_round.agent("big", x)
+    big.step()  # prepares its input
+    plain = coordinator_round.create(study_spec(min_devices=2))  # listed after the secure study
+    out = big.step()
     reason = out.refused[secure.study_id]
     assert "refused the REGISTER message: INVALID_ARGUMENT" in reason
     assert "above the study's max_records 5,000" in reason

@@ -174,7 +174,8 @@ def test_a_secure_round0_that_aborts_fails_the_study_in_round_0s_words(coordinat
     sa = SecAggSpec.assuming(Assumptions(4, 0, 0), 100_000, None, 0.3)
     study = r.create(auto_spec(min_devices=4, secure_aggregation=sa))
     lone = r.agent("lone", data[:2000])
-    lone.step()
+    lone.step()  # prepares its input
+    lone.step()  # registers
     s = r.wait(study.study_id, timeout=30)
     assert s.state == pb.FAILED and s.detail.startswith(
         "round 0 (σ calibration) failed, nobody spent on the sketch: secure aggregation aborted at "

@@ -16,7 +16,9 @@ killed mid-round goes on from its ledger in the same way."""
 
 from __future__ import annotations
 
+import base64
 import json
+import os
 import signal
 import sqlite3
 import subprocess
@@ -27,6 +29,7 @@ import numpy as np
 import pytest
 from test_round_processes import FEDSKETCH, CoordinatorProcess
 
+from fedsketch.client.study_pass import FAULT_ENV
 from fedsketch.common.data.synthetic import gmm
 from fedsketch.common.net.tls import secure_channel
 from fedsketch.common.pb import fedsketch_pb2 as pb
@@ -82,16 +85,18 @@ class Fleet:
             self.daemons.append(self._daemon(i))
         self.ids = [wait_for(lambda p=p: self._identity(p)) for p in self.ledgers]
 
-    def _daemon(self, i: int) -> subprocess.Popen:
-        """Start device i's daemon (again: the same command, ledger and data)."""
-        return subprocess.Popen(self.commands[i], stdout=subprocess.DEVNULL,
+    def _daemon(self, i: int, fault: str | None = None) -> subprocess.Popen:
+        """Start device i's daemon (again: the same command, ledger and data), with the fault
+        point ``fault`` armed (:func:`fedsketch.client.study_pass.fault_point`)."""
+        env = None if fault is None else {**os.environ, FAULT_ENV: fault}
+        return subprocess.Popen(self.commands[i], stdout=subprocess.DEVNULL, env=env,
                                 stderr=(self.folder / f"device{i}.log").open("a"))
 
-    def restart_device(self, i: int) -> None:
-        """SIGKILL device i's daemon and start it again."""
+    def restart_device(self, i: int, fault: str | None = None) -> None:
+        """SIGKILL device i's daemon and start it again (``fault``: :meth:`_daemon`)."""
         self.daemons[i].kill()
         self.daemons[i].wait(timeout=30)
-        self.daemons[i] = self._daemon(i)
+        self.daemons[i] = self._daemon(i, fault)
 
     @staticmethod
     def _identity(ledger: Path) -> str | None:
@@ -263,3 +268,46 @@ def test_a_device_killed_mid_round_goes_on_from_its_ledger(fleet):
                 "SELECT premask FROM spends WHERE study_id = ?", (study,))]
     assert np.array_equal(sum(premasks), np.frombuffer(total, "<i8"))
     assert "went on with the secure round from the ledger" in (fleet.folder / "device0.log").read_text()
+
+
+@pytest.mark.parametrize("fault", ["kill-after-mask", "kill-after-commit"])
+def test_a_device_killed_between_masking_spending_and_sending_goes_on_with_the_same_bytes(fleet,
+                                                                                        fault):
+    """A device daemon SIGKILLed at MASKED_INPUT after its masked input is kept in its session
+    but before the spend is committed (``kill-after-mask``: the window in which a restarted
+    daemon used to log that it went on, then send nothing, so the round waited for its stage
+    timeout and aborted after the others had spent), or after the spend but before the send
+    (``kill-after-commit``), and started again: the round, which assumes no dropout, ends done
+    with all four, the restarted device spent exactly once, on the bytes it had masked, and its
+    log says it sent them."""
+    db = fleet.c.db
+    fleet.restart_device(0, fault)
+    study = create(fleet, 200)
+    assert fleet.daemons[0].wait(timeout=90) == -signal.SIGKILL  # at the fault point
+    with sqlite3.connect(fleet.ledgers[0], timeout=10) as c:
+        (state,) = c.execute("SELECT state FROM secure_sessions WHERE study_id = ?", (study,)).fetchone()
+        spent = c.execute("SELECT payload FROM spends WHERE study_id = ?", (study,)).fetchall()
+    masked = json.loads(state)["replies"][str(pb.MASKED_INPUT)]
+    assert len(spent) == (0 if fault == "kill-after-mask" else 1)
+    assert open_stage(db, study) == pb.MASKED_INPUT and fleet.ids[0] not in messages(
+        db, study, pb.MASKED_INPUT)
+    fleet.daemons[0] = fleet._daemon(0)
+
+    def ended():
+        """the study done or failed"""
+        rows = query(db, "SELECT state, detail FROM studies WHERE study_id = ?", study)
+        return rows if rows[0][0] in ("done", "failed") else None
+    assert wait_for(ended, timeout=90, step=0.1)[0][0] == "done", ended()
+    ((total, devices),) = query(db, "SELECT total, devices FROM secure_rounds WHERE study_id = ?", study)
+    assert devices == DEVICES
+    with sqlite3.connect(fleet.ledgers[0], timeout=10) as c:
+        ((payload,),) = c.execute("SELECT payload FROM spends WHERE study_id = ?", (study,)).fetchall()
+    assert base64.b64encode(payload).decode() == masked  # the bytes masked before the kill
+    premasks = []
+    for ledger in fleet.ledgers:
+        with sqlite3.connect(ledger, timeout=10) as c:
+            premasks += [np.frombuffer(p, "<i8") for (p,) in c.execute(
+                "SELECT premask FROM spends WHERE study_id = ?", (study,))]
+    assert np.array_equal(sum(premasks), np.frombuffer(total, "<i8"))
+    log = (fleet.folder / "device0.log").read_text()
+    assert log.count(f"submitted study {study}") == 1

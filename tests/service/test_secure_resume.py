@@ -197,7 +197,8 @@ def test_a_round_that_cannot_be_rebuilt_fails_its_study_and_the_coordinator_star
     broken = r.create(secure_spec(4, timeout=60.0)).study_id
     fine = r.create(secure_spec(4, timeout=60.0)).study_id
     agents = [r.agent(f"b{i}", part, budget=5000.0) for i, part in enumerate(parts[:2])]
-    agents[0].step()  # registers with both studies
+    agents[0].step()  # prepares its input for both studies
+    agents[0].step()  # registers with both
     device = agents[1].ledger.identity().device_id
     r.store.add_stage_message(broken, pb.REGISTER, device, b'{"n": -5}')
     r.coordinator.stop()
@@ -219,7 +220,9 @@ def test_a_stage_whose_timeout_passed_while_the_coordinator_was_down_stays_open_
     retried meanwhile, and then closes it (too few registered: the study fails)."""
     r = coordinator_round
     study = r.create(secure_spec(4, timeout=1.0)).study_id
-    r.agent("g0", parts[0]).step()  # registers
+    g0 = r.agent("g0", parts[0])
+    g0.step()  # prepares its input
+    g0.step()  # registers
     r.coordinator.stop()
     time.sleep(1.2)  # REGISTER's timeout passes while nobody serves
     begun = time.time()
