@@ -1,46 +1,45 @@
 """The coordinator's side of a secure-aggregation study: stages, routing, and the unmasked sum.
 
-Stages (``Study.stage``): REGISTER → ADVERTISE_KEYS → SHARE_KEYS → MASKED_INPUT → CONSISTENCY →
-UNMASK. A stage closes as soon as every expected device has sent its message, or ``stage_timeout``
-seconds after it opened (REGISTER: after the first device registered); devices that did not answer
-have dropped (Bonawitz et al. handle them). REGISTER admits up to ``min_devices`` devices, each
-declaring its record count n (public under replace-one) in a body of a fixed schema (``{"n":
-integer}``, a few bytes); a REGISTER with other keys, a count outside ``min_records`` .. the study's
-``max_device_records``, or one that would bring Σn above ``max_records`` is refused alone
-(INVALID_ARGUMENT), so it cannot abort the round of the others. The round needs at least L − D
-registered devices (the study's stated dropouts D: :mod:`fedsketch.common.secagg.trust`). The
-round's parameters are :meth:`StudySpec.round_params`, which every device recomputes: the modulus
-has the bits of :func:`fedsketch.common.secagg.modulus_bits` for N ≤ max_records, DLap(a) with a =
-exp(−ε/Δ1) (:meth:`StudySpec.noise_param`), and noise shape roster/h_min. At CONSISTENCY the
-survivors sign the survivor list Y; UNMASK opens only with the consistency quorum of signatures on Y.
+Stages (``Study.stage``): REGISTER → ADVERTISE_KEYS → SHARE_KEYS → MASKED_INPUT → CONSISTENCY → UNMASK. A
+stage closes as soon as every expected device has sent its message, or ``stage_timeout`` seconds after it
+opened (REGISTER: after the first device registered); devices that did not answer have dropped (Bonawitz et
+al. handle them). REGISTER admits up to ``min_devices`` devices, each declaring its record count n (public
+under replace-one) in a body of a fixed schema (``{"n": integer}``, a few bytes); a REGISTER with other keys,
+a count outside ``min_records`` .. the study's ``max_device_records``, or one that would bring Σn above
+``max_records`` is refused alone (INVALID_ARGUMENT), so it cannot abort the round of the others. The round
+needs at least L − D registered devices (the study's stated dropouts D:
+:mod:`fedsketch.common.secagg.trust`). The round's parameters are :meth:`StudySpec.round_params`, which every
+device recomputes: the modulus has the bits of :func:`fedsketch.common.secagg.modulus_bits` for N ≤
+max_records, DLap(a) with a = exp(−ε/Δ1) (:meth:`StudySpec.noise_param`), and noise shape roster/h_min. At
+CONSISTENCY the survivors sign the survivor list Y; UNMASK opens only with the consistency quorum of
+signatures on Y.
 
-The coordinator learns only Σ_{u∈Y}(S_u + e_u) mod 2^B over the devices Y whose masked input
-arrived: their integer sums plus noise shares of which at least h_min = L − D − C are unknown to
-it, adding up to DLap(a) or more. It decodes s = Σ / (γ·α·N_Y·√m) like a plain study. Below the
-threshold at any stage, with fewer than L − D registered devices (nobody has spent yet), fewer
-than L − D masked inputs (the unknown shares could add up to less than one DLap(a)) or fewer
-signatures on Y than the consistency quorum, the study fails and nothing is released.
+The coordinator learns only Σ_{u∈Y}(S_u + e_u) mod 2^B over the devices Y whose masked input arrived: their
+integer sums plus noise shares of which at least h_min = L − D − C are unknown to it, adding up to DLap(a) or
+more. It decodes s = Σ / (γ·α·N_Y·√m) like a plain study. Below the threshold at any stage, with fewer than L
+− D registered devices (nobody has spent yet), fewer than L − D masked inputs (the unknown shares could add
+up to less than one DLap(a)) or fewer signatures on Y than the consistency quorum, the study fails and
+nothing is released.
 
 Durability: every stage message is kept in the store (:meth:`Store.add_stage_message
 <fedsketch.server.store.base.Store.add_stage_message>`; a REGISTER counts against the device's declared
 budget, :mod:`.accounting`) before it is acknowledged, every stage that opens is recorded with when it
-opened, and the unmasked sum is stored, with the devices in it and their declared records, in the
-transaction that moves the study to decoding
-(:meth:`~fedsketch.server.store.base.Store.end_secure_round`). The Aggregator is deterministic given
-each stage's messages, and the routed bundles are canonical JSON, so :meth:`SecAggRound.resume` rebuilds
-a round from the store by replaying every closed stage's messages: a coordinator restarted at any point
-gives every device the same bytes as before and resumes the open stage, whose deadline stays
-``stage_timeout`` after it opened (REGISTER's after its first registration) but, if that passed while it
-was down, comes no sooner than a short grace after the restart (:func:`~.secure_studies.restart_grace`),
-and a restart while decoding decodes the stored sum again; coordinators sharing a database serve one
-round together the same way (:mod:`.shared_round`). A device sends one message per stage, kept once: an
-identical re-send is acknowledged again (also once its stage has closed, while the round runs: its first
-acknowledgement may have been lost in a restart), different bytes are refused (CONFLICT), and so is a
-message longer than its stage needs (:data:`STAGE_BYTES`): the store holds at most a bounded message per
-stage and roster device, deleted when the round ends. A device rides through the coordinator's restart
-by retrying its calls (:mod:`fedsketch.client.secure_steps`). Stages are the protocol's ``Stage``
-numbers (:data:`fedsketch.common.secagg.wire.STAGES`), covered by each message's signature: part of the
-wire contract. Refusals carry domain codes (:mod:`.api` makes them gRPC statuses).
+opened, and the unmasked sum is stored, with the devices in it and their declared records, in the transaction
+that moves the study to decoding (:meth:`~fedsketch.server.store.base.Store.end_secure_round`). The
+Aggregator is deterministic given each stage's messages, and the routed bundles are canonical JSON, so
+:meth:`SecAggRound.resume` rebuilds a round from the store by replaying every closed stage's messages: a
+coordinator restarted at any point gives every device the same bytes as before and resumes the open stage,
+whose deadline stays ``stage_timeout`` after it opened (REGISTER's after its first registration) but, if that
+passed while it was down, comes no sooner than a short grace after the restart
+(:func:`~.secure_studies.restart_grace`), and a restart while decoding decodes the stored sum again;
+coordinators sharing a database serve one round together the same way (:mod:`.shared_round`). A device sends
+one message per stage, kept once: an identical re-send is acknowledged again (also once its stage has closed,
+while the round runs: its first acknowledgement may have been lost in a restart), different bytes are refused
+(CONFLICT), and so is a message longer than its stage needs (:data:`STAGE_BYTES`): the store holds at most a
+bounded message per stage and roster device, deleted when the round ends. A device rides through the
+coordinator's restart by retrying its calls (:mod:`fedsketch.client.secure_steps`). Stages are the protocol's
+``Stage`` numbers (:data:`fedsketch.common.secagg.wire.STAGES`), covered by each message's signature: part of
+the wire contract. Refusals carry domain codes (:mod:`.api` makes them gRPC statuses).
 """
 
 from __future__ import annotations

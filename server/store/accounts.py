@@ -15,7 +15,7 @@ stores carries its cost to the device, as the study's spec says (the service com
 (sequential composition over its releases: the device's ledger adds them up the same way, and a
 secure round it left before masking, or that ended before it masked, costs it nothing). A new
 release of cost (ε, δ) is refused when charged + ε exceeds the declared ε (or the same for δ),
-by more than :data:`SLACK` (the two sides add floats in different orders). The check runs in the
+by more than a share :data:`SLACK` of it (the two sides add floats in different orders). The check runs in the
 transaction that stores the release, after the device's own lock (:meth:`SQLStore._also_lock`:
 PostgreSQL's advisory lock of the device, so two processes of ``--shared`` coordinators storing
 two releases of one device run one after the other; SQLite's writes are serialized anyway).
@@ -117,7 +117,7 @@ def check(c: Connection, device_id: str, study_id: str, cost: tuple[float, float
     (eps, delta), (charged_eps, charged_delta) = cost, acc.charged
     for name, total, charged, asked in (("ε", acc.budget[0], charged_eps, eps),
                                         ("δ", acc.budget[1], charged_delta, delta)):
-        if asked > 0 and math.fsum((charged, asked)) > total + SLACK * max(1.0, total):
+        if asked > 0 and math.fsum((charged, asked)) > total * (1.0 + SLACK):
             raise StoreError(Code.FAILED_PRECONDITION, (
                 f"{REFUSED}: device {device_id} declared a total {name} = {total:g} at enrollment; "
                 f"the coordinator has stored releases of {len(acc.charges)} studies from it worth "

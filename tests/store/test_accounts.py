@@ -71,6 +71,21 @@ def test_delta_is_held_too_and_an_undeclared_device_is_held_to_nothing(store):
     assert store.account(old).budget is None
 
 
+def test_the_slack_is_relative_to_the_declared_total(store):
+    """The float slack scales with the total: a device that declared δ = 0 gets no release with
+    a δ > 0 stored, and one that declared δ = 10⁻¹⁰ no second release of 10⁻¹⁰ (an absolute
+    slack of 10⁻⁹ let both through)."""
+    pure, tiny = device(store, 1, (10.0, 0.0)), device(store, 2, (10.0, 1e-10))
+    for study in ("a", "b"):
+        plain(store, study, pure)
+        plain(store, study + "2", tiny)
+    with pytest.raises(StoreError, match="declared a total δ = 0"):
+        store.add_contribution(release("a", pure, 1.0, 5e-10))
+    assert store.add_contribution(release("a2", tiny, 1.0, 1e-10))
+    with pytest.raises(StoreError, match="declared a total δ = 1e-10"):
+        store.add_contribution(release("b2", tiny, 1.0, 1e-10))
+
+
 def test_a_secure_round_counts_while_it_runs_and_once_the_device_masked(store):
     dev = device(store, 1)
     for study in ("s1", "s2", "s3", "p"):
