@@ -106,7 +106,7 @@ def decode(sketch: Sketch | str | os.PathLike, k: int, bounds: Bounds | None = N
     if not isinstance(sketch, SketchFile):
         name, sketch = str(sketch), load_sketch(sketch)
     if bounds is None and sketch.box is None:
-        raise ValueError(f"{name} holds no box (it was made with bounds given): give bounds=")
+        raise ValueError(f"{name} holds no box (only bounds=\"auto\" stores one): give bounds=")
     box = (Box(np.asarray(sketch.box["lo"]), np.asarray(sketch.box["hi"])) if bounds is None
            else as_box(bounds, sketch.spec.frequencies.d))
     sketch.check_frequencies(name)
@@ -186,8 +186,9 @@ def _records(data: Records, *, twice: bool,
         return (lambda: iter((x,))), x.shape[1]
     if iter(data) is data:
         if twice:
-            raise ValueError("a one-shot iterator of chunks is read once, but scale='auto' (or the "
-                             "k-means reference) needs two passes: give a numeric scale, or a list")
+            raise ValueError("a one-shot iterator of chunks is read once, but scale='auto', "
+                             "bounds='auto' (or the k-means reference) need more passes: give a "
+                             "numeric scale and a box, or a list")
         first = next(data, None)
         if first is None:
             raise ValueError("no records: the iterator yielded no chunk")

@@ -33,6 +33,9 @@ from .sketchfile import SketchFile
 from .sketching import check_r
 from .spec import SketchSpec, release_sketch
 
+#: The most of ε a run may spend before its main sketch (the box's and σ's shares together).
+MAX_READ = 0.5
+
 
 @dataclass(frozen=True)
 class DatasetSketch:
@@ -98,10 +101,8 @@ class SketchPlan:
             raise ValueError(f"the scale σ must be a positive number or 'auto', got {self.scale!r}")
         if self.scale is None and not 0 < self.auto_fraction < 1:
             raise ValueError(f"the auto fraction of ε must be in (0, 1), got {self.auto_fraction}")
-        if not (0 < self.box_fraction < 1 and self.box_fraction + (
-                0 if self.scale is not None else self.auto_fraction) < 1):
-            raise ValueError(f"the box's share of ε must be in (0, 1) and leave some for the "
-                             f"sketch, got {self.box_fraction}")
+        if not 0 < self.box_fraction < 1:
+            raise ValueError(f"the box's share of ε must be in (0, 1), got {self.box_fraction}")
         if self.scale_range is not None:
             lo, hi = self.scale_range
             if not 0 < lo < hi < math.inf:
@@ -121,6 +122,13 @@ class SketchPlan:
         if box is None:
             if d is None:
                 raise ValueError("a box read from the records needs their dimension d")
+            if self.box_fraction + (0 if self.scale is not None else self.auto_fraction) > MAX_READ:
+                raise ValueError(f"the box's and σ's shares of ε ({self.box_fraction:g} + "
+                                 f"{0 if self.scale is not None else self.auto_fraction:g}) must "
+                                 f"leave the sketch at least {1 - MAX_READ:g} of it")
+            if hasattr(chunks(), "feature_sum"):
+                raise ValueError("a box read from the records reads them in this process: with a "
+                                 "dataset summed on a cluster (--engine dask), give the box")
             if math.isfinite(eps_total):
                 read = private_box(chunks, d, eps_total * self.box_fraction,
                                    neighbouring=self.privacy.neighbouring)

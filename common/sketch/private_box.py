@@ -189,7 +189,7 @@ def _toward_zero(noisy: np.ndarray, span: tuple[int, int], scale: float) -> tupl
 def _refuse(column: int, tau: int, stage: str) -> ValueError:
     return ValueError(f"column {column + 1}: no {stage} histogram bin holds the ~{tau:,} records "
                       "a private box needs at this ε; give more records, a larger ε, or the box "
-                      "itself (--bounds)")
+                      "itself (--bounds LO:HI, bounds=(lo, hi))")
 
 
 def data_box(chunks: Callable[[], Iterable[np.ndarray]], d: int) -> Box:

@@ -167,3 +167,23 @@ def test_decode_without_bounds_needs_a_box_in_the_file(tmp_path):
          "--bounds", "-4:4", "--scale", "1", "--m", "20")
     res = CliRunner().invoke(app, ["decode", str(tmp_path / "s.npz"), "--k", "2"])
     assert res.exit_code == 1 and "holds no box" in res.output and "--bounds" in res.output
+
+
+@pytest.mark.parametrize(("args", "words"), [
+    (["--box-fraction", "0.3", "--auto-fraction", "0.3"], "leave the sketch at least 0.5"),
+    (["--engine", "dask"], "--bounds auto reads the records in this process"),
+])
+def test_bounds_auto_refuses_what_it_cannot_do_before_spending(tmp_path, args, words):
+    """Shares of ε that leave the sketch too little, or a dataset summed on a cluster: refused in
+    one line, no file written (review findings 6 and 8)."""
+    np.save(tmp_path / "x.npy", np.random.default_rng(7).normal(size=(5000, 2)))
+    res = CliRunner().invoke(app, ["sketch", str(tmp_path / "x.npy"), "--out", str(tmp_path / "s.npz"),
+                                   "--epsilon", "1", "--bounds", "auto", *args])
+    assert res.exit_code == 1 and words in res.output, res.output
+    assert not (tmp_path / "s.npz").exists()
+
+
+def test_the_box_fraction_is_not_checked_when_a_box_is_given(tmp_path):
+    np.save(tmp_path / "x.npy", np.random.default_rng(7).normal(size=(500, 2)))
+    _cli("sketch", str(tmp_path / "x.npy"), "--out", str(tmp_path / "s.npz"), "--epsilon", "1",
+         "--bounds", "-4:4", "--box-fraction", "0.6", "--auto-fraction", "0.6", "--m", "20")
