@@ -10,7 +10,7 @@ private ``complex`` sketch whose m0 frequencies have radii spread over the publi
 half-width h̄ (:func:`default_range`; [0.1, 10] on the ±6 box of standardized data), or a range
 the user states in data units. No absolute number enters: mapping the records and the box by
 x ↦ c·x + b maps the range, the radii (by 1/c), σ̂ and every fallback below by c, so the sketch
-that follows is the same function of the mapped records (tests/common/test_equivariance.py).
+that follows is the same function of the mapped records (tests/common/sketch/test_equivariance.py).
 
 φ_j uniform directions (purpose ``CALIBRATION_DIRECTIONS``), no dither (the fit reads moduli only).
 For a mixture of clusters of spread σ_c, the empirical characteristic function obeys

@@ -66,7 +66,7 @@ class Frame:
     Every step size, tolerance and start of CL-OMPR (the L-BFGS-B ftol/gtol, the uniform starts,
     the weight bounds) is then stated in units where σ is about 1, whatever the data's units:
     data and box mapped by x ↦ a·x + b, with Ω ↦ Ω/a as the scale-free σ gives, decode to the
-    mapped centroids (tests/common/test_equivariance.py); and the float32 phases of step 1 stay
+    mapped centroids (tests/common/sketch/test_equivariance.py); and the float32 phases of step 1 stay
     within the box's phase bound around ξ_u, however far the box lies from 0."""
 
     centre: np.ndarray

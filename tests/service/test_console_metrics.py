@@ -23,9 +23,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from test_round_processes import FEDSKETCH, CoordinatorProcess, create_study
 
 from fedsketch.common.data.synthetic import gmm
-from fedsketch.common.net.tls import secure_channel
 from fedsketch.common.pb import fedsketch_pb2 as pb
-from fedsketch.common.pb import fedsketch_pb2_grpc as pb_grpc
 from fedsketch.common.secagg import wire as sw
 from fedsketch.common.secagg.spec import SecAggSpec
 from fedsketch.common.secagg.trust import Assumptions
@@ -70,13 +68,7 @@ def create_secure(c: CoordinatorProcess) -> str:
     sa = SecAggSpec.assuming(Assumptions(DEVICES, 0, 0), 100_000, None, 120.0)
     spec = StudySpec.create("secure", sketch, 3, [-12.0] * 3, [12.0] * 3, min_devices=DEVICES,
                             replicates=2, secure_aggregation=sa)
-    channel = secure_channel(c.target, c.certs / "ca.pem")
-    try:
-        return pb_grpc.OperatorStub(channel).CreateStudy(
-            pb.CreateStudyRequest(spec_json=spec.to_json()), timeout=60,
-            metadata=(("authorization", f"Bearer {c.token_file.read_text().strip()}"),)).study_id
-    finally:
-        channel.close()
+    return c.create(spec)
 
 
 def test_metrics_move_while_a_plain_and_a_secure_study_run(tmp_path, cli_certs):

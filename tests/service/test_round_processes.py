@@ -18,6 +18,9 @@ import pytest
 
 from fedsketch.client.ledger import Ledger
 from fedsketch.common.data.synthetic import gmm
+from fedsketch.common.net.tls import secure_channel
+from fedsketch.common.pb import fedsketch_pb2 as pb
+from fedsketch.common.pb import fedsketch_pb2_grpc as pb_grpc
 from fedsketch.server.store import open_store
 
 FEDSKETCH = str(Path(sys.executable).with_name("fedsketch"))
@@ -69,6 +72,17 @@ class CoordinatorProcess:
         return cli("coordinator", args[0], "--coordinator", self.target, "--ca",
                    str(self.certs / "ca.pem"), "--token-file", str(self.token_file), *args[1:],
                    check=check)
+
+    def create(self, spec) -> str:
+        """Create the study ``spec`` (a StudySpec) over the operator's gRPC service, as
+        ``create-study`` does without starting a process; its id."""
+        channel = secure_channel(self.target, self.certs / "ca.pem")
+        try:
+            return pb_grpc.OperatorStub(channel).CreateStudy(
+                pb.CreateStudyRequest(spec_json=spec.to_json()), timeout=60,
+                metadata=(("authorization", f"Bearer {self.token_file.read_text().strip()}"),)).study_id
+        finally:
+            channel.close()
 
     def kill(self) -> None:
         self.proc.send_signal(signal.SIGKILL)

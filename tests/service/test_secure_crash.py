@@ -31,9 +31,7 @@ from test_round_processes import FEDSKETCH, CoordinatorProcess
 
 from fedsketch.client.study_pass import FAULT_ENV
 from fedsketch.common.data.synthetic import gmm
-from fedsketch.common.net.tls import secure_channel
 from fedsketch.common.pb import fedsketch_pb2 as pb
-from fedsketch.common.pb import fedsketch_pb2_grpc as pb_grpc
 from fedsketch.common.secagg import wire as sw
 from fedsketch.common.secagg.spec import SecAggSpec
 from fedsketch.common.secagg.trust import Assumptions
@@ -135,13 +133,27 @@ def create(fleet: Fleet, m: int) -> str:
     sa = SecAggSpec.assuming(Assumptions(DEVICES, 0, 0), 100_000, None, 120.0)
     spec = StudySpec.create("crash", sketch, 3, [-12.0] * 3, [12.0] * 3, min_devices=DEVICES,
                             replicates=2, secure_aggregation=sa)
-    channel = secure_channel(fleet.c.target, fleet.c.certs / "ca.pem")
-    try:
-        return pb_grpc.OperatorStub(channel).CreateStudy(
-            pb.CreateStudyRequest(spec_json=spec.to_json()), timeout=60,
-            metadata=(("authorization", f"Bearer {fleet.c.token_file.read_text().strip()}"),)).study_id
-    finally:
-        channel.close()
+    return fleet.c.create(spec)
+
+
+
+def premask_sum(fleet: Fleet, study: str) -> np.ndarray:
+    """Σ over the fleet's ledgers of the inputs before the masks (x + e) kept for ``study``."""
+    premasks = []
+    for ledger in fleet.ledgers:
+        with sqlite3.connect(ledger, timeout=10) as c:
+            premasks += [np.frombuffer(p, "<i8") for (p,) in c.execute(
+                "SELECT premask FROM spends WHERE study_id = ?", (study,))]
+    return sum(premasks)
+
+
+def wait_ended(db: Path, study: str) -> str:
+    """The state (done or failed) ``study`` ends in, waiting up to 90 s."""
+    def ended():
+        """the study done or failed"""
+        rows = query(db, "SELECT state, detail FROM studies WHERE study_id = ?", study)
+        return rows if rows[0][0] in ("done", "failed") else None
+    return wait_for(ended, timeout=90, step=0.1)[0][0]
 
 
 def messages(db: Path, study: str, stage: int) -> set[str]:
@@ -251,22 +263,12 @@ def test_a_device_killed_mid_round_goes_on_from_its_ledger(fleet):
         return fleet.ids[0] in messages(db, study, pb.SHARE_KEYS)
     wait_for(shared_keys)
     fleet.restart_device(0)
-
-    def ended():
-        """the study done or failed"""
-        rows = query(db, "SELECT state, detail FROM studies WHERE study_id = ?", study)
-        return rows if rows[0][0] in ("done", "failed") else None
-    assert wait_for(ended, timeout=90, step=0.1)[0][0] == "done", ended()
+    assert wait_ended(db, study) == "done"
     ((total, devices),) = query(db, "SELECT total, devices FROM secure_rounds WHERE study_id = ?", study)
     assert devices == DEVICES  # the restarted device's masked input among them
     with sqlite3.connect(fleet.ledgers[0], timeout=10) as c:
         assert c.execute("SELECT COUNT(*) FROM spends WHERE study_id = ?", (study,)).fetchone() == (1,)
-    premasks = []
-    for ledger in fleet.ledgers:
-        with sqlite3.connect(ledger, timeout=10) as c:
-            premasks += [np.frombuffer(p, "<i8") for (p,) in c.execute(
-                "SELECT premask FROM spends WHERE study_id = ?", (study,))]
-    assert np.array_equal(sum(premasks), np.frombuffer(total, "<i8"))
+    assert np.array_equal(premask_sum(fleet, study), np.frombuffer(total, "<i8"))
     assert "went on with the secure round from the ledger" in (fleet.folder / "device0.log").read_text()
 
 
@@ -292,22 +294,12 @@ def test_a_device_killed_between_masking_spending_and_sending_goes_on_with_the_s
     assert open_stage(db, study) == pb.MASKED_INPUT and fleet.ids[0] not in messages(
         db, study, pb.MASKED_INPUT)
     fleet.daemons[0] = fleet._daemon(0)
-
-    def ended():
-        """the study done or failed"""
-        rows = query(db, "SELECT state, detail FROM studies WHERE study_id = ?", study)
-        return rows if rows[0][0] in ("done", "failed") else None
-    assert wait_for(ended, timeout=90, step=0.1)[0][0] == "done", ended()
+    assert wait_ended(db, study) == "done"
     ((total, devices),) = query(db, "SELECT total, devices FROM secure_rounds WHERE study_id = ?", study)
     assert devices == DEVICES
     with sqlite3.connect(fleet.ledgers[0], timeout=10) as c:
         ((payload,),) = c.execute("SELECT payload FROM spends WHERE study_id = ?", (study,)).fetchall()
     assert base64.b64encode(payload).decode() == masked  # the bytes masked before the kill
-    premasks = []
-    for ledger in fleet.ledgers:
-        with sqlite3.connect(ledger, timeout=10) as c:
-            premasks += [np.frombuffer(p, "<i8") for (p,) in c.execute(
-                "SELECT premask FROM spends WHERE study_id = ?", (study,))]
-    assert np.array_equal(sum(premasks), np.frombuffer(total, "<i8"))
+    assert np.array_equal(premask_sum(fleet, study), np.frombuffer(total, "<i8"))
     log = (fleet.folder / "device0.log").read_text()
     assert log.count(f"submitted study {study}") == 1

@@ -27,9 +27,7 @@ from test_round_processes import FEDSKETCH, CoordinatorProcess
 from test_secure_crash import Fleet, wait_for
 
 from fedsketch.common.data.synthetic import gmm
-from fedsketch.common.net.tls import secure_channel
 from fedsketch.common.pb import fedsketch_pb2 as pb
-from fedsketch.common.pb import fedsketch_pb2_grpc as pb_grpc
 from fedsketch.common.secagg import wire as sw
 from fedsketch.common.secagg.spec import SecAggSpec
 from fedsketch.common.secagg.trust import Assumptions
@@ -58,13 +56,7 @@ def create(c: CoordinatorProcess, rounds: int) -> str:
     spec = StudySpec.create("shared", sketch, 3, [-12.0] * 3, [12.0] * 3, min_devices=DEVICES,
                             replicates=2, secure_aggregation=sa,
                             refine=RefineSpec((5.0,) * rounds) if rounds else None)
-    channel = secure_channel(c.target, c.certs / "ca.pem")
-    try:
-        return pb_grpc.OperatorStub(channel).CreateStudy(
-            pb.CreateStudyRequest(spec_json=spec.to_json()), timeout=60,
-            metadata=(("authorization", f"Bearer {c.token_file.read_text().strip()}"),)).study_id
-    finally:
-        channel.close()
+    return c.create(spec)
 
 
 def premasks(ledgers, study: str) -> list[np.ndarray]:
