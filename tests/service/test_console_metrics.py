@@ -110,6 +110,12 @@ def test_metrics_move_while_a_plain_and_a_secure_study_run(tmp_path, cli_certs):
             seen.append(studies(now))
             stages |= set(re.findall(r"<td>secure stage</td><td>([A-Z_]+)</td>", page(secure)))
             time.sleep(0.2)
+        # the decode histogram is observed just after the store's DONE commit the gauge reads:
+        # give it a moment (it must still reach 2, or the assertion below fails)
+        settle = time.monotonic() + 30
+        while total(now, "fedsketch_decode_seconds_count") < 2 and time.monotonic() < settle:
+            time.sleep(0.1)
+            now = scrape(port)
         after = now
         # the console followed the round's stages, and shows who is in its sum
         assert stages and stages <= {pb.Stage.Name(s) for s in sw.STAGES}
