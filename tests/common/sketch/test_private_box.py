@@ -104,8 +104,9 @@ def test_the_box_spends_its_epsilon_in_two_halves(monkeypatch):
 @pytest.mark.parametrize("c", [1e-3, 1.0, 1e3])
 def test_the_box_fits_records_in_their_own_units(c):
     """n = 50,000, ε = 1 (d = 3): over 4 boxes, each column leaves out at most 3 % of its
-    records and the box is 0.8–1.35 times the data's [0.5 %, 99.5 %] range (measured at this
-    size: 0.9–1.2, clipping ≤ 1.7 %), at every unit c."""
+    records and the box is 0.8–1.6 times the data's [0.5 %, 99.5 %] range, at every unit c.
+    Measured over 2,100 boxes of these records (700 per unit): widths 0.86–1.49 (99.9 % of them
+    below 1.32), clipping at most 2.5 % of a column; the bounds sit outside that spread."""
     x = natural_units(50_000, 2) * c
     q = np.quantile(x, [0.005, 0.995], axis=0)
     for _ in range(4):
@@ -113,7 +114,7 @@ def test_the_box_fits_records_in_their_own_units(c):
         clipped = ((x < box.lo) | (x > box.hi)).mean(axis=0)
         width = (box.hi - box.lo) / (q[1] - q[0])
         assert np.all(clipped <= 0.03), clipped
-        assert np.all((width >= 0.8) & (width <= 1.35)), width
+        assert np.all((width >= 0.8) & (width <= 1.6)), width
 
 
 def test_too_few_records_are_refused_in_words():
