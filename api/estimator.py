@@ -41,6 +41,7 @@ except ImportError as exc:  # pragma: no cover - exercised only without scikit-l
                       "(or pip install 'fedsketch[bench]')") from exc
 
 from fedsketch.common.sketch.box import Box
+from fedsketch.common.sketch.private_box import data_box
 from fedsketch.steps import (
     Bounds,
     Decoding,
@@ -55,8 +56,6 @@ from fedsketch.steps import (
 SCALE_RANGE = (1 / 300, 1 / 3)
 #: Frequencies per cluster and dimension when m is not given: m = 10·k·d (paper 004).
 M_PER_KD = 10
-#: With ε = ∞ and no bounds, the box is X's range widened by this share of it on each side.
-DATA_BOX_MARGIN = 0.05
 
 
 class CompressiveKMeans(ClassNamePrefixFeaturesOutMixin, TransformerMixin, ClusterMixin, BaseEstimator):
@@ -201,9 +200,7 @@ class CompressiveKMeans(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Clust
             raise ValueError("a private fit (finite epsilon) needs bounds=(lo, hi), the public box of "
                              "the data, stated without looking at it; deriving it from X would spend "
                              "privacy that epsilon does not count")
-        lo, hi = X.min(axis=0).astype(np.float64), X.max(axis=0).astype(np.float64)
-        pad = np.where(hi > lo, DATA_BOX_MARGIN * (hi - lo), 0.5)
-        return Box(lo - pad, hi + pad)
+        return data_box(lambda: iter((X,)), X.shape[1])
 
     def _seed(self) -> int:
         """The public seed of Ω, ξ and the decoder from ``random_state`` (an int is used as is)."""

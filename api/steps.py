@@ -105,10 +105,9 @@ def decode(sketch: Sketch | str | os.PathLike, k: int, bounds: Bounds | None = N
     name = "the sketch"
     if not isinstance(sketch, SketchFile):
         name, sketch = str(sketch), load_sketch(sketch)
-    if bounds is None and sketch.box is None:
+    box = sketch.stored_box() if bounds is None else as_box(bounds, sketch.spec.frequencies.d)
+    if box is None:
         raise ValueError(f"{name} holds no box (only bounds=\"auto\" stores one): give bounds=")
-    box = (Box(np.asarray(sketch.box["lo"]), np.asarray(sketch.box["hi"])) if bounds is None
-           else as_box(bounds, sketch.spec.frequencies.d))
     sketch.check_frequencies(name)
     out = decode_judged(sketch.sketch, sketch.spec, k, box.lo, box.hi, records=sketch.n,
                         replicates=replicates, rng=np.random.default_rng(seed))

@@ -128,7 +128,8 @@ class SketchPlan:
                                  f"leave the sketch at least {1 - MAX_READ:g} of it")
             if hasattr(chunks(), "feature_sum"):
                 raise ValueError("a box read from the records reads them in this process: with a "
-                                 "dataset summed on a cluster (--engine dask), give the box")
+                                 "dataset summed on a cluster (--engine dask), give the box "
+                                 "(--bounds LO:HI or a bounds.json)")
             if math.isfinite(eps_total):
                 read = private_box(chunks, d, eps_total * self.box_fraction,
                                    neighbouring=self.privacy.neighbouring)

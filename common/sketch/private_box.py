@@ -194,14 +194,15 @@ def _refuse(column: int, tau: int, stage: str) -> ValueError:
 
 def data_box(chunks: Callable[[], Iterable[np.ndarray]], d: int) -> Box:
     """The records' own range widened by :data:`DATA_MARGIN` of its width on each side (a
-    column of one value by 1): the box of a run without privacy (ε = ∞), which reads the data."""
+    column of one value by 0.5): the box of a run without privacy (ε = ∞), which reads the data
+    (the sketch's ``--bounds auto`` and the estimator's box at ε = ∞ alike)."""
     lo, hi = np.full(d, np.inf), np.full(d, -np.inf)
     for chunk in chunks():
         if len(chunk):
             lo, hi = np.minimum(lo, chunk.min(axis=0)), np.maximum(hi, chunk.max(axis=0))
     if not np.all(np.isfinite(lo)):
         raise ValueError("no records to read a box from")
-    pad = np.where(hi > lo, (hi - lo) * DATA_MARGIN, 1.0)
+    pad = np.where(hi > lo, (hi - lo) * DATA_MARGIN, 0.5)
     return Box(lo - pad, hi + pad)
 
 

@@ -29,6 +29,7 @@ import numpy as np
 
 from ..atomicfile import atomic_write
 from ..features import GRID
+from .box import Box
 from .frequencies import draw_frequencies
 from .privacy import PrivateSketch
 from .sketching import normalized_sketch
@@ -67,6 +68,11 @@ class SketchFile:
                                               if part is not None)
         return cls(release.payload.astype(np.int64), int(release.n), spec, omega_sha256,
                    release.mechanism(), calibration, spent, box)
+
+    def stored_box(self) -> Box | None:
+        """The box the sketch was clipped into when it read one from its records (``box``), as a
+        :class:`~.box.Box`; None when the box was the caller's."""
+        return None if self.box is None else Box(np.asarray(self.box["lo"]), np.asarray(self.box["hi"]))
 
     def check_frequencies(self, name: str = "the sketch") -> None:
         """ValueError unless the Ω, ξ drawn from the spec hash to ``omega_sha256`` (the frequencies

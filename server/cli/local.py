@@ -176,9 +176,6 @@ def sketch(
                           box_fraction=box_fraction,
                           scale_range=None if scale_range is None
                           else parse_range(scale_range, "--scale-range"))
-        if bounds == "auto" and engine == "dask":
-            raise ValueError("--bounds auto reads the records in this process: with --engine dask "
-                             "give the box (--bounds LO:HI or a bounds.json)")
         source = open_data(data, header, columns, engine=engine, scheduler=scheduler)  # before any spend
         box = (Box.widest(source.d) if bounds is None else None if bounds == "auto"
                else Box(*parse_bounds(bounds, source.d)))
@@ -243,8 +240,8 @@ def decode(
         loaded = load_sketch(sketch_file)
         if bounds is not None:
             lo, hi = parse_bounds(bounds, loaded.spec.frequencies.d)
-        elif loaded.box is not None:
-            lo, hi = np.asarray(loaded.box["lo"]), np.asarray(loaded.box["hi"])
+        elif (stored := loaded.stored_box()) is not None:
+            lo, hi = stored.lo, stored.hi
         else:
             raise ValueError(f"{sketch_file} holds no box (only sketch --bounds auto stores one): "
                              "give the box it was sketched in with --bounds")

@@ -9,6 +9,8 @@ import json
 import math
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 from scipy.stats import beta
 from typer.testing import CliRunner
@@ -172,13 +174,17 @@ def test_decode_without_bounds_needs_a_box_in_the_file(tmp_path):
 
 @pytest.mark.parametrize(("args", "words"), [
     (["--box-fraction", "0.3", "--auto-fraction", "0.3"], "leave the sketch at least 0.5"),
-    (["--engine", "dask"], "--bounds auto reads the records in this process"),
+    (["--engine", "dask"], "reads them in this process: with a dataset summed on a cluster"),
 ])
 def test_bounds_auto_refuses_what_it_cannot_do_before_spending(tmp_path, args, words):
-    """Shares of ε that leave the sketch too little, or a dataset summed on a cluster: refused in
-    one line, no file written (review findings 6 and 8)."""
-    np.save(tmp_path / "x.npy", np.random.default_rng(7).normal(size=(5000, 2)))
-    res = CliRunner().invoke(app, ["sketch", str(tmp_path / "x.npy"), "--out", str(tmp_path / "s.npz"),
+    """Shares of ε that leave the sketch too little, or a dataset summed on a cluster (a folder
+    of Parquet partitions): refused in one line, no file written (review findings 6 and 8)."""
+    x = np.random.default_rng(7).normal(size=(5000, 2))
+    (tmp_path / "parts").mkdir()
+    pq.write_table(pa.table({"a": x[:, 0], "b": x[:, 1]}), tmp_path / "parts" / "p0.parquet")
+    data = tmp_path / ("parts" if "dask" in args else "x.npy")
+    np.save(tmp_path / "x.npy", x)
+    res = CliRunner().invoke(app, ["sketch", str(data), "--out", str(tmp_path / "s.npz"),
                                    "--epsilon", "1", "--bounds", "auto", *args])
     assert res.exit_code == 1 and words in res.output, res.output
     assert not (tmp_path / "s.npz").exists()
