@@ -108,6 +108,11 @@ class CompressiveKMeans(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Clust
         self.random_state = random_state
         self.scale_range = scale_range
 
+    def _n_is_private(self) -> bool:
+        """Whether the record count is itself private (add/remove at a finite ε): a refusal
+        that depends on it would release it, so such a fit goes on and its verdict speaks."""
+        return self.neighbouring == "add_remove" and math.isfinite(float(self.epsilon))
+
     def fit(self, X, y=None) -> CompressiveKMeans:
         """Sketch X privately and decode ``n_clusters`` centroids (module docstring); ``y`` is
         ignored. Spends ``epsilon`` on X."""
@@ -115,7 +120,7 @@ class CompressiveKMeans(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Clust
         k, d = int(self.n_clusters), X.shape[1]
         if k < 1:
             raise ValueError(f"n_clusters must be ≥ 1, got {self.n_clusters}")
-        if X.shape[0] < k:  # scikit-learn's KMeans refuses it in these words
+        if X.shape[0] < k and not self._n_is_private():  # scikit-learn refuses it in these words
             raise ValueError(f"n_samples={X.shape[0]} should be >= n_clusters={k}.")
         auto = isinstance(self.bounds, str) and self.bounds == "auto"
         box = None if auto else self._box(X)

@@ -37,6 +37,16 @@ from .spec import SketchSpec, release_sketch
 MAX_READ = 0.5
 
 
+def below_total(total: float, main: float, calibration: float, box: float) -> float:
+    """``main`` (the sketch's ε), lowered by a rounding step at a time until the file's
+    ``epsilon_spent`` (main + (calibration + box), summed as
+    :meth:`~.sketchfile.SketchFile.from_release` sums them) is at most ``total``: ε·(1 − b) − ε·a
+    can round a step above ε − ε·b − ε·a."""
+    while main + sum((calibration, box)) > total:
+        main = math.nextafter(main, 0.0)
+    return main
+
+
 @dataclass(frozen=True)
 class DatasetSketch:
     """What :meth:`SketchPlan.run` made: the main release's ``spec`` and ``release``, the
@@ -142,6 +152,9 @@ class SketchPlan:
             calibration = calibrate_scale(chunks, box, eps_cal, neighbouring=self.privacy.neighbouring,
                                           scale_range=self.scale_range, seed=self.seed)
             sigma = calibration.sigma
+        if math.isfinite(eps_total):
+            eps_main = below_total(eps_total, eps_main, eps_cal if calibration else 0.0,
+                                   read.epsilon if read is not None else 0.0)
         spec = SketchSpec(
             FrequencySpec(d=box.d, m=self.m, scale=sigma, law=self.law, seed=self.seed, dither=self.dither),
             self.feature,

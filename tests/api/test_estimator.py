@@ -89,6 +89,19 @@ def test_more_clusters_than_records_is_refused_as_scikit_learn_refuses_it():
     CompressiveKMeans(4, epsilon=math.inf, bounds=(-5, 5), random_state=0).fit(x)  # k = n fits
 
 
+def test_under_add_remove_the_record_count_is_private_and_decides_nothing():
+    """Under add/remove n is private (the release carries it noised): refusing n < k would
+    tell n < k from n ≥ k with certainty, so the fit goes on; replace-one (n public) refuses."""
+    x = np.random.default_rng(0).normal(size=(4, 2))
+    with pytest.raises(ValueError, match="n_samples=4 should be >= n_clusters=5"):
+        CompressiveKMeans(5, epsilon=1.0, bounds=(-5, 5), neighbouring="replace_one").fit(x)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", NotIdentifiableWarning)
+        model = CompressiveKMeans(5, epsilon=1.0, bounds=(-5, 5), neighbouring="add_remove", m=40,
+                                  random_state=0).fit(x)
+    assert model.cluster_centers_.shape == (5, 2)
+
+
 def test_the_scale_range_is_an_option():
     x = np.random.default_rng(0).normal(size=(3000, 2))
     model = CompressiveKMeans(2, epsilon=math.inf, bounds=(-5, 5), scale_range=(0.2, 0.3),
