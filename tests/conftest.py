@@ -194,3 +194,10 @@ def contribute_all(agents, study_id: str, passes: int = 5) -> None:
         if not pending:
             return
     raise AssertionError(f"{len(pending)} devices did not contribute to {study_id}")
+
+
+def pytest_collection_modifyitems(session, config, items):
+    """The documents' blocks first: their two files are the suite's longest (about 2 minutes
+    each on a quiet machine), and ``--dist loadfile`` hands files out in collection order, so
+    collected last (tests/test_d…) they would start last and end the run alone."""
+    items.sort(key=lambda item: not item.path.name.startswith("test_doc_blocks"))

@@ -115,9 +115,13 @@ def stop_sessions(sessions: list[int]) -> None:
         os.killpg(group, signal.SIGKILL)
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("doc", [d for d in DOCUMENTS if runnable(d)], ids=lambda d: d.name)
-def test_document_blocks_run(doc, tmp_path, request):
+#: The longest document (about 100 s of blocks: the operator's walkthroughs); it runs from its
+#: own test file, tests/test_doc_blocks_operator.py, so that xdist gives it a worker of its own.
+OPERATOR_GUIDE = ROOT / "docs" / "operator-guide.md"
+
+
+def run_document(doc: Path, tmp_path: Path, request: pytest.FixtureRequest) -> None:
+    """Run every runnable block of ``doc`` in order (module docstring)."""
     env = {key: value for key, value in os.environ.items()
            if key not in ("FEDSKETCH_COORDINATOR", "FEDSKETCH_CA", "FEDSKETCH_OPERATOR_TOKEN_FILE")}
     env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
@@ -149,6 +153,14 @@ def test_document_blocks_run(doc, tmp_path, request):
         stop_sessions(sessions)
     if doc.name == "README.md":  # the quickstart's fit and the walkthrough's evaluate
         assert len(printed) >= 2, printed
+
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("doc", [d for d in DOCUMENTS if runnable(d) and d != OPERATOR_GUIDE],
+                         ids=lambda d: d.name)
+def test_document_blocks_run(doc, tmp_path, request):
+    run_document(doc, tmp_path, request)
 
 
 def anchors(doc: Path) -> set[str]:
