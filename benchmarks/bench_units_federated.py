@@ -130,7 +130,7 @@ def part_study(x: np.ndarray, args: argparse.Namespace) -> None:
                 box = federated_box(device_records(x, args.devices, seed), x.shape[1], eps_box,
                                     h_min=h_min(args.devices)).box
                 eps = args.epsilon - eps_box
-                extra = {"box": [box.lo.round(2).tolist(), box.hi.round(2).tolist()],
+                extra = {"private_box": [box.lo.round(2).tolist(), box.hi.round(2).tolist()],
                          "clipped": clipped(x, box)}
             out = {"table": "flights", "box": which, "seed": seed, "devices": args.devices,
                    "epsilon": args.epsilon, **study(x, pooled, box, eps, args.devices, seed), **extra}
