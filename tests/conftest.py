@@ -196,6 +196,34 @@ def contribute_all(agents, study_id: str, passes: int = 5) -> None:
     raise AssertionError(f"{len(pending)} devices did not contribute to {study_id}")
 
 
+def dlap_variance_check(noise: np.ndarray, epsilon: float, delta1: float) -> None:
+    """Assert that ``noise`` (int draws) has the mean 0 and variance 2a/(1 − a)² of DLap(a), a =
+    e^{−ε/Δ1}, each within 6 standard errors (a Δ1 or ε off by a factor 2 moves the variance
+    about 4×): the private box's releases, central or summed across devices."""
+    noise = np.asarray(noise).ravel()
+    a = np.exp(-epsilon / delta1)
+    var = 2 * a / (1 - a) ** 2
+    fourth = np.mean(noise.astype(float) ** 4)
+    se = np.sqrt((fourth - var**2) / noise.size)
+    assert abs(noise.var() - var) < 6 * se, (noise.var(), var, se)
+    assert abs(noise.mean()) < 6 * np.sqrt(var / noise.size)
+
+
+def histogram_audit(noise, size: int = 400_000) -> float:
+    """Clopper–Pearson lower bound (α = 10⁻⁶) on the ε of a one-column histogram release under
+    replace-one whose counts get ``noise((4, size))`` (int draws): D's record in bin A (counts
+    (1, 0)), D′'s in bin B ((0, 1)). The likelihood-ratio-optimal event {count_A ≥ 1, count_B ≤
+    0} has the loss ε exactly for DLap noise of the claimed scale."""
+    from scipy.stats import beta
+
+    draws = noise((4, size))
+    hits = int(np.sum((draws[0] + 1 >= 1) & (draws[1] <= 0)))
+    hits_prime = int(np.sum((draws[2] >= 1) & (draws[3] + 1 <= 0)))
+    p_lo = beta.ppf(1e-6 / 2, hits, size - hits + 1)
+    p_hi = beta.ppf(1 - 1e-6 / 2, hits_prime + 1, size - hits_prime)
+    return float(np.log(p_lo / p_hi))
+
+
 def pytest_collection_modifyitems(session, config, items):
     """The documents' blocks first: their two files are the suite's longest (about 2 minutes
     each on a quiet machine), and ``--dist loadfile`` hands files out in collection order, so

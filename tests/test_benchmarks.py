@@ -67,6 +67,8 @@ def test_su_robust_counts_the_runs_above_1_2_for_every_method_and_eps(capsys):
     ("bench_garbage.py", ["--runs", "1", "--requests", "100", "--warmup", "20"],
      "| fedsketch coordinator serve (bytes handlers) |"),
     ("bench_startup.py", ["--runs", "2"], "fedsketch device budget"),
+    ("bench_units_federated.py", ["--part", "box", "--rows", "20000", "--devices", "5", "--seeds", "1"],
+     '{"box": "federated secure"'),
     ("bench_identify.py", ["--sets", "mix2000", "--eps", "1", "--seeds", "1"], "| mix2000 | 1 | 0 |"),
     ("bench_planner.py", ["--only", "1", "--seeds", "1", "--replicates", "1", "--plot", "planner.png"],
      "| 10 | 1,000 | 1 | 10 (local) | 1.9 / 9.1 |"),

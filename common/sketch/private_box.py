@@ -138,13 +138,15 @@ class PrivateBox:
 
 
 @lru_cache(maxsize=256)
-def window_threshold(w: int, scale: float, tail: float) -> int:
-    """τ_w: the smallest count that the sum S of ``w`` DLap(a) draws (a = e^{−1/``scale``},
-    ``scale`` = Δ1/ε records) reaches with probability at most ``tail``, exactly: a DLap(a)
-    draw is the difference of two geometric draws, so S = X − Y with X, Y independent
-    negative binomials NB(w, 1 − a), and P(S ≥ t) = Σ_y P(Y = y)·P(X ≥ t + y) (the mass of Y
-    beyond its 1 − 10⁻²⁰ quantile is left out, far below any ``tail`` used here)."""
-    law = nbinom(w, -math.expm1(-1.0 / scale))
+def window_threshold(shape: float, scale: float, tail: float) -> int:
+    """The smallest count that the noise S of a sum of ``shape`` DLap(a) draws (a = e^{−1/``scale``},
+    ``scale`` = Δ1/ε records; ``shape`` need not be whole, see below) reaches with probability at
+    most ``tail``, exactly: a DLap(a) draw is the difference of two geometric draws, and a noise
+    share of 1/h of a draw (:func:`~fedsketch.common.dp.samplers.dlap_noise_share`) the
+    difference of two NB(1/h, 1 − a), so S = X − Y with X, Y independent negative binomials
+    NB(``shape``, 1 − a), and P(S ≥ t) = Σ_y P(Y = y)·P(X ≥ t + y) (the mass of Y beyond its
+    1 − 10⁻²⁰ quantile is left out, far below any ``tail`` used here)."""
+    law = nbinom(shape, -math.expm1(-1.0 / scale))
     y = np.arange(0, int(law.isf(1e-20)) + 2)
     weight = law.pmf(y)
 
@@ -160,22 +162,27 @@ def window_threshold(w: int, scale: float, tail: float) -> int:
     return high
 
 
-def _significant(counts: np.ndarray, tau: int, scale: float) -> list[tuple[int, int] | None]:
+def _significant(counts: np.ndarray, tau: int, scale: float,
+                 draws: float = 1.0) -> list[tuple[int, int] | None]:
     """Per column (rows of ``counts``), the (first, last) bin of the windows of w consecutive
-    bins whose noisy sum reaches τ_w, for the smallest w in :data:`WINDOWS` that has one: τ_1 =
-    ``tau`` and for w > 1 :func:`window_threshold`, each at the tail FALSE_BIN/(bins·len(WINDOWS))
-    (τ_1 from :func:`threshold` over bins·len(WINDOWS)), so that noise alone makes any window of
-    any column significant with probability at most FALSE_BIN (a union bound; ``scale`` = Δ1/ε
-    records; measured with no records at all, d = 3, ε = 1: 0.2 % of releases before τ_1 joined
-    the union, 1.2 % with the Gaussian window thresholds this replaced). A column whose records spread
-    over many octaves (prices, incomes) fills no bin alone but some window of them."""
+    bins whose noisy sum reaches τ_w, for the smallest w in :data:`WINDOWS` that has one. A
+    window's noise is the sum of w·``draws`` DLap draws (``draws``: how many each count carries,
+    1 centrally; a federated sum carries one per device, or devices/h_min under secure
+    aggregation), and τ_w is :func:`window_threshold` of it at the tail
+    FALSE_BIN/(bins·len(WINDOWS)) (τ_1 = ``tau`` for a single draw, :func:`threshold` over the
+    same bins·len(WINDOWS)), so that noise alone makes any window of any column significant with
+    probability at most FALSE_BIN (a union bound; ``scale`` = Δ1/ε records; measured with no
+    records, d = 3, ε = 1: 0.13 % of releases, 1.2 % with the Gaussian window thresholds this
+    replaced). A column whose records spread over many octaves (prices, incomes) fills no bin
+    alone but some window of them."""
     spans: list[tuple[int, int] | None] = []
     tail = FALSE_BIN / (counts.size * len(WINDOWS))
     for row in counts:
         span = None
         for w in WINDOWS:
             sums = np.convolve(row, np.ones(w, dtype=np.int64), mode="valid")
-            need = tau if w == 1 else max(tau, window_threshold(w, scale, tail))
+            single = w == 1 and draws == 1
+            need = tau if single else max(tau, window_threshold(w * draws, scale, tail))
             hits = np.flatnonzero(sums >= need)
             if hits.size:
                 span = (int(hits[0]), int(hits[-1]) + w - 1)
@@ -187,9 +194,9 @@ def _significant(counts: np.ndarray, tau: int, scale: float) -> list[tuple[int, 
 def _quantile_bins(noisy: np.ndarray, tau: int, scale: float) -> tuple[int, int] | tuple[None, None]:
     """The fine bins holding the :data:`TAIL` and 1 − TAIL quantiles of one column, read from
     its noisy histogram's cumulative sums, counts below :data:`FLOOR` noise scales (``scale``
-    = Δ1/ε, records) taken as 0 (else the noise of the empty bins around the data adds up to
-    more than the tails); (None, None) when the total is below ``tau``, indistinguishable from
-    noise."""
+    = Δ1/ε·√draws, records) taken as 0 (else the noise of the empty bins around the data adds
+    up to more than the tails); (None, None) when the total is below ``tau``, indistinguishable
+    from noise."""
     counts = np.where(noisy >= FLOOR * scale, noisy, 0)
     total = int(counts.sum())
     if total < tau:
@@ -202,9 +209,9 @@ def _quantile_bins(noisy: np.ndarray, tau: int, scale: float) -> tuple[int, int]
 
 def _toward_zero(noisy: np.ndarray, span: tuple[int, int], scale: float) -> tuple[int, int]:
     """``span`` (coarse bins) reaching the zero bin when the bins between it and zero hold, in
-    all, :data:`FLOOR` standard deviations of their summed noise (``scale`` = Δ1/ε): data whose
-    bulk touches 0 (durations, counts) spread their small values over many octaves, each bin
-    too thin to be significant alone."""
+    all, :data:`FLOOR` standard deviations of their summed noise (``scale`` = Δ1/ε·√draws):
+    data whose bulk touches 0 (durations, counts) spread their small values over many
+    octaves, each bin too thin to be significant alone."""
     first, last = span
     middle = K_HI - K_LO
     between = noisy[middle:first] if first > middle else noisy[last + 1:middle + 1]
@@ -233,6 +240,73 @@ def data_box(chunks: Callable[[], Iterable[np.ndarray]], d: int) -> Box:
     return Box(lo - pad, hi + pad)
 
 
+def coarse_counts(chunks: Iterable[np.ndarray], d: int) -> np.ndarray:
+    """Stage 1's exact histograms (d, COARSE_BINS) of the records ``chunks`` yields ((rows, d)
+    each): each record counted once per column, in its coarse bin (module docstring)."""
+    counts = np.zeros((d, COARSE_BINS), dtype=np.int64)
+    for chunk in chunks:
+        bins = coarse_bins(chunk)
+        for col in range(d):
+            counts[col] += np.bincount(bins[:, col], minlength=COARSE_BINS)
+    return counts
+
+
+def read_coarse(noisy: np.ndarray, epsilon: float, neighbouring: str,
+                draws: float = 1.0) -> tuple[np.ndarray, np.ndarray, int]:
+    """(lo1, hi1, τ1): stage 1's range per column (data units) read from its noisy histograms
+    ``noisy`` (d, COARSE_BINS), each count carrying ``draws`` DLap draws of the stage's scale
+    Δ1/``epsilon`` (records; :func:`_significant`). Post-processing. ValueError for a column
+    with no significant bin."""
+    d = noisy.shape[0]
+    delta1 = sensitivity(d, neighbouring)
+    scale = delta1 / epsilon
+    tau1 = threshold(epsilon, delta1, noisy.size * len(WINDOWS))
+    lo1, hi1 = np.empty(d), np.empty(d)
+    for col, span in enumerate(_significant(noisy, tau1, scale, draws)):
+        if span is None:
+            raise _refuse(col, tau1, "coarse")
+        first, last = _toward_zero(noisy[col], span, scale * math.sqrt(draws))
+        first, last = max(first - MARGIN_BINS, 0), min(last + MARGIN_BINS, COARSE_BINS - 1)
+        lo1[col] = max(coarse_edges(first)[0], -(2.0 ** (K_HI / LEVELS_PER_OCTAVE)))
+        hi1[col] = min(coarse_edges(last)[1], 2.0 ** (K_HI / LEVELS_PER_OCTAVE))
+    return lo1, hi1, tau1
+
+
+def fine_counts(chunks: Iterable[np.ndarray], lo1: np.ndarray, hi1: np.ndarray) -> np.ndarray:
+    """Stage 2's exact histograms (d, FINE_BINS): the records clipped into stage 1's range
+    [lo1, hi1] (data units), :data:`FINE_BINS` equal bins a column."""
+    width = (hi1 - lo1) / FINE_BINS
+    fine = np.zeros((lo1.size, FINE_BINS), dtype=np.int64)
+    for chunk in chunks:
+        x = np.clip(np.asarray(chunk, dtype=np.float64), lo1, hi1)
+        bins = np.minimum(((x - lo1) / width).astype(np.int64), FINE_BINS - 1)
+        for col in range(lo1.size):
+            fine[col] += np.bincount(bins[:, col], minlength=FINE_BINS)
+    return fine
+
+
+def read_fine(noisy: np.ndarray, lo1: np.ndarray, hi1: np.ndarray, epsilon: float,
+              neighbouring: str, draws: float = 1.0) -> tuple[Box, int]:
+    """(the box, τ2) from stage 2's noisy histograms ``noisy`` (d, FINE_BINS) over stage 1's
+    range [lo1, hi1], each count carrying ``draws`` DLap draws of scale Δ1/``epsilon``: the
+    span of the :data:`TAIL` quantiles widened by one fine bin a side, within [lo1, hi1].
+    Post-processing. ValueError for a column whose counts are indistinguishable from noise."""
+    d = noisy.shape[0]
+    delta1 = sensitivity(d, neighbouring)
+    tau2 = threshold(epsilon, delta1, noisy.size)
+    if draws != 1:  # a sum's noise: the exact tail of draws DLap draws (window_threshold)
+        tau2 = max(tau2, window_threshold(draws, delta1 / epsilon, FALSE_BIN / noisy.size))
+    width = (hi1 - lo1) / FINE_BINS
+    lo, hi = np.empty(d), np.empty(d)
+    for col in range(d):
+        low, high = _quantile_bins(noisy[col], tau2, delta1 / epsilon * math.sqrt(draws))
+        if low is None:
+            raise _refuse(col, tau2, "fine")
+        lo[col] = max(lo1[col], lo1[col] + (low - 1) * width[col])
+        hi[col] = min(hi1[col], lo1[col] + (high + 2) * width[col])
+    return Box(lo, hi), tau2
+
+
 def private_box(chunks: Callable[[], Iterable[np.ndarray]], d: int, epsilon: float, *,
                 neighbouring: str = "replace_one") -> PrivateBox:
     """The box of the finite records ``chunks()`` yields ((rows, d) each; two passes), read
@@ -240,36 +314,9 @@ def private_box(chunks: Callable[[], Iterable[np.ndarray]], d: int, epsilon: flo
     sparse at this ε, or a non-finite ε (the box of an ε = ∞ run is the data's own range)."""
     if not math.isfinite(check_epsilon(epsilon)):
         raise ValueError("a private box needs a finite ε; at ε = inf give --bounds")
-    delta1, half = sensitivity(d, neighbouring), epsilon / 2
-    counts = np.zeros((d, COARSE_BINS), dtype=np.int64)
-    for chunk in chunks():
-        bins = coarse_bins(chunk)
-        for col in range(d):
-            counts[col] += np.bincount(bins[:, col], minlength=COARSE_BINS)
-    counts = release_histograms(counts, half, neighbouring)
-    tau1 = threshold(half, delta1, counts.size * len(WINDOWS))
-    lo1, hi1 = np.empty(d), np.empty(d)
-    for col, span in enumerate(_significant(counts, tau1, delta1 / half)):
-        if span is None:
-            raise _refuse(col, tau1, "coarse")
-        first, last = _toward_zero(counts[col], span, delta1 / half)
-        first, last = max(first - MARGIN_BINS, 0), min(last + MARGIN_BINS, COARSE_BINS - 1)
-        lo1[col] = max(coarse_edges(first)[0], -(2.0 ** (K_HI / LEVELS_PER_OCTAVE)))
-        hi1[col] = min(coarse_edges(last)[1], 2.0 ** (K_HI / LEVELS_PER_OCTAVE))
-    width = (hi1 - lo1) / FINE_BINS
-    fine = np.zeros((d, FINE_BINS), dtype=np.int64)
-    for chunk in chunks():
-        x = np.clip(np.asarray(chunk, dtype=np.float64), lo1, hi1)
-        bins = np.minimum(((x - lo1) / width).astype(np.int64), FINE_BINS - 1)
-        for col in range(d):
-            fine[col] += np.bincount(bins[:, col], minlength=FINE_BINS)
-    fine = release_histograms(fine, half, neighbouring)
-    tau2 = threshold(half, delta1, fine.size)
-    lo, hi = np.empty(d), np.empty(d)
-    for col in range(d):
-        low, high = _quantile_bins(fine[col], tau2, delta1 / half)
-        if low is None:
-            raise _refuse(col, tau2, "fine")
-        lo[col] = max(lo1[col], lo1[col] + (low - 1) * width[col])
-        hi[col] = min(hi1[col], lo1[col] + (high + 2) * width[col])
-    return PrivateBox(Box(lo, hi), epsilon, (lo1, hi1), (tau1, tau2))
+    half = epsilon / 2
+    noisy = release_histograms(coarse_counts(chunks(), d), half, neighbouring)
+    lo1, hi1, tau1 = read_coarse(noisy, half, neighbouring)
+    fine = release_histograms(fine_counts(chunks(), lo1, hi1), half, neighbouring)
+    box, tau2 = read_fine(fine, lo1, hi1, half, neighbouring)
+    return PrivateBox(box, epsilon, (lo1, hi1), (tau1, tau2))

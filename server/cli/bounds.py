@@ -17,6 +17,10 @@ def parse_bounds(text: str, d: int) -> tuple[np.ndarray, np.ndarray]:
     A JSON file may also give scalars for ``lo`` and ``hi``. Returns two float64 arrays of length
     d; raises ValueError unless lo < hi on every axis and all values are finite.
     """
+    if text == "auto" and not Path(text).is_file():
+        raise ValueError("--bounds auto (a private box read from the records) is `fedsketch "
+                         "sketch`'s and the Python API's; a federated study does not read one "
+                         "yet: give the study's box, LO:HI or a bounds.json")
     if ":" in text and not Path(text).is_file():
         try:
             lo_s, hi_s = text.split(":")
