@@ -184,8 +184,7 @@ class Agent(SecureSteps, RosterSteps, RoundChecks, Settling):
         except UNHANDLED as exc:
             log.error("study %s: the device cannot handle it", printable(study.study_id), exc_info=True)
             if (session := self._sessions.get(study.study_id)) is not None:
-                session.left = True  # out of the round for good, also after a restart
-                self._keep(study.study_id, session)
+                self._leave_session(study.study_id, session)  # for good, also after a restart
             return Declined(f"the device cannot handle this study ({type(exc).__name__}: {exc}); "
                             "it declines it", pb.OTHER)
 

@@ -125,10 +125,19 @@ class SecureSteps:
 
     def _drop(self, study_id: str, session: Session, reason: str) -> str:
         """Leave the round for good (kept in the ledger: also after a restart); ``reason``, which
-        the pass logs and, if the device decided it (:class:`Declined`), reports."""
-        session.left = True
-        self._keep(study_id, session)
+        the pass logs and, if the device decided it (:class:`Declined`), reports. A left
+        session needs only ``left``: its input x, noise share e and the round's secrets are
+        erased at once (:meth:`_leave_session`), not when the coordinator says the round ended."""
+        self._leave_session(study_id, session)
         return reason
+
+    def _leave_session(self, study_id: str, session: Session) -> None:
+        """Mark ``session`` left, erase x, e and the client's secrets from it, and keep it so,
+        the old row overwritten and the write-ahead log truncated (:meth:`Ledger.save_session`
+        with ``scrub``)."""
+        session.left = True
+        session.input = session.noise = session.client = None
+        self.ledger.save_session(study_id, self.source, session.dump(), scrub=True)
 
     def _secure_step(self, identity: Identity, study: pb.Study, out: Outcome) -> str | None:
         """Act on the open stage of a secure-aggregation study; the reason if refused (or out of
@@ -136,6 +145,8 @@ class SecureSteps:
         sid, stage = study.study_id, study.stage
         session = self._sessions.get(sid)
         if stage == pb.REGISTER:
+            if session is not None and session.left:
+                return None  # left before registering (e.g. declined, then restarted): stays out
             if session is None:
                 prepared = self._prepare(identity, study)
                 if isinstance(prepared, str):
@@ -303,7 +314,8 @@ class SecureSteps:
                 return self._drop(sid, session, str(exc))
             fault_point()
         session.done.add(stage)
-        self._keep(sid, session)
+        session.input = session.noise = None  # x and e served only y; the spend keeps x + e
+        self.ledger.save_session(sid, self.source, session.dump(), scrub=True)
         if spend.acked_at is None:  # else this pass's re-send of pending releases took it
             if (refused := self._deliver(identity, spend)) is not None:
                 return self._drop(sid, session, refused)
