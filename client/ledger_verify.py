@@ -7,7 +7,8 @@ file put back, nor a history re-sealed with the key the file holds. The coordina
 finds both: a study whose release the coordinator stored and the ledger does not record means
 the ledger lost that spend. A secure round counts at the coordinator from the device's
 registration while it runs (the device spends at its masked input), so a running round the
-ledger has not paid yet is shown as such, not as a loss.
+device has not masked for yet (``Charge.running``) is shown as such, not as a loss; one that
+ended, or to which the device sent its masked input, is a spend the ledger must record.
 """
 
 from __future__ import annotations
@@ -48,8 +49,8 @@ def verify(book: Ledger, coordinator: str | None = None, ca: Path | None = None,
     finally:
         channel.close()
     recorded = {s.study_id: s for s in book.spends()}
-    lost = [c for c in account.charges if c.study_id not in recorded and not c.secure]
-    running = [c for c in account.charges if c.study_id not in recorded and c.secure]
+    lost = [c for c in account.charges if c.study_id not in recorded and not c.running]
+    running = [c for c in account.charges if c.study_id not in recorded and c.running]
     if lost:
         problems.append(
             f"the coordinator stored this device's releases of {len(lost)} studies that the ledger "
