@@ -146,7 +146,10 @@ class Agent(SecureSteps, RosterSteps, RoundChecks, Settling):
         if identity is None:
             raise LedgerError("this device is not enrolled")
         out = Outcome()
+        unsent = {sid for sid, text in self.ledger.sessions().items() if not Session.sent_masked(text)}
         for spend in self.ledger.pending():
+            if spend.study_id in unsent:  # y never left: only its round's MASKED_INPUT sends it
+                continue
             if (reason := self._deliver(identity, spend)) is not None:
                 out.refused[spend.study_id] = reason
                 log.warning("study %s: %s", printable(spend.study_id), reason)
@@ -189,7 +192,8 @@ class Agent(SecureSteps, RosterSteps, RoundChecks, Settling):
         except UNHANDLED as exc:
             log.error("study %s: the device cannot handle it", printable(study.study_id), exc_info=True)
             if (session := self._sessions.get(study.study_id)) is not None:
-                self._leave_session(study.study_id, session)  # for good, also after a restart
+                self._leave_session(study.study_id, session,  # for good, also after a restart
+                                    "the device could not handle the study")
             return Declined(f"the device cannot handle this study ({type(exc).__name__}: {exc}); "
                             "it declines it", pb.OTHER)
 

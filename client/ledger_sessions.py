@@ -48,9 +48,10 @@ class SecureSessions:
         if scrub:
             self._conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
 
-    def sessions(self, source: str) -> dict[str, bytes]:
-        """The stored states of ``source``'s rounds, by study id."""
-        rows = self._conn.execute("SELECT study_id, state FROM secure_sessions WHERE source = ?", (source,))
+    def sessions(self, source: str | None = None) -> dict[str, bytes]:
+        """The stored states of ``source``'s rounds (of every source's: None), by study id."""
+        rows = self._conn.execute("SELECT study_id, state FROM secure_sessions WHERE ? IS NULL "
+                                  "OR source = ?", (source, source))
         return dict(rows.fetchall())
 
     def drop_session(self, study_id: str, source: str) -> None:

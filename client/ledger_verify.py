@@ -32,7 +32,8 @@ def verify(book: Ledger, coordinator: str | None = None, ca: Path | None = None,
     verdict = book.verify_chain()
     holds, problems = [], list(verdict.problems)
     if verdict.ok:
-        holds.append(f"{verdict.rows} spends verified: the chain and every signature hold")
+        voided = f" and {verdict.voids} voids (spends given back)" if verdict.voids else ""
+        holds.append(f"{verdict.rows} spends{voided} verified: the chain and every signature hold")
     declared = book.declared()
     if declared is not None:
         holds.append(f"declared to the coordinator at enrollment: ε = {declared[0]:g}, "
@@ -57,6 +58,13 @@ def verify(book: Ledger, coordinator: str | None = None, ca: Path | None = None,
             f"does not record ({', '.join(c.study_id for c in lost)}; ε = "
             f"{math.fsum(c.epsilon for c in lost):g}): spend rows were deleted or an older copy of "
             "the ledger was restored; the coordinator still counts them")
+    voids = book.voids()
+    given = [c for c in account.charges if c.study_id in voids and not c.running]
+    if given:
+        problems.append(
+            f"the coordinator counts releases of {len(given)} studies that the ledger gave back "
+            f"({', '.join(c.study_id for c in given)}): the device voided a spend whose release "
+            "the coordinator holds")
     if running:
         ids = ", ".join(c.study_id for c in running)
         holds.append(f"{len(running)} secure rounds the device registered in count at the "

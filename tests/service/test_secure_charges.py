@@ -58,7 +58,7 @@ def test_a_device_the_round_dropped_or_that_declined_is_not_charged(coordinator_
     assert all(charges(r, a) == [(study, 0.6, True, True)] for a in agents)
     listed = {s.study_id: s for s in agents[0].stub.ListStudies(
         agents[0]._read(agents[0].ledger.identity(), "ListStudies")).studies}
-    agents[0]._leave_session(study, agents[0]._sessions[study])  # the device declines
+    agents[0]._leave_session(study, agents[0]._sessions[study], "test")  # the device declines
     agents[0]._unreported[study] = (listed[study], pb.OTHER)  # and reports it (signed)
     agents[0]._report_refusals(agents[0].ledger.identity(), {study})
     assert charges(r, agents[0]) == []

@@ -96,7 +96,7 @@ def test_a_restarted_daemon_does_not_register_again_for_a_round_it_left(coordina
     study = r.create(secure_spec(4, timeout=30.0)).study_id
     a = r.agent("g0", parts[0])
     a.step()  # prepared, not registered yet
-    a._leave_session(study, a._sessions[study])
+    a._leave_session(study, a._sessions[study], "test")
     a.ledger.close()
     data = LocalData(lambda: split(parts[0]), 3)
     new = Agent(r.channel(), Ledger(a.ledger.path), lambda: data, DEFAULT_SOURCE)
@@ -107,3 +107,24 @@ def test_a_restarted_daemon_does_not_register_again_for_a_round_it_left(coordina
         new.step()
     assert sent == []
     assert r.store.stage_messages(study) == []
+
+
+def test_a_device_that_sent_no_masked_input_signs_and_unmasks_nothing(coordinator_round, parts):
+    """A coordinator that routes the survivor list to a device whose masked input it never got
+    (here: the list another survivor fetched, handed to device 0) gets no signature from it:
+    the device leaves the round, and the store holds no CONSISTENCY message of it."""
+    r = coordinator_round
+    study = r.create(secure_spec(4, dropouts=1, timeout=30.0)).study_id
+    agents = [r.agent(f"n{i}", part) for i, part in enumerate(parts)]
+    run_until(r, study, agents, lambda: r.store.secure_round(study) is not None
+              and r.store.secure_round(study).stage == pb.MASKED_INPUT)
+    run_until(r, study, agents[1:], lambda: r.store.secure_round(study).stage == pb.CONSISTENCY)
+    other = agents[1]
+    agents[0]._stage_fetch = lambda identity, sid, stage: other._stage_fetch(
+        other.ledger.identity(), sid, stage)
+    refused = agents[0].step().refused
+    assert "sent no masked input: it signs and unmasks nothing" in refused[study], refused
+    assert stored(agents[0], study)["left"] is True
+    me = agents[0].ledger.identity().device_id
+    assert me not in {m.device_id for m in r.store.stage_messages(study)
+                      if m.stage == pb.CONSISTENCY}
