@@ -109,7 +109,8 @@ class SecureSteps:
         for sid, text in self.ledger.sessions(self.source).items():
             if sid not in listed:
                 if (ended := self._ended(identity, sid)) is not None:
-                    self._void_unsent(sid, Session.sent_masked(text), f"the round ended ({ended})")
+                    self._void_unsent(sid, Session.sent_masked(text), f"the round ended ({ended})",
+                                      published=ended == "DONE")
                     self.ledger.drop_session(sid, self.source)
             elif sid not in self._sessions:
                 try:
@@ -147,19 +148,21 @@ class SecureSteps:
         session.input = session.noise = session.client = None
         self.ledger.save_session(study_id, self.source, session.dump(), scrub=True)
 
-    def _void_unsent(self, study_id: str, sent: bool, why: str) -> None:
+    def _void_unsent(self, study_id: str, sent: bool, why: str, published: bool = False) -> None:
         """Rule A (docs/secure-aggregation.md, "When a failed round gives ε back"): the device is
         out of the round, and if it recorded a spend on it but never sent the masked input y
         (``sent``: MASKED_INPUT is in the session's ``done``, which is kept before the first
         send, so False means y never left), the spend is void: nobody holds anything computed
-        from x, so nothing about it can be learned. A sent y's spend stands (logged)."""
+        from x, so nothing about it can be learned. A sent y's spend stands (logged, unless the
+        round ``published``: then it bought the result)."""
         spend = self.ledger.find(study_id)
         if spend is None or spend.kind != SECURE_KIND:
             return
         if sent or spend.acked_at is not None:
-            log.info("study %s: the device is out of the secure round after its masked input "
-                     "was sent; its spend of ε = %g stands (no certificate of abort)",
-                     printable(study_id), spend.epsilon)
+            if not published:
+                log.info("study %s: the device is out of the secure round after its masked "
+                         "input was sent; its spend of ε = %g stands (no certificate of abort)",
+                         printable(study_id), spend.epsilon)
             return
         self.ledger.void(study_id, f"the masked input never left the device: {why}")
         log.warning("study %s: the masked input never left the device (%s); its spend of "

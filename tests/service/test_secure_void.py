@@ -162,3 +162,5 @@ def test_a_round_that_published_keeps_every_spend(fleet):
         settled(fleet, i, study)
         assert ledger_rows(fleet, i, study)[:2] == (1, 0)
     assert charged(fleet, study) == set(fleet.ids)
+    for i in range(DEVICES):  # no "stands" line: the spend bought the result
+        assert f"study {study}: the device is out" not in (fleet.folder / f"device{i}.log").read_text()
