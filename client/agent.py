@@ -92,6 +92,10 @@ from fedsketch.common.text import printable
 
 log = logging.getLogger("fedsketch.device")
 
+#: How the coordinator's refusal of a release past the budget the device declared begins
+#: (``fedsketch.server.store.accounts.REFUSED``: a wire contract).
+DECLARED_BUDGET_EXCEEDED = "declared_budget_exceeded"
+
 class Agent(SecureSteps, RosterSteps, RoundChecks, Settling):
     """A device's protocol logic over one gRPC channel and one ledger."""
 
@@ -142,7 +146,10 @@ class Agent(SecureSteps, RosterSteps, RoundChecks, Settling):
         if identity is None:
             raise LedgerError("this device is not enrolled")
         out = Outcome()
+        unsent = {sid for sid, text in self.ledger.sessions().items() if not Session.sent_masked(text)}
         for spend in self.ledger.pending():
+            if spend.study_id in unsent:  # y never left: only its round's MASKED_INPUT sends it
+                continue
             if (reason := self._deliver(identity, spend)) is not None:
                 out.refused[spend.study_id] = reason
                 log.warning("study %s: %s", printable(spend.study_id), reason)
@@ -163,6 +170,7 @@ class Agent(SecureSteps, RosterSteps, RoundChecks, Settling):
                 continue  # released once already (the stored bytes are re-sent above)
             reason = self._study_step(identity, study, out)
             if reason is not None:
+                reason = self._while_rounds_run(reason, study.study_id)
                 final = not isinstance(reason, Retry)
                 if self._leave(identity, study, final) and final:
                     self._refused.add(study.study_id)  # a leave not done yet is tried next pass
@@ -184,10 +192,22 @@ class Agent(SecureSteps, RosterSteps, RoundChecks, Settling):
         except UNHANDLED as exc:
             log.error("study %s: the device cannot handle it", printable(study.study_id), exc_info=True)
             if (session := self._sessions.get(study.study_id)) is not None:
-                session.left = True  # out of the round for good, also after a restart
-                self._keep(study.study_id, session)
+                self._leave_session(study.study_id, session,  # for good, also after a restart
+                                    "the device could not handle the study")
             return Declined(f"the device cannot handle this study ({type(exc).__name__}: {exc}); "
                             "it declines it", pb.OTHER)
+
+    def _while_rounds_run(self, reason: str, study_id: str) -> str:
+        """``reason``, but a :class:`Retry` if it is the coordinator's
+        :data:`DECLARED_BUDGET_EXCEEDED` while this device is in other running secure rounds:
+        the coordinator counts those from the registration, the ledger only from the masked
+        input, so the two books agree again once the rounds end (or the device leaves them)."""
+        if (DECLARED_BUDGET_EXCEEDED in reason and not isinstance(reason, Retry)
+                and any(not s.left and pb.MASKED_INPUT not in s.done
+                        for sid, s in self._sessions.items() if sid != study_id)):
+            return Retry(f"{reason} (tried again once this device's running secure rounds end)",
+                         pb.BUDGET)
+        return reason
 
     def _read(self, identity: Identity, method: str, study_id: str = "") -> pb.DeviceRead:
         """The device's signed read of ``method`` (the coordinator shows studies and results

@@ -44,7 +44,7 @@ from fedsketch.common.cli import clean_errors as _clean_errors
 from fedsketch.common.helptext import TidyGroup
 
 if TYPE_CHECKING:  # the ledger (sqlite3, cryptography) and the daemon load in the commands
-    from fedsketch.client.ledger import Ledger, Spend
+    from fedsketch.client.ledger import Ledger, Spend, Void
 
 device_app = typer.Typer(cls=TidyGroup, no_args_is_help=True,
                          help="Run a device daemon; set and read its budget and policy.")
@@ -226,9 +226,11 @@ def device_run(
     raise typer.Exit(status)
 
 
-def _state(spend: Spend) -> str:
-    """What became of a spend, as far as the device knows (a refusal of the bytes first: the
-    study may have ended without them)."""
+def _state(spend: Spend, void: Void | None = None) -> str:
+    """What became of a spend, as far as the device knows (given back first, then a refusal of
+    the bytes: the study may have ended without them)."""
+    if void is not None:
+        return f"void: ε given back ({void.reason})"
     if spend.receipt is not None and spend.receipt.startswith("refused: "):
         return f"refused by the coordinator ({spend.receipt.removeprefix('refused: ')})"
     if spend.final_state is not None:
@@ -296,13 +298,16 @@ def device_budget(
             spent = {s: book.spent(s) for s in budgets}
             reserved = {s: book.reserved(s) for s in budgets}
             policy, spends, history = book.policy(), book.spends(), book.history()
+            voids = book.voids()
             joined, promises = book.reservations(), book.promises()
     sources = {name: {"epsilon": b.epsilon, "delta": b.delta, "spent_epsilon": spent[name][0],
                       "spent_delta": spent[name][1],
                       "remaining_epsilon": max(0.0, b.epsilon - spent[name][0]),
                       "remaining_delta": max(0.0, b.delta - spent[name][1]),
                       "reserved_epsilon": reserved[name][0], "reserved_delta": reserved[name][1],
-                      "kept_epsilon": math.fsum(p[3] for p in promises if p[2] == name)}
+                      "kept_epsilon": math.fsum(p[3] for p in promises if p[2] == name),
+                      "given_back_epsilon": math.fsum(s.epsilon for s in spends
+                                                      if s.source == name and s.study_id in voids)}
                for name, b in budgets.items()}
     kept = [{"study_id": study, "release": name, "source": source, "epsilon": eps, "until": until}
             for study, name, source, eps, until in promises]
@@ -311,12 +316,16 @@ def device_budget(
              "expires_at": r.expires_at} for r in joined]
     rows = [{"study_id": s.study_id, "study": s.study_name, "source": s.source,
              "epsilon": s.epsilon, "delta": s.delta, "n": s.n, "spent_at": s.spent_at,
-             "state": _state(s), "parent": s.parent, "round": s.round} for s in spends]
+             "state": _state(s, voids.get(s.study_id)), "parent": s.parent, "round": s.round,
+             "void": None if (v := voids.get(s.study_id)) is None else
+             {"reason": v.reason, "at": v.voided_at, "certificate": v.certificate is not None}}
+            for s in spends]
     studies: dict[str, dict] = {}
     for s in spends:  # by round: "0" the study's own release (its sketch, or its round 0)
         study = studies.setdefault(s.parent or s.study_id, {"epsilon": 0.0, "rounds": {}})
         key = "sketch" if s.parent is not None and s.round == 0 else str(s.round)  # sketch round
-        study["rounds"][key] = math.fsum((study["rounds"].get(key, 0.0), s.epsilon))
+        eps = 0.0 if s.study_id in voids else s.epsilon  # given back: it counts for nothing
+        study["rounds"][key] = math.fsum((study["rounds"].get(key, 0.0), eps))
         study["epsilon"] = math.fsum(study["rounds"].values())
     log_rows = [{"at": h.at, "action": h.action, "source": h.source, "detail": h.detail}
                 for h in history]

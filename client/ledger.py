@@ -61,6 +61,7 @@ from fedsketch.client.ledger_reservations import Reservation, Reservations
 from fedsketch.client.ledger_schema import (
     DEFAULT_SOURCE,
     FORMAT,
+    NOT_VOID,
     SCHEMA_VERSION,
     create_schema,
     log_change,
@@ -69,10 +70,11 @@ from fedsketch.client.ledger_schema import (
 )
 from fedsketch.client.ledger_sessions import SecureSessions
 from fedsketch.client.ledger_spends import Spends
+from fedsketch.client.ledger_voids import Void, Voids
 from fedsketch.client.policy import Policy
 
 __all__ = ["DEFAULT_SOURCE", "SCHEMA_VERSION", "Budget", "BudgetChange", "BudgetExceeded",
-           "Identity", "Ledger", "LedgerError", "LedgerUnavailable", "Reservation", "Spend"]
+           "Identity", "Ledger", "LedgerError", "LedgerUnavailable", "Reservation", "Spend", "Void"]
 
 _BUSY_TIMEOUT_S = 30.0
 
@@ -94,12 +96,13 @@ def unavailable(path: str, exc: sqlite3.OperationalError) -> LedgerError:
                              "was recorded and nothing was sent")
 
 
-class Ledger(Spends, Reservations, SecureSessions, IdentityStore):
+class Ledger(Spends, Voids, Reservations, SecureSessions, IdentityStore):
     """An open ledger file (created empty, owner-only, if missing). Raises :class:`LedgerError` for a
     file that is not a readable ledger of a schema version this code reads. Its spend methods
     come from :class:`~.ledger_spends.Spends`, its reservation methods from
     :class:`~.ledger_reservations.Reservations`, its secure-round states from
-    :class:`~.ledger_sessions.SecureSessions`, its identity methods from
+    :class:`~.ledger_sessions.SecureSessions`, its voids from :class:`~.ledger_voids.Voids`, its
+    identity methods from
     :class:`~.ledger_identity.IdentityStore`."""
 
     def __init__(self, path: str | os.PathLike) -> None:
@@ -259,12 +262,14 @@ class Ledger(Spends, Reservations, SecureSessions, IdentityStore):
                   f"{why}: ε {old.epsilon:g} → {new.epsilon:g}, δ {old.delta:g} → {new.delta:g}")
 
     def spent(self, source: str) -> tuple[float, float]:
-        """(Σε, Σδ) over all spends of ``source``; (0.0, 0.0) if none."""
+        """(Σε, Σδ) over the spends of ``source`` that were not given back
+        (:mod:`.ledger_voids`); (0.0, 0.0) if none."""
         return self._sums(self._conn, source)
 
     @staticmethod
     def _sums(db: sqlite3.Connection, source: str) -> tuple[float, float]:
-        rows = db.execute("SELECT epsilon, delta FROM spends WHERE source = ?", (source,)).fetchall()
+        rows = db.execute(f"SELECT epsilon, delta FROM spends WHERE source = ? AND {NOT_VOID}",
+                          (source,)).fetchall()
         return math.fsum(r[0] for r in rows), math.fsum(r[1] for r in rows)
 
     def remaining(self, source: str) -> Budget:

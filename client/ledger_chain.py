@@ -11,6 +11,8 @@ input's hash and the promise's end, each length-prefixed or fixed-width) and
 ``signature_i`` = Ed25519(device key, chain_i), when the ledger holds an identity (a spend recorded
 before enrollment is chained but unsigned). The settings ``chain_count`` and ``chain_head`` hold
 how many rows were sealed and the last link, written in the same transaction as the row.
+Schema 8 adds void rows (a spend given back, :mod:`.ledger_voids`) to the same chain, each at
+its ``position`` among the links, with a link of their own domain (:func:`void_digest`).
 
 What it shows, and what it cannot: :func:`verify` recomputes every link and checks every
 signature, so a row edited, a row deleted from the middle or the end, or rows added by hand
@@ -29,6 +31,8 @@ import struct
 from dataclasses import dataclass
 
 DOMAIN = b"fedsketch/ledger-chain/v1"
+#: The domain of a void row's link (schema 8, :mod:`.ledger_voids`).
+VOID_DOMAIN = b"fedsketch/ledger-void/v1"
 GENESIS = bytes(32)
 #: The spend columns a link covers, in order (none of them is ever updated).
 SEALED = ("seq, study_id, study_name, source, epsilon, delta, n, kind, payload_sha256, "
@@ -63,6 +67,22 @@ def row_digest(prev: bytes, row: tuple) -> bytes:
     return h.digest()
 
 
+#: The void columns a link covers (after ``seq``, which is not covered).
+VOID_SEALED = "seq, study_id, spend_chain, reason, voided_at, certificate_sha256, position"
+
+
+def void_digest(prev: bytes, row: tuple) -> bytes:
+    """chain_i for a void row of :data:`VOID_SEALED` after the link ``prev``: it covers the link
+    of the spend it gives back, so it cannot be moved to another spend."""
+    _, study_id, spend_chain, reason, voided_at, cert_sha, position = row
+    h = hashlib.sha256(VOID_DOMAIN)
+    h.update(prev)
+    for part in (field(study_id), field(bytes(spend_chain)), field(reason),
+                 struct.pack("<dq", voided_at, position), field(cert_sha)):
+        h.update(part)
+    return h.digest()
+
+
 def _key(db: sqlite3.Connection) -> bytes | None:
     row = db.execute("SELECT private_key FROM identity").fetchone()
     return None if row is None else bytes(row[0])
@@ -89,16 +109,32 @@ def seal(db: sqlite3.Connection, seq: int) -> None:
                    [("chain_count", str(count + 1)), ("chain_head", link.hex())])
 
 
+def seal_void(db: sqlite3.Connection, seq: int) -> None:
+    """Chain and sign the void row ``seq`` after the current head (its ``position`` is the count
+    of links before it), inside the caller's write transaction, and move the head to it."""
+    from fedsketch.common.net import signing
+
+    count, head = _head(db)
+    row = db.execute(f"SELECT {VOID_SEALED} FROM voids WHERE seq = ?", (seq,)).fetchone()
+    link = void_digest(head, row)
+    key = _key(db)
+    db.execute("UPDATE voids SET chain = ?, chain_signature = ? WHERE seq = ?",
+               (link, None if key is None else signing.sign(key, link), seq))
+    db.executemany("INSERT OR REPLACE INTO settings (key, value) VALUES (?, ?)",
+                   [("chain_count", str(count + 1)), ("chain_head", link.hex())])
+
+
 def sign_unsigned(db: sqlite3.Connection) -> None:
     """Sign the sealed rows that were recorded before the ledger held a key (at enrollment)."""
     from fedsketch.common.net import signing
 
     key = _key(db)
-    rows = db.execute("SELECT seq, chain FROM spends WHERE chain IS NOT NULL AND "
-                      "chain_signature IS NULL").fetchall()
-    if key is not None and rows:
-        db.executemany("UPDATE spends SET chain_signature = ? WHERE seq = ?",
-                       [(signing.sign(key, bytes(link)), seq) for seq, link in rows])
+    for table in ("spends", "voids"):
+        rows = db.execute(f"SELECT seq, chain FROM {table} WHERE chain IS NOT NULL AND "
+                          "chain_signature IS NULL").fetchall()
+        if key is not None and rows:
+            db.executemany(f"UPDATE {table} SET chain_signature = ? WHERE seq = ?",
+                           [(signing.sign(key, bytes(link)), seq) for seq, link in rows])
 
 
 def seal_all(db: sqlite3.Connection) -> int:
@@ -116,6 +152,7 @@ class Verdict:
 
     rows: int
     problems: tuple[str, ...]
+    voids: int = 0
 
     @property
     def ok(self) -> bool:
@@ -131,15 +168,21 @@ def verify(db: sqlite3.Connection) -> Verdict:
     public = None if key is None else signing.public_key(key)
     problems: list[str] = []
     prev = GENESIS
-    rows = db.execute(f"SELECT {SEALED}, chain, chain_signature FROM spends ORDER BY seq").fetchall()
-    for *fields, link, signature in rows:
-        what = f"the spend of study {fields[1]!r} (row {fields[0]})"
+    rows = _links(db)
+    links = {f[1]: f[-2] for kind, f in rows if kind == "spend"}  # study → its spend's link
+    for kind, (*fields, link, signature) in rows:
+        what = (f"the spend of study {fields[1]!r} (row {fields[0]})" if kind == "spend" else
+                f"the void of study {fields[1]!r}'s spend (void row {fields[0]})")
         if link is None:
             problems.append(f"{what} is not sealed: it was written by hand, not by fedsketch")
             continue
-        if row_digest(prev, tuple(fields)) != bytes(link):
+        digest = row_digest if kind == "spend" else void_digest
+        if digest(prev, tuple(fields)) != bytes(link):
             problems.append(f"{what} does not follow the row before it: it was edited, or spend "
                             "rows before it were deleted")
+        if kind == "void" and (links.get(fields[1]) is None
+                               or bytes(links[fields[1]]) != bytes(fields[2])):
+            problems.append(f"{what} names a spend the ledger does not hold as sealed")
         if public is not None:
             if signature is None:
                 problems.append(f"{what} is not signed, though the ledger holds the device's key")
@@ -148,7 +191,27 @@ def verify(db: sqlite3.Connection) -> Verdict:
         prev = bytes(link)
     count, head = _head(db)
     if count != len(rows) or (rows and head != prev) or (not rows and head != GENESIS):
-        problems.append(f"the ledger sealed {count} spend(s) and holds {len(rows)}; its last seal "
+        what = "spend(s)" if not any(kind == "void" for kind, _ in rows) else "spend and void rows"
+        problems.append(f"the ledger sealed {count} {what} and holds {len(rows)}; its last seal "
                         f"{'matches' if head == prev else 'does not match'} the last row: spend "
                         "rows were deleted or added by hand")
-    return Verdict(len(rows), tuple(problems))
+    return Verdict(sum(kind == "spend" for kind, _ in rows), tuple(problems),
+                   sum(kind == "void" for kind, _ in rows))
+
+
+def _links(db: sqlite3.Connection) -> list[tuple[str, tuple]]:
+    """Every sealed row in chain order: ("spend", its :data:`SEALED` fields, link, signature) in
+    ``seq`` order, with ("void", :data:`VOID_SEALED` …) rows put at their ``position``."""
+    spends = db.execute(f"SELECT {SEALED}, chain, chain_signature FROM spends ORDER BY seq").fetchall()
+    voids = db.execute(f"SELECT {VOID_SEALED}, chain, chain_signature FROM voids "
+                       "ORDER BY position, seq").fetchall()
+    out: list[tuple[str, tuple]] = []
+    taken, v = 0, 0  # spends and voids placed so far
+    for i in range(len(spends) + len(voids)):
+        if v < len(voids) and (voids[v][6] <= i or taken == len(spends)):
+            out.append(("void", voids[v]))
+            v += 1
+        else:
+            out.append(("spend", spends[taken]))
+            taken += 1
+    return out

@@ -1,4 +1,8 @@
-"""The ledger's SQLite layout: schema version 7, and the one-time migrations from schemas 1 to 6.
+"""The ledger's SQLite layout: schema version 8, and the one-time migrations from schemas 1 to 7.
+
+Schema 8 adds the ``voids`` table: a secure round's spend given back, one row per spend, which
+stays (:mod:`.ledger_voids`); each void is a link of the spends' chain. :func:`migrate_v7` adds
+the table, empty.
 
 Schema 7 seals the spends: ``spends.chain`` (a SHA-256 hash chain over the rows) and
 ``spends.chain_signature`` (the device's Ed25519 signature of the link), with the settings
@@ -59,7 +63,7 @@ from fedsketch.client.policy import Policy
 
 log = logging.getLogger("fedsketch.device")
 
-SCHEMA_VERSION = 7
+SCHEMA_VERSION = 8
 FORMAT = "fedsketch.ledger"
 #: The source of a device that declares no other.
 DEFAULT_SOURCE = "default"
@@ -127,6 +131,18 @@ CREATE TABLE secure_sessions (
     state    BLOB NOT NULL,
     saved_at REAL NOT NULL
 );
+CREATE TABLE voids (
+    seq                INTEGER PRIMARY KEY AUTOINCREMENT,
+    study_id           TEXT NOT NULL UNIQUE REFERENCES spends (study_id),
+    reason             TEXT NOT NULL,
+    voided_at          REAL NOT NULL,
+    certificate        BLOB,
+    certificate_sha256 TEXT NOT NULL,
+    spend_chain        BLOB NOT NULL,
+    position           INTEGER NOT NULL,
+    chain              BLOB,
+    chain_signature    BLOB
+);
 CREATE TABLE identity (
     id          INTEGER PRIMARY KEY CHECK (id = 1),
     device_id   TEXT NOT NULL,
@@ -151,9 +167,13 @@ def create_schema(db: sqlite3.Connection, *, skip: tuple[str, ...] = (),
             db.execute(statement)
 
 
+#: A spend that counts: not given back (:mod:`.ledger_voids`).
+NOT_VOID = "study_id NOT IN (SELECT study_id FROM voids)"
+
+
 def study_spent(db: sqlite3.Connection, study_id: str) -> float:
-    """Σε spent on a study: its sketch and every refinement round of it."""
-    rows = db.execute("SELECT epsilon FROM spends WHERE study_id = ? OR parent = ?",
+    """Σε spent on a study: its sketch and every refinement round of it (voids left out)."""
+    rows = db.execute(f"SELECT epsilon FROM spends WHERE (study_id = ? OR parent = ?) AND {NOT_VOID}",
                       (study_id, study_id)).fetchall()
     return math.fsum(r[0] for r in rows)
 
@@ -170,7 +190,7 @@ def promises(db: sqlite3.Connection, source: str | None = None,
     study's whole ε for this device (its ``study_epsilon``) less what it spent on the study,
     at least 0."""
     now = time.time() if now is None else now
-    live = "study_epsilon IS NOT NULL AND final_state IS NULL AND kept_until > ?"
+    live = f"study_epsilon IS NOT NULL AND final_state IS NULL AND kept_until > ? AND {NOT_VOID}"
     rows = db.execute(f"SELECT COALESCE(parent, study_id) AS study, study_name, source, study_epsilon, "
                       f"kept_until FROM spends AS s WHERE {live} AND (? IS NULL OR source = ?) AND "
                       f"seq = (SELECT MAX(seq) FROM spends AS t WHERE {live} AND t.source = s.source "
@@ -294,6 +314,15 @@ def migrate_v6(db: sqlite3.Connection) -> None:
                "deleted or edited spend row is found by `fedsketch device budget --verify`")
 
 
+def migrate_v7(db: sqlite3.Connection) -> None:
+    """Schema 7 → 8 (module docstring), inside the caller's write transaction: the empty
+    ``voids`` table."""
+    create_schema(db, only=("voids",))
+    set_settings(db, schema_version="8")
+    log_change(db, "migrate", None, None, None, "schema 7 → 8: a secure round's spend whose "
+               "masked input never left the device can be given back (a sealed void row)")
+
+
 def drop_out_of_box(db: sqlite3.Connection, settings: dict[str, str]) -> str | None:
     """Remove the ``out_of_box`` key that the first schema-2 release stored in the policy, inside
     the caller's write transaction (logged); the old value, or None if there was none.
@@ -323,7 +352,7 @@ def upgrade(db: sqlite3.Connection, path: str) -> None:
         log.warning("%s: migrated from schema 1; its budget is what it had spent, so "
                     "nothing remains until `fedsketch device raise-budget`", path)
         return
-    if version not in ("2", "3", "4", "5", "6", str(SCHEMA_VERSION)):
+    if version not in ("2", "3", "4", "5", "6", "7", str(SCHEMA_VERSION)):
         raise LedgerError(f"{path} has ledger schema version {version!r}; this code reads "
                           f"versions 1 to {SCHEMA_VERSION} (written by a newer fedsketch?)")
     if version == "2":
@@ -336,6 +365,8 @@ def upgrade(db: sqlite3.Connection, path: str) -> None:
         migrate_v5(db)
     if version in ("2", "3", "4", "5", "6"):
         migrate_v6(db)
+    if version in ("2", "3", "4", "5", "6", "7"):
+        migrate_v7(db)
     if drop_out_of_box(db, settings) == "refuse":
         log.warning("%s: the owner's policy out-of-box = refuse is no longer offered "
                     "(the refusal would reveal the records); records are clipped", path)

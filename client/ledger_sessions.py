@@ -32,9 +32,12 @@ class SecureSessions:
     _conn: sqlite3.Connection
     _write: Callable[[], AbstractContextManager[sqlite3.Connection]]
 
-    def save_session(self, study_id: str, source: str, state: bytes) -> None:
+    def save_session(self, study_id: str, source: str, state: bytes, scrub: bool = False) -> None:
         """Store (or replace) ``source``'s state in the round of ``study_id``, committed.
-        LedgerError if another source's daemon holds that round: one device takes part once."""
+        LedgerError if another source's daemon holds that round: one device takes part once.
+        ``scrub``: the new state drops secrets the old one held (x and e, the round's keys);
+        the old row's pages are overwritten (``secure_delete``) and the write-ahead log, which
+        holds copies of them, is truncated."""
         with self._write() as db:
             row = db.execute("SELECT source FROM secure_sessions WHERE study_id = ?", (study_id,)).fetchone()
             if row is not None and row[0] != source:
@@ -42,10 +45,13 @@ class SecureSessions:
                                   "in this secure round for this device")
             db.execute("INSERT OR REPLACE INTO secure_sessions (study_id, source, state, saved_at) "
                        "VALUES (?, ?, ?, ?)", (study_id, source, bytes(state), time.time()))
+        if scrub:
+            self._conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
 
-    def sessions(self, source: str) -> dict[str, bytes]:
-        """The stored states of ``source``'s rounds, by study id."""
-        rows = self._conn.execute("SELECT study_id, state FROM secure_sessions WHERE source = ?", (source,))
+    def sessions(self, source: str | None = None) -> dict[str, bytes]:
+        """The stored states of ``source``'s rounds (of every source's: None), by study id."""
+        rows = self._conn.execute("SELECT study_id, state FROM secure_sessions WHERE ? IS NULL "
+                                  "OR source = ?", (source, source))
         return dict(rows.fetchall())
 
     def drop_session(self, study_id: str, source: str) -> None:

@@ -15,7 +15,14 @@ from dataclasses import replace
 
 from fedsketch.client.ledger_chain import Verdict, seal, verify
 from fedsketch.client.ledger_records import Budget, BudgetExceeded, LedgerError, Spend, over_budget
-from fedsketch.client.ledger_schema import SPEND_COLUMNS, promised, promises, round_taken, study_spent
+from fedsketch.client.ledger_schema import (
+    NOT_VOID,
+    SPEND_COLUMNS,
+    promised,
+    promises,
+    round_taken,
+    study_spent,
+)
 from fedsketch.client.policy import Policy
 
 
@@ -158,8 +165,10 @@ class Spends:
                 raise LedgerError(f"no spend recorded for study {study_id!r}")
 
     def pending(self) -> list[Spend]:
-        """Spends not yet acknowledged, oldest first: the payloads to (re-)send."""
-        rows = self._conn.execute(f"SELECT {SPEND_COLUMNS} FROM spends WHERE acked_at IS NULL ORDER BY seq")
+        """Spends not yet acknowledged, oldest first: the payloads to (re-)send (never one given
+        back: its bytes must not leave the device, :mod:`.ledger_voids`)."""
+        rows = self._conn.execute(f"SELECT {SPEND_COLUMNS} FROM spends WHERE acked_at IS NULL "
+                                  f"AND {NOT_VOID} ORDER BY seq")
         return [Spend(*r) for r in rows]
 
     def unsettled(self) -> list[Spend]:

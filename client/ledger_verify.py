@@ -7,7 +7,8 @@ file put back, nor a history re-sealed with the key the file holds. The coordina
 finds both: a study whose release the coordinator stored and the ledger does not record means
 the ledger lost that spend. A secure round counts at the coordinator from the device's
 registration while it runs (the device spends at its masked input), so a running round the
-ledger has not paid yet is shown as such, not as a loss.
+device has not masked for yet (``Charge.running``) is shown as such, not as a loss; one that
+ended, or to which the device sent its masked input, is a spend the ledger must record.
 """
 
 from __future__ import annotations
@@ -31,7 +32,8 @@ def verify(book: Ledger, coordinator: str | None = None, ca: Path | None = None,
     verdict = book.verify_chain()
     holds, problems = [], list(verdict.problems)
     if verdict.ok:
-        holds.append(f"{verdict.rows} spends verified: the chain and every signature hold")
+        voided = f" and {verdict.voids} voids (spends given back)" if verdict.voids else ""
+        holds.append(f"{verdict.rows} spends{voided} verified: the chain and every signature hold")
     declared = book.declared()
     if declared is not None:
         holds.append(f"declared to the coordinator at enrollment: ε = {declared[0]:g}, "
@@ -48,14 +50,21 @@ def verify(book: Ledger, coordinator: str | None = None, ca: Path | None = None,
     finally:
         channel.close()
     recorded = {s.study_id: s for s in book.spends()}
-    lost = [c for c in account.charges if c.study_id not in recorded and not c.secure]
-    running = [c for c in account.charges if c.study_id not in recorded and c.secure]
+    lost = [c for c in account.charges if c.study_id not in recorded and not c.running]
+    running = [c for c in account.charges if c.study_id not in recorded and c.running]
     if lost:
         problems.append(
             f"the coordinator stored this device's releases of {len(lost)} studies that the ledger "
             f"does not record ({', '.join(c.study_id for c in lost)}; ε = "
             f"{math.fsum(c.epsilon for c in lost):g}): spend rows were deleted or an older copy of "
             "the ledger was restored; the coordinator still counts them")
+    voids = book.voids()
+    given = [c for c in account.charges if c.study_id in voids and not c.running]
+    if given:
+        problems.append(
+            f"the coordinator counts releases of {len(given)} studies that the ledger gave back "
+            f"({', '.join(c.study_id for c in given)}): the device voided a spend whose release "
+            "the coordinator holds")
     if running:
         ids = ", ".join(c.study_id for c in running)
         holds.append(f"{len(running)} secure rounds the device registered in count at the "

@@ -19,6 +19,7 @@ import numpy as np
 
 from fedsketch.client.ledger import Identity
 from fedsketch.client.study_pass import Later, release_cost
+from fedsketch.common.pb import fedsketch_pb2 as pb
 from fedsketch.common.secagg import Client
 from fedsketch.common.secagg import wire as sw
 from fedsketch.common.sketch.box import Box
@@ -94,6 +95,17 @@ class Session:
             "input": None if self.input is None else b64(self.input.astype("<i8").tobytes()),
             "noise": None if self.noise is None else b64(self.noise.astype("<i8").tobytes())},
             sort_keys=True).encode()
+
+    @staticmethod
+    def sent_masked(text: bytes) -> bool:
+        """Whether the stored session ``text`` may have sent its masked input: MASKED_INPUT is in
+        its ``done``, which :meth:`~.secure_steps.SecureSteps._masked_step` keeps before the first
+        send (True also for a row that does not parse: it cannot show that y stayed)."""
+        try:
+            done = json.loads(text)["done"]
+            return not isinstance(done, list) or pb.MASKED_INPUT in done
+        except (ValueError, TypeError, KeyError):
+            return True
 
     @classmethod
     def load(cls, study_id: str, text: bytes, identity: Identity) -> Session:

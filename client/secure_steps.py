@@ -22,7 +22,11 @@ UNMASK.
   list implies, against the consistency quorum of signatures on it
   (:meth:`fedsketch.common.secagg.Client.unmask`).
 
-A device that drops before MASKED_INPUT spends nothing. Every way out of a round has a reason
+A device that drops before MASKED_INPUT spends nothing; one that spent but whose masked input
+never left it (no send was tried: MASKED_INPUT is kept in the session's ``done`` before the
+first) gives the spend back when it leaves the round or learns that it ended (rule A,
+:meth:`SecureSteps._void_unsent`, :mod:`.ledger_voids`), and signs and unmasks nothing in it.
+Every way out of a round has a reason
 that the pass logs, and a :class:`Declined` one (the device's own decision, or a coordinator
 that has nothing for it: it came too late) is reported to the coordinator
 (:mod:`.declines`).
@@ -42,7 +46,7 @@ first pass and goes on where it was: same keys, same bytes, one masked input, on
 survivor list. The masked bytes are committed before the spend, and the spend before they are
 sent: a daemon restarted between any two of these goes on with the next, with the same bytes
 (:meth:`SecureSteps._masked_step`); only one restarted after MASKED_INPUT closed leaves the
-round, unspent, and says so.
+round, its spend (if it had committed one) given back, and says so.
 """
 
 from __future__ import annotations
@@ -104,13 +108,16 @@ class SecureSteps:
         that does not load is dropped, and the device is out of that round."""
         for sid, text in self.ledger.sessions(self.source).items():
             if sid not in listed:
-                if self._ended(identity, sid) is not None:
+                if (ended := self._ended(identity, sid)) is not None:
+                    self._void_unsent(sid, Session.sent_masked(text), f"the round ended ({ended})",
+                                      published=ended == "DONE")
                     self.ledger.drop_session(sid, self.source)
             elif sid not in self._sessions:
                 try:
                     self._sessions[sid] = session = Session.load(sid, text, identity)
                 except ValueError as exc:
-                    log.warning("%s; the device drops out of the round", exc)
+                    log.warning("%s; the device drops out of the round (a spend on it, if any, "
+                                "stands: whether its masked input left cannot be read)", exc)
                     self.ledger.drop_session(sid, self.source)
                     continue
                 log.info("study %s: %s", printable(sid), "had left the secure round before the "
@@ -125,10 +132,41 @@ class SecureSteps:
 
     def _drop(self, study_id: str, session: Session, reason: str) -> str:
         """Leave the round for good (kept in the ledger: also after a restart); ``reason``, which
-        the pass logs and, if the device decided it (:class:`Declined`), reports."""
-        session.left = True
-        self._keep(study_id, session)
+        the pass logs and, if the device decided it (:class:`Declined`), reports. A left
+        session needs only ``left``: its input x, noise share e and the round's secrets are
+        erased at once (:meth:`_leave_session`), not when the coordinator says the round ended."""
+        self._leave_session(study_id, session, reason)
         return reason
+
+    def _leave_session(self, study_id: str, session: Session, why: str) -> None:
+        """Mark ``session`` left, erase x, e and the client's secrets from it, and keep it so,
+        the old row overwritten and the write-ahead log truncated (:meth:`Ledger.save_session`
+        with ``scrub``); a spend on the round whose masked input never left is given back
+        first (:meth:`_void_unsent`)."""
+        self._void_unsent(study_id, pb.MASKED_INPUT in session.done, why)
+        session.left = True
+        session.input = session.noise = session.client = None
+        self.ledger.save_session(study_id, self.source, session.dump(), scrub=True)
+
+    def _void_unsent(self, study_id: str, sent: bool, why: str, published: bool = False) -> None:
+        """Rule A (docs/secure-aggregation.md, "When a failed round gives ε back"): the device is
+        out of the round, and if it recorded a spend on it but never sent the masked input y
+        (``sent``: MASKED_INPUT is in the session's ``done``, which is kept before the first
+        send, so False means y never left), the spend is void: nobody holds anything computed
+        from x, so nothing about it can be learned. A sent y's spend stands (logged, unless the
+        round ``published``: then it bought the result)."""
+        spend = self.ledger.find(study_id)
+        if spend is None or spend.kind != SECURE_KIND:
+            return
+        if sent or spend.acked_at is not None:
+            if not published:
+                log.info("study %s: the device is out of the secure round after its masked "
+                         "input was sent; its spend of ε = %g stands (no certificate of abort)",
+                         printable(study_id), spend.epsilon)
+            return
+        self.ledger.void(study_id, f"the masked input never left the device: {why}")
+        log.warning("study %s: the masked input never left the device (%s); its spend of "
+                    "ε = %g is void and given back", printable(study_id), why, spend.epsilon)
 
     def _secure_step(self, identity: Identity, study: pb.Study, out: Outcome) -> str | None:
         """Act on the open stage of a secure-aggregation study; the reason if refused (or out of
@@ -136,6 +174,8 @@ class SecureSteps:
         sid, stage = study.study_id, study.stage
         session = self._sessions.get(sid)
         if stage == pb.REGISTER:
+            if session is not None and session.left:
+                return None  # left before registering (e.g. declined, then restarted): stays out
             if session is None:
                 prepared = self._prepare(identity, study)
                 if isinstance(prepared, str):
@@ -225,6 +265,10 @@ class SecureSteps:
         body = self._fetch(identity, sid, session, stage)
         if not isinstance(body, bytes):
             return body
+        if stage in (pb.CONSISTENCY, pb.UNMASK) and pb.MASKED_INPUT not in session.done:
+            return self._drop(sid, session, Declined(  # a coordinator that routes it anything
+                f"the round is at {pb.Stage.Name(stage)} and this device sent no masked input: "
+                "it signs and unmasks nothing in it", pb.OTHER))
         try:
             if stage == pb.ADVERTISE_KEYS:
                 params, keys, _ = sw.params_from_json(sid, sw.load(body))
@@ -303,7 +347,8 @@ class SecureSteps:
                 return self._drop(sid, session, str(exc))
             fault_point()
         session.done.add(stage)
-        self._keep(sid, session)
+        session.input = session.noise = None  # x and e served only y; the spend keeps x + e
+        self.ledger.save_session(sid, self.source, session.dump(), scrub=True)
         if spend.acked_at is None:  # else this pass's re-send of pending releases took it
             if (refused := self._deliver(identity, spend)) is not None:
                 return self._drop(sid, session, refused)

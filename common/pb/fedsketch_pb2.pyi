@@ -121,16 +121,18 @@ class Account(_message.Message):
     def __init__(self, budget_epsilon: _Optional[float] = ..., budget_delta: _Optional[float] = ..., charged_epsilon: _Optional[float] = ..., charged_delta: _Optional[float] = ..., charges: _Optional[_Iterable[_Union[Charge, _Mapping]]] = ...) -> None: ...
 
 class Charge(_message.Message):
-    __slots__ = ("study_id", "epsilon", "delta", "secure")
+    __slots__ = ("study_id", "epsilon", "delta", "secure", "running")
     STUDY_ID_FIELD_NUMBER: _ClassVar[int]
     EPSILON_FIELD_NUMBER: _ClassVar[int]
     DELTA_FIELD_NUMBER: _ClassVar[int]
     SECURE_FIELD_NUMBER: _ClassVar[int]
+    RUNNING_FIELD_NUMBER: _ClassVar[int]
     study_id: str
     epsilon: float
     delta: float
     secure: bool
-    def __init__(self, study_id: _Optional[str] = ..., epsilon: _Optional[float] = ..., delta: _Optional[float] = ..., secure: _Optional[bool] = ...) -> None: ...
+    running: bool
+    def __init__(self, study_id: _Optional[str] = ..., epsilon: _Optional[float] = ..., delta: _Optional[float] = ..., secure: _Optional[bool] = ..., running: _Optional[bool] = ...) -> None: ...
 
 class ListStudiesResponse(_message.Message):
     __slots__ = ("studies",)

@@ -136,7 +136,8 @@ class DeviceService:
         return pb.Account(budget_epsilon=eps, budget_delta=delta, charged_epsilon=charged[0],
                           charged_delta=charged[1], charges=[
                               pb.Charge(study_id=c.study_id, epsilon=c.epsilon, delta=c.delta,
-                                        secure=c.secure) for c in acc.charges])
+                                        secure=c.secure, running=c.running)
+                              for c in acc.charges])
 
 
 class OperatorService:

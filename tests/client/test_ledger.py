@@ -484,6 +484,7 @@ def test_a_schema_2_ledger_is_migrated_keeping_every_spend(path):
     with sqlite3.connect(path) as db:
         rows = db.execute("SELECT study_id, study_name, source, epsilon, delta, n, kind, payload, "
                           "payload_sha256, spec_sha256, spent_at FROM spends").fetchall()
+        db.execute("DROP TABLE voids")  # schema 8's
         db.execute("DROP TABLE spends")
         db.execute("DROP TABLE reservations")  # schema 4's
         db.execute("DROP TABLE secure_sessions")  # schema 6's
@@ -498,11 +499,12 @@ def test_a_schema_2_ledger_is_migrated_keeping_every_spend(path):
         (old,) = led.spends()
         assert (old.study_id, old.epsilon, old.round, old.parent) == ("old", 0.4, 0, None)
         assert led.remaining(DEFAULT_SOURCE).epsilon == pytest.approx(0.6)
-        assert "schema 2 → 3" in led.history()[-5].detail  # then 3 → 4, 4 → 5, 5 → 6, 6 → 7
-        assert "schema 3 → 4" in led.history()[-4].detail
-        assert "schema 4 → 5" in led.history()[-3].detail
-        assert "schema 5 → 6" in led.history()[-2].detail
-        assert "schema 6 → 7: the 1 spends recorded so far were sealed" in led.history()[-1].detail
+        assert "schema 2 → 3" in led.history()[-6].detail  # then 3 → 4, … 6 → 7, 7 → 8
+        assert "schema 3 → 4" in led.history()[-5].detail
+        assert "schema 4 → 5" in led.history()[-4].detail
+        assert "schema 5 → 6" in led.history()[-3].detail
+        assert "schema 6 → 7: the 1 spends recorded so far were sealed" in led.history()[-2].detail
+        assert "schema 7 → 8" in led.history()[-1].detail
         round_spend(led, "r", "old", 1)
         assert led.spent(DEFAULT_SOURCE)[0] == pytest.approx(0.6)
     finally:
@@ -510,8 +512,9 @@ def test_a_schema_2_ledger_is_migrated_keeping_every_spend(path):
 
 
 def _older_ledger(path: Path, version: int) -> None:
-    """A ledger as schema ``version`` (1 to 6) wrote it: schema 1 by :func:`_v1_ledger`;
-    schemas 2 to 6 with one spend of 0.4 (``old``), without the seal (``spends.chain``,
+    """A ledger as schema ``version`` (1 to 7) wrote it: schema 1 by :func:`_v1_ledger`;
+    schemas 2 to 7 with one spend of 0.4 (``old``), without the voids table; before 7 without
+    the seal (``spends.chain``,
     ``spends.chain_signature``, the ``chain_*`` settings); before 6 without
     ``spends.kept_until`` and the secure_sessions table, but for 5
     without ``spends.premask``, and before 4 without the reservations table."""
@@ -521,6 +524,13 @@ def _older_ledger(path: Path, version: int) -> None:
     led = Ledger.create(path, 1.0)
     spend(led, "old", 0.4)
     led.close()
+    with sqlite3.connect(path) as db:
+        db.execute("DROP TABLE voids")
+        if version == 7:
+            db.execute("UPDATE settings SET value = '7' WHERE key = 'schema_version'")
+    db.close()
+    if version == 7:
+        return
     with sqlite3.connect(path) as db:
         db.execute("ALTER TABLE spends DROP COLUMN chain")
         db.execute("ALTER TABLE spends DROP COLUMN chain_signature")
@@ -549,14 +559,15 @@ def _older_ledger(path: Path, version: int) -> None:
     db.close()
 
 
-@pytest.mark.parametrize("version", [1, 2, 3, 4, 5, 6])
-def test_older_ledgers_are_migrated_to_schema_7_with_no_reservation(path, version):
+@pytest.mark.parametrize("version", [1, 2, 3, 4, 5, 6, 7])
+def test_older_ledgers_are_migrated_to_schema_8_with_no_reservation(path, version):
     """Schemas 1 to 3 kept what the device joined in the daemon's memory: the migration keeps
     every spend and adds the reservations table, empty; reservations then work, and a second
     open migrates nothing. Schema 5 adds the pre-mask input of a masked release (none before),
     schema 6 when a promise lapses (none here: no spend kept ε for later rounds), schema 7 the
-    seal of the spends: every migrated spend is sealed, and the chain verifies."""
-    assert SCHEMA_VERSION == 7
+    seal of the spends: every migrated spend is sealed, and the chain verifies; schema 8 the
+    voids table, empty."""
+    assert SCHEMA_VERSION == 8
     _older_ledger(path, version)
     led = Ledger(path)
     try:
@@ -566,9 +577,11 @@ def test_older_ledgers_are_migrated_to_schema_7_with_no_reservation(path, versio
         assert led.joined() == [] and led.reservations() == [] and led.sessions(DEFAULT_SOURCE) == {}
         history = [h.detail for h in led.history()]
         assert any("schema 3 → 4" in h for h in history) == (version in (2, 3))  # 1: straight to 5
-        assert any("schema 4 → 5" in h for h in history) == (version not in (1, 5, 6))
-        assert any("schema 5 → 6" in h for h in history) == (version not in (1, 6))
-        assert any("schema 6 → 7" in h for h in history) == (version != 1)
+        assert any("schema 4 → 5" in h for h in history) == (version not in (1, 5, 6, 7))
+        assert any("schema 5 → 6" in h for h in history) == (version not in (1, 6, 7))
+        assert any("schema 6 → 7" in h for h in history) == (version not in (1, 7))
+        assert any("schema 7 → 8" in h for h in history) == (version != 1)
+        assert led.voids() == {}
         verdict = led.verify_chain()
         assert verdict.ok and verdict.rows == len(spent), verdict
         led.raise_budget(DEFAULT_SOURCE, 3.0, None, "test")
@@ -577,7 +590,7 @@ def test_older_ledgers_are_migrated_to_schema_7_with_no_reservation(path, versio
     finally:
         led.close()
     with sqlite3.connect(path) as db:
-        assert dict(db.execute("SELECT key, value FROM settings"))["schema_version"] == "7"
+        assert dict(db.execute("SELECT key, value FROM settings"))["schema_version"] == "8"
         columns = [r[1] for r in db.execute("PRAGMA table_info(reservations)")]
     db.close()
     assert columns == ["study_id", "study_name", "source", "epsilon", "delta", "joined_at",

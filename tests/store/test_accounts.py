@@ -106,6 +106,37 @@ def test_a_secure_round_counts_while_it_runs_and_once_the_device_masked(store):
         store.add_contribution(release("p", dev, 0.5))
 
 
+def test_a_running_round_stops_counting_a_device_it_dropped_or_that_declined(store):
+    """Review finding 2, on both backends: while a round runs, a device is counted from its
+    REGISTER only as long as it sent every closed stage's message up to MASKED_INPUT and
+    reported no refusal since it registered; a refusal reported before it registered does not
+    hide a later registration; once masked it counts for good (``running`` False)."""
+    a, b, c, d = (device(store, i) for i in range(4))
+    store.create_study("s", "{}", "0" * 64, None, 4)
+    store.add_refusal("s", d, "budget")  # reported before it registered: it still counts
+    for dev in (a, b, c, d):
+        store.add_stage_message("s", REGISTER, dev, b'{"n":5}', (0.5, 0.0))
+    store.open_stage("s", 2, time.time())  # ADVERTISE_KEYS open: the whole roster is in
+    assert all([(x.secure, x.running) for x in store.account(dev).charges] == [(True, True)]
+               for dev in (a, b, c, d))
+    store.add_refusal("s", c, "other")  # c declines after registering
+    assert store.account(c).charges == ()
+    for dev in (a, d):
+        store.add_stage_message("s", 2, dev, b"advert")
+    store.open_stage("s", 3, time.time())  # SHARE_KEYS open: b sent no advert, it is out
+    assert store.account(b).charges == () and len(store.account(a).charges) == 1
+    assert len(store.account(d).charges) == 1
+    store.add_stage_message("s", 3, a, b"shares")
+    store.open_stage("s", MASKED_INPUT, time.time())  # d sent no shares: out
+    assert store.account(d).charges == () and len(store.account(a).charges) == 1
+    store.add_stage_message("s", MASKED_INPUT, a, b"masked")
+    store.open_stage("s", 8, time.time())  # CONSISTENCY: a masked, it is spent
+    assert [(x.secure, x.running) for x in store.account(a).charges] == [(True, False)]
+    with pytest.raises(StoreError, match="stored releases of 1 studies from it worth ε = 0.5;"):
+        store.create_study("t", "{}", "0" * 64, None, 1)
+        store.add_stage_message("t", REGISTER, a, b'{"n":5}', (0.6, 0.0))
+
+
 def test_a_schema_7_store_is_migrated_to_count_declared_budgets(tmp_path):
     path = tmp_path / "store.db"
     s, old = migrated_from(path, back_to_schema_7)

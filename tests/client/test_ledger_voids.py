@@ -1,0 +1,81 @@
+"""Voids (client/ledger_voids.py): a spend given back stays on the books, counts for nothing, is
+never sent, is sealed in the spends' chain (a deleted, edited or moved void is reported), and a
+spend whose bytes were acknowledged is not given back without a certificate; ``device budget``
+shows it. Real ledger files, and the real command line."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+
+import pytest
+from test_ledger_chain import FEDSKETCH, edit, problems, spend
+
+from fedsketch.client.ledger import DEFAULT_SOURCE, Identity, Ledger, LedgerError
+from fedsketch.common.net import signing
+
+
+@pytest.fixture
+def book(tmp_path):
+    """A ledger with budget 1.0, an identity, and spends a (0.2), b (0.3), c (0.1); b is void,
+    and d (0.25) is spent after it."""
+    path = tmp_path / "ledger"
+    led = Ledger.create(path, 1.0)
+    led.set_identity(Identity("dev-1", signing.new_private_key(), "localhost:1"))
+    spend(led, "a", 0.2)
+    spend(led, "b", 0.3)
+    spend(led, "c", 0.1)
+    led.void("b", "the masked input never left the device: test")
+    spend(led, "d", 0.25)
+    yield led
+    led.close()
+
+
+def test_a_void_gives_the_spend_back_and_keeps_it(book):
+    assert [s.study_id for s in book.spends()] == ["a", "b", "c", "d"]  # the spend row stays
+    assert book.spent(DEFAULT_SOURCE)[0] == pytest.approx(0.55)
+    assert book.remaining(DEFAULT_SOURCE).epsilon == pytest.approx(0.45)
+    assert [s.study_id for s in book.pending()] == ["a", "c", "d"]  # never sent
+    assert list(book.voids()) == ["b"]
+    assert book.void("b", "again").reason.endswith("test")  # idempotent: the first stays
+    verdict = book.verify_chain()
+    assert verdict.ok and (verdict.rows, verdict.voids) == (4, 1), verdict
+
+
+def test_a_sent_release_is_not_given_back_without_a_certificate(book):
+    book.mark_acked("a", "receipt-a")
+    with pytest.raises(LedgerError, match="stands without a certificate"):
+        book.void("a", "no")
+    with pytest.raises(LedgerError, match="no spend"):
+        book.void("zzz", "no")
+    assert list(book.voids()) == ["b"]
+
+
+@pytest.mark.parametrize("sql, words", [
+    ("DELETE FROM voids", "does not follow the row before it"),
+    ("UPDATE voids SET reason = 'other'", "void of study 'b'"),
+    ("UPDATE voids SET study_id = 'c'", "names a spend the ledger does not hold"),
+    ("UPDATE voids SET chain_signature = zeroblob(64)", "signature the device's key did not make"),
+])
+def test_a_deleted_edited_or_moved_void_is_reported(book, sql, words):
+    path = book.path
+    book.close()
+    edit(path, sql)
+    found = problems(path)
+    assert any(words in p for p in found), found
+
+
+def test_device_budget_shows_the_void(book):
+    path = book.path
+    book.close()
+    shown = json.loads(subprocess.run([FEDSKETCH, "device", "budget", "--ledger", str(path),
+                                       "--json"], capture_output=True, text=True, check=True).stdout)
+    source = shown["sources"][DEFAULT_SOURCE]
+    assert source["spent_epsilon"] == pytest.approx(0.55)
+    assert source["given_back_epsilon"] == pytest.approx(0.3)
+    (b,) = [r for r in shown["spends"] if r["study_id"] == "b"]
+    assert b["state"].startswith("void: ε given back") and b["void"]["certificate"] is False
+    assert shown["studies"]["b"]["epsilon"] == 0.0
+    verified = subprocess.run([FEDSKETCH, "device", "budget", "--ledger", str(path), "--verify"],
+                              capture_output=True, text=True)
+    assert verified.returncode == 0 and "4 spends and 1 voids" in verified.stdout, verified
