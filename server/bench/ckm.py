@@ -79,7 +79,7 @@ from fedsketch.server.bench.kmeans.dplloyd import ShiftedData, public_count, shi
 from fedsketch.server.bench.metrics import split
 from fedsketch.server.bench.task import Outcome, Task, clip_rows_to_box, public_box
 from fedsketch.server.decode.identify import IDENTIFIED, Identifiability
-from fedsketch.server.decode.pipeline import decode_judged
+from fedsketch.server.decode.pipeline import decode_centroids, decode_judged
 
 #: Share of a CKM run's ε spent on the private choice of σ.
 CKM_SCALE_FRACTION = 0.1
@@ -124,11 +124,13 @@ def planning_records(task: Task) -> tuple[float, float]:
 
 
 def ckm_run(task: Task, feature: str, max_work: float | None = None) -> tuple[
-        np.ndarray, float, int, Identifiability, SketchSize]:
+        np.ndarray, float, int, Identifiability | None, SketchSize]:
     """One CKM run (module docstring) on ``task``: (centroids (k, d) in data units, σ, rows
     clipped into the box, the decoding's verdict against the sketch's public noise level, the
     sketch's planned size). Pure ``task.epsilon``-DP; ε = ∞ fits σ and sketches without noise.
-    ``max_work``: a bound on the decoder's m·d·k (:func:`plan_sketch_size`)."""
+    ``max_work``: a bound on the decoder's m·d·k (:func:`plan_sketch_size`) for a start that only
+    seeds Lloyd on the records: then one replicate and no verdict (None), which such a start
+    never reads (digits: 16 → 7 CPU seconds, RESULTS.md §13)."""
     if task.lo is None:
         raise ValueError("ckm needs a public box (--bounds)")
     box = Box(*public_box(task))
@@ -145,6 +147,9 @@ def ckm_run(task: Task, feature: str, max_work: float | None = None) -> tuple[
                                     seed=int(task.rng.integers(2**31))),
                       feature, 1, PrivacySpec(eps_main, 0.0, task.neighbouring))
     release = release_sketch(spec, split(x), box)
+    if max_work is not None:
+        start = decode_centroids(release.sketch, spec, task.k, box.lo, box.hi, replicates=1, rng=task.rng)
+        return start.centroids, cal.sigma, clipped, None, size
     out = decode_judged(release.sketch, spec, task.k, box.lo, box.hi, records=release.n, replicates=3,
                         rng=task.rng)
     return out.centroids, cal.sigma, clipped, out.identifiability, size
