@@ -13,10 +13,11 @@ box ``Task.lo``/``Task.hi``.
   smoothing kernel biases. Sequential composition of three releases:
 
   1. ``ckm`` at ε_s = CKM_LLOYD_START_SHARE·ε: k centroids C₀ — unless the plan of its sketch
-     (from n, or a noisy n at PLAN_COUNT_SHARE·ε_s under add/remove) predicts that no centroid
-     can clear the decoder's threshold: then the start is skipped, its ε (less the count's) goes to
-     steps 2–3 in their proportions, and step 2 starts from its sphere packing alone (digits,
-     n = 1,797 in d = 64: z ≤ 0.5 at every m against T ≈ 18; RESULTS.md §13);
+     (from n, or a noisy n at PLAN_COUNT_SHARE·ε_s under add/remove) predicts a centroid's z
+     below START_SKIP_FRACTION of the decoder's threshold: then the start is skipped, its ε
+     (less the count's) goes to steps 2–3 in their proportions, and step 2 starts from its
+     sphere packing alone (digits, n = 1,797 in d = 64: z ≤ 0.5 at every m against T ≈ 18;
+     RESULTS.md §13);
   2. fedsketch's over-seeded DPLloyd (:func:`fedsketch.server.bench.kmeans.overseeded`) at
      ε_o = (1 − CKM_LLOYD_FINAL_SHARE)(ε − ε_s): OVERSEED·k centres, the first k of them C₀ and the
      rest sphere-packed; Su et al.'s split and iteration rule on them; spare centres relocated
@@ -98,6 +99,11 @@ PLAN_COUNT_SHARE = 0.02
 #: the records). d = 64, k = 10: m = 640 instead of 6,400, the decoding 231 s → about 10 s at load
 #: 15 (RESULTS.md §13); every d·k ≤ 200 keeps m = 10kd.
 NONPRIVATE_START_WORK = 4e5
+#: ``ckm-lloyd`` skips its start when the planned sketch's z is below this fraction of the
+#: decoder's threshold: no centroid at all is visible. A start below the threshold still seeds
+#: the Lloyd steps usefully: diamonds at ε = 0.1 (z ≈ 6 against T ≈ 9.3), add/remove, 3 seeds:
+#: 1.43–1.54 with its start, 1.54–1.75 skipping it at z < T (RESULTS.md §13).
+START_SKIP_FRACTION = 1.0 / 3.0
 #: ``ckm-lloyd``'s final step runs only when :func:`final_step_noise` ≤ this (box half-widths).
 FINAL_NOISE_MAX = 0.5
 
@@ -223,7 +229,7 @@ def ckm_lloyd(task: Task) -> Outcome:
     records, eps_count = planning_records(replace(task, epsilon=eps_start))
     eps_sketch = (eps_start - eps_count) * (1 - CKM_SCALE_FRACTION)
     size = plan_sketch_size(records, task.d, task.k, eps_sketch, neighbouring=task.neighbouring)
-    if size.useful:
+    if size.z >= START_SKIP_FRACTION * size.threshold:
         start, sigma, _, verdict, size = ckm_run(
             replace(task, epsilon=eps_start - eps_count, public_records=records), "complex")
         start_notes = {"method": "ckm", "epsilon": eps_start - eps_count, "sigma": sigma,

@@ -1,7 +1,8 @@
 """``ckm`` and ``ckm-lloyd`` plan their sketch from public quantities
-(:mod:`fedsketch.common.study.sizing`): a start no sketch can carry is skipped and its ε goes to the
-Lloyd steps, a final step that could only move centres to noise is skipped likewise, ε is spent
-exactly either way, and the non-private start's decoder work is capped."""
+(:mod:`fedsketch.common.study.sizing`): a start whose sketch would show no centroid at all is
+skipped and its ε goes to the Lloyd steps, one merely below the threshold is kept, a final step
+that could only move centres to noise is skipped likewise, ε is spent exactly either way, and
+the non-private start's decoder work is capped."""
 
 from __future__ import annotations
 
@@ -12,12 +13,15 @@ import numpy as np
 import pytest
 
 from fedsketch.common.data.synthetic import gmm
+from fedsketch.common.study.sizing import plan_sketch_size
 from fedsketch.server.bench import ckm as ckm_module
 from fedsketch.server.bench.ckm import (
     CKM_LLOYD_FINAL_SHARE,
     CKM_LLOYD_START_SHARE,
+    CKM_SCALE_FRACTION,
     FINAL_NOISE_MAX,
     NONPRIVATE_START_WORK,
+    START_SKIP_FRACTION,
     ckm_lloyd,
     final_step_noise,
 )
@@ -57,6 +61,16 @@ def test_a_start_the_sketch_can_carry_is_kept(monkeypatch):
     start = json.loads(out.notes)["start"]
     assert start["method"] == "ckm" and start["epsilon"] == pytest.approx(2.0 * CKM_LLOYD_START_SHARE)
     assert start["m"] == 10 * 3 * 3
+
+
+def test_a_start_below_the_threshold_but_above_a_third_of_it_is_kept():
+    """2,000 records in d = 3, k = 3 at ε = 1: the start's sketch is predicted at z ≈ 6.9 against
+    T ≈ 7.9, not identifiable but not blind (≥ START_SKIP_FRACTION·T): it still seeds the Lloyd
+    steps, at the size of largest z (m = kd = 9)."""
+    size = plan_sketch_size(2000, 3, 3, 1.0 * CKM_LLOYD_START_SHARE * (1 - CKM_SCALE_FRACTION))
+    assert not size.useful and START_SKIP_FRACTION * size.threshold <= size.z < size.threshold
+    start = json.loads(ckm_lloyd(_task(2000, 3, 3, 1.0)).notes)["start"]
+    assert start["method"] == "ckm" and start["m"] == size.m == 9
 
 
 def test_a_final_step_at_noise_is_skipped_and_a_useful_one_kept():
