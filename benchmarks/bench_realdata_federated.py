@@ -24,6 +24,7 @@ Relative SSE = SSE(C)/SSE(scikit-learn KMeans, n_init = 10) on the standardized 
 Usage: python benchmarks/bench_realdata_federated.py [--sets flights,diamonds] [--eps 0.1,0.5,1,2]
            [--devices 20,100] [--modes secure,local] [--seeds 3] [--rounds 3] [--share 0.8]
            [--rows N] [--no-diffprivlib] [--out DIR] [--cache DIR] [--plot-only]
+           [--stage-timeout S]
 (--devices 0: the central rows only.)
 (--rows: a random subset of N rows of each set, for a quick run.) Prints one table per set and
 writes the rows as JSON to DIR/federated_<set>.json (default benchmarks/plots) and their plot to
@@ -54,7 +55,7 @@ HERE = Path(__file__).resolve().parent
 
 def run_set(name: str, epsilons: list[float], devices: list[int], modes: list[str], seeds: int,
             rounds: int, share: float, rows: int | None, cache: Path,
-            use_diffprivlib: bool) -> list[dict]:
+            use_diffprivlib: bool, stage_timeout: float = 30.0) -> list[dict]:
     """Every row (module docstring) on one set; one dict per (row, mode, L, ε)."""
     data = realdata.load(name, cache)
     x = data.x
@@ -71,7 +72,7 @@ def run_set(name: str, epsilons: list[float], devices: list[int], modes: list[st
         cfg = SimConfig(devices=n_devices, records=x.shape[0], k=data.k, d=x.shape[1], m=1000,
                         epsilon=eps, scale=1.0, seed=seed, box=(tuple(lo), tuple(hi)), rounds=t,
                         round_share=share, secure_aggregation=mode == "secure",
-                        max_dropout=0.1 if mode == "secure" else None, stage_timeout=30.0)
+                        max_dropout=0.1 if mode == "secure" else None, stage_timeout=stage_timeout)
         start = time.perf_counter()
         report = run_simulation(cfg, pooled)
         score = sse_per_n(split(x), np.asarray(report["centroids"])) / ref
@@ -156,6 +157,8 @@ def main() -> None:
     p.add_argument("--out", type=Path, default=HERE / "plots")
     p.add_argument("--cache", type=Path, default=HERE / "out" / "realdata")
     p.add_argument("--plot-only", action="store_true")
+    p.add_argument("--stage-timeout", type=float, default=30.0,
+                   help="secure rounds' stage timeout, s (raise it on a loaded machine)")
     args = p.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     for name in args.sets.split(","):
@@ -167,7 +170,7 @@ def main() -> None:
         rows = run_set(name, [float(e) for e in args.eps.split(",")],
                        [int(v) for v in args.devices.split(",")], args.modes.split(","),
                        args.seeds, args.rounds, args.share, args.rows, args.cache,
-                       not args.no_diffprivlib)
+                       not args.no_diffprivlib, args.stage_timeout)
         print_table(rows)
         print(f"\n({time.perf_counter() - t:.0f} s)")
         (args.out / f"federated_{name}.json").write_text(json.dumps(rows, indent=1),

