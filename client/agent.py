@@ -349,7 +349,7 @@ class Agent(SecureSteps, RosterSteps, RoundChecks, Settling):
         spec, rnd = admitted.spec, admitted.round
         tally = Tally()
         try:
-            n, kind, payload = release(admitted, tally)
+            n, kind, payload = self._release(admitted, tally)
         except DATA_ERRORS as exc:
             return data_refusal(exc)
         if (reason := self._out_of_range(spec, tally.records)) is not None:
@@ -370,6 +370,10 @@ class Agent(SecureSteps, RosterSteps, RoundChecks, Settling):
             return str(exc)
         fault_point()
         return self._deliver(identity, spend)
+
+    #: The plain release (:func:`fedsketch.client.round_steps.release`); the secure input is
+    #: :meth:`_exact_input`. The simulator's hostile devices (server/sim/hostile.py) replace them.
+    _release = staticmethod(release)
 
     def _deliver(self, identity: Identity, spend: Spend) -> str | None:
         """Send a spend's stored bytes; the coordinator's reason if it refuses them for good (the

@@ -33,8 +33,13 @@ COLLECT_SECONDS = 3600.0
 DEADLINE_SECONDS = 7 * 86400.0
 #: ``max_device_records`` of a study created without one (:meth:`StudySpec.create`; under secure
 #: aggregation at most its total ``max_records``): the most records one device may declare, so
-#: the most weight one device, hostile or not, carries in the average.
+#: the most weight one device, hostile or not, carries in a plain study's average (a secure
+#: study's inputs are bounded by the aggregate check: docs/bounded-influence.md).
 DEFAULT_MAX_DEVICE_RECORDS = 1_000_000
+
+#: The default per-device cap over the records a device is expected to hold (the study's public
+#: expectation, e.g. the planner's N/L): a device may hold up to this many times its share.
+CAP_HEADROOM = 4
 
 #: Default collection window of one refinement round (seconds; :mod:`fedsketch.common.study.refine`):
 #: it closes earlier once its roster has sent.

@@ -130,6 +130,7 @@ def test_layering_check_catches_a_crossing_import(tmp_path, where, line):
 COMMON_ROOMS: tuple[tuple[str, ...], ...] = (
     ("atomicfile", "choices", "exactmath", "features", "helptext", "spec_fields", "text", "pb"),
     ("net",),
+    ("validity",),
     ("data",),
     ("dp",),
     ("sketch",),

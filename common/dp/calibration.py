@@ -97,8 +97,9 @@ def dlap_variance(a: float) -> float:
     return 2.0 * a / (1.0 - a) ** 2
 
 
-def noise_radius(a: float, dim: int, shape: float = 1.0) -> int:
-    """Smallest t ≥ 0 with dim · P(|Z| > t) ≤ 2^−40, Z = NB(ρ, 1−a) − NB(ρ, 1−a), ρ = ``shape``.
+def noise_radius(a: float, dim: int, shape: float = 1.0, log_tail: float = LOG_TAIL) -> int:
+    """Smallest t ≥ 0 with dim · P(|Z| > t) ≤ 2^−40, Z = NB(ρ, 1−a) − NB(ρ, 1−a), ρ = ``shape``
+    (``log_tail``: another natural log of the tail than ln 2^−40, for tests that measure it).
 
     t is in the units of the noise (integers). ρ = 1 is DLap(a), P(|Z| > t) = 2a^{t+1}/(1+a)
     (MECHANISMS §0.4, §4.4, union bound over ``dim`` coordinates). ρ > 1 (more than h_min
@@ -111,13 +112,13 @@ def noise_radius(a: float, dim: int, shape: float = 1.0) -> int:
         raise ValueError(f"shape = submitters / h_min must be >= 1, got {shape}")
     if a == 0.0:
         return 0
-    budget = LOG_TAIL - math.log(2.0 * dim)
+    budget = log_tail - math.log(2.0 * dim)
     if shape == 1.0:
         return max(math.ceil((budget + math.log1p(a)) / math.log(a)) - 1, 0)
 
     def fits(k: int) -> bool:
-        log_tail = shape * math.log((1 - a) * (k + shape) / shape) + k * math.log(a * (k + shape) / k)
-        return log_tail <= budget
+        log_p = shape * math.log((1 - a) * (k + shape) / shape) + k * math.log(a * (k + shape) / k)
+        return log_p <= budget
 
     lo = math.floor(shape * a / (1 - a)) + 1  # the bound holds above the mean
     hi = 2 * lo

@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Annotated
 
@@ -12,6 +13,7 @@ import typer
 
 from fedsketch.common.choices import (
     AUTO_FRACTION,
+    CAP_HEADROOM,
     COLLECT_SECONDS,
     DEADLINE_SECONDS,
     DEFAULT_MAX_DEVICE_RECORDS,
@@ -68,9 +70,11 @@ def create_study(
         help="Records a device needs (replace-one only: under add/remove n is private).")] = 1,
     max_device_records: Annotated[int | None, typer.Option(
         help="Public cap on the records one device may hold, so the most weight one device "
-        "(hostile or not) carries in the average; a device with more refuses the study, saying "
-        f"why, and spends nothing. Default {DEFAULT_MAX_DEVICE_RECORDS:,} (under "
-        "--secure-aggregation at most --max-records).")] = None,
+        "(hostile or not) carries in a plain study's average (a secure study's inputs: "
+        "docs/bounded-influence.md); a device with more refuses the study, saying "
+        f"why, and spends nothing. Default {CAP_HEADROOM} × the records expected per device: "
+        "--expected-records, else --max-records / --min-devices under --secure-aggregation "
+        f"(at most --max-records), else {DEFAULT_MAX_DEVICE_RECORDS:,}.")] = None,
     deadline: Annotated[float | None, typer.Option(
         help="Seconds from now after which the study stops collecting, whatever else (then it "
         "decodes if --min-devices have sent, else fails); it closes sooner once its whole roster "
@@ -196,6 +200,7 @@ def create_study(
         if secure is None:
             collect_seconds = COLLECT_SECONDS if collect_seconds is None else collect_seconds
             deadline = DEADLINE_SECONDS if deadline is None else deadline
+        max_device_records = default_cap(max_device_records, expected_records, secure, min_devices)
         spec = StudySpec.create(name, sketch, k, lo.tolist(), hi.tolist(), roster=roster,
                                 collect_seconds=collect_seconds,
                                 min_devices=min_devices, min_records=min_records,
@@ -205,6 +210,7 @@ def create_study(
                                 calibration=plan)
         spec.check_new()
         report_plan(spec, expected_records, strict)
+        typer.echo(largest_weight(spec, expected_records), err=True)
         if refine is not None or plan is not None:
             parts = ([f"round 0 {plan.epsilon:g}"] if plan else []) + [f"the sketch {sketch_eps:g}"]
             if refine is not None:
@@ -222,3 +228,32 @@ def create_study(
         typer.echo(json.dumps({"study_id": study.study_id, "spec": json.loads(spec.to_json())}))
         return
     typer.echo(study.study_id)
+
+
+def default_cap(given: int | None, expected: float | None, secure, devices: int) -> int | None:
+    """The study's per-device cap: ``given``, else CAP_HEADROOM × the records expected per
+    device (``expected``, else a secure study's max_records / min_devices, at most its
+    max_records); None (StudySpec's default) without any expectation."""
+    if given is not None:
+        return given
+    if expected is not None:
+        cap = CAP_HEADROOM * math.ceil(expected)
+    elif secure is not None:
+        cap = CAP_HEADROOM * math.ceil(secure.max_records / devices)
+    else:
+        return None
+    return max(1, cap if secure is None else min(cap, secure.max_records))
+
+
+def largest_weight(spec, expected: float | None) -> str:
+    """What create-study says of the largest weight one device can have in the average."""
+    cap, devices = spec.device_cap, spec.min_devices
+    text = f"one device carries at most {cap:,} records' weight (max_device_records)"
+    if expected is not None and devices > 1:
+        share = cap / (cap + (devices - 1) * expected)
+        text += (f": {share:.1%} of the average against {devices - 1} devices of "
+                 f"{expected:,.0f} records each")
+    if spec.secure_aggregation is not None:
+        text += ("; under secure aggregation its count is checked, its input only through the "
+                 "aggregate check until the per-input proof lands (docs/bounded-influence.md)")
+    return text

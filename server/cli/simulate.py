@@ -85,6 +85,11 @@ def simulate_command(
     dropout_stage: Annotated[str, typer.Option(help=f"Where they go silent: "
                                                f"{', '.join(SECAGG_STAGES)}.")]
     = "masked_input",
+    hostile: Annotated[str | None, typer.Option(
+        help="K:KIND makes the last K devices hostile, KIND one of inflate (an input worth "
+             "100x its declared records at one point), random (uniform words), replay (another "
+             "device's input), overclaim (the cap's record count); the report says what the "
+             "defences did (docs/bounded-influence.md). In-process devices only.")] = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Simulate a federated study: real coordinator, L real devices, loopback gRPC over TLS.
@@ -128,11 +133,14 @@ def simulate_command(
                     max_dropout=max_dropout, max_colluders=max_colluders, degree=degree,
                     stage_timeout=stage_timeout,
                     dropout=dropout, dropout_stage=dropout_stage, box=box, rounds=rounds,
-                    round_share=round_share, scale_range=searched)
+                    round_share=round_share, scale_range=searched, hostile=hostile)
     with clean_errors(RuntimeError, *EXPECTED_ERRORS):  # RuntimeError: a device refused or the study failed
         report = run_simulation(cfg, pooled)
     if as_json:
         typer.echo(json.dumps(report))
+        return
+    if report["relative_sse"] is None:  # a hostile run whose study failed: nothing published
+        typer.echo(f"the study failed, nothing was published: {report['hostile']['study_failed']}")
         return
     table = Table(title=f"{cfg.devices} devices, {cfg.records:,} records, k = {cfg.k}, "
                         f"d = {cfg.d}, m = {cfg.m}, {cfg.feature}, ε = {cfg.epsilon:g} per device")
@@ -150,6 +158,8 @@ def simulate_command(
         table.add_row(f"seconds: {phase}", f"{sec:.2f}")
     if report["bytes_sent"] is not None:
         table.add_row("bytes sent by the devices", f"{report['bytes_sent']:,}")
+    if (bad := report["hostile"]) is not None:
+        table.add_row(f"hostile devices ({bad['kind']}): the defence", bad["defence"])
     if (sa := report["secure_aggregation"]) is not None:
         table.add_row("secure aggregation: assumed D, C; h_min, t",
                       f"{sa['dropouts']}, {sa['colluders']}; {sa['min_honest']}, {sa['threshold']}")

@@ -18,6 +18,7 @@ from fedsketch.common.features import FIRST_HARMONIC, GRID
 from fedsketch.common.sketch.frequencies import draw_frequencies
 from fedsketch.common.sketch.sketching import normalized_sketch
 from fedsketch.common.sketch.spec import SketchSpec
+from fedsketch.common.study.aggregate import check_sketch_sum
 from fedsketch.common.study.planner import noise_variance
 from fedsketch.common.study.study import StudySpec
 from fedsketch.server.decode.clompr import DecodeResult, clompr
@@ -51,6 +52,14 @@ class StudyResult:
 def average_sketch(spec: StudySpec, parts: Iterable[tuple[float, np.ndarray]]) -> tuple[
         np.ndarray, int, float]:
     """(s complex (m,), devices, N) from (n_l, payload (2, m) int64) pairs (module docstring)."""
+    total, devices, records = sum_parts(spec, parts)
+    return integer_sketch(spec, total, records), devices, records
+
+
+def sum_parts(spec: StudySpec, parts: Iterable[tuple[float, np.ndarray]]) -> tuple[
+        np.ndarray, int, float]:
+    """(Σ S~_l (2, m) int64, devices, N) from (n_l, payload (2, m) int64) pairs; ValueError on
+    int64 overflow or without contributions."""
     total = np.zeros((2, spec.sketch.frequencies.m), dtype=np.int64)
     devices, records = 0, 0.0
     for n, values in parts:
@@ -61,7 +70,7 @@ def average_sketch(spec: StudySpec, parts: Iterable[tuple[float, np.ndarray]]) -
         records += n
     if devices == 0 or records <= 0:
         raise ValueError("no contributions (or no records) to aggregate")
-    return integer_sketch(spec, total, records), devices, records
+    return total, devices, records
 
 
 def _magnitude(values: np.ndarray) -> int:
@@ -76,10 +85,14 @@ def integer_sketch(spec: StudySpec, total: np.ndarray, records: float) -> np.nda
 
 
 def decode_study(spec: StudySpec, parts: Iterable[tuple[float, np.ndarray]]) -> StudyResult:
-    """Average the contributions and decode k centroids with the study's replicates and seed;
-    every device added a full noise draw."""
-    sketch, devices, records = average_sketch(spec, parts)
-    return decode_sketch(spec, sketch, devices, records, draws=devices)
+    """Sum the contributions, check the sum against what honest devices can release
+    (:func:`~fedsketch.common.study.aggregate.check_sketch_sum`: AggregateError, nothing
+    decoded), and decode k centroids with the study's replicates and seed; every device added a
+    full noise draw."""
+    total, devices, records = sum_parts(spec, parts)
+    check_sketch_sum(spec, total, records, devices, secure=False)
+    return decode_sketch(spec, integer_sketch(spec, total, records), devices, records,
+                         draws=devices)
 
 
 def decode_centroids(sketch: np.ndarray, spec: SketchSpec, k: int, lo: np.ndarray, hi: np.ndarray, *,

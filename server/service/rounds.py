@@ -43,6 +43,7 @@ import numpy as np
 
 from fedsketch.common.sketch.frequencies import draw_frequencies
 from fedsketch.common.sketch.scale import ScaleCalibration
+from fedsketch.common.study.aggregate import VIOLATION, check_calibration_sum, check_cells_sum
 from fedsketch.common.study.calibration_round import (
     SketchRound,
     check_calibration,
@@ -118,6 +119,7 @@ class Rounds:
                 draws = None
             else:
                 total, devices, records = secure
+                check_calibration_sum(spec, total, records, devices)
                 releases = [(records, np.asarray(total, dtype=np.int64).reshape(2, spec.calibration.m0))]
                 draws = devices / spec.assumptions.min_honest
             self._open_sketch(study_id, fit_round0(spec, releases, draws))
@@ -164,6 +166,10 @@ class Rounds:
         def compute(parent: StudySpec) -> RoundResult:
             releases = [(row.n, *check_cells(parent, rnd, row.kind, row.payload, row.n))
                         for row in self.store.contributions(round_id)]
+            if releases:  # next_centroids says why none
+                check_cells_sum(parent, rnd, sum(r[1] for r in releases),
+                                sum(r[2] for r in releases), sum(r[0] for r in releases),
+                                len(releases), secure=False)
             return next_centroids(parent, rnd, releases)
 
         self._publish(round_id, rnd, compute)
@@ -174,6 +180,7 @@ class Rounds:
         all) into the next centres, as :meth:`decode`."""
         def compute(parent: StudySpec) -> RoundResult:
             counts, sums = SecureRound(parent, rnd).cells(total)
+            check_cells_sum(parent, rnd, counts, sums, records, devices, secure=True)
             return next_centroids(parent, rnd, [(records, counts, sums)], secure_devices=devices)
 
         self._publish(round_id, rnd, compute)
@@ -242,6 +249,11 @@ class Rounds:
             result = json.loads(self.store.get_result(row.study_id))
             self._open(study_id, last.round + 1, np.array(result["centroids"]), None)
             return
+        for rnd, row in rounds:  # a hostile input was summed: nothing of the study is published
+            if row.state == "failed" and VIOLATION in (row.detail or ""):
+                self.settle(study_id, DECODING_FAILED,
+                            f"refinement round {rnd.round} (study {row.study_id}): {row.detail}")
+                return
         summary = []
         for rnd, row in rounds:
             text = self.store.get_result(row.study_id)

@@ -18,6 +18,7 @@ import numpy as np
 
 from fedsketch.common.net import signing
 from fedsketch.common.secagg import wire as secagg_wire
+from fedsketch.common.study.aggregate import check_sketch_sum
 from fedsketch.common.study.refine import RoundSpec
 from fedsketch.common.study.secure_calibration import SecureProtocol, secure_protocol
 from fedsketch.common.study.secure_rounds import SecureRound
@@ -117,6 +118,7 @@ class SecureStudies:
         def decode() -> StudyResult:
             spec = self.spec(study_id)
             m = spec.sketch.frequencies.m
+            check_sketch_sum(spec, total, records, devices, secure=True)  # AggregateError fails it
             return decode_sketch(spec, integer_sketch(spec, total.reshape(2, m), records), devices,
                                  records, draws=devices / spec.assumptions.min_honest)
 

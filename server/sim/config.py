@@ -47,6 +47,7 @@ class SimConfig:
     rounds: int = 0
     round_share: float = ROUND_SHARE
     scale_range: tuple[float, float] | None = None
+    hostile: str | None = None  # K:KIND (server/sim/hostile.py)
 
     @property
     def public_box(self) -> tuple[list[float], list[float]]:

@@ -36,6 +36,7 @@ from fedsketch.client.agent import Agent
 from fedsketch.client.ledger import Ledger
 from fedsketch.client.ledger_records import LedgerError
 from fedsketch.client.localdata import LocalData
+from fedsketch.common.choices import CAP_HEADROOM
 from fedsketch.common.data.dataio import DataSource, load_all
 from fedsketch.common.data.synthetic import gmm
 from fedsketch.common.dp.lloyd import nearest
@@ -57,6 +58,14 @@ from fedsketch.server.bench.metrics import sklearn_kmeans_centroids, split, sse_
 from fedsketch.server.service.api import build_server
 from fedsketch.server.service.coordinator import Coordinator
 from fedsketch.server.sim.config import SimConfig, round0_range, used_config
+from fedsketch.server.sim.hostile import (
+    HostileAgent,
+    defences,
+    hostile_indices,
+    hostile_parts,
+    parse_hostile,
+    plain_passes,
+)
 from fedsketch.server.sim.timeouts import default_stage_timeout
 from fedsketch.server.store import Store, open_store
 
@@ -96,7 +105,8 @@ def split_records(labels: np.ndarray, devices: int, scheme: str,
     return [np.concatenate(p) for p in parts]
 
 
-def _study_spec(cfg: SimConfig) -> StudySpec:
+def _study_spec(cfg: SimConfig, cap: int | None = None) -> StudySpec:
+    """The simulated study; ``cap`` its max_device_records (default: N, any split)."""
     plan, rest = (None, cfg.epsilon) if cfg.scale is not None else split_auto(cfg.epsilon, round0_range(cfg))
     sketch_eps, refine = split_study_epsilon(rest, cfg.rounds, cfg.round_share)
     sketch = SketchSpec(FrequencySpec(d=cfg.d, m=cfg.m, seed=cfg.seed,
@@ -117,10 +127,15 @@ def _study_spec(cfg: SimConfig) -> StudySpec:
     if not 0 <= cfg.dropout < 1 or cfg.dropout_stage not in DROPOUT_STAGES:
         raise ValueError(f"--dropout must be in [0, 1) and --dropout-stage one of "
                          f"{', '.join(DROPOUT_STAGES)}")
-    spec = StudySpec.create("simulation", sketch, cfg.k, *cfg.public_box, min_devices=cfg.devices,
+    hostile = parse_hostile(cfg.hostile, cfg.devices)
+    plain_hostile = hostile is not None and secure is None  # a quorum of the honest, closed by hand
+    spec = StudySpec.create("simulation", sketch, cfg.k, *cfg.public_box,
+                            min_devices=cfg.devices - (hostile[0] if plain_hostile else 0),
+                            roster=cfg.devices if plain_hostile else None,
+                            deadline=time.time() + DECODE_TIMEOUT if plain_hostile else None,
                             replicates=cfg.replicates, decode_seed=cfg.seed,
                             secure_aggregation=secure, refine=refine, calibration=plan,
-                            max_device_records=cfg.records)  # its devices are honest: any split
+                            max_device_records=cfg.records if cap is None else cap)
     spec.check_new()
     return spec
 
@@ -157,8 +172,10 @@ def loopback_coordinator(stack: ExitStack, folder: Path) -> Loopback:
 
 
 def _agents(stack: ExitStack, target: str, ca: Path, folder: Path, tokens: list[str],
-            x: np.ndarray, parts: list[np.ndarray], epsilon: float) -> list[Agent]:
-    """Enrolled in-process devices, each with its data, ledger and TLS channel."""
+            x: np.ndarray, parts: list[np.ndarray], epsilon: float,
+            hostile: tuple[list[int], str] = ([], "")) -> list[Agent]:
+    """Enrolled in-process devices, each with its data, ledger and TLS channel; those in
+    ``hostile`` [(indices, kind)] are :class:`~.hostile.HostileAgent`."""
     agents = []
     for i, (token, idx) in enumerate(zip(tokens, parts, strict=True)):
         xi = x[idx]
@@ -167,7 +184,8 @@ def _agents(stack: ExitStack, target: str, ca: Path, folder: Path, tokens: list[
         stack.callback(ledger.close)
         channel = secure_channel(target, ca)
         stack.callback(channel.close)
-        agent = Agent(channel, ledger, lambda data=data: data)
+        agent = (HostileAgent(channel, ledger, lambda data=data: data, kind=hostile[1])
+                 if i in hostile[0] else Agent(channel, ledger, lambda data=data: data))
         agent.ensure_enrolled(target, token, f"sim-{i}")
         agents.append(agent)
     return agents
@@ -297,6 +315,13 @@ def run_simulation(cfg: SimConfig, data: Pooled | None = None) -> dict:
     x = data.x
     parts = split_records(data.labels, cfg.devices, cfg.partition,
                           np.random.default_rng(cfg.seed))
+    cap = max(CAP_HEADROOM * -(-cfg.records // cfg.devices), max(p.size for p in parts))
+    spec = _study_spec(cfg, cap)  # the cap of N/L, the public expectation (or the largest part)
+    hostile = parse_hostile(cfg.hostile, cfg.devices)
+    bad = ([], "") if hostile is None else (hostile_indices(cfg.devices, hostile[0]), hostile[1])
+    if hostile is not None and cfg.processes:
+        raise ValueError("--hostile runs in-process devices: the daemon has no hostile mode")
+    x, parts = hostile_parts(x, parts, *bad, cap)
     with tempfile.TemporaryDirectory(prefix="fedsketch-sim-") as tmp, ExitStack() as stack:
         folder = Path(tmp)
         t = time.perf_counter()
@@ -320,19 +345,31 @@ def run_simulation(cfg: SimConfig, data: Pooled | None = None) -> dict:
                                 **{r.kind: r.payload}).ByteSize()
                 for r in store.contributions(study.study_id))
         else:
-            agents = _agents(stack, target, certs.ca_cert, folder, tokens, x, parts, cfg.epsilon)
+            agents = _agents(stack, target, certs.ca_cert, folder, tokens, x, parts, cfg.epsilon,
+                             bad)
             seconds["enroll"] = time.perf_counter() - t
             t = time.perf_counter()
-            _in_process(agents, cfg, watch)
+            if hostile is not None and not cfg.secure_aggregation:
+                plain_passes(agents, watch, lambda sid: operator.CloseStudy(
+                    pb.StudyRef(study_id=sid), metadata=meta))
+            else:
+                _in_process(agents, cfg, watch)
             bytes_up = sum(a.bytes_sent for a in agents)
         seconds["devices"] = time.perf_counter() - t
         t = time.perf_counter()
         s = wait_for(watch, (pb.DONE, pb.FAILED), "the coordinator did not finish decoding", 0.05)
-        if s.state == pb.FAILED:
+        if s.state == pb.FAILED and hostile is None:
             raise RuntimeError(f"the study failed: {s.detail}")
+        defended = None if hostile is None else defences(
+            bad[1], bad[0], {i: agents[i].refusals for i in bad[0]},
+            s.detail if s.state == pb.FAILED else None)
+        if s.state == pb.FAILED:
+            return {"relative_sse": None, "hostile": defended, "seconds": seconds,
+                    "config": used_config(cfg, spec, None)}
         res = operator.GetResult(pb.StudyRef(study_id=study.study_id), metadata=meta)
         seconds["decode"] = time.perf_counter() - t
         full, rnd = json.loads(store.get_result(study.study_id)), loop.coordinator.round_of(study.study_id)
+    x = data.x  # the honest records score the result
     centroids = np.asarray(res.centroids).reshape(res.k, res.d)
     ref = data.kmeans_sse_per_n
     sse = sse_per_n(split(x), centroids)
@@ -359,4 +396,5 @@ def run_simulation(cfg: SimConfig, data: Pooled | None = None) -> dict:
             **asdict(spec.secure_aggregation), "min_honest": spec.assumptions.min_honest,
             "stage_open_seconds": dict(getattr(rnd, "stage_open", {}))},
         "config": used_config(cfg, spec, full.get("calibration")),
+        "hostile": defended,
     }

@@ -323,3 +323,24 @@ def test_a_daemon_reads_named_columns_of_a_pandas_csv_from_its_environment(coord
     assert "submitted study" in run.stderr
     res = wait_done(coordinator, study)
     assert res["records"] == 6000 and np.asarray(res["centroids"]).shape == (3, 3)
+
+
+def test_create_study_caps_a_device_at_four_times_its_expected_share(coordinator):
+    """Without --max-device-records the cap is 4 × the records expected per device
+    (--expected-records, else a secure study's --max-records / --min-devices), stored in the
+    spec; create-study says the largest weight one device can have, and under secure
+    aggregation that its input is bounded by the aggregate check alone."""
+    base = ("create-study", "--name", "c", "--d", "3", "--k", "3", "--bounds", "-12:12",
+            "--rounds", "0", "--scale", "1.5", "--epsilon", "5", "--m", "60", "--min-devices",
+            "10", "--json")
+    secure = coordinator.op(*base, "--secure-aggregation", "--max-records", "100000",
+                            "--max-dropout", "0.2", "--max-colluders", "0.1")
+    assert json.loads(secure.stdout)["spec"]["max_device_records"] == 40_000
+    assert "one device carries at most 40,000 records' weight" in secure.stderr
+    assert "aggregate check" in secure.stderr
+    plain = coordinator.op(*base, "--expected-records", "2000")
+    assert json.loads(plain.stdout)["spec"]["max_device_records"] == 8_000
+    assert "8,000 records' weight (max_device_records): 30.8% of the average" in plain.stderr
+    assert "aggregate check" not in plain.stderr
+    given = coordinator.op(*base, "--max-device-records", "500")
+    assert json.loads(given.stdout)["spec"]["max_device_records"] == 500
