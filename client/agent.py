@@ -51,7 +51,7 @@ import math
 
 import grpc
 
-from fedsketch.client.declines import Declined
+from fedsketch.client.declines import Declined, out_of_range
 from fedsketch.client.ledger import (
     DEFAULT_SOURCE,
     BudgetExceeded,
@@ -293,20 +293,7 @@ class Agent(SecureSteps, RosterSteps, RoundChecks, Settling):
                     break
         except DATA_ERRORS as exc:
             return data_refusal(exc)
-        return n if (reason := self._out_of_range(admitted.spec, n)) is None else reason
-
-    @staticmethod
-    def _out_of_range(spec: StudySpec, n: int) -> Declined | None:
-        """Step 4: why the device cannot release n records: more than the study's per-device
-        cap, or (replace-one only: n is public there) fewer than ``min_records``."""
-        if n > spec.device_cap:
-            return Declined(f"the study takes at most {spec.device_cap:,} records per device "
-                            "(max_device_records), the device has more: it does not take part",
-                            pb.TOO_MANY_RECORDS)
-        if spec.sketch.privacy.neighbouring == "replace_one" and n < spec.min_records:
-            return Declined(f"the study needs {spec.min_records} records, the device has {n}",
-                            pb.TOO_FEW_RECORDS)
-        return None
+        return n if (reason := out_of_range(admitted.spec, n)) is None else reason
 
     def _plain_step(self, identity: Identity, study: pb.Study, out: Outcome) -> str | None:
         """Join the study's roster (spending nothing; only with no more records than the study's
@@ -352,7 +339,7 @@ class Agent(SecureSteps, RosterSteps, RoundChecks, Settling):
             n, kind, payload = self._release(admitted, tally)
         except DATA_ERRORS as exc:
             return data_refusal(exc)
-        if (reason := self._out_of_range(spec, tally.records)) is not None:
+        if (reason := out_of_range(spec, tally.records)) is not None:
             return reason
         log_clipped(study.study_id, tally)
         epsilon, delta = admitted.cost

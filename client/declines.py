@@ -29,6 +29,7 @@ for the next pass while the study is listed.
 from __future__ import annotations
 
 from fedsketch.common.pb import fedsketch_pb2 as pb
+from fedsketch.common.study.study import StudySpec
 
 
 class Declined(str):
@@ -41,3 +42,16 @@ class Declined(str):
         made = super().__new__(cls, text)
         made.code = code
         return made
+
+
+def out_of_range(spec: StudySpec, n: int) -> Declined | None:
+    """Step 4: why the device cannot release n records: more than the study's per-device cap,
+    or (replace-one only: n is public there) fewer than ``min_records``."""
+    if n > spec.device_cap:
+        return Declined(f"the study takes at most {spec.device_cap:,} records per device "
+                        "(max_device_records), the device has more: it does not take part",
+                        pb.TOO_MANY_RECORDS)
+    if spec.sketch.privacy.neighbouring == "replace_one" and n < spec.min_records:
+        return Declined(f"the study needs {spec.min_records} records, the device has {n}",
+                        pb.TOO_FEW_RECORDS)
+    return None
