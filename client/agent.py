@@ -61,7 +61,14 @@ from fedsketch.client.ledger import (
     LedgerUnavailable,
     Spend,
 )
-from fedsketch.client.localdata import DATA_ERRORS, DataFeed, Retry, data_refusal, log_clipped
+from fedsketch.client.localdata import (
+    DATA_ERRORS,
+    DataFeed,
+    Retry,
+    data_refusal,
+    log_clipped,
+    summed_elsewhere_refusal,
+)
 from fedsketch.client.roster_steps import FINAL_REFUSALS, RosterSteps
 from fedsketch.client.round_steps import RoundChecks, release
 from fedsketch.client.secure_session import Session
@@ -250,6 +257,9 @@ class Agent(SecureSteps, RosterSteps, RoundChecks, Settling):
         if spec.sketch.frequencies.d != data.d:
             return Declined(f"the study wants d = {spec.sketch.frequencies.d}, the data has "
                             f"{data.d}", pb.DIMENSION_MISMATCH)
+        if data.n is not None and (reason := summed_elsewhere_refusal(
+                spec.secure_aggregation is not None, spec.refine is not None)) is not None:
+            return reason
         return Admitted(spec, Box(spec.lo, spec.hi), data, rnd, later)
 
     def _in_sessions(self, other_than: str) -> tuple[float, float]:
@@ -264,13 +274,17 @@ class Agent(SecureSteps, RosterSteps, RoundChecks, Settling):
         """One pass counting the records: n, or why the device cannot take part (more records
         than the study's cap, too few for ``min_records``, unreadable data). The count stops
         with the chunk that passes the cap: how long a refusing device takes does not grow with
-        its n (:mod:`.declines`)."""
+        its n (:mod:`.declines`). Records summed on a cluster give n from their partitions'
+        metadata (checked again by each worker as it reads its partition)."""
         n, cap = 0, admitted.spec.device_cap
         try:
-            for chunk in admitted.data.chunks():
-                n += chunk.shape[0]
-                if n > cap:
-                    break
+            if admitted.data.n is not None:
+                n = admitted.data.n
+            else:
+                for chunk in admitted.data.chunks():
+                    n += chunk.shape[0]
+                    if n > cap:
+                        break
         except DATA_ERRORS as exc:
             return data_refusal(exc)
         return n if (reason := self._out_of_range(admitted.spec, n)) is None else reason

@@ -30,10 +30,16 @@ DATA_ERRORS = (DataError, ValueError, OSError)
 @dataclass(frozen=True)
 class LocalData:
     """One version of the device's records: a factory of chunk iterators over it (each chunk
-    (rows, d), finite values, any real dtype; DataError if the data changed) and the dimension d."""
+    (rows, d), finite values, any real dtype; DataError if the data changed) and the dimension d.
+
+    With ``n`` set, the records are summed where they lie (``device run --engine dask``:
+    :class:`~fedsketch.common.sketch.dask_records.DaskRecords`, whose partitions' metadata give
+    n): ``chunks()`` returns an object that computes its own feature sum, which only a plain
+    study's one sketch release can use (:func:`summed_elsewhere_refusal`)."""
 
     chunks: Callable[[], Iterable[np.ndarray]]
     d: int
+    n: int | None = None
 
 
 #: How the agent reaches the device's records: called once per study.
@@ -69,6 +75,22 @@ class Retry(Declined):
 def data_refusal(exc: Exception) -> Retry:
     """The refusal for an error of :data:`DATA_ERRORS`."""
     return Retry(f"the data cannot be sketched for this study: {exc}", pb.DATA_UNREADABLE)
+
+
+def summed_elsewhere_refusal(secure: bool, rounds: bool) -> Declined | None:
+    """Why records summed on a cluster (``--engine dask``) cannot take part in a study, or None.
+    Such records give exact feature sums and their count, which a plain study's sketch and its
+    calibration round 0 (sketches at public σ's) are made of. Secure aggregation reads the
+    records in this process (its exact input, masked), and refinement rounds read per-cell
+    counts and sums; neither runs on the cluster yet, so the study is declined before anything
+    is read or spent."""
+    asks = [what for what, needed in (("secure aggregation", secure),
+                                      ("refinement rounds", rounds)) if needed]
+    if not asks:
+        return None
+    return Declined(f"--engine dask sums the records for a plain study's sketch (and its round 0) "
+                    f"only; this study asks for {' and '.join(asks)}: run the daemon with --engine "
+                    "local (the records read here) to take part", pb.DATA_UNREADABLE)
 
 
 def log_clipped(study_id: str, tally: Tally) -> None:
