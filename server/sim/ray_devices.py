@@ -1,15 +1,18 @@
 """``simulate --backend ray``: the devices of a simulation run as Ray actors, on a local Ray or
 on a cluster (``--address``); the coordinator stays in the driver's process.
 
-Each actor (:class:`DeviceHost`, one CPU) hosts a contiguous block of the L devices: it writes
+Each actor (:class:`DeviceHost`) hosts a contiguous block of the L devices: it writes
 the study's CA certificate into a temporary folder of its own node, enrolls its devices (the
 same :func:`~fedsketch.server.sim.devices.make_agents` as the in-process backend: one ledger,
 one TLS channel and one :class:`~fedsketch.client.agent.Agent` per device) and steps them when
 the driver asks. The driver's loop (:func:`~fedsketch.server.sim.devices.drive`) is the
-in-process backend's, with one pass stepping every actor at once. There are min(L, the cluster's
-CPUs) actors. The coordinator listens on 127.0.0.1 for a local Ray, and on the driver node's IP
-address (Ray's ``get_node_ip_address``) with ``--address``, which every node must reach; its
-certificate names that address. Every node needs fedsketch installed with the ``ray`` extra.
+in-process backend's, with one pass stepping every actor at once. There are max(min(L, C),
+⌈L / :data:`MAX_DEVICES_PER_ACTOR`⌉) actors for C CPUs in the cluster, each asking C / actors
+CPUs: a device's ledger holds three files open (SQLite's database, WAL and shared memory), so
+an actor raises its soft limit of open files to the hard one and hosts at most 1000 devices.
+The coordinator listens on 127.0.0.1 for a local Ray, and on the driver node's IP address (Ray's
+``get_node_ip_address``) with ``--address``, which every node must reach; its certificate names
+that address. Every node needs fedsketch installed with the ``ray`` extra.
 
 Memory per device: each actor reads its peak resident set (``getrusage``'s ``ru_maxrss``) when it
 starts and after the round; the growth divided by its devices is what a device costs there
@@ -18,6 +21,7 @@ starts and after the round; the growth divided by its devices is what a device c
 
 from __future__ import annotations
 
+import math
 import resource
 import sys
 import tempfile
@@ -32,6 +36,9 @@ import numpy as np
 from fedsketch.common.pb import fedsketch_pb2 as pb
 from fedsketch.server.sim.config import SimConfig
 from fedsketch.server.sim.devices import drive, make_agents, step_agents
+
+#: Most devices one actor hosts (3 open files each: module docstring).
+MAX_DEVICES_PER_ACTOR = 1000
 
 
 def _ray() -> Any:
@@ -70,6 +77,8 @@ class DeviceHost:
     def __init__(self, target: str, ca_pem: bytes, first: int, tokens: list[str],
                  records: list[np.ndarray], epsilon: float) -> None:
         self._start_rss = peak_rss_bytes()
+        _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
         self._stack = ExitStack()
         folder = Path(self._stack.enter_context(tempfile.TemporaryDirectory(prefix="fedsketch-ray-")))
         ca = folder / "ca.pem"
@@ -97,8 +106,9 @@ def run_on_ray(target: str, ca: Path, tokens: list[str], records: list[np.ndarra
     ``enroll`` and ``devices``. Returns the report's ``ray`` entry: actors, devices per actor,
     their peak resident sets, the growth per device, and the devices' bytes sent."""
     ray = _ray()
-    hosts_n = max(1, min(len(tokens), int(ray.cluster_resources().get("CPU", 1))))
-    host_cls = ray.remote(num_cpus=1)(DeviceHost)
+    cpus = ray.cluster_resources().get("CPU", 1.0)
+    hosts_n = max(1, min(len(tokens), int(cpus)), math.ceil(len(tokens) / MAX_DEVICES_PER_ACTOR))
+    host_cls = ray.remote(num_cpus=min(1.0, cpus / hosts_n))(DeviceHost)
     t = time.perf_counter()
     blocks = np.array_split(np.arange(len(tokens)), hosts_n)
     ca_pem = ca.read_bytes()
