@@ -9,7 +9,7 @@ which tests/common/sketch/test_dask_records.py checks, at m times the work):
 
 single: one process reads the partitions one after another (``DataSource`` chunks) and sums them
     with ``feature_sum``'s thread pool on every core, as ``fedsketch sketch`` does; run in a child
-    process, so its peak resident set (``ru_maxrss``) is its own.
+    process, so its peak resident set (VmHWM) is its own.
 dask: ``DaskRecords`` on a LocalCluster of ``--workers`` (2) single-threaded worker processes,
     each partition's exact integer sum on a worker, added on the device; the peak resident set
     of each worker and of the device.

@@ -5,8 +5,8 @@ Paper 004's data (k = d = 10, separation 2.5), ``--per-device`` (100) records pe
 ``--m`` (1000), the complex map, r = 1, ε = 1 per device, one CL-OMPR replicate; the secure runs
 use the sparse SecAgg+ graph of degree ⌈3·log2 L⌉ (as ``bench_secagg.py cost``) and no dropouts.
 Prints one JSON line per run: the phases' seconds (enroll, devices, decode), relative SSE, the
-Ray actors' peak resident sets and their growth per device (``ru_maxrss`` at the actor's start and
-after the round), the driver's peak resident set (coordinator, data, k-means reference), and the
+Ray actors' peak resident sets and their growth per device (VmHWM at the actor's start and after
+the round), the driver's peak resident set (coordinator, data, k-means reference), and the
 load average before and after (the machine is shared: say so with the numbers).
 
 Usage: nice -n 15 python benchmarks/bench_simulate_ray.py [--plain 10000] [--secure 1000]

@@ -14,7 +14,7 @@ The coordinator listens on 127.0.0.1 for a local Ray, and on the driver node's I
 ``get_node_ip_address``) with ``--address``, which every node must reach; its certificate names
 that address. Every node needs fedsketch installed with the ``ray`` extra.
 
-Memory per device: each actor reads its peak resident set (``getrusage``'s ``ru_maxrss``) when it
+Memory per device: each actor reads its peak resident set (:func:`peak_rss_bytes`) when it
 starts and after the round; the growth divided by its devices is what a device costs there
 (ledger, channel, agent, records), in bytes.
 """
@@ -50,7 +50,16 @@ def _ray() -> Any:
 
 
 def peak_rss_bytes() -> int:
-    """This process's peak resident set, in bytes (``ru_maxrss`` is KiB on Linux, bytes on macOS)."""
+    """This process's peak resident set, in bytes: ``VmHWM`` of /proc/self/status on Linux (the
+    peak of this program image; ``ru_maxrss`` also keeps the high-water mark from before the
+    process's exec, e.g. of the process it was forked from), else ``ru_maxrss`` (bytes on macOS)."""
+    try:
+        with open("/proc/self/status") as status:
+            for line in status:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024  # kB
+    except OSError:
+        pass
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return peak if sys.platform == "darwin" else peak * 1024
 
