@@ -67,7 +67,7 @@ def simulate_command(
     backend: Annotated[str, typer.Option(
         help="Who runs the devices: inprocess (this process, the default) or ray (Ray actors, "
              "one per CPU of a local Ray or of the cluster at --address; needs the ray extra: "
-             "docs/performance.md).")] = "inprocess",
+             "docs/operator-guide.md).")] = "inprocess",
     address: Annotated[str | None, typer.Option(
         help="A Ray cluster's address for --backend ray (e.g. auto, or HOST:6379); default: a "
              "local Ray on this machine's cores.")] = None,
