@@ -8,7 +8,7 @@ STAMP  := $(VENV)/.installed
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[dev,bench,postgres,dask]'
+	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[dev,bench,postgres,dask,ray]'
 	touch $(STAMP)
 
 demo: $(STAMP)

@@ -43,9 +43,9 @@ import numpy as np
 
 from fedsketch.common.data.synthetic import gmm
 from fedsketch.common.pb import fedsketch_pb2 as pb
+from fedsketch.server.sim.devices import make_agents
 from fedsketch.server.sim.simulate import (
     SimConfig,
-    _agents,
     _study_spec,
     loopback_coordinator,
     pooled_data,
@@ -138,8 +138,8 @@ def cost_once(devices: int, degree: int | None, dropout: float = 0.0,
         op, meta = loop.operator, loop.meta
         tokens = list(op.IssueTokens(pb.IssueTokensRequest(count=devices), metadata=meta).tokens)
         study = op.CreateStudy(pb.CreateStudyRequest(spec_json=spec.to_json()), metadata=meta)
-        agents = _agents(stack, loop.target, loop.certs.ca_cert, Path(tmp), tokens, x, parts,
-                         1.0)
+        agents = make_agents(stack, loop.target, loop.certs.ca_cert, Path(tmp), tokens,
+                             [x[idx] for idx in parts], 1.0)
         cpu = [0.0] * devices
         t = time.perf_counter()
         while op.ShowStudy(pb.StudyRef(study_id=study.study_id), metadata=meta).state not in (

@@ -61,7 +61,15 @@ from fedsketch.client.ledger import (
     LedgerUnavailable,
     Spend,
 )
-from fedsketch.client.localdata import DATA_ERRORS, DataFeed, Retry, data_refusal, log_clipped
+from fedsketch.client.localdata import (
+    DATA_ERRORS,
+    DataFeed,
+    Retry,
+    count_records,
+    data_refusal,
+    log_clipped,
+    summed_elsewhere_refusal,
+)
 from fedsketch.client.roster_steps import FINAL_REFUSALS, RosterSteps
 from fedsketch.client.round_steps import RoundChecks, release
 from fedsketch.client.secure_session import Session
@@ -270,6 +278,9 @@ class Agent(SecureSteps, RosterSteps, RoundChecks, Settling):
         if spec.sketch.frequencies.d != data.d:
             return Declined(f"the study wants d = {spec.sketch.frequencies.d}, the data has "
                             f"{data.d}", pb.DIMENSION_MISMATCH)
+        if data.n is not None and (reason := summed_elsewhere_refusal(
+                spec.secure_aggregation is not None, spec.refine is not None)) is not None:
+            return reason
         return Admitted(spec, Box(spec.lo, spec.hi), data, rnd, later)
 
     def _in_sessions(self, other_than: str) -> tuple[float, float]:
@@ -281,19 +292,8 @@ class Agent(SecureSteps, RosterSteps, RoundChecks, Settling):
         return math.fsum(eps), 0.0
 
     def _count(self, admitted: Admitted) -> int | str:
-        """One pass counting the records: n, or why the device cannot take part (more records
-        than the study's cap, too few for ``min_records``, unreadable data). The count stops
-        with the chunk that passes the cap: how long a refusing device takes does not grow with
-        its n (:mod:`.declines`)."""
-        n, cap = 0, admitted.spec.device_cap
-        try:
-            for chunk in admitted.data.chunks():
-                n += chunk.shape[0]
-                if n > cap:
-                    break
-        except DATA_ERRORS as exc:
-            return data_refusal(exc)
-        return n if (reason := out_of_range(admitted.spec, n)) is None else reason
+        """n, or why the device cannot take part (:func:`~.localdata.count_records`)."""
+        return count_records(admitted.data, admitted.spec)
 
     def _plain_step(self, identity: Identity, study: pb.Study, out: Outcome) -> str | None:
         """Join the study's roster (spending nothing; only with no more records than the study's

@@ -204,6 +204,16 @@ def device_run(
                                             help="Longest poll interval (s).")] = 60.0,
     header: Annotated[bool | None, header_option("FEDSKETCH_HEADER")] = None,
     columns: Annotated[str | None, columns_option("FEDSKETCH_COLUMNS")] = None,
+    engine: Annotated[str, typer.Option(
+        envvar="FEDSKETCH_ENGINE",
+        help="Where a study's feature sum is computed: local (this process) or dask (--data is a "
+             "folder of Parquet files, each partition's exact integer sum computed on a Dask "
+             "worker, added and noised once here; plain studies without refinement rounds "
+             "only; the dask extra; docs/device-owners.md).")] = "local",
+    scheduler: Annotated[str | None, typer.Option(
+        envvar="FEDSKETCH_SCHEDULER",
+        help="With --engine dask: the Dask scheduler's address (tls://HOST:8786: the workers "
+             "send exact feature sums); default a local cluster of one worker per core.")] = None,
 ) -> None:
     """Enroll once, then poll for studies; sketch, record the spend, sign and submit. The
     device signs its reads of studies too (the coordinator shows each device only the studies
@@ -221,7 +231,7 @@ def device_run(
         _new_ledger_folder(ledger)
         cfg = daemon.DaemonConfig(coordinator, data, ledger, budget, budget_delta, source, ca,
                                   insecure, token, label, once, poll, max_poll,
-                                  ReadOptions.parse(header, columns))
+                                  ReadOptions.parse(header, columns), engine, scheduler)
         status = daemon.run(cfg, stop)
     raise typer.Exit(status)
 

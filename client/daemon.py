@@ -32,6 +32,7 @@ from fedsketch.client.localdata import LocalData, Stopped, stoppable
 from fedsketch.common.cli import rpc_words
 from fedsketch.common.data.dataio import AS_IS, DataSource, ReadOptions
 from fedsketch.common.net.link import Link
+from fedsketch.common.sketch.dask_records import open_records
 
 log = logging.getLogger("fedsketch.device")
 _jitter = random.SystemRandom()
@@ -55,6 +56,8 @@ class DaemonConfig:
     poll: float = 2.0
     max_poll: float = 60.0
     read: ReadOptions = AS_IS
+    engine: str = "local"  # "dask": data is a Parquet folder summed on a Dask cluster
+    scheduler: str | None = None  # the Dask scheduler's address; None: a local cluster per sum
 
 
 #: Enroll errors worth another try later: the coordinator is down, overloaded or restarting.
@@ -63,14 +66,24 @@ TRANSIENT = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED,
 
 
 def local_data(path: Path, options: ReadOptions = AS_IS,
-               stop: threading.Event | None = None) -> LocalData:
+               stop: threading.Event | None = None, engine: str = "local",
+               scheduler: str | None = None) -> LocalData:
     """The data file as it is now, read as ``options`` say (``--header/--no-header``,
     ``--columns``), as the agent sees it: streamed chunks of this version of the file (DataError
     once it is replaced or rewritten) and its dimension d. The agent calls this for every study,
     so a new file is read with its own layout. A file without records is accepted: under
     add/remove the device takes part with n = 0 (declining would reveal it); under replace-one
     the study is refused (n is public there). With ``stop``, every read ends with
-    :class:`~fedsketch.client.localdata.Stopped` once it is set."""
+    :class:`~fedsketch.client.localdata.Stopped` once it is set.
+
+    ``engine`` "dask": ``path`` is a folder of Parquet partitions summed on the Dask cluster at
+    ``scheduler`` (:class:`~fedsketch.common.sketch.dask_records.DaskRecords`): its n and d come
+    from the partitions' metadata, and ``stop`` is not seen during a sum: a stop waits for the
+    running sum, its release and its spend. ``scheduler`` with the local engine is refused."""
+    if engine != "local" or scheduler is not None:
+        records = open_records(path, engine, scheduler, options,
+                               lambda: DataSource(path, allow_empty=True, options=options))
+        return LocalData(records.chunks, records.d, records.n)
     source = DataSource(path, allow_empty=True, options=options)
     if stop is None:
         return LocalData(source.chunks, source.d)
@@ -120,7 +133,9 @@ def run(cfg: DaemonConfig, stop: threading.Event) -> int:
     """Run until ``stop`` is set (or one pass with ``once``); the exit status (0 = clean)."""
     # a missing or unreadable file stops the daemon before it enrolls; what the reader decided
     # on its own (a header, pandas' index column left out) goes to the log once
-    for note in DataSource(cfg.data, allow_empty=True, options=cfg.read).notes:
+    opened = open_records(cfg.data, cfg.engine, cfg.scheduler, cfg.read,
+                          lambda: DataSource(cfg.data, allow_empty=True, options=cfg.read))
+    for note in opened.notes:
         log.info("%s: %s", cfg.data, note)
     ledger = Ledger(cfg.ledger)
     try:
@@ -135,7 +150,8 @@ def run(cfg: DaemonConfig, stop: threading.Event) -> int:
     link = Link(cfg.coordinator, cfg.ca, cfg.insecure)
     channel = link.channel()
     try:
-        agent = Agent(channel, ledger, lambda: local_data(cfg.data, cfg.read, stop), cfg.source)
+        agent = Agent(channel, ledger, lambda: local_data(cfg.data, cfg.read, stop, cfg.engine,
+                                                                cfg.scheduler), cfg.source)
         if not _enroll(agent, cfg, link, stop):
             return 1 if cfg.once else 0
         failures = 0

@@ -15,7 +15,7 @@ the records, and each says only the decision that the device's absence already s
 code, with no count, margin or value. Under add/remove, where n is private, the count refusal
 reveals the one bit "n > max_device_records" that non-participation shows anyway (docs/operator-guide.md, "The
 per-device record cap"); the count stops with the chunk that passes the cap
-(:meth:`~.agent.Agent._count`), so the time a refusing device takes does not grow with how far
+(:func:`~.localdata.count_records`), so the time a refusing device takes does not grow with how far
 beyond the cap its n lies (but for a CSV file, whose rows are counted whenever it is opened, for
 every study alike), and reports are sent together at the end of a pass, not the moment a count
 ends.

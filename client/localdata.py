@@ -15,10 +15,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from fedsketch.client.declines import Declined
+from fedsketch.client.declines import Declined, out_of_range
 from fedsketch.common.data.dataio import DataError
 from fedsketch.common.pb import fedsketch_pb2 as pb
 from fedsketch.common.sketch.box import Tally
+from fedsketch.common.study.study import StudySpec
 
 log = logging.getLogger("fedsketch.device")
 
@@ -30,10 +31,16 @@ DATA_ERRORS = (DataError, ValueError, OSError)
 @dataclass(frozen=True)
 class LocalData:
     """One version of the device's records: a factory of chunk iterators over it (each chunk
-    (rows, d), finite values, any real dtype; DataError if the data changed) and the dimension d."""
+    (rows, d), finite values, any real dtype; DataError if the data changed) and the dimension d.
+
+    With ``n`` set, the records are summed where they lie (``device run --engine dask``:
+    :class:`~fedsketch.common.sketch.dask_records.DaskRecords`, whose partitions' metadata give
+    n): ``chunks()`` returns an object that computes its own feature sum, which only a plain
+    study's one sketch release can use (:func:`summed_elsewhere_refusal`)."""
 
     chunks: Callable[[], Iterable[np.ndarray]]
     d: int
+    n: int | None = None
 
 
 #: How the agent reaches the device's records: called once per study.
@@ -71,8 +78,44 @@ def data_refusal(exc: Exception) -> Retry:
     return Retry(f"the data cannot be sketched for this study: {exc}", pb.DATA_UNREADABLE)
 
 
+def summed_elsewhere_refusal(secure: bool, rounds: bool) -> Declined | None:
+    """Why records summed on a cluster (``--engine dask``) cannot take part in a study, or None.
+    Such records give exact feature sums and their count, which a plain study's sketch and its
+    calibration round 0 (sketches at public σ's) are made of. Secure aggregation reads the
+    records in this process (its exact input, masked), and refinement rounds read per-cell
+    counts and sums; neither runs on the cluster yet, so the study is declined before anything
+    is read or spent."""
+    asks = [what for what, needed in (("secure aggregation", secure),
+                                      ("refinement rounds", rounds)) if needed]
+    if not asks:
+        return None
+    return Declined(f"--engine dask sums the records for a plain study's sketch (and its round 0) "
+                    f"only; this study asks for {' and '.join(asks)}: run the daemon with --engine "
+                    "local (the records read here) to take part", pb.DATA_UNREADABLE)
+
+
 def log_clipped(study_id: str, tally: Tally) -> None:
     """Tell the device's own log how many records were clipped into the box (never sent)."""
     if tally.clipped:
         log.info("study %s: %d of %d records lay outside the study's box and were clipped into it "
                  "(this count stays on the device)", study_id, tally.clipped, tally.records)
+
+
+def count_records(data: LocalData, spec: StudySpec) -> int | str:
+    """One pass counting the records: n, or why the device cannot take part (more records than
+    the study's cap, too few for ``min_records``, unreadable data). The count stops with the
+    chunk that passes the cap: how long a refusing device takes does not grow with its n
+    (:mod:`.declines`). Records summed on a cluster give n from their partitions' metadata
+    (checked again by each worker as it reads its partition)."""
+    n, cap = 0, spec.device_cap
+    try:
+        if data.n is not None:
+            n = data.n
+        else:
+            for chunk in data.chunks():
+                n += chunk.shape[0]
+                if n > cap:
+                    break
+    except DATA_ERRORS as exc:
+        return data_refusal(exc)
+    return n if (reason := out_of_range(spec, n)) is None else reason

@@ -64,6 +64,13 @@ def simulate_command(
     partition: Annotated[str, typer.Option(help="iid or dirichlet:ALPHA.")] = "iid",
     processes: Annotated[bool, typer.Option(help="Real daemon processes, not in-process.")]
     = False,
+    backend: Annotated[str, typer.Option(
+        help="Who runs the devices: inprocess (this process, the default) or ray (Ray actors, "
+             "one per CPU of a local Ray or of the cluster at --address; needs the ray extra: "
+             "docs/operator-guide.md).")] = "inprocess",
+    address: Annotated[str | None, typer.Option(
+        help="A Ray cluster's address for --backend ray (e.g. auto, or HOST:6379); default: a "
+             "local Ray on this machine's cores.")] = None,
     replicates: Annotated[int, typer.Option(help="CL-OMPR replicates.")] = 3,
     seed: Annotated[int, typer.Option(help="Seed of the data and of Ω.")] = 0,
     secure_aggregation: Annotated[bool, typer.Option(
@@ -133,7 +140,8 @@ def simulate_command(
                     max_dropout=max_dropout, max_colluders=max_colluders, degree=degree,
                     stage_timeout=stage_timeout,
                     dropout=dropout, dropout_stage=dropout_stage, box=box, rounds=rounds,
-                    round_share=round_share, scale_range=searched, hostile=hostile)
+                    round_share=round_share, scale_range=searched, hostile=hostile,
+                    backend=backend, address=address)
     with clean_errors(RuntimeError, *EXPECTED_ERRORS):  # RuntimeError: a device refused or the study failed
         report = run_simulation(cfg, pooled)
     if as_json:
@@ -156,6 +164,9 @@ def simulate_command(
                       f"{ref['refined_rounds']} of {ref['rounds']}")
     for phase, sec in report["seconds"].items():
         table.add_row(f"seconds: {phase}", f"{sec:.2f}")
+    if (on_ray := report["ray"]) is not None:
+        table.add_row("Ray actors; growth of the peak resident set per device",
+                      f"{on_ray['actors']}; {on_ray['rss_growth_per_device_bytes'] / 1024:,.0f} KiB")
     if report["bytes_sent"] is not None:
         table.add_row("bytes sent by the devices", f"{report['bytes_sent']:,}")
     if (bad := report["hostile"]) is not None:

@@ -13,6 +13,9 @@ from fedsketch.common.sketch.scale import default_range
 if TYPE_CHECKING:
     from fedsketch.common.study.study import StudySpec
 
+#: Who runs a simulation's devices: this process (the default), or Ray actors.
+BACKENDS = ("inprocess", "ray")
+
 
 @dataclass(frozen=True)
 class SimConfig:
@@ -48,6 +51,8 @@ class SimConfig:
     round_share: float = ROUND_SHARE
     scale_range: tuple[float, float] | None = None
     hostile: str | None = None  # K:KIND (server/sim/hostile.py)
+    backend: str = "inprocess"
+    address: str | None = None  # a Ray cluster's address (backend "ray"); None: a local Ray
 
     @property
     def public_box(self) -> tuple[list[float], list[float]]:

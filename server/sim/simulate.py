@@ -32,10 +32,7 @@ from pathlib import Path
 import grpc
 import numpy as np
 
-from fedsketch.client.agent import Agent
-from fedsketch.client.ledger import Ledger
 from fedsketch.client.ledger_records import LedgerError
-from fedsketch.client.localdata import LocalData
 from fedsketch.common.choices import CAP_HEADROOM
 from fedsketch.common.data.dataio import DataSource, load_all
 from fedsketch.common.data.synthetic import gmm
@@ -44,8 +41,6 @@ from fedsketch.common.features import FEATURES
 from fedsketch.common.net.tls import CertPaths, init_certs, secure_channel, server_tls
 from fedsketch.common.pb import fedsketch_pb2 as pb
 from fedsketch.common.pb import fedsketch_pb2_grpc as pb_grpc
-from fedsketch.common.secagg import Stage
-from fedsketch.common.secagg import wire as sw
 from fedsketch.common.secagg.spec import SecAggSpec
 from fedsketch.common.secagg.trust import Assumptions
 from fedsketch.common.sketch.frequencies import FrequencySpec
@@ -57,23 +52,15 @@ from fedsketch.common.study.study import StudySpec
 from fedsketch.server.bench.metrics import sklearn_kmeans_centroids, split, sse_per_n
 from fedsketch.server.service.api import build_server
 from fedsketch.server.service.coordinator import Coordinator
-from fedsketch.server.sim.config import SimConfig, round0_range, used_config
-from fedsketch.server.sim.hostile import (
-    HostileAgent,
-    defences,
-    hostile_indices,
-    hostile_parts,
-    parse_hostile,
-    plain_passes,
-)
+from fedsketch.server.sim.config import BACKENDS, SimConfig, round0_range, used_config
+from fedsketch.server.sim.devices import DROPOUT_STAGES, drive, make_agents, step_agents
+from fedsketch.server.sim.hostile import defences, hostile_indices, hostile_parts, parse_hostile, plain_passes
 from fedsketch.server.sim.timeouts import default_stage_timeout
 from fedsketch.server.store import Store, open_store
 
 OPERATOR_TOKEN = "simulation-operator-token"
 #: Longest wait (seconds) for a study to be decoded after the last contribution.
 DECODE_TIMEOUT = 600.0
-#: Secure-aggregation stages in order, and those a simulated device may drop out at.
-DROPOUT_STAGES = tuple(stage.value for stage in Stage)
 #: Bad input a simulation may raise besides ValueError and OSError: its devices' ledger refusals.
 EXPECTED_ERRORS: tuple[type[Exception], ...] = (LedgerError,)
 
@@ -153,42 +140,24 @@ class Loopback:
     meta: tuple[tuple[str, str], ...]
 
 
-def loopback_coordinator(stack: ExitStack, folder: Path) -> Loopback:
+def loopback_coordinator(stack: ExitStack, folder: Path, host: str = "127.0.0.1") -> Loopback:
     """A fresh CA and server certificate, a SQLite store and a coordinator in ``folder``,
-    listening on a free loopback port; ``stack`` stops and closes everything."""
-    certs = init_certs(folder / "certs", ["localhost", "127.0.0.1"])
+    listening on a free port of ``host`` (loopback unless a Ray cluster's devices must reach
+    it); ``stack`` stops and closes everything."""
+    names = ["localhost", "127.0.0.1"] + ([] if host == "127.0.0.1" else [host])
+    certs = init_certs(folder / "certs", names)
     store = open_store(folder / "coordinator.db")
     stack.callback(store.close)
     server, coordinator, port = build_server(
-        store, hashlib.sha256(OPERATOR_TOKEN.encode()).hexdigest(), "127.0.0.1:0",
+        store, hashlib.sha256(OPERATOR_TOKEN.encode()).hexdigest(), f"{host}:0",
         server_tls(certs.server_cert, certs.server_key))
     stack.callback(coordinator.stop)
     stack.callback(lambda: server.stop(grace=None).wait())
-    target = f"localhost:{port}"
+    target = f"localhost:{port}" if host == "127.0.0.1" else f"{host}:{port}"
     channel = secure_channel(target, certs.ca_cert)
     stack.callback(channel.close)
     return Loopback(target, certs, store, coordinator, channel, pb_grpc.OperatorStub(channel),
                     (("authorization", f"Bearer {OPERATOR_TOKEN}"),))
-
-
-def _agents(stack: ExitStack, target: str, ca: Path, folder: Path, tokens: list[str],
-            x: np.ndarray, parts: list[np.ndarray], epsilon: float,
-            hostile: tuple[list[int], str] = ([], "")) -> list[Agent]:
-    """Enrolled in-process devices, each with its data, ledger and TLS channel; those in
-    ``hostile`` [(indices, kind)] are :class:`~.hostile.HostileAgent`."""
-    agents = []
-    for i, (token, idx) in enumerate(zip(tokens, parts, strict=True)):
-        xi = x[idx]
-        data = LocalData(lambda xi=xi: split(xi), xi.shape[1])
-        ledger = Ledger.create(folder / f"device{i}.ledger", epsilon)
-        stack.callback(ledger.close)
-        channel = secure_channel(target, ca)
-        stack.callback(channel.close)
-        agent = (HostileAgent(channel, ledger, lambda data=data: data, kind=hostile[1])
-                 if i in hostile[0] else Agent(channel, ledger, lambda data=data: data))
-        agent.ensure_enrolled(target, token, f"sim-{i}")
-        agents.append(agent)
-    return agents
 
 
 def wait_for(watch: Callable[[], pb.Study], states: tuple[int, ...], what: str,
@@ -201,43 +170,6 @@ def wait_for(watch: Callable[[], pb.Study], states: tuple[int, ...], what: str,
             raise RuntimeError(f"{what} in time")
         time.sleep(poll)
     return s
-
-
-def _in_process(agents: list[Agent], cfg: SimConfig, watch: Callable[[], pb.Study]) -> None:
-    """Plain round: passes until every device has contributed (the first fills the roster); with
-    later rounds, until the study is done or failed. Secure round: passes until the study is
-    closed (or ends, with later rounds), the chosen devices silent from ``dropout_stage`` on."""
-    later = cfg.rounds or cfg.scale is None  # refinement rounds, or a sketch after round 0
-    if not cfg.secure_aggregation:
-        pending = set(range(len(agents)))
-        while pending or (later and watch().state not in (pb.DONE, pb.FAILED)):
-            sent = False
-            for i in range(len(agents)):
-                out = agents[i].step()
-                if out.refused:
-                    raise RuntimeError(f"device {i} refused: {out.refused}")
-                if out.submitted:
-                    pending.discard(i)
-                    sent = True
-            if not sent and not pending:
-                time.sleep(0.02)  # the coordinator is decoding: the next round is not open yet
-        return
-    rng = np.random.default_rng(cfg.seed)
-    silent = set(rng.choice(len(agents), round(cfg.dropout * len(agents)), replace=False))
-    from_rank = DROPOUT_STAGES.index(cfg.dropout_stage) + 1  # REGISTER is rank 0
-    while (s := watch()).state not in (pb.DONE, pb.FAILED) and (later or s.state != pb.DECODING):
-        if s.state == pb.DECODING:  # refinement rounds: the devices that did not drop out
-            for i, agent in enumerate(agents):
-                if i not in silent:
-                    agent.step()
-            time.sleep(0.02)
-            continue
-        rank = sw.STAGES.index(s.stage) if s.stage in sw.STAGES else len(sw.STAGES)
-        for i, agent in enumerate(agents):
-            if i not in silent or rank < from_rank:
-                agent.step()
-        if watch().stage == s.stage:
-            time.sleep(0.05)  # waiting for the stage timeout (dropped devices)
 
 
 def _processes(target: str, ca: Path, folder: Path, tokens: list[str], x: np.ndarray,
@@ -303,6 +235,13 @@ def run_simulation(cfg: SimConfig, data: Pooled | None = None) -> dict:
         raise ValueError(f"unknown feature map {cfg.feature!r}")
     if cfg.devices < 1 or cfg.records < cfg.devices:
         raise ValueError("need at least one device and one record per device")
+    if cfg.backend not in BACKENDS:
+        raise ValueError(f"--backend must be one of {', '.join(BACKENDS)}, got {cfg.backend!r}")
+    if cfg.backend == "ray" and cfg.processes:
+        raise ValueError("--processes runs daemon processes on this machine and --backend ray "
+                         "runs the devices on Ray: choose one")
+    if cfg.address is not None and cfg.backend != "ray":
+        raise ValueError("--address names a Ray cluster: add --backend ray")
     spec = _study_spec(cfg)  # validates every parameter before any work
     if data is not None and data.x.shape != (cfg.records, cfg.d):
         raise ValueError(f"the records are {data.x.shape}, the configuration says "
@@ -319,13 +258,19 @@ def run_simulation(cfg: SimConfig, data: Pooled | None = None) -> dict:
     spec = _study_spec(cfg, cap)  # the cap of N/L, the public expectation (or the largest part)
     hostile = parse_hostile(cfg.hostile, cfg.devices)
     bad = ([], "") if hostile is None else (hostile_indices(cfg.devices, hostile[0]), hostile[1])
-    if hostile is not None and cfg.processes:
-        raise ValueError("--hostile runs in-process devices: the daemon has no hostile mode")
+    if hostile is not None and (cfg.processes or cfg.backend != "inprocess"):
+        raise ValueError("--hostile runs in-process devices: the daemon and the Ray backend have "
+                         "no hostile mode")
     x, parts = hostile_parts(x, parts, *bad, cap)
+    ray_report = None
     with tempfile.TemporaryDirectory(prefix="fedsketch-sim-") as tmp, ExitStack() as stack:
         folder = Path(tmp)
         t = time.perf_counter()
-        loop = loopback_coordinator(stack, folder)
+        host = "127.0.0.1"
+        if cfg.backend == "ray":
+            from fedsketch.server.sim.ray_devices import ray_session, run_on_ray
+            host = stack.enter_context(ray_session(cfg.address))
+        loop = loopback_coordinator(stack, folder, host)
         store, target, operator, meta = loop.store, loop.target, loop.operator, loop.meta
         certs = loop.certs
         tokens = list(operator.IssueTokens(pb.IssueTokensRequest(count=cfg.devices),
@@ -344,18 +289,23 @@ def run_simulation(cfg: SimConfig, data: Pooled | None = None) -> dict:
                                 spec_sha256=study.spec_sha256, signature=r.signature,
                                 **{r.kind: r.payload}).ByteSize()
                 for r in store.contributions(study.study_id))
+            seconds["devices"] = time.perf_counter() - t
+        elif cfg.backend == "ray":
+            ray_report = run_on_ray(target, certs.ca_cert, tokens, [x[idx] for idx in parts],
+                                    cfg.epsilon, cfg, watch, seconds)
+            bytes_up = ray_report.pop("bytes_sent")
         else:
-            agents = _agents(stack, target, certs.ca_cert, folder, tokens, x, parts, cfg.epsilon,
-                             bad)
+            agents = make_agents(stack, target, certs.ca_cert, folder, tokens,
+                                 [x[idx] for idx in parts], cfg.epsilon, hostile=bad)
             seconds["enroll"] = time.perf_counter() - t
             t = time.perf_counter()
             if hostile is not None and not cfg.secure_aggregation:
                 plain_passes(agents, watch, lambda sid: operator.CloseStudy(
                     pb.StudyRef(study_id=sid), metadata=meta))
             else:
-                _in_process(agents, cfg, watch)
+                drive(step_agents(agents), len(agents), cfg, watch)
             bytes_up = sum(a.bytes_sent for a in agents)
-        seconds["devices"] = time.perf_counter() - t
+            seconds["devices"] = time.perf_counter() - t
         t = time.perf_counter()
         s = wait_for(watch, (pb.DONE, pb.FAILED), "the coordinator did not finish decoding", 0.05)
         if s.state == pb.FAILED and hostile is None:
@@ -392,6 +342,7 @@ def run_simulation(cfg: SimConfig, data: Pooled | None = None) -> dict:
         "records": res.records,
         "seconds": seconds,
         "bytes_sent": bytes_up,
+        "ray": ray_report,
         "secure_aggregation": None if spec.secure_aggregation is None else {
             **asdict(spec.secure_aggregation), "min_honest": spec.assumptions.min_honest,
             "stage_open_seconds": dict(getattr(rnd, "stage_open", {}))},
