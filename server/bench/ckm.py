@@ -52,6 +52,7 @@ from fedsketch.common.sketch.frequencies import FrequencySpec
 from fedsketch.common.sketch.privacy import PrivacySpec
 from fedsketch.common.sketch.scale import calibrate_scale
 from fedsketch.common.sketch.spec import SketchSpec, release_sketch
+from fedsketch.common.study.verdict import LastStep, judge
 from fedsketch.server.bench.kmeans import (
     OVERSEED,
     kmeans_plus_plus,
@@ -60,12 +61,12 @@ from fedsketch.server.bench.kmeans import (
     sphere_packing_init,
     su_split,
 )
-from fedsketch.server.bench.kmeans.budget import relation_factor
-from fedsketch.server.bench.kmeans.dplloyd import ShiftedData, shifted_data
+from fedsketch.server.bench.kmeans.budget import IterationBudget, relation_factor
+from fedsketch.server.bench.kmeans.dplloyd import ShiftedData, last_step, shifted_data
 from fedsketch.server.bench.metrics import split
 from fedsketch.server.bench.task import Outcome, Task, clip_rows_to_box, public_box
-from fedsketch.server.decode.identify import IDENTIFIED, Identifiability
-from fedsketch.server.decode.pipeline import decode_judged
+from fedsketch.server.decode.identify import IDENTIFIED
+from fedsketch.server.decode.pipeline import Decoding, decode_judged
 
 #: Share of a CKM run's ε spent on the private choice of σ.
 CKM_SCALE_FRACTION = 0.1
@@ -79,9 +80,9 @@ CKM_LLOYD_FINAL_SHARE = 0.25
 NONPRIVATE_REDUCTIONS = 100
 
 
-def ckm_run(task: Task, feature: str) -> tuple[np.ndarray, float, int, Identifiability]:
+def ckm_run(task: Task, feature: str) -> tuple[np.ndarray, float, int, Decoding]:
     """One CKM run (module docstring) on ``task``: (centroids (k, d) in data units, σ, rows
-    clipped into the box, the decoding's verdict against the sketch's public noise level).
+    clipped into the box, the decoding with its verdicts against the sketch's public noise level).
     Pure ``task.epsilon``-DP; ε = ∞ fits σ and sketches without noise."""
     if task.lo is None:
         raise ValueError("ckm needs a public box (--bounds)")
@@ -98,7 +99,7 @@ def ckm_run(task: Task, feature: str) -> tuple[np.ndarray, float, int, Identifia
     release = release_sketch(spec, split(x), box)
     out = decode_judged(release.sketch, spec, task.k, box.lo, box.hi, records=release.n, replicates=3,
                         rng=task.rng)
-    return out.centroids, cal.sigma, clipped, out.identifiability
+    return out.centroids, cal.sigma, clipped, out
 
 
 def ckm(feature: str) -> Callable[[Task], Outcome]:
@@ -106,28 +107,32 @@ def ckm(feature: str) -> Callable[[Task], Outcome]:
 
     def run(task: Task) -> Outcome:
         """One CKM run on ``task``: pure ε-DP under the task's relation (kind "none" at ε = ∞)."""
-        centroids, sigma, clipped, verdict = ckm_run(task, feature)
-        judged = "" if verdict.status == IDENTIFIED else f"; {verdict.status}: {verdict.reason}"
+        centroids, sigma, clipped, out = ckm_run(task, feature)
+        ident = out.identifiability
+        judged = "" if ident.status == IDENTIFIED else f"; {ident.status}: {ident.reason}"
         if math.isinf(task.epsilon):
             return Outcome(centroids, math.inf, 0.0, task.neighbouring, "none", clipped,
                            f"non-private: σ = {sigma:.3g} fitted on the clean calibration sketch{judged}",
-                           verdict.status)
+                           ident.status, out.verdict)
         return Outcome(centroids, task.epsilon, 0.0, task.neighbouring, "pure", clipped,
-                       f"σ = {sigma:.3g} from the calibration round{judged}", verdict.status)
+                       f"σ = {sigma:.3g} from the calibration round{judged}", ident.status, out.verdict)
 
     return run
 
 
 def final_step(data: ShiftedData, centres: np.ndarray, epsilon: float,
-               neighbouring: str) -> tuple[np.ndarray, int]:
+               neighbouring: str) -> tuple[np.ndarray, int, LastStep]:
     """Step 3 of ``ckm-lloyd``: one noisy Lloyd step from the shifted ``centres`` (k, d) spending
     ``epsilon`` under ``neighbouring`` (Su's split of ε/f, f the relation factor); a centre whose
     noisy count is at noise level (:func:`~fedsketch.server.bench.kmeans.excess_counts` ≤ 0, that is
-    N~_j ≤ OVERSEED_KEEP_SCALES/ε_count) stays. Returns (shifted centres, kept)."""
+    N~_j ≤ OVERSEED_KEEP_SCALES/ε_count) stays. Returns (shifted centres, kept, the step's release
+    as the verdict reads it, :func:`~fedsketch.server.bench.kmeans.dplloyd.last_step`)."""
     eps_count, eps_dim = su_split(epsilon / relation_factor(neighbouring), data.h.size)
     stepped, counts = noisy_lloyd_step(data.x, centres, data.h, eps_count, np.full(data.h.size, eps_dim))
     keep = excess_counts(counts, laplace_scale(1.0, eps_count)) <= 0
-    return np.where(keep[:, None], centres, stepped), int(keep.sum())
+    after = np.where(keep[:, None], centres, stepped)
+    budget = IterationBudget(eps_count, (eps_dim,) * data.h.size, relation_factor(neighbouring))
+    return after, int(keep.sum()), last_step(data, centres, after, counts, budget)
 
 
 def _nonprivate(task: Task) -> Outcome:
@@ -167,13 +172,16 @@ def ckm_lloyd(task: Task) -> Outcome:
     eps_start = CKM_LLOYD_START_SHARE * task.epsilon
     eps_final = CKM_LLOYD_FINAL_SHARE * (task.epsilon - eps_start)
     eps_over = task.epsilon - eps_start - eps_final
-    start, sigma, _, verdict = ckm_run(replace(task, epsilon=eps_start), "complex")
+    start, sigma, _, decoded = ckm_run(replace(task, epsilon=eps_start), "complex")
     centre = Box(*public_box(task)).center
     centres, run, reliable = overseeded(replace(task, epsilon=eps_over), seeds=start - centre)
-    final, kept = final_step(run.data, centres, eps_final, task.neighbouring)
-    notes = {"start": {"method": "ckm", "epsilon": eps_start, "sigma": sigma, "status": verdict.status},
+    final, kept, step = final_step(run.data, centres, eps_final, task.neighbouring)
+    notes = {"start": {"method": "ckm", "epsilon": eps_start, "sigma": sigma,
+                       "status": decoded.identifiability.status},
              **run.notes(),
              "overseed": OVERSEED, "relocated": list(run.relocated), "reliable_centroids": reliable,
              "final_step": {"epsilon": eps_final, "kept": kept}}
-    return Outcome(final + run.data.centre, task.epsilon, 0.0, task.neighbouring, "pure",
-                   run.data.clipped, json.dumps(notes))
+    published = final + run.data.centre
+    return Outcome(published, task.epsilon, 0.0, task.neighbouring, "pure", run.data.clipped,
+                   json.dumps(notes), verdict=judge(published, run.data.h, step=step,
+                                                    identifiability=decoded.identifiability.to_dict()))
