@@ -24,7 +24,8 @@ Relative SSE = SSE(C)/SSE(scikit-learn KMeans, n_init = 10) on the same records.
 
 Usage: nice -n 15 python benchmarks/bench_verdict.py [--sets flights,diamonds,flights-units,
            diamonds-units,digits] [--eps 0.1,0.5,1,2] [--seeds 3] [--devices 10] [--rows 20000]
-           [--m 1000] [--rounds 3] [--modes federated,central] [--out benchmarks/out/verdict.json]
+           [--m 1000] [--rounds 3] [--modes federated,central] [--methods ckm-lloyd,ckm,...]
+           [--out benchmarks/out/verdict.jsonl]
 Prints one line per run as it ends (appended to the JSON file, so a stopped run keeps what it
 did) and the calibration tables at the end (``--table-only``: the tables from the JSON).
 """
@@ -167,7 +168,7 @@ def run_set(name: str, args, out: Path) -> None:
                              "forecast": fc_status, "forecast_checks": fc_checks,
                              "seconds": time.perf_counter() - t})
             if "central" in args.modes:
-                for method in ("ckm-lloyd", "ckm", "dplloyd-su-overseed"):
+                for method in args.methods:
                     task = Task(x, k, eps, lo=lo, hi=hi, neighbouring="replace_one",
                                 rng=np.random.default_rng(seed))
                     t = time.perf_counter()
@@ -246,11 +247,14 @@ def main() -> None:
     ap.add_argument("--m", type=int, default=1000)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--modes", default="federated,central")
+    ap.add_argument("--methods", default="ckm-lloyd,ckm,dplloyd-su-overseed",
+                    help="the central methods (digits: ckm's m = 10kd = 6,400 takes minutes a run)")
     ap.add_argument("--out", type=Path, default=Path(__file__).resolve().parent / "out" / "verdict.jsonl")
     ap.add_argument("--table-only", action="store_true")
     args = ap.parse_args()
     args.eps = [float(e) for e in args.eps.split(",")]
     args.modes = args.modes.split(",")
+    args.methods = args.methods.split(",")
     if not args.table_only:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         for name in args.sets.split(","):
