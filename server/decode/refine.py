@@ -117,7 +117,7 @@ def next_centroids(parent: StudySpec, rnd: RoundSpec,
     old = np.array(rnd.centroids) - box.center
     r = rnd.radius * h
     shift = np.clip(sums * grid.step(r) / np.maximum(counts, 1)[:, None], -r, r)
-    new = np.where(kept[:, None], old, np.clip(old + shift, -h, h))
+    new = stepped = np.where(kept[:, None], old, np.clip(old + shift, -h, h))
     weights = _weights(counts)
     rounds, k = parent.refine.rounds, parent.k
     if rnd.round < rounds - 1:
@@ -126,9 +126,8 @@ def next_centroids(parent: StudySpec, rnd: RoundSpec,
         new, _ = reduce_centroids(new, counts, scale, k, _rng(parent, rnd.round), np.zeros(box.d))
         groups, _ = nearest(np.array(rnd.centroids) - box.center, new)
         weights = _weights(np.bincount(groups, weights=np.maximum(counts, 0.0), minlength=k))
-    means = np.clip(np.where(kept[:, None], old, np.clip(old + shift, -h, h)) + box.center, box.lo, box.hi)
-    step = LastStep(np.array(rnd.centroids), means, counts, math.sqrt(2.0) * scale,
-                    math.sqrt(2.0 * draws) * laplace_scale(1.0, eps_dim) * r)
+    step = LastStep(np.array(rnd.centroids), np.clip(stepped + box.center, box.lo, box.hi), counts,
+                    math.sqrt(2.0) * scale, math.sqrt(2.0 * draws) * laplace_scale(1.0, eps_dim) * r)
     return RoundResult(np.clip(new + box.center, box.lo, box.hi), weights, counts, kept,
                        devices, math.fsum(r[0] for r in releases), step)
 
