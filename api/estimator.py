@@ -48,6 +48,7 @@ from fedsketch.steps import (
     NotIdentifiableWarning,
     as_box,
     decode,
+    quality_from_dict,
     sketch,
     verdict_from_dict,
 )
@@ -83,8 +84,10 @@ class CompressiveKMeans(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Clust
     Attributes
     ----------
     cluster_centers_ : (k, d) centroids, data units. weights_ : (k,) their weights, summing to 1.
-    identifiability_ : whether the centroids stand above the sketch's noise (a "not identifiable"
-        fit also warns, :class:`fedsketch.NotIdentifiableWarning`).
+    verdict_ : the verdict on the centroids returned ("good", "usable, with caveats" or
+        "unreliable", with its reason; anything but "good" also warns,
+        :class:`fedsketch.NotIdentifiableWarning`). identifiability_ : as a detail, whether the
+        centroids stand above the sketch's noise.
     sketch_ : the released :class:`fedsketch.Sketch` (None after :meth:`from_result`).
     labels_, inertia_ : nearest centroid of each row of X and the SSE (not private).
     n_features_in_ : d. feature_names_in_ : X's column names, when it had string ones.
@@ -174,7 +177,8 @@ class CompressiveKMeans(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Clust
                 result = Decoding(np.asarray(result["centroids"], dtype=np.float64),
                                   np.asarray(result["weights"], dtype=np.float64),
                                   float(result.get("residual", math.nan)),
-                                  verdict_from_dict(result["identifiability"]))
+                                  verdict_from_dict(result["identifiability"]),
+                                  quality_from_dict(result))
             except (KeyError, TypeError, ValueError) as exc:
                 raise ValueError("not a decoding result (it needs centroids, weights, identifiability): "
                                  f"{exc!r}") from None
@@ -189,13 +193,15 @@ class CompressiveKMeans(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Clust
         return model
 
     def _set_decoding(self, decoding: Decoding, released) -> None:
-        """The fitted attributes of a decoding; warns if it is not identifiable."""
+        """The fitted attributes of a decoding; warns unless its verdict is "good"."""
         self.cluster_centers_ = np.array(decoding.centroids, dtype=np.float64)
         self.weights_ = np.array(decoding.weights, dtype=np.float64)
         self.identifiability_ = decoding.identifiability
+        self.verdict_ = decoding.verdict
         self.sketch_ = released
-        if decoding.identifiability.status != "identified":
-            warnings.warn(decoding.identifiability.reason, NotIdentifiableWarning, stacklevel=3)
+        if decoding.verdict.warns:
+            warnings.warn(f"{decoding.verdict.status}: {decoding.verdict.reason}", NotIdentifiableWarning,
+                          stacklevel=3)
 
     def _box(self, X: np.ndarray) -> Box:
         """The public box (module docstring): ``bounds``, or X's widened range at ε = ∞."""

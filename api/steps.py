@@ -36,9 +36,10 @@ from fedsketch.common.sketch.dataset_sketch import SketchPlan
 from fedsketch.common.sketch.privacy import PrivacySpec
 from fedsketch.common.sketch.private_box import BOX_FRACTION
 from fedsketch.common.sketch.sketchfile import SketchFile, load_sketch
+from fedsketch.common.study.verdict import CAVEATS, Verdict
 from fedsketch.server.bench.metrics import Evaluation, evaluate_centroids
 from fedsketch.server.cli.bounds import parse_bounds
-from fedsketch.server.decode.identify import IDENTIFIED, Identifiability
+from fedsketch.server.decode.identify import Identifiability
 from fedsketch.server.decode.pipeline import Decoding, decode_judged
 
 #: A released sketch, in memory or read from its ``.npz`` (:meth:`Sketch.save`, :func:`load_sketch`).
@@ -54,7 +55,8 @@ Bounds = tuple | str | os.PathLike | Box
 
 
 class NotIdentifiableWarning(UserWarning):
-    """Centroids that cannot be told from the sketch's noise (:attr:`Decoding.identifiability`)."""
+    """Centroids whose verdict is not "good" (:attr:`Decoding.verdict`,
+    :mod:`fedsketch.common.study.verdict`): "usable, with caveats" or "unreliable", with why."""
 
 
 def sketch(data: Records, *, epsilon: float = 1.0, delta: float = 0.0,
@@ -99,9 +101,9 @@ def decode(sketch: Sketch | str | os.PathLike, k: int, bounds: Bounds | None = N
            replicates: int = 3, seed: int | None = None) -> Decoding:
     """k centroids and weights decoded from ``sketch`` (a :class:`Sketch` or its file) inside the public
     box ``bounds`` (None: the box the sketch holds, read by ``bounds="auto"``) by CL-OMPR, the best
-    of ``replicates`` runs (``seed``: the decoder's random starts), with the verdict on whether they
-    stand above the sketch's noise, as ``fedsketch decode`` does. Reads no data. A
-    :class:`NotIdentifiableWarning` repeats a "not identifiable" verdict's reason."""
+    of ``replicates`` runs (``seed``: the decoder's random starts), with the verdict on them
+    (``Decoding.verdict``: "good", "usable, with caveats" or "unreliable"), as ``fedsketch decode``
+    does. Reads no data. A :class:`NotIdentifiableWarning` repeats a verdict other than "good"."""
     name = "the sketch"
     if not isinstance(sketch, SketchFile):
         name, sketch = str(sketch), load_sketch(sketch)
@@ -111,8 +113,8 @@ def decode(sketch: Sketch | str | os.PathLike, k: int, bounds: Bounds | None = N
     sketch.check_frequencies(name)
     out = decode_judged(sketch.sketch, sketch.spec, k, box.lo, box.hi, records=sketch.n,
                         replicates=replicates, rng=np.random.default_rng(seed))
-    if out.identifiability.status != IDENTIFIED:
-        warnings.warn(out.identifiability.reason, NotIdentifiableWarning, stacklevel=2)
+    if out.verdict.warns:
+        warnings.warn(f"{out.verdict.status}: {out.verdict.reason}", NotIdentifiableWarning, stacklevel=2)
     return out
 
 
@@ -249,3 +251,12 @@ def verdict_from_dict(data: dict) -> Identifiability:
     return Identifiability(str(data["status"]), str(data.get("reason", "")),
                            tuple(float(z) for z in data.get("z", ())), float(data.get("threshold", math.nan)),
                            float(data.get("noise_sd", math.nan)))
+
+
+def quality_from_dict(data: dict) -> Verdict:
+    """The :class:`~fedsketch.common.study.verdict.Verdict` of a result's JSON form (its
+    ``verdict``), or for a result written before the verdict existed, "usable, with caveats"
+    saying it was not judged."""
+    if isinstance(data.get("verdict"), dict):
+        return Verdict.from_dict(data["verdict"])
+    return Verdict(CAVEATS, "this result predates the quality verdict; it was not judged")

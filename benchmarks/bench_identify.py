@@ -58,7 +58,8 @@ def main() -> None:
             for seed in range(args.seeds):
                 task = Task(x, k, eps, lo=lo, hi=hi, neighbouring="add_remove",
                             rng=np.random.default_rng(seed))
-                centroids, _, _, verdict, _ = ckm_run(task, "complex")
+                centroids, _, _, decoded, _ = ckm_run(task, "complex")
+                verdict = decoded.identifiability
                 rel = sse_per_n(split(x), centroids) / ref
                 seen[verdict.status].append(rel)
                 print(f"| {name} | {eps:g} | {seed} | {rel:.3f} | {verdict.status} | {min(verdict.z):.3g} | "

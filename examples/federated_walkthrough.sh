@@ -48,6 +48,6 @@ done
 
 # The published centroids, and how good they are (this reads the pooled records: a check
 # the operator could not make on real devices' data).
-python -c 'import json; r = json.load(open("result.json")); print(r["centroids"], r["identifiability"]["status"])'
+python -c 'import json; r = json.load(open("result.json")); print(r["centroids"], r["verdict"]["status"])'
 fedsketch evaluate --data flights.csv --centroids result.json
 kill "$COORDINATOR_PID"

@@ -67,6 +67,7 @@ from fedsketch.common.sketch.privacy import PrivacySpec
 from fedsketch.common.sketch.scale import calibrate_scale
 from fedsketch.common.sketch.spec import SketchSpec, release_sketch
 from fedsketch.common.study.sizing import SketchSize, plan_sketch_size
+from fedsketch.common.study.verdict import LastStep, judge
 from fedsketch.server.bench.kmeans import (
     OVERSEED,
     kmeans_plus_plus,
@@ -75,12 +76,12 @@ from fedsketch.server.bench.kmeans import (
     sphere_packing_init,
     su_split,
 )
-from fedsketch.server.bench.kmeans.budget import relation_factor
-from fedsketch.server.bench.kmeans.dplloyd import ShiftedData, public_count, shifted_data
+from fedsketch.server.bench.kmeans.budget import IterationBudget, relation_factor
+from fedsketch.server.bench.kmeans.dplloyd import ShiftedData, last_step, public_count, shifted_data
 from fedsketch.server.bench.metrics import split
 from fedsketch.server.bench.task import Outcome, Task, clip_rows_to_box, public_box
-from fedsketch.server.decode.identify import IDENTIFIED, Identifiability
-from fedsketch.server.decode.pipeline import decode_centroids, decode_judged
+from fedsketch.server.decode.identify import IDENTIFIED
+from fedsketch.server.decode.pipeline import Decoding, decode_centroids, decode_judged
 
 #: Share of a CKM run's ε spent on the private choice of σ.
 CKM_SCALE_FRACTION = 0.1
@@ -130,13 +131,13 @@ def planning_records(task: Task) -> tuple[float, float]:
 
 
 def ckm_run(task: Task, feature: str, max_work: float | None = None) -> tuple[
-        np.ndarray, float, int, Identifiability | None, SketchSize]:
+        np.ndarray, float, int, Decoding | None, SketchSize]:
     """One CKM run (module docstring) on ``task``: (centroids (k, d) in data units, σ, rows
-    clipped into the box, the decoding's verdict against the sketch's public noise level, the
-    sketch's planned size). Pure ``task.epsilon``-DP; ε = ∞ fits σ and sketches without noise.
-    ``max_work``: a bound on the decoder's m·d·k (:func:`plan_sketch_size`) for a start that only
-    seeds Lloyd on the records: then one replicate and no verdict (None), which such a start
-    never reads (digits: 16 → 7 CPU seconds, RESULTS.md §13)."""
+    clipped into the box, the decoding with its verdicts against the sketch's public noise
+    level, the sketch's planned size). Pure ``task.epsilon``-DP; ε = ∞ fits σ and sketches
+    without noise. ``max_work``: a bound on the decoder's m·d·k (:func:`plan_sketch_size`) for a
+    start that only seeds Lloyd on the records: then one replicate and no decoding's verdicts
+    (None), which such a start never reads (digits: 16 → 7 CPU seconds, RESULTS.md §13)."""
     if task.lo is None:
         raise ValueError("ckm needs a public box (--bounds)")
     box = Box(*public_box(task))
@@ -158,7 +159,7 @@ def ckm_run(task: Task, feature: str, max_work: float | None = None) -> tuple[
         return start.centroids, cal.sigma, clipped, None, size
     out = decode_judged(release.sketch, spec, task.k, box.lo, box.hi, records=release.n, replicates=3,
                         rng=task.rng)
-    return out.centroids, cal.sigma, clipped, out.identifiability, size
+    return out.centroids, cal.sigma, clipped, out, size
 
 
 def ckm(feature: str) -> Callable[[Task], Outcome]:
@@ -166,29 +167,33 @@ def ckm(feature: str) -> Callable[[Task], Outcome]:
 
     def run(task: Task) -> Outcome:
         """One CKM run on ``task``: pure ε-DP under the task's relation (kind "none" at ε = ∞)."""
-        centroids, sigma, clipped, verdict, size = ckm_run(task, feature)
-        judged = "" if verdict.status == IDENTIFIED else f"; {verdict.status}: {verdict.reason}"
+        centroids, sigma, clipped, out, size = ckm_run(task, feature)
+        ident = out.identifiability
+        judged = "" if ident.status == IDENTIFIED else f"; {ident.status}: {ident.reason}"
         if math.isinf(task.epsilon):
             return Outcome(centroids, math.inf, 0.0, task.neighbouring, "none", clipped,
                            f"non-private: σ = {sigma:.3g} fitted on the clean calibration sketch, "
-                           f"m = {size.m}{judged}", verdict.status)
+                           f"m = {size.m}{judged}", ident.status, out.verdict)
         return Outcome(centroids, task.epsilon, 0.0, task.neighbouring, "pure", clipped,
                        f"σ = {sigma:.3g} from the calibration round; m = {size.m}: {size.reason}{judged}",
-                       verdict.status)
+                       ident.status, out.verdict)
 
     return run
 
 
 def final_step(data: ShiftedData, centres: np.ndarray, epsilon: float,
-               neighbouring: str) -> tuple[np.ndarray, int]:
+               neighbouring: str) -> tuple[np.ndarray, int, LastStep]:
     """Step 3 of ``ckm-lloyd``: one noisy Lloyd step from the shifted ``centres`` (k, d) spending
     ``epsilon`` under ``neighbouring`` (Su's split of ε/f, f the relation factor); a centre whose
     noisy count is at noise level (:func:`~fedsketch.server.bench.kmeans.excess_counts` ≤ 0, that is
-    N~_j ≤ OVERSEED_KEEP_SCALES/ε_count) stays. Returns (shifted centres, kept)."""
+    N~_j ≤ OVERSEED_KEEP_SCALES/ε_count) stays. Returns (shifted centres, kept, the step's release
+    as the verdict reads it, :func:`~fedsketch.server.bench.kmeans.dplloyd.last_step`)."""
     eps_count, eps_dim = su_split(epsilon / relation_factor(neighbouring), data.h.size)
     stepped, counts = noisy_lloyd_step(data.x, centres, data.h, eps_count, np.full(data.h.size, eps_dim))
     keep = excess_counts(counts, laplace_scale(1.0, eps_count)) <= 0
-    return np.where(keep[:, None], centres, stepped), int(keep.sum())
+    after = np.where(keep[:, None], centres, stepped)
+    budget = IterationBudget(eps_count, (eps_dim,) * data.h.size, relation_factor(neighbouring))
+    return after, int(keep.sum()), last_step(data, centres, after, counts, budget)
 
 
 def _nonprivate(task: Task) -> Outcome:
@@ -229,11 +234,13 @@ def ckm_lloyd(task: Task) -> Outcome:
     records, eps_count = planning_records(replace(task, epsilon=eps_start))
     eps_sketch = (eps_start - eps_count) * (1 - CKM_SCALE_FRACTION)
     size = plan_sketch_size(records, task.d, task.k, eps_sketch, neighbouring=task.neighbouring)
+    identifiability = None
     if size.z >= START_SKIP_FRACTION * size.threshold:
-        start, sigma, _, verdict, size = ckm_run(
+        start, sigma, _, decoded, size = ckm_run(
             replace(task, epsilon=eps_start - eps_count, public_records=records), "complex")
+        identifiability = decoded.identifiability.to_dict()
         start_notes = {"method": "ckm", "epsilon": eps_start - eps_count, "sigma": sigma,
-                       "status": verdict.status, "m": size.m}
+                       "status": decoded.identifiability.status, "m": size.m}
         rest = task.epsilon - eps_start
     else:  # no sketch of any size can start Lloyd here: its ε goes to the Lloyd steps
         start, start_notes = None, {"method": "none", "epsilon": 0.0, "skipped": size.reason}
@@ -247,11 +254,13 @@ def ckm_lloyd(task: Task) -> Outcome:
     centre = Box(*public_box(task)).center
     centres, run, reliable = overseeded(replace(task, epsilon=eps_over),
                                         seeds=None if start is None else start - centre)
-    final, kept = (final_step(run.data, centres, eps_final, task.neighbouring) if eps_final > 0
-                   else (centres, task.k))
+    final, kept, step = (final_step(run.data, centres, eps_final, task.neighbouring) if eps_final > 0
+                         else (centres, task.k, None))
     notes = {"start": start_notes,
              **run.notes(),
              "overseed": OVERSEED, "relocated": list(run.relocated), "reliable_centroids": reliable,
              "final_step": {"epsilon": eps_final, "kept": kept, "mean_noise": mean_noise}}
-    return Outcome(final + run.data.centre, task.epsilon, 0.0, task.neighbouring, "pure",
-                   run.data.clipped, json.dumps(notes))
+    published = final + run.data.centre
+    return Outcome(published, task.epsilon, 0.0, task.neighbouring, "pure", run.data.clipped,
+                   json.dumps(notes), verdict=judge(published, run.data.h, step=step,
+                                                    identifiability=identifiability))

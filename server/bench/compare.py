@@ -27,6 +27,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from fedsketch.common.data.synthetic import SPECTRUM_003, gmm, spectrum, subspaces
+from fedsketch.common.study.verdict import UNRELIABLE
 from fedsketch.server.bench import kmeans, pca, subspace
 from fedsketch.server.bench.ckm import ckm, ckm_lloyd
 from fedsketch.server.bench.metrics import sklearn_kmeans_centroids, split, sse_per_n
@@ -72,8 +73,11 @@ class Row:
     """One (method, ε, metric) cell: median and quartiles over trials, median wall seconds, the
     kind of guarantee the method's outcomes stated (a key of
     :data:`~fedsketch.server.bench.task.GUARANTEES`; several, joined by " / ", if its trials
-    differed), and how many trials decoded centroids that cannot be told from the sketch's noise
-    (``Outcome.status``; 0 for methods without the check)."""
+    differed), how many trials decoded centroids that cannot be told from the sketch's noise
+    (``Outcome.status``; 0 for methods without the check), and how many trials' verdicts
+    (``Outcome.verdict``, :mod:`fedsketch.common.study.verdict`) were not "good" (``flagged``: a
+    private outcome with no verdict counts as flagged, having nothing to vouch for it) and
+    how many of those "unreliable"."""
 
     method: str
     epsilon: float
@@ -84,12 +88,23 @@ class Row:
     seconds: float
     guarantee: str
     not_identifiable: int = 0
+    flagged: int = 0
+    unreliable: int = 0
 
     def to_dict(self) -> dict:
         """JSON-ready form (the rows of ``fedsketch compare --json``)."""
         return {"method": self.method, "epsilon": self.epsilon, "metric": self.metric,
                 "median": self.median, "q1": self.q1, "q3": self.q3, "seconds": self.seconds,
-                "guarantee": self.guarantee, "not_identifiable": self.not_identifiable}
+                "guarantee": self.guarantee, "not_identifiable": self.not_identifiable,
+                "flagged": self.flagged, "unreliable": self.unreliable}
+
+
+def flags(out: Outcome) -> tuple[bool, bool]:
+    """(flagged, unreliable) of one outcome (:class:`Row`): a verdict other than "good", or a
+    private outcome without a verdict; and a verdict of "unreliable"."""
+    if out.verdict is None:
+        return out.kind != "none", False
+    return out.verdict.warns, out.verdict.status == UNRELIABLE
 
 
 def _quartiles(values: list[float]) -> tuple[float, float, float]:
@@ -150,7 +165,7 @@ def compare(family: str, data: Dataset, base: Task, epsilons: list[float], names
             values: dict[str, list[float]] = {}
             seconds = []
             guarantees: dict[str, None] = {}
-            flagged = 0
+            flagged = noted = bad = 0
             for _ in range(trials):
                 task = replace(base, epsilon=eps)
                 t = time.perf_counter()
@@ -158,12 +173,15 @@ def compare(family: str, data: Dataset, base: Task, epsilons: list[float], names
                 seconds.append(time.perf_counter() - t)
                 guarantees[out.kind] = None
                 flagged += out.status == NOT_IDENTIFIABLE
+                warn, unreliable = flags(out)
+                noted += warn
+                bad += unreliable
                 for metric, value in _metrics(family, data, task, out, ref).items():
                     values.setdefault(metric, []).append(value)
                 if progress is not None:
                     progress()
             cell = [Row(name, eps, metric, *_quartiles(vals), statistics.median(seconds),
-                        " / ".join(guarantees), flagged) for metric, vals in values.items()]
+                        " / ".join(guarantees), flagged, noted, bad) for metric, vals in values.items()]
             rows.extend(cell)
             if out.kind == "none" and math.isinf(out.epsilon):
                 reference = cell

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from fedsketch.common.dp.calibration import check_epsilon
+from fedsketch.common.study.verdict import Verdict
 
 #: Kinds of guarantee (MECHANISMS §0.6), each with the words ``fedsketch compare`` shows for it:
 #: ``none`` (a non-private reference, a data-independent floor, or a mechanism run outside the
@@ -107,6 +108,8 @@ class Outcome:
     JSON key ``"non_private"`` or say "non-private" in the text. ``status`` is a sketch
     decoding's verdict against the sketch's public noise level ("identified" or "not
     identifiable", :mod:`fedsketch.server.decode.identify`), empty for mechanisms without one.
+    ``verdict`` is the verdict on the centroids returned (:mod:`fedsketch.common.study.verdict`),
+    from what the mechanism released; None for a mechanism that releases nothing to judge them by.
     """
 
     output: np.ndarray
@@ -117,6 +120,7 @@ class Outcome:
     clipped: int = 0
     notes: str = ""
     status: str = ""
+    verdict: Verdict | None = None
 
     def __post_init__(self) -> None:
         """Refuse a kind of guarantee outside :data:`KINDS`."""

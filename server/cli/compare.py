@@ -144,12 +144,13 @@ def compare_command(
 
 
 def noise_lines(rows: list, trials: int) -> list[str]:
-    """One line per (method, ε) whose trials decoded centroids that cannot be told from the
-    sketch's noise (``Row.not_identifiable``): those medians are of noise, not clusters."""
-    seen = {(r.method, r.epsilon, r.not_identifiable) for r in rows if r.not_identifiable}
-    return [f"not identifiable: {method} at ε = {eps:g} in {count} of {trials} trials (centroids "
-            "within the sketch's noise: the figure is of noise, not clusters)"
-            for method, eps, count in sorted(seen)]
+    """One line per (method, ε) whose trials' verdicts were not "good" (``Row.flagged``, of which
+    ``Row.unreliable`` "unreliable"; :mod:`fedsketch.common.study.verdict`): those medians come
+    with a warning, whatever the method."""
+    seen = {(r.method, r.epsilon, r.flagged, r.unreliable) for r in rows if r.flagged}
+    return [f"warning: {method} at ε = {eps:g}: {count} of {trials} trials not judged good "
+            f"({bad} unreliable; the verdict reads only what the method released: see --json)"
+            for method, eps, count, bad in sorted(seen)]
 
 
 def guarantee_lines(rows: list) -> list[str]:

@@ -30,7 +30,7 @@ from fedsketch.common.cli import CaOpt, InsecureOpt, Target
 from fedsketch.common.helptext import TidyGroup
 from fedsketch.common.pb import fedsketch_pb2 as pb
 from fedsketch.server.cli.create_study import create_study
-from fedsketch.server.cli.errors import NOT_IDENTIFIABLE_EXIT, clean_errors, report_identifiability
+from fedsketch.server.cli.errors import NOT_IDENTIFIABLE_EXIT, clean_errors, report_verdict
 from fedsketch.server.cli.health import health
 from fedsketch.server.cli.operator_link import TokenFile, operator_stub, read_token
 from fedsketch.server.cli.operator_view import audit, close_study, list_studies, status
@@ -178,13 +178,15 @@ def result(
     ca: CaOpt = None,
     insecure: InsecureOpt = False,
     strict: Annotated[bool, typer.Option(
-        help=f"Exit with status {NOT_IDENTIFIABLE_EXIT} when the centroids cannot be told from the "
-             "aggregate sketch's noise.")] = False,
+        help=f"Exit with status {NOT_IDENTIFIABLE_EXIT} when the verdict on the centroids is "
+             "\"unreliable\".")] = False,
 ) -> None:
     """The published centroids of a study, as JSON (as ``decode --json`` prints them), with
-    "identifiability": whether they stand above the aggregate's noise, and why not (also on
-    stderr); for a study with refinement rounds, "refined_rounds" says how many ended with new
-    centres, and the identifiability is that of the sketch's start they refined. "noise_norm" is
+    "verdict": one verdict on the centroids returned ("good", "usable, with caveats" or
+    "unreliable", with its reason, also on stderr unless good, and the numbers it read), judged
+    after the refinement rounds where there are any (from the last round's noisy counts and
+    sums), and as a detail "identifiability": whether the sketch's start stood above the
+    aggregate's noise; "refined_rounds" says how many rounds ended with new centres. "noise_norm" is
     the norm the aggregate sketch's noise is expected to have (from the public spec and the
     released counts, sketch units), and stderr says how much of "residual" it explains. With
     --scale auto, "calibration" is round 0's choice of σ and its "explanation" (else null).
@@ -201,9 +203,10 @@ def result(
     c = [list(res.centroids[i * res.d:(i + 1) * res.d]) for i in range(res.k)]
     verdict = {"status": res.status, "reason": res.status_reason, "z": list(res.z),
                "threshold": res.threshold}
-    report_identifiability(res.status, res.status_reason, strict, lambda: typer.echo(json.dumps(
+    judged = json.loads(res.verdict_json) if res.verdict_json else None
+    report_verdict(judged, strict, lambda: typer.echo(json.dumps(
         {"centroids": c, "weights": list(res.weights), "residual": res.residual, "noise_norm": noise_norm,
-         "devices": res.devices, "records": res.records, "identifiability": verdict,
+         "devices": res.devices, "records": res.records, "verdict": judged, "identifiability": verdict,
          "refined_rounds": res.rounds,
          "calibration": json.loads(res.calibration_json) if res.calibration_json else None})))
 

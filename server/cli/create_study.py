@@ -150,11 +150,11 @@ def create_study(
     coordinator: against one that deviates, (4) and (5) hold only if the keys are the
     devices' own. The chosen D, C, h_min and t are printed on stderr.
 
-    With --expected-records n, the planner (fedsketch.common.study.planner) predicts on stderr the z
-    (noise standard deviations) at which each centroid's atom should stand in the aggregate of
-    --min-devices sketches of n records, against the threshold the decoder will hold it to, and
-    says "expected to work", "doubtful" or "hopeless"; the last two are warnings, and with
-    --strict refusals."""
+    With --expected-records n, the planner (fedsketch.common.study.forecast) predicts on stderr the
+    verdict the published centroids of --min-devices devices of n records each will get ("good",
+    "usable, with caveats" or "unreliable"; after the refinement rounds where there are any, from
+    the last round's expected noise), with why; the last two are warnings, and with --strict
+    refusals."""
     import time
 
     from fedsketch.common.secagg.spec import SecAggSpec

@@ -1,6 +1,6 @@
 """How the coordinator-side commands report an expected failure: :func:`fedsketch.common.cli.clean_errors`
 with the store's refusals among the expected ones (the simulator adds its devices' ledger
-refusals), and a decoding whose centroids cannot be told from noise (:func:`report_identifiability`)."""
+refusals), and the verdict on published centroids (:func:`report_verdict`)."""
 
 from __future__ import annotations
 
@@ -20,24 +20,25 @@ def clean_errors(*extra: type[BaseException]) -> AbstractContextManager[None]:
     return _clean_errors(StoreError, *extra)
 
 
-#: Exit status of ``decode --strict`` and ``coordinator result --strict`` for centroids that cannot
-#: be told from the sketch's noise.
+#: Exit status of ``decode --strict``, ``coordinator result --strict`` and ``simulate --strict``
+#: for centroids whose verdict is "unreliable" (:mod:`fedsketch.common.study.verdict`).
 NOT_IDENTIFIABLE_EXIT = 3
 
 
-def report_identifiability(status: str, reason: str, strict: bool, show: Callable[[], None]) -> None:
-    """Print a decoding with ``show()``, then, when ``status`` is not "identified", say why on
-    stderr: a warning, or with ``strict`` an error and exit status NOT_IDENTIFIABLE_EXIT. An empty
-    status (a result published before the check existed) says that it was not checked."""
-    from fedsketch.server.decode.identify import IDENTIFIED
+def report_verdict(verdict: dict | None, strict: bool, show: Callable[[], None]) -> None:
+    """Print a result with ``show()``, then, unless its ``verdict`` (a
+    :meth:`~fedsketch.common.study.verdict.Verdict.to_dict`) is "good", say why on stderr: a
+    warning, or for "unreliable" with ``strict`` an error and exit status NOT_IDENTIFIABLE_EXIT.
+    None (a result published before the verdict existed) says that it was not judged."""
+    from fedsketch.common.study.verdict import GOOD, UNRELIABLE
 
     show()
-    if status == IDENTIFIED:
+    if not verdict:
+        typer.echo("note: this result predates the quality verdict; it was not judged", err=True)
         return
-    if not status:
-        typer.echo("note: this result predates the noise check; it was not judged against the "
-                   "sketch's noise", err=True)
+    if verdict["status"] == GOOD:
         return
-    typer.echo(f"{'error' if strict else 'warning'}: {status}: {reason}", err=True)
-    if strict:
+    fail = strict and verdict["status"] == UNRELIABLE
+    typer.echo(f"{'error' if fail else 'warning'}: {verdict['status']}: {verdict['reason']}", err=True)
+    if fail:
         raise typer.Exit(NOT_IDENTIFIABLE_EXIT)

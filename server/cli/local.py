@@ -21,7 +21,7 @@ from rich.table import Table
 from fedsketch.common.choices import DEFAULT_R, FEATURES, LAWS, NEIGHBOURING
 from fedsketch.common.cli import ColumnsOpt, HeaderOpt, JsonOpt, ScaleRangeOpt, open_data
 from fedsketch.common.helptext import TidyGroup
-from fedsketch.server.cli.errors import NOT_IDENTIFIABLE_EXIT, clean_errors, report_identifiability
+from fedsketch.server.cli.errors import NOT_IDENTIFIABLE_EXIT, clean_errors, report_verdict
 from fedsketch.server.cli.options import parse_range, parse_scale
 
 if TYPE_CHECKING:  # numpy, scipy and the mechanisms load inside the commands that use them
@@ -220,16 +220,17 @@ def decode(
     seed: Annotated[int | None, typer.Option(help="Seed of the decoder's random starts.")] = None,
     as_json: JsonOpt = False,
     strict: Annotated[bool, typer.Option(
-        help=f"Exit with status {NOT_IDENTIFIABLE_EXIT} when the centroids cannot be told from the "
-             "sketch's noise.")] = False,
+        help=f"Exit with status {NOT_IDENTIFIABLE_EXIT} when the verdict on the centroids is "
+             "\"unreliable\".")] = False,
     quiet: Quiet = False,
 ) -> None:
     """Decode k centroids and weights from a sketch with CL-OMPR (never reads data).
 
-    The sketch's noise is known from its public spec and released count; each centroid's
-    least-squares weight is compared, in noise standard deviations, with what noise alone gives
-    an atom in the box. Below that, the result is marked "not identifiable" with the reason, on
-    stderr and in the JSON ("identifiability"), and --strict makes it an error."""
+    The sketch's noise is known from its public spec and released count. The centroids get one
+    verdict ("good", "usable, with caveats" or "unreliable"; in the JSON as "verdict", with its
+    reason also on stderr unless good) from how much of the sketch's signal they leave unexplained
+    beyond that noise; --strict makes "unreliable" an error. "identifiability" keeps, as a detail,
+    each centroid's weight in noise standard deviations against what noise alone gives an atom."""
     import numpy as np
 
     from fedsketch.common.sketch.sketchfile import load_sketch
@@ -252,8 +253,7 @@ def decode(
                                    replicates=replicates, rng=np.random.default_rng(seed),
                                    progress=lambda done, total: bar.update(task, completed=done))
     out = result.to_dict()
-    report_identifiability(result.identifiability.status, result.identifiability.reason, strict,
-                           lambda: _show_decoding(out, as_json))
+    report_verdict(out["verdict"], strict, lambda: _show_decoding(out, as_json))
 
 
 def _show_decoding(out: dict, as_json: bool) -> None:
@@ -262,7 +262,7 @@ def _show_decoding(out: dict, as_json: bool) -> None:
         typer.echo(json.dumps(out))
         return
     k = len(out["weights"])
-    title = f"{k} centroids (sketch residual {out['residual']:.4g}; {out['identifiability']['status']})"
+    title = f"{k} centroids (sketch residual {out['residual']:.4g}; {out['verdict']['status']})"
     table = Table(title=title)
     table.add_column("weight", justify="right")
     table.add_column("centroid")

@@ -13,16 +13,18 @@ if TYPE_CHECKING:  # the CLI imports this module at start: no numpy until a comm
 
 ExpectedRecordsOpt = Annotated[float | None, typer.Option(
     help="Records you expect each device to hold: the planner then predicts, from the public spec "
-    "alone, whether the sketch of --min-devices such devices will decode (a centroid's signal "
-    "against the noise, as the decoder judges it), and warns if not.")]
+    "alone, the verdict the published centroids of --min-devices such devices will get (good, "
+    "usable with caveats, unreliable: after the refinement rounds where there are any), and warns "
+    "unless good.")]
 StrictPlanOpt = Annotated[bool, typer.Option(
-    help="Refuse (exit 1, nothing created) a study the planner does not expect to decode; needs "
-    "--expected-records.")]
+    help="Refuse (exit 1, nothing created) a study whose centroids the planner does not predict "
+    "good; needs --expected-records.")]
 
 
 def report_plan(spec: StudySpec, expected_records: float | None, strict: bool) -> None:
-    """Print the planner's prediction for ``spec`` on stderr, as a warning unless it is expected to
-    work; ValueError (nothing is created) under ``strict`` unless it is expected to work."""
+    """Print the planner's forecast of the verdict for ``spec`` on stderr
+    (:func:`fedsketch.common.study.forecast.forecast`), as a warning unless "good"; ValueError
+    (nothing is created) under ``strict`` unless "good"."""
     if expected_records is None:
         if strict:
             raise ValueError("--strict needs --expected-records (records per device) to predict from")
@@ -34,17 +36,19 @@ def report_plan(spec: StudySpec, expected_records: float | None, strict: bool) -
                          f"{expected_records:g}")
     import numpy as np
 
-    from fedsketch.common.study.planner import WORKS, plan_study
+    from fedsketch.common.study.forecast import forecast
+    from fedsketch.common.study.verdict import GOOD
     from fedsketch.server.decode.identify import decoder_threshold
 
-    plan = plan_study(spec, expected_records,
-                      decoder_threshold(spec.sketch, np.array(spec.lo), np.array(spec.hi)))
-    if plan.verdict == WORKS:
-        typer.echo(plan.summary(), err=True)
+    fc = forecast(spec, expected_records,
+                  decoder_threshold(spec.sketch, np.array(spec.lo), np.array(spec.hi)))
+    text = f"planner: the published centroids are expected to be {fc.status}: {fc.reason}"
+    if fc.status == GOOD:
+        typer.echo(text, err=True)
     elif strict:
-        raise ValueError(f"refused (--strict), nothing created: {plan.summary()}")
+        raise ValueError(f"refused (--strict), nothing created: {text}")
     else:
-        typer.echo(f"warning: {plan.summary()}", err=True)
+        typer.echo(f"warning: {text}", err=True)
 
 
 def result_noise(spec: StudySpec, residual: float, devices: int, records: float) -> float:

@@ -20,7 +20,7 @@ from fedsketch.common.choices import (
     SECAGG_STAGES,
 )
 from fedsketch.common.cli import ColumnsOpt, HeaderOpt, JsonOpt, ScaleRangeOpt, open_data
-from fedsketch.server.cli.errors import clean_errors, report_identifiability
+from fedsketch.server.cli.errors import clean_errors, report_verdict
 
 
 def simulate_command(
@@ -155,7 +155,7 @@ def simulate_command(
     table.add_column("")
     table.add_column("value", justify="right")
     table.add_row("relative SSE vs k-means (n_init = 3)", f"{report['relative_sse']:.4f}")
-    table.add_row("centroids against the sketch's noise", report["identifiability"]["status"])
+    table.add_row("verdict on the centroids", report["verdict"]["status"] if report["verdict"] else "-")
     if (cal := report["calibration"]) is not None:
         table.add_row("round 0 (σ calibration)", cal["explanation"])
     if (ref := report["refinement"]) is not None:
@@ -174,10 +174,8 @@ def simulate_command(
     if (sa := report["secure_aggregation"]) is not None:
         table.add_row("secure aggregation: assumed D, C; h_min, t",
                       f"{sa['dropouts']}, {sa['colluders']}; {sa['min_honest']}, {sa['threshold']}")
-    verdict = report["identifiability"]
-
     def show() -> None:
         Console().print(table)
         typer.echo(RELATIVE_SSE_MEANING)
 
-    report_identifiability(verdict["status"], verdict["reason"], False, show)
+    report_verdict(report["verdict"], False, show)

@@ -156,8 +156,12 @@ def _result(c: Coordinator, study_id: str) -> str:
         picture = centroid_svg(centroids, weights)
     except ValueError as exc:
         picture = f'<p class="error">{esc(exc)}</p>'
+    quality = result.get("verdict") or {}
     return ("<h2>Result</h2>" + f'<p>{esc(result.get("devices"))} devices, '
-            f'{esc(result.get("records"))} records; identifiability: '
+            f'{esc(result.get("records"))} records; verdict on the centroids: '
+            f'<span id="verdict">{esc(quality.get("status", "-"))}</span> '
+            f'{esc(quality.get("reason", ""))}</p>'
+            f'<p>identifiability of the sketch\'s start: '
             f'<span id="identifiability">{esc(verdict.get("status", "-"))}</span> '
             f'{esc(verdict.get("reason", ""))}</p>'
             + picture

@@ -21,14 +21,17 @@ from fedsketch.common.sketch.spec import SketchSpec
 from fedsketch.common.study.aggregate import check_sketch_sum
 from fedsketch.common.study.planner import noise_variance
 from fedsketch.common.study.study import StudySpec
+from fedsketch.common.study.verdict import Verdict
 from fedsketch.server.decode.clompr import DecodeResult, clompr
 from fedsketch.server.decode.identify import Identifiability, assess
+from fedsketch.server.decode.judge import judge_sketch
 
 
 @dataclass(frozen=True)
 class StudyResult:
     """Decoded centroids (k, d) in data units, weights (k,), sketch residual, devices, records,
-    and whether the centroids stand above the sketch's noise (:mod:`.identify`)."""
+    whether the centroids stand above the sketch's noise (:mod:`.identify`), and the verdict on
+    them (:mod:`fedsketch.common.study.verdict`)."""
 
     centroids: np.ndarray
     weights: np.ndarray
@@ -36,6 +39,7 @@ class StudyResult:
     devices: int
     records: float
     identifiability: Identifiability
+    verdict: Verdict
 
     def to_dict(self) -> dict:
         """JSON-ready form."""
@@ -46,6 +50,7 @@ class StudyResult:
             "devices": self.devices,
             "records": self.records,
             "identifiability": self.identifiability.to_dict(),
+            "verdict": self.verdict.to_dict(),
         }
 
 
@@ -111,17 +116,20 @@ def decode_centroids(sketch: np.ndarray, spec: SketchSpec, k: int, lo: np.ndarra
 @dataclass(frozen=True)
 class Decoding:
     """Decoded centroids (k, d) in data units, their weights (k,) summing to 1, the sketch
-    residual, and whether the centroids stand above the sketch's noise (:mod:`.identify`)."""
+    residual, whether the centroids stand above the sketch's noise (:mod:`.identify`), and the
+    verdict on them (:mod:`fedsketch.common.study.verdict`)."""
 
     centroids: np.ndarray
     weights: np.ndarray
     residual: float
     identifiability: Identifiability
+    verdict: Verdict
 
     def to_dict(self) -> dict:
         """JSON-ready form (what ``fedsketch decode --json`` prints)."""
         return {"centroids": self.centroids.tolist(), "weights": self.weights.tolist(),
-                "residual": self.residual, "identifiability": self.identifiability.to_dict()}
+                "residual": self.residual, "identifiability": self.identifiability.to_dict(),
+                "verdict": self.verdict.to_dict()}
 
 
 def decode_judged(sketch: np.ndarray, spec: SketchSpec, k: int, lo: np.ndarray, hi: np.ndarray, *,
@@ -134,8 +142,10 @@ def decode_judged(sketch: np.ndarray, spec: SketchSpec, k: int, lo: np.ndarray, 
     if not 1 <= k <= spec.frequencies.m:
         raise ValueError(f"k must be in 1..m = 1..{spec.frequencies.m}, got {k}")
     out = decode_centroids(sketch, spec, k, lo, hi, replicates=replicates, rng=rng, progress=progress)
-    verdict = assess(sketch, spec, out.centroids, lo, hi, noise_variance(spec, records, draws))
-    return Decoding(out.centroids, out.weights, out.residual, verdict)
+    variance = noise_variance(spec, records, draws)
+    ident = assess(sketch, spec, out.centroids, lo, hi, variance)
+    verdict = judge_sketch(sketch, spec, out.centroids, lo, hi, variance, ident.to_dict())
+    return Decoding(out.centroids, out.weights, out.residual, ident, verdict)
 
 
 def decode_sketch(spec: StudySpec, sketch: np.ndarray, devices: int, records: float,
@@ -146,4 +156,5 @@ def decode_sketch(spec: StudySpec, sketch: np.ndarray, devices: int, records: fl
     out = decode_judged(sketch, spec.sketch, spec.k, np.array(spec.lo), np.array(spec.hi),
                         records=records, draws=draws, replicates=spec.replicates,
                         rng=np.random.default_rng(spec.decode_seed))
-    return StudyResult(out.centroids, out.weights, out.residual, devices, records, out.identifiability)
+    return StudyResult(out.centroids, out.weights, out.residual, devices, records, out.identifiability,
+                       out.verdict)

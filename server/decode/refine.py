@@ -41,6 +41,8 @@ from fedsketch.common.dp.lloyd import excess_counts, nearest
 from fedsketch.common.sketch.box import Box
 from fedsketch.common.study.refine import RoundSpec
 from fedsketch.common.study.study import StudySpec
+from fedsketch.common.study.verdict import CAVEATS, LastStep, Verdict
+from fedsketch.server.decode.judge import judge_step
 from fedsketch.server.decode.overseed import (
     OVERSEED,
     reduce_centroids,
@@ -53,7 +55,9 @@ from fedsketch.server.decode.overseed import (
 class RoundResult:
     """One round's outcome: the next centres (K_next, d) in data units and their weights (their
     share of the summed noisy counts, floored at 0), the summed noisy counts (K,) (records) of the
-    round's own centres and which of them stayed (at noise level), and the devices and Σn."""
+    round's own centres and which of them stayed (at noise level), the devices and Σn, and the
+    round's release as :class:`~fedsketch.common.study.verdict.LastStep` (what the verdict on the
+    study's result reads)."""
 
     centroids: np.ndarray
     weights: np.ndarray
@@ -61,12 +65,14 @@ class RoundResult:
     kept: np.ndarray
     devices: int
     records: float
+    step: LastStep | None = None
 
     def to_dict(self) -> dict:
         """JSON-ready form (the round study's stored result)."""
         return {"centroids": self.centroids.tolist(), "weights": self.weights.tolist(),
                 "counts": self.counts.tolist(), "kept": self.kept.tolist(),
-                "devices": self.devices, "records": self.records}
+                "devices": self.devices, "records": self.records,
+                **({} if self.step is None else {"step": self.step.to_dict()})}
 
 
 def _rng(parent: StudySpec, number: int) -> np.random.Generator:
@@ -103,7 +109,7 @@ def next_centroids(parent: StudySpec, rnd: RoundSpec,
     h = box.half
     counts = np.sum([r[1] for r in releases], axis=0, dtype=np.float64)
     sums = np.sum([r[2] for r in releases], axis=0, dtype=np.float64)  # |Σ| < 2^63: float is ample
-    eps_count, _ = rnd.split(parent)
+    eps_count, eps_dim = rnd.split(parent)
     devices = len(releases) if secure_devices is None else secure_devices
     draws = devices if secure_devices is None else devices / parent.assumptions.min_honest
     scale = laplace_scale(1.0, eps_count) * math.sqrt(draws)
@@ -111,7 +117,7 @@ def next_centroids(parent: StudySpec, rnd: RoundSpec,
     old = np.array(rnd.centroids) - box.center
     r = rnd.radius * h
     shift = np.clip(sums * grid.step(r) / np.maximum(counts, 1)[:, None], -r, r)
-    new = np.where(kept[:, None], old, np.clip(old + shift, -h, h))
+    new = stepped = np.where(kept[:, None], old, np.clip(old + shift, -h, h))
     weights = _weights(counts)
     rounds, k = parent.refine.rounds, parent.k
     if rnd.round < rounds - 1:
@@ -120,16 +126,21 @@ def next_centroids(parent: StudySpec, rnd: RoundSpec,
         new, _ = reduce_centroids(new, counts, scale, k, _rng(parent, rnd.round), np.zeros(box.d))
         groups, _ = nearest(np.array(rnd.centroids) - box.center, new)
         weights = _weights(np.bincount(groups, weights=np.maximum(counts, 0.0), minlength=k))
+    step = LastStep(np.array(rnd.centroids), np.clip(stepped + box.center, box.lo, box.hi), counts,
+                    math.sqrt(2.0) * scale, math.sqrt(2.0 * draws) * laplace_scale(1.0, eps_dim) * r)
     return RoundResult(np.clip(new + box.center, box.lo, box.hi), weights, counts, kept,
-                       devices, math.fsum(r[0] for r in releases))
+                       devices, math.fsum(r[0] for r in releases), step)
 
 
-def refined_result(start: dict, rounds: list[dict]) -> dict:
+def refined_result(start: dict, rounds: list[dict], lo: np.ndarray | None = None,
+                   hi: np.ndarray | None = None) -> dict:
     """The study's result once its rounds ended: the k centres and weights of the last round that
     ended with k new ones (an over-seeded round that is not reduced yet has more; the sketch's
     start if none did), and the sketch round's residual, devices, records and
     identifiability (it judges the start). ``rounds`` lists, per round in order, its study id,
-    state, detail and (if it ended with centres) its :meth:`RoundResult.to_dict`."""
+    state, detail and (if it ended with centres) its :meth:`RoundResult.to_dict`. The
+    ``verdict`` judges the published centres from that round's release (:func:`_verdict`) in
+    the study's box [``lo``, ``hi``]."""
     done = [r for r in rounds if r.get("result") is not None and
             len(r["result"]["centroids"]) == len(start["centroids"])]
     out = dict(start)
@@ -142,4 +153,20 @@ def refined_result(start: dict, rounds: list[dict]) -> dict:
                         {"devices": r["result"]["devices"], "kept": sum(r["result"]["kept"])})
                      for r in rounds]
     out["refined_rounds"] = sum(r.get("result") is not None for r in rounds)
+    if lo is not None and hi is not None:
+        out["verdict"] = _verdict(start, done[-1]["result"] if done else None, lo, hi).to_dict()
     return out
+
+
+def _verdict(start: dict, last: dict | None, lo: np.ndarray, hi: np.ndarray) -> Verdict:
+    """The verdict on a refined study's result: from the last round that ended with k centres
+    (its release, when stored), else the start's with a caveat that no round refined it."""
+    ident = start.get("identifiability")
+    if last is not None and "step" in last:
+        return judge_step(np.array(last["centroids"]), lo, hi, LastStep.from_dict(last["step"]), ident)
+    before = Verdict.from_dict(start["verdict"]) if "verdict" in start else None
+    why = "no refinement round ended with the study's k centres: these are the sketch's"
+    if before is None:
+        return Verdict(CAVEATS, why, {}, ident)
+    return Verdict(before.status if before.status != "good" else CAVEATS,
+                   f"{why}; {before.reason}", before.checks, ident)

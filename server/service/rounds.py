@@ -261,7 +261,8 @@ class Rounds:
                             "detail": row.detail,
                             "result": None if text is None else json.loads(text)})
         start = rounds[0][0].start
-        self.store.put_result(study_id, json.dumps({**refined_result(start, summary), **extra}))
+        self.store.put_result(study_id, json.dumps({**refined_result(start, summary, np.array(spec.lo),
+                                                                          np.array(spec.hi)), **extra}))
         log.info("study %s published after %d refinement rounds", study_id, len(rounds))
 
     def _open(self, study_id: str, number: int, centroids: np.ndarray, start: dict | None) -> None:

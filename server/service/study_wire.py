@@ -39,7 +39,8 @@ def result_message(study_id: str, spec: StudySpec, res: dict) -> pb.Result:
     """The wire form of a study's published result (``StudyResult.to_dict()``, or a refined
     one's) under its spec: centroids row-major in data units, the identifiability verdict (empty
     for a result published before the check existed) and the refinement rounds that ended with
-    new centres, and with --scale auto round 0's choice of σ (``calibration``, as JSON)."""
+    new centres, with --scale auto round 0's choice of σ (``calibration``, as JSON), and the
+    verdict on the published centroids (``verdict``, as JSON; :mod:`fedsketch.common.study.verdict`)."""
     verdict = res.get("identifiability", {})
     return pb.Result(study_id=study_id, k=spec.k, d=spec.sketch.frequencies.d,
                      centroids=[v for row in res["centroids"] for v in row],
@@ -48,4 +49,5 @@ def result_message(study_id: str, spec: StudySpec, res: dict) -> pb.Result:
                      status=verdict.get("status", ""), status_reason=verdict.get("reason", ""),
                      z=verdict.get("z", []), threshold=verdict.get("threshold", 0.0),
                      rounds=res.get("refined_rounds", 0),
-                     calibration_json=json.dumps(res["calibration"]) if "calibration" in res else "")
+                     calibration_json=json.dumps(res["calibration"]) if "calibration" in res else "",
+                     verdict_json=json.dumps(res["verdict"]) if "verdict" in res else "")

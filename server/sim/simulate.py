@@ -336,6 +336,7 @@ def run_simulation(cfg: SimConfig, data: Pooled | None = None) -> dict:
         "kmeans_sse_per_n": ref,
         "centroids": centroids.tolist(),
         "weights": list(res.weights),
+        "verdict": full.get("verdict"),
         "identifiability": {"status": res.status, "reason": res.status_reason, "z": list(res.z),
                             "threshold": res.threshold},
         "devices": res.devices,

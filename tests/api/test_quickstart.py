@@ -24,7 +24,7 @@ def test_quickstart_fits_predicts_and_scores(tmp_path):
     assert res.returncode == 0, res.stderr
     centroids = re.findall(r"\[\s*([\d.]+)\s+([\d.]+)\s*\]", res.stdout)  # numpy may print "2432. ]"
     assert len(centroids) == 4, res.stdout
-    assert "the centroids stand above the noise: identified" in res.stdout
+    assert "verdict on the centroids: usable, with caveats" in res.stdout  # a sketch alone is never "good"
     assert re.search(r"cluster of a 3-hour, 1,000-mile flight: [0-3]\n", res.stdout)
     relative = float(re.search(r"relative SSE against non-private k-means: ([\d.]+)", res.stdout).group(1))
     assert 0.95 < relative < LIMIT, res.stdout

@@ -147,12 +147,12 @@ def test_final_step_keeps_cells_at_noise_level_and_moves_the_others():
     centres = data.x[:3] + 0.5
     moved_cells = 0
     for _ in range(40):
-        out, kept = final_step(data, centres, 1e-6, "replace_one")
+        out, kept, _ = final_step(data, centres, 1e-6, "replace_one")
         still = np.all(out == centres, axis=1)
         assert int(still.sum()) == kept
         moved_cells += 3 - kept
     assert moved_cells <= 12
-    moved, kept = final_step(data, centres, 1e6, "replace_one")
+    moved, kept, _ = final_step(data, centres, 1e6, "replace_one")
     assert kept == 0
     labels = np.argmin(((data.x[:, None, :] - centres[None]) ** 2).sum(axis=2), axis=1)
     means = np.array([data.x[labels == j].mean(axis=0) for j in range(3)])

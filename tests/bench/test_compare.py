@@ -18,7 +18,7 @@ pytestmark = pytest.mark.blas
 
 runner = CliRunner()
 ROW_KEYS = {"method", "epsilon", "metric", "median", "q1", "q3", "seconds", "guarantee",
-            "not_identifiable"}
+            "not_identifiable", "flagged", "unreliable"}
 #: Each method's kind of guarantee (server/bench/task.py GUARANTEES).
 KINDS = {"kmeans": "none", "ckm": "pure", "ckm-quantized": "pure", "ckm-lloyd": "pure", "dplloyd": "pure",
          "dplloyd-su": "pure", "dplloyd-su-overseed": "pure", "white": "local-sensitivity",
@@ -179,14 +179,33 @@ def test_as_many_clusters_as_records_is_a_clear_error(tmp_path):
 
 
 def test_ckm_rows_say_when_their_centroids_are_noise():
-    """3,000 records at ε = 0.01: every CKM trial decodes noise, and the row and the table say so;
-    at ε = 50 none does. Methods without the check count 0."""
+    """3,000 records at ε = 0.01: every CKM trial decodes noise, and the row and the table say so
+    (the verdict "unreliable"); at ε = 50 none does (a sketch alone is at most "usable, with
+    caveats": flagged, not unreliable). Methods without the identifiability check count 0 there,
+    and get their own verdict from their last noisy step."""
     args = ["compare", "kmeans", "--synthetic", "gmm", "--n", "3000", "--d", "3", "--k", "3",
             "--epsilons", "0.01,50", "--trials", "2", "--methods", "ckm,dplloyd", "--quiet"]
     rows = run_json(*args[1:])
     by = {(r["method"], r["epsilon"]): r["not_identifiable"] for r in rows}
     assert by == {("ckm", 0.01): 2, ("ckm", 50.0): 0, ("dplloyd", 0.01): 0, ("dplloyd", 50.0): 0}
+    bad = {(r["method"], r["epsilon"]): r["unreliable"] for r in rows}
+    assert bad[("ckm", 0.01)] == 2 and bad[("ckm", 50.0)] == 0 and bad[("dplloyd", 0.01)] == 2
     res = runner.invoke(app, args)
     assert res.exit_code == 0, res.output
-    assert "not identifiable: ckm at ε = 0.01 in 2 of 2 trials" in " ".join(res.stdout.split())
-    assert "ckm at ε = 50" not in res.stdout
+    text = " ".join(res.stdout.split())
+    assert "warning: ckm at ε = 0.01: 2 of 2 trials not judged good (2 unreliable;" in text
+    assert "warning: ckm at ε = 50: 2 of 2 trials not judged good (0 unreliable;" in text
+
+
+def test_a_relative_sse_above_two_never_comes_without_a_warning():
+    """300 records at ε = 0.05, every k-means method, two trials: each row whose two trials both
+    score a relative SSE above 2 has both flagged (a verdict other than good, or a private method
+    with nothing released to judge it by), and the table warns about it. Several rows are."""
+    args = ["compare", "kmeans", "--synthetic", "gmm", "--n", "300", "--d", "3", "--k", "3",
+            "--epsilons", "0.05", "--trials", "2", "--quiet"]
+    rows = run_json(*args[1:])
+    garbage = [r for r in rows if r["q1"] > 2]
+    assert len(garbage) >= 3
+    assert all(r["flagged"] == 2 for r in garbage), [(r["method"], r["flagged"]) for r in garbage]
+    text = " ".join(runner.invoke(app, args).stdout.split())
+    assert all(f"warning: {r['method']} at ε = 0.05: 2 of 2 trials not judged good" in text for r in garbage)

@@ -115,8 +115,9 @@ def test_a_noiseless_full_sketch_has_nothing_to_judge():
 
 
 def test_decode_says_so_and_strict_fails(tmp_path):
-    """300 records at ε = 0.5: the centroids are noise. decode warns and exits 0; its JSON says
-    "not identifiable" with the reason; --strict exits 3. 200,000 records: "identified", exit 0."""
+    """300 records at ε = 0.5: the centroids are noise. decode warns ("unreliable", the verdict on
+    what it returns) and exits 0; its JSON says "not identifiable" as the verdict's detail;
+    --strict exits 3. 200,000 records: "identified", not unreliable, exit 0."""
     runner = CliRunner()
     np.save(tmp_path / "small.npy", _mixture(300))
     np.save(tmp_path / "big.npy", _mixture(200_000))
@@ -130,11 +131,14 @@ def test_decode_says_so_and_strict_fails(tmp_path):
     assert res.exit_code == 0, res.output
     out = json.loads(res.stdout)
     assert out["identifiability"]["status"] == NOT_IDENTIFIABLE
-    assert "warning: not identifiable: 3 of 3 centroids cannot be told from noise" in res.stderr
+    assert out["verdict"]["status"] == "unreliable"
+    assert out["verdict"]["identifiability"]["status"] == NOT_IDENTIFIABLE
+    assert "warning: unreliable: the sketch's signal is" in res.stderr
     strict = runner.invoke(app, [*args, "--strict"])
     assert strict.exit_code == NOT_IDENTIFIABLE_EXIT == 3
-    assert "error: not identifiable" in strict.stderr
+    assert "error: unreliable" in strict.stderr
     big = runner.invoke(app, ["decode", str(tmp_path / "big.npz"), "--k", "3", "--bounds", "-15:15", "-q",
                               "--json", "--strict"])
     assert big.exit_code == 0, big.output
     assert json.loads(big.stdout)["identifiability"]["status"] == IDENTIFIED
+    assert json.loads(big.stdout)["verdict"]["status"] != "unreliable"

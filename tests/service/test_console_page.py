@@ -151,6 +151,7 @@ def test_headless_chromium_logs_in_and_finds_the_centroids(console):
         row.find_element(By.LINK_TEXT, console.done).click()
         assert driver.find_element(By.ID, "identifiability").text == (
             console.result["identifiability"]["status"])
+        assert driver.find_element(By.ID, "verdict").text == console.result["verdict"]["status"]
         svg = driver.find_element(By.ID, "centroids")
         points = svg.find_elements(By.CSS_SELECTOR, "circle.centroid")
         assert len(points) == K

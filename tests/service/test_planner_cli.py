@@ -40,12 +40,13 @@ def names(c) -> list[str]:
 def test_create_study_warns_about_the_old_readme_example_and_strict_refuses_it(coordinator):
     res = coordinator.op("create-study", "--name", "old", *OLD_EXAMPLE, "--expected-records", "10000")
     assert res.stdout.strip()  # created, with a warning
-    assert "warning: planner: 10 devices × 10,000 records" in res.stderr
-    assert "hopeless" in res.stderr and "records per device" in res.stderr
+    assert "warning: planner: the published centroids are expected to be " in res.stderr
+    assert "10 devices × 10,000 records" in res.stderr and "records per device" in res.stderr
+    assert ("usable, with caveats" in res.stderr) != ("unreliable" in res.stderr)
     res = coordinator.op("create-study", "--name", "old-strict", *OLD_EXAMPLE, "--expected-records",
                          "10000", "--strict", check=False)
     assert res.returncode == 1 and res.stdout == ""
-    assert "refused (--strict), nothing created" in res.stderr and "hopeless" in res.stderr
+    assert "refused (--strict), nothing created" in res.stderr and "expected to be good" not in res.stderr
     res = coordinator.op("create-study", "--name", "bare-strict", *OLD_EXAMPLE, "--strict", check=False)
     assert res.returncode == 1 and "--strict needs --expected-records" in res.stderr
     for bad in ("0", "-5", "nan", "inf"):
@@ -53,7 +54,7 @@ def test_create_study_warns_about_the_old_readme_example_and_strict_refuses_it(c
                              check=False)
         assert res.returncode == 1 and "--expected-records (records per device) must be" in res.stderr
     res = coordinator.op("create-study", "--name", "new", *NEW_EXAMPLE, "--strict")
-    assert "expected to work" in res.stderr and "warning" not in res.stderr
+    assert "expected to be good" in res.stderr and "warning" not in res.stderr
     res = coordinator.op("create-study", "--name", "bare", *OLD_EXAMPLE)
     assert "give --expected-records" in res.stderr
     assert sorted(names(coordinator)) == ["bare", "new", "old"]

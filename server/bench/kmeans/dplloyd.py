@@ -28,6 +28,7 @@ import numpy as np
 from fedsketch.common.dp.lloyd import noisy_lloyd_step
 from fedsketch.common.dp.samplers import dlap_noise
 from fedsketch.common.sketch.box import Box
+from fedsketch.common.study.verdict import LastStep, judge
 from fedsketch.server.bench.kmeans.budget import (
     BudgetTrace,
     IterationBudget,
@@ -64,21 +65,32 @@ def shifted_data(task: Task) -> ShiftedData:
 
 def private_lloyd(data: ShiftedData, init: np.ndarray, trace: BudgetTrace,
                   between: Callable[[np.ndarray, np.ndarray, IterationBudget], np.ndarray] | None = None
-                  ) -> tuple[np.ndarray, np.ndarray]:
+                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Lloyd iterations on shifted data, one :func:`~fedsketch.common.dp.lloyd.noisy_lloyd_step` per
     entry of ``trace`` with that entry's shares: c_j = clip(g·T~_j/max(N~_j, 1)) to [−h, h]
     (post-processing of the integer release). ``between(c, N~, budget)``, when
     given, maps the released centroids and counts of the iteration with that budget to the next
     iteration's centres, after every iteration but the last; it sees only released values, so it
-    is post-processing too. Returns the shifted centroids (k, d) and the last iteration's noisy
-    counts N~ (k,) (records; released, so free to reuse)."""
-    c = init
+    is post-processing too. Returns the shifted centroids (k, d), the last iteration's noisy
+    counts N~ (k,) (records; released, so free to reuse) and the centres it started from (k, d)."""
+    c = before = init
     counts = np.zeros(init.shape[0], dtype=np.int64)
     for t, it in enumerate(trace.iterations):
+        before = c
         c, counts = noisy_lloyd_step(data.x, c, data.h, it.eps_count, np.array(it.eps_dims))
         if between is not None and t < len(trace.iterations) - 1:
             c = between(c, counts, it)
-    return c, counts
+    return c, counts, before
+
+
+def last_step(data: ShiftedData, before: np.ndarray, after: np.ndarray, counts: np.ndarray,
+              budget: IterationBudget) -> LastStep:
+    """The verdict's view of a run's last noisy step (:class:`~fedsketch.common.study.verdict.LastStep`,
+    data units): counts with Laplace scale b = 1/ε_count, sums with h_l/ε_dim,l (standard
+    deviations √2 times those)."""
+    return LastStep(before + data.centre, after + data.centre, np.asarray(counts, dtype=float),
+                    float(np.sqrt(2.0) * budget.count_scale),
+                    np.sqrt(2.0) * data.h / np.array(budget.eps_dims))
 
 
 def uniform_init(k: int, h: np.ndarray, rng: np.random.Generator) -> np.ndarray:
@@ -86,11 +98,14 @@ def uniform_init(k: int, h: np.ndarray, rng: np.random.Generator) -> np.ndarray:
     return rng.uniform(-h, h, size=(k, h.size))
 
 
-def _pure_outcome(task: Task, data: ShiftedData, centroids: np.ndarray, notes: dict) -> Outcome:
+def _pure_outcome(task: Task, data: ShiftedData, centroids: np.ndarray, notes: dict,
+                  step: LastStep) -> Outcome:
     """The pure ε-DP outcome of a DPLloyd run: shifted ``centroids`` (k, d) moved back by the box
-    centre (data units), all of ``task.epsilon`` spent, δ = 0, ``notes`` as JSON."""
-    return Outcome(centroids + data.centre, task.epsilon, 0.0, task.neighbouring, "pure",
-                   data.clipped, json.dumps(notes))
+    centre (data units), all of ``task.epsilon`` spent, δ = 0, ``notes`` as JSON, and the verdict
+    on them from the run's last noisy ``step``."""
+    c = centroids + data.centre
+    return Outcome(c, task.epsilon, 0.0, task.neighbouring, "pure", data.clipped, json.dumps(notes),
+                   verdict=judge(c, data.h, step=step))
 
 
 def dplloyd(task: Task, iterations: int = 5) -> Outcome:
@@ -102,8 +117,9 @@ def dplloyd(task: Task, iterations: int = 5) -> Outcome:
     require_finite_epsilon(task, "dplloyd", "kmeans")
     data = shifted_data(task)
     trace = dplloyd_budget(task.epsilon, task.neighbouring, data.h, iterations)
-    c, _ = private_lloyd(data, uniform_init(task.k, data.h, task.rng), trace)
-    return _pure_outcome(task, data, c, {"budget_trace": trace.to_dict(), "init": "uniform"})
+    c, counts, before = private_lloyd(data, uniform_init(task.k, data.h, task.rng), trace)
+    return _pure_outcome(task, data, c, {"budget_trace": trace.to_dict(), "init": "uniform"},
+                         last_step(data, before, c, counts, trace.iterations[-1]))
 
 
 def public_count(n: int, count_epsilon: float) -> float:
@@ -128,6 +144,11 @@ class SuRun:
     centroids: np.ndarray
     counts: np.ndarray
     relocated: tuple[int, ...] = ()
+    before: np.ndarray | None = None
+
+    def step(self) -> LastStep:
+        """The last iteration's release as the verdict reads it."""
+        return last_step(self.data, self.before, self.centroids, self.counts, self.trace.iterations[-1])
 
     def notes(self) -> dict:
         """JSON-ready diagnostics: the budget trace, T, the public n, the init and its radius a."""
@@ -161,8 +182,8 @@ def su_run(task: Task, k_run: int, relocate: bool = False, seeds: np.ndarray | N
         relocated.append(how_many)
         return moved
 
-    c, counts = private_lloyd(data, init, trace, between if relocate else None)
-    return SuRun(data, trace, n_public, a, c, counts, tuple(relocated))
+    c, counts, before = private_lloyd(data, init, trace, between if relocate else None)
+    return SuRun(data, trace, n_public, a, c, counts, tuple(relocated), before)
 
 
 def dplloyd_su(task: Task) -> Outcome:
@@ -175,7 +196,7 @@ def dplloyd_su(task: Task) -> Outcome:
     ``notes`` is JSON: the budget trace, T, the public n used, the packing radius a.
     """
     run = su_run(task, task.k)
-    return _pure_outcome(task, run.data, run.centroids, run.notes())
+    return _pure_outcome(task, run.data, run.centroids, run.notes(), run.step())
 
 
 def overseeded(task: Task, factor: int = OVERSEED, relocate: bool = True,
@@ -208,4 +229,4 @@ def dplloyd_su_overseed(task: Task) -> Outcome:
     centres, run, reliable = overseeded(task)
     notes = {**run.notes(), "overseed": OVERSEED, "relocated": list(run.relocated),
              "reliable_centroids": reliable}
-    return _pure_outcome(task, run.data, centres, notes)
+    return _pure_outcome(task, run.data, centres, notes, run.step())
