@@ -29,7 +29,7 @@ from fedsketch.common.cli import CaOpt, InsecureOpt, JsonOpt, ScaleRangeOpt, Tar
 from fedsketch.common.pb import fedsketch_pb2 as pb
 from fedsketch.server.cli.errors import clean_errors
 from fedsketch.server.cli.operator_link import TokenFile, operator_stub
-from fedsketch.server.cli.planning import ExpectedRecordsOpt, StrictPlanOpt, report_plan
+from fedsketch.server.cli.planning import ExpectedRecordsOpt, StrictPlanOpt, check_expected, report_plan
 
 
 def create_study(
@@ -237,7 +237,7 @@ def default_cap(given: int | None, expected: float | None, secure, devices: int)
     if given is not None:
         return given
     if expected is not None:
-        cap = CAP_HEADROOM * math.ceil(expected)
+        cap = CAP_HEADROOM * math.ceil(check_expected(expected))
     elif secure is not None:
         cap = CAP_HEADROOM * math.ceil(secure.max_records / devices)
     else:

@@ -21,6 +21,14 @@ StrictPlanOpt = Annotated[bool, typer.Option(
     "good; needs --expected-records.")]
 
 
+def check_expected(expected_records: float) -> float:
+    """``--expected-records``, a finite number > 0; ValueError in words otherwise."""
+    if not (math.isfinite(expected_records) and expected_records > 0):
+        raise ValueError(f"--expected-records (records per device) must be a finite number > 0, got "
+                         f"{expected_records:g}")
+    return expected_records
+
+
 def report_plan(spec: StudySpec, expected_records: float | None, strict: bool) -> None:
     """Print the planner's forecast of the verdict for ``spec`` on stderr
     (:func:`fedsketch.common.study.forecast.forecast`), as a warning unless "good"; ValueError
@@ -31,9 +39,7 @@ def report_plan(spec: StudySpec, expected_records: float | None, strict: bool) -
         typer.echo("planner: give --expected-records (per device) to know whether this study's "
                    "sketch can be expected to decode", err=True)
         return
-    if not (math.isfinite(expected_records) and expected_records > 0):
-        raise ValueError(f"--expected-records (records per device) must be a finite number > 0, got "
-                         f"{expected_records:g}")
+    check_expected(expected_records)
     import numpy as np
 
     from fedsketch.common.study.forecast import forecast
