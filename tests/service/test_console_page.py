@@ -127,6 +127,7 @@ BROWSER, DRIVER = shutil.which("chromium"), shutil.which("chromedriver")
 def test_headless_chromium_logs_in_and_finds_the_centroids(console):
     webdriver = pytest.importorskip("selenium.webdriver")
     from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.wait import WebDriverWait
 
     os.environ.setdefault("SE_OFFLINE", "true")  # selenium-manager downloads nothing
     options = webdriver.ChromeOptions()
@@ -144,12 +145,15 @@ def test_headless_chromium_logs_in_and_finds_the_centroids(console):
         assert driver.find_elements(By.ID, "studies") == []  # the login form, not the studies
         driver.find_element(By.ID, "token").send_keys(console.token)
         driver.find_element(By.ID, "login").click()
-        rows = driver.find_element(By.ID, "studies").find_elements(By.TAG_NAME, "tr")
+        # a click returns before the next page loads: wait for it (60 s, for a loaded machine;
+        # the find failed once at once under load)
+        wait = WebDriverWait(driver, 60)
+        rows = wait.until(lambda d: d.find_element(By.ID, "studies")).find_elements(By.TAG_NAME, "tr")
         (row,) = [r for r in rows if console.done in r.text]
         assert row.find_elements(By.TAG_NAME, "td")[2].text == "DONE"
         assert console.token not in driver.current_url
         row.find_element(By.LINK_TEXT, console.done).click()
-        assert driver.find_element(By.ID, "identifiability").text == (
+        assert wait.until(lambda d: d.find_element(By.ID, "identifiability")).text == (
             console.result["identifiability"]["status"])
         assert driver.find_element(By.ID, "verdict").text == console.result["verdict"]["status"]
         svg = driver.find_element(By.ID, "centroids")

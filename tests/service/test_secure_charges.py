@@ -32,10 +32,15 @@ def stage(r, study):
 
 
 def run_until(r, study, agents, until, timeout=60.0):
+    """Step ``agents`` until ``until()`` holds, checked before every step (a stage that opens
+    mid-pass is not stepped through: checked only between passes, the round could run past
+    SHARE_KEYS to MASKED_INPUT within one pass, and did once under load)."""
     stop = time.monotonic() + timeout
-    while not until() and r.store.get_study(study).state in ("open", "collecting"):
+    while r.store.get_study(study).state in ("open", "collecting"):
         assert time.monotonic() < stop
         for a in agents:
+            if until():
+                return
             a.step()
         time.sleep(0.01)
 
