@@ -365,7 +365,9 @@ class Agent(SecureSteps, RosterSteps, RoundChecks, Settling):
     def _deliver(self, identity: Identity, spend: Spend) -> str | None:
         """Send a spend's stored bytes; the coordinator's reason if it refuses them for good (the
         spend stays on the books, marked refused). A transient error propagates: the bytes are
-        sent again on the next pass."""
+        sent again on the next pass. A spend given back (void) is never sent."""
+        if self.ledger.voided(spend.study_id):
+            return "the spend was given back (void): its release is never sent"
         try:
             self._send(identity, spend)
         except grpc.RpcError as exc:

@@ -86,6 +86,10 @@ class Voids:
                          "study_id = ?", (study_id,)).fetchone()
         return None if row is None else Void(*row)
 
+    def voided(self, study_id: str) -> bool:
+        """Whether the spend of ``study_id`` was given back: its bytes are never sent."""
+        return self._void(self._conn, study_id) is not None
+
     def voids(self) -> dict[str, Void]:
         """Every void, by study id, oldest first."""
         rows = self._conn.execute("SELECT study_id, reason, voided_at, certificate FROM voids "

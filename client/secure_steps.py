@@ -141,12 +141,15 @@ class SecureSteps:
     def _leave_session(self, study_id: str, session: Session, why: str) -> None:
         """Mark ``session`` left, erase x, e and the client's secrets from it, and keep it so,
         the old row overwritten and the write-ahead log truncated (:meth:`Ledger.save_session`
-        with ``scrub``); a spend on the round whose masked input never left is given back
-        first (:meth:`_void_unsent`)."""
-        self._void_unsent(study_id, pb.MASKED_INPUT in session.done, why)
+        with ``scrub``); then a spend on the round whose masked input never left is given back
+        (:meth:`_void_unsent`)."""
+        sent = pb.MASKED_INPUT in session.done
         session.left = True
         session.input = session.noise = session.client = None
         self.ledger.save_session(study_id, self.source, session.dump(), scrub=True)
+        # left before void: a crash between the two keeps the spend (the safe side), never a
+        # void on a session that could still send
+        self._void_unsent(study_id, sent, why)
 
     def _void_unsent(self, study_id: str, sent: bool, why: str, published: bool = False) -> None:
         """Rule A (docs/secure-aggregation.md, "When a failed round gives ε back"): the device is
