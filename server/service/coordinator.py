@@ -45,6 +45,7 @@ from concurrent.futures import ThreadPoolExecutor
 from fedsketch.common.net import signing
 from fedsketch.common.net.tls import MAX_MESSAGE_BYTES
 from fedsketch.common.study import wire
+from fedsketch.common.study.aggregate import AggregateError
 from fedsketch.common.study.calibration_round import check_release
 from fedsketch.common.study.refine import CellsError, RoundSpec, check_cells
 from fedsketch.common.study.secure_calibration import secure_protocol
@@ -348,6 +349,9 @@ class Coordinator(SecureStudies, Roster, Reads, Shared):
             log.info("study %s decoded from %d devices", study_id, result.devices)
         except StoreUnavailable:
             raise  # not the decoding's fault: the study stays decoding (:meth:`_decode`)
+        except AggregateError as exc:  # the inputs' fault, not a bug: no traceback
+            log.warning("decoding study %s failed: %s", study_id, exc)
+            self._settle(study_id, DECODING_FAILED, f"decoding failed: {exc}")
         except Exception as exc:  # a failed decoding fails the study, with the reason
             log.exception("decoding study %s failed", study_id)
             self._settle(study_id, DECODING_FAILED, f"decoding failed: {exc}")

@@ -20,6 +20,7 @@ input or registration), ``study failed`` (the aggregate check,
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Callable
 from dataclasses import replace
@@ -44,7 +45,7 @@ def parse_hostile(text: str | None, devices: int) -> tuple[int, str] | None:
     if text is None:
         return None
     count, _, kind = text.partition(":")
-    if kind not in HOSTILE_KINDS or not count.isdigit():
+    if kind not in HOSTILE_KINDS or not re.fullmatch("[0-9]{1,9}", count):
         raise ValueError(f"--hostile takes K:KIND, KIND one of {', '.join(HOSTILE_KINDS)}; "
                          f"got {text!r}")
     if not 1 <= int(count) < devices:

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import math
 import resource
+import socket
 import sys
 import tempfile
 import time
@@ -64,6 +65,22 @@ def peak_rss_bytes() -> int:
     return peak if sys.platform == "darwin" else peak * 1024
 
 
+def check_reachable(address: str, seconds: float = 10.0) -> None:
+    """ValueError in words unless a TCP connection to a Ray cluster's ``HOST:PORT`` (or
+    ``ray://HOST:PORT``) opens within ``seconds``: ``ray.init`` itself retries an unreachable
+    address for minutes and ignores SIGINT while it does. ``auto`` (a cluster this machine
+    belongs to) is left to Ray."""
+    if address == "auto":
+        return
+    host, _, port = address.removeprefix("ray://").rpartition(":")
+    if not host or not port.isascii() or not port.isdigit():
+        raise ValueError(f"--address takes HOST:PORT (or auto), got {address!r}")
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=seconds).close()
+    except OSError as exc:
+        raise ValueError(f"cannot reach Ray at {address}: {exc.strerror or exc}") from None
+
+
 @contextmanager
 def ray_session(address: str | None) -> Iterator[str]:
     """Ray for a simulation; yields the host the coordinator must listen on (127.0.0.1 for a
@@ -72,6 +89,8 @@ def ray_session(address: str | None) -> Iterator[str]:
     ray = _ray()
     started = not ray.is_initialized()
     if started:
+        if address is not None:
+            check_reachable(address)
         ray.init(address=address, include_dashboard=False, logging_level="WARNING")
     try:
         yield "127.0.0.1" if address is None else ray.util.get_node_ip_address()

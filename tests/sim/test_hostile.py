@@ -32,7 +32,8 @@ def test_a_replayed_input_is_not_caught_and_an_honest_run_publishes():
     assert honest["hostile"] is None and honest["relative_sse"] < 2.0
 
 
-@pytest.mark.parametrize("text", ["1:steal", "x:inflate", "6:inflate", "0:random"])
+@pytest.mark.parametrize("text", ["1:steal", "x:inflate", "6:inflate", "0:random", "²:inflate",
+                                  "１:inflate"])
 def test_bad_hostile_arguments_are_refused(text):
     with pytest.raises(ValueError, match="--hostile"):
         parse_hostile(text, 6)

@@ -77,7 +77,10 @@ def test_ray_backend_leaves_the_chosen_devices_silent(local_ray):
 def test_ray_backend_options_are_checked():
     bad = [(["--backend", "spark"], "--backend must be one of inprocess, ray"),
            (["--backend", "ray", "--processes"], "choose one"),
-           (["--address", "auto"], "--address names a Ray cluster: add --backend ray")]
+           (["--address", "auto"], "--address names a Ray cluster: add --backend ray"),
+           # an unreachable cluster: ray.init retried it for minutes, deaf to SIGINT
+           (["--backend", "ray", "--address", "127.0.0.1:1"], "cannot reach Ray at 127.0.0.1:1"),
+           (["--backend", "ray", "--address", "nowhere"], "--address takes HOST:PORT")]
     for args, message in bad:
         res = subprocess.run([FEDSKETCH, "simulate", "--devices", "2", "--records", "200", *args],
                              capture_output=True, text=True, timeout=120)
