@@ -159,4 +159,19 @@ def open_records(path: Path, engine: str, scheduler: str | None, options: ReadOp
         import dask.distributed  # noqa: F401
     except ImportError:
         raise ValueError("--engine dask needs the dask extra: pip install 'fedsketch[dask]'") from None
+    if scheduler is not None:
+        check_scheduler(scheduler)
     return DaskRecords(path, scheduler=scheduler, options=options)
+
+
+def check_scheduler(scheduler: str, seconds: float = 10.0) -> None:
+    """ValueError in words unless a client connects to the Dask scheduler at ``scheduler``
+    within ``seconds``: checked once when the records are opened (the daemon's start), not at
+    the first sum, where a bad address was retried every pass and a ``tls://`` address without
+    Dask's TLS settings (``DASK_DISTRIBUTED__COMM__TLS__*``) declined the study for good."""
+    from dask.distributed import Client
+
+    try:
+        Client(scheduler, timeout=seconds).close()
+    except (OSError, ValueError, TypeError) as exc:  # unreachable, malformed, TLS unset
+        raise ValueError(f"cannot reach the Dask scheduler at {scheduler!r}: {exc}") from None

@@ -105,6 +105,9 @@ def test_a_partition_with_other_columns_is_refused(dataset, tmp_path):
     (["--engine", "dask"], "no .parquet or .pq file"),
     (["--engine", "spark"], "--engine must be one of local, dask"),
     (["--scheduler", "tcp://127.0.0.1:1"], "--scheduler is for --engine dask"),
+    # checked when the records are opened (a daemon's start), not at the first sum
+    (["--engine", "dask", "--scheduler", "garbage"], "cannot reach the Dask scheduler at 'garbage'"),
+    (["--engine", "dask", "--scheduler", "tls://127.0.0.1:1"], "cannot reach the Dask scheduler"),
 ])
 def test_bad_engine_arguments_get_one_line(tmp_path, args, words):
     (tmp_path / "empty").mkdir()
