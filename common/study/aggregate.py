@@ -15,9 +15,11 @@ NB(4mρ, a) draw (:func:`l1_slack`), bounded at 2^−40 too: with r ≪ m this i
 (one entry alone may hold up to γ·N, the L1 norm grows only by r·κ per record). A sum beyond
 either bound proves that some input was outside its range; the study fails without publishing
 (:class:`AggregateError`, whose message starts with :data:`VIOLATION`). The check bounds a
-hostile device's influence only to what the slack leaves (r·κ·(N − Σ honest n) plus the noise
-radius in L1): an input worth up to its registered count, anywhere, passes (the per-input proof
-of docs/bounded-influence.md closes that).
+hostile device's influence only to what the slack leaves, r·κ·N − ‖Σ_honest S_u‖₁ plus the noise
+radius in L1: honest sums of spread-out records cancel (phases of different records point in
+different directions), so that is most of r·κ·N. A reviewer's one hostile device of 20 passed
+with its records at a decoy point weighted 23× and took 75 % of the decoded weight; the per-input
+proof of docs/bounded-influence.md closes that.
 
 Plain studies: every device released its own full noise draw, so K releases carry K draws: for
 DLap(a) their sum is NB(K, a) − NB(K, a) (ρ = K above); for the discrete Gaussian N_Z(0, σ²), each
