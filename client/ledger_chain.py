@@ -189,6 +189,7 @@ def verify(db: sqlite3.Connection) -> Verdict:
             elif not signing.verify(public, bytes(link), bytes(signature)):
                 problems.append(f"{what} has a signature the device's key did not make")
         prev = bytes(link)
+    problems += unsound_voids(db)
     count, head = _head(db)
     if count != len(rows) or (rows and head != prev) or (not rows and head != GENESIS):
         what = "spend(s)" if not any(kind == "void" for kind, _ in rows) else "spend and void rows"
@@ -215,3 +216,19 @@ def _links(db: sqlite3.Connection) -> list[tuple[str, tuple]]:
             out.append(("spend", spends[taken]))
             taken += 1
     return out
+
+
+#: The kind of a secure round's spend (``SECURE_KIND`` of :mod:`.secure_steps`).
+MASKED = "secagg_masked"
+
+
+def unsound_voids(db: sqlite3.Connection) -> list[str]:
+    """The voids that rule A (docs/secure-aggregation.md) could not have written: of a plain
+    spend, or without a certificate of a spend whose bytes the coordinator acknowledged (a
+    receipt that is not a refusal): such a release left the device, and its spend stands."""
+    rows = db.execute("SELECT v.study_id, s.kind, s.acked_at, s.receipt FROM voids v JOIN spends s "
+                      "ON s.study_id = v.study_id WHERE v.certificate IS NULL").fetchall()
+    what = {True: "a release that was sent", False: "a plain release"}
+    return [f"the void of study {sid!r}'s spend gives back {what[kind == MASKED]}: its spend stands"
+            for sid, kind, acked, receipt in rows
+            if kind != MASKED or (acked is not None and not str(receipt).startswith("refused:"))]

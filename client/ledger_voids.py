@@ -28,7 +28,7 @@ from collections.abc import Callable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 
-from fedsketch.client.ledger_chain import seal_void
+from fedsketch.client.ledger_chain import MASKED, seal_void
 from fedsketch.client.ledger_records import LedgerError
 
 
@@ -58,11 +58,14 @@ class Voids:
             held = self._void(db, study_id)
             if held is not None:
                 return held
-            row = db.execute("SELECT chain, acked_at, receipt FROM spends WHERE study_id = ?",
+            row = db.execute("SELECT chain, acked_at, receipt, kind FROM spends WHERE study_id = ?",
                              (study_id,)).fetchone()
             if row is None:
                 raise LedgerError(f"no spend recorded for study {study_id!r}: nothing to give back")
-            link, acked_at, receipt = row
+            link, acked_at, receipt, kind = row
+            if kind != MASKED:
+                raise LedgerError(f"the spend of study {study_id!r} is a plain release: only a "
+                                  "secure round's spend can be given back")
             if certificate is None and acked_at is not None:
                 raise LedgerError(f"the release of study {study_id!r} was sent (receipt "
                                   f"{receipt!r}): its spend stands without a certificate of abort")

@@ -59,6 +59,7 @@ import numpy as np
 
 from fedsketch.client.declines import Declined
 from fedsketch.client.ledger import BudgetExceeded, Identity, Ledger, LedgerError, Spend
+from fedsketch.client.ledger_chain import MASKED
 from fedsketch.client.localdata import DATA_ERRORS, LocalData, Retry, data_refusal, log_clipped
 from fedsketch.client.roster_steps import FINAL_REFUSALS
 from fedsketch.client.secure_session import Session
@@ -80,8 +81,8 @@ from fedsketch.common.text import printable
 
 log = logging.getLogger("fedsketch.device")
 
-#: The ledger kind of a masked input.
-SECURE_KIND = "secagg_masked"
+#: The ledger kind of a masked input (one name with the ledger's checks of voids).
+SECURE_KIND = MASKED
 
 
 class SecureSteps:

@@ -15,6 +15,13 @@ from fedsketch.client.ledger import DEFAULT_SOURCE, Identity, Ledger, LedgerErro
 from fedsketch.common.net import signing
 
 
+def secure_spend(ledger: Ledger, study_id: str, epsilon: float) -> None:
+    """A secure round's spend (the only kind a void gives back), not yet sent."""
+    ledger.record_spend(study_id=study_id, study_name=f"name of {study_id}", source="default",
+                        epsilon=epsilon, delta=0.0, n=100.0, kind="secagg_masked", payload=b"\1\2",
+                        spec_sha256="c" * 64)
+
+
 @pytest.fixture
 def book(tmp_path):
     """A ledger with budget 1.0, an identity, and spends a (0.2), b (0.3), c (0.1); b is void,
@@ -22,9 +29,8 @@ def book(tmp_path):
     path = tmp_path / "ledger"
     led = Ledger.create(path, 1.0)
     led.set_identity(Identity("dev-1", signing.new_private_key(), "localhost:1"))
-    spend(led, "a", 0.2)
-    spend(led, "b", 0.3)
-    spend(led, "c", 0.1)
+    for study, eps in (("a", 0.2), ("b", 0.3), ("c", 0.1)):
+        secure_spend(led, study, eps)
     led.void("b", "the masked input never left the device: test")
     spend(led, "d", 0.25)
     yield led
@@ -49,6 +55,24 @@ def test_a_sent_release_is_not_given_back_without_a_certificate(book):
     with pytest.raises(LedgerError, match="no spend"):
         book.void("zzz", "no")
     assert list(book.voids()) == ["b"]
+
+
+def test_a_void_of_a_plain_or_a_sent_release_is_refused_and_reported(book):
+    """The ledger refuses to void a plain spend; and a void of a spend whose bytes the
+    coordinator acknowledged (an owner who cleared acked_at to void it, then put it back) is
+    reported by --verify (a reviewer's forgery passed it before)."""
+    spend(book, "p", 0.05)
+    with pytest.raises(LedgerError, match="plain release"):
+        book.void("p", "no")
+    book.mark_acked("c", "receipt-c")
+    path = book.path
+    book.close()
+    edit(path, "UPDATE spends SET acked_at = NULL WHERE study_id = 'c'")
+    forged = Ledger(path)
+    forged.void("c", "forged")
+    forged.close()
+    edit(path, "UPDATE spends SET acked_at = 1.0 WHERE study_id = 'c'")
+    assert any("void of study 'c'" in p and "was sent" in p for p in problems(path)), problems(path)
 
 
 @pytest.mark.parametrize("sql, words", [
