@@ -28,6 +28,7 @@ from __future__ import annotations
 import hashlib
 import sqlite3
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass
 
 DOMAIN = b"fedsketch/ledger-chain/v1"
@@ -97,28 +98,26 @@ def _head(db: sqlite3.Connection) -> tuple[int, bytes]:
 def seal(db: sqlite3.Connection, seq: int) -> None:
     """Chain and sign the spend row ``seq`` after the current head, inside the caller's write
     transaction, and move the head to it."""
-    from fedsketch.common.net import signing
-
-    count, head = _head(db)
-    row = db.execute(f"SELECT {SEALED} FROM spends WHERE seq = ?", (seq,)).fetchone()
-    link = row_digest(head, row)
-    key = _key(db)
-    db.execute("UPDATE spends SET chain = ?, chain_signature = ? WHERE seq = ?",
-               (link, None if key is None else signing.sign(key, link), seq))
-    db.executemany("INSERT OR REPLACE INTO settings (key, value) VALUES (?, ?)",
-                   [("chain_count", str(count + 1)), ("chain_head", link.hex())])
+    _seal(db, "spends", SEALED, row_digest, seq)
 
 
 def seal_void(db: sqlite3.Connection, seq: int) -> None:
     """Chain and sign the void row ``seq`` after the current head (its ``position`` is the count
     of links before it), inside the caller's write transaction, and move the head to it."""
+    _seal(db, "voids", VOID_SEALED, void_digest, seq)
+
+
+def _seal(db: sqlite3.Connection, table: str, columns: str,
+          digest: Callable[[bytes, tuple], bytes], seq: int) -> None:
+    """Row ``seq`` of ``table``: its link (``digest`` of the head and its sealed ``columns``),
+    signed with the device's key when the ledger holds one; the head moves to it."""
     from fedsketch.common.net import signing
 
     count, head = _head(db)
-    row = db.execute(f"SELECT {VOID_SEALED} FROM voids WHERE seq = ?", (seq,)).fetchone()
-    link = void_digest(head, row)
+    row = db.execute(f"SELECT {columns} FROM {table} WHERE seq = ?", (seq,)).fetchone()
+    link = digest(head, row)
     key = _key(db)
-    db.execute("UPDATE voids SET chain = ?, chain_signature = ? WHERE seq = ?",
+    db.execute(f"UPDATE {table} SET chain = ?, chain_signature = ? WHERE seq = ?",
                (link, None if key is None else signing.sign(key, link), seq))
     db.executemany("INSERT OR REPLACE INTO settings (key, value) VALUES (?, ?)",
                    [("chain_count", str(count + 1)), ("chain_head", link.hex())])

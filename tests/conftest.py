@@ -224,6 +224,16 @@ def histogram_audit(noise, size: int = 400_000) -> float:
     return float(np.log(p_lo / p_hi))
 
 
+@pytest.fixture(scope="module")
+def cluster():
+    """A real local Dask cluster of two single-threaded worker processes (its scheduler's
+    address); the tests that take it skip without the dask extra."""
+    distributed = pytest.importorskip("dask.distributed", reason="the dask extra is not installed")
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
+                                  dashboard_address=None) as local:
+        yield local.scheduler_address
+
+
 def pytest_collection_modifyitems(session, config, items):
     """The documents' blocks first: their two files are the suite's longest (about 2 minutes
     each on a quiet machine), and ``--dist loadfile`` hands files out in collection order, so

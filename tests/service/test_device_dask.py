@@ -24,19 +24,11 @@ from fedsketch.common.sketch.frequencies import FrequencySpec
 from fedsketch.common.sketch.privacy import PrivacySpec
 from fedsketch.common.sketch.spec import SketchSpec, release_sketch
 
-distributed = pytest.importorskip("dask.distributed", reason="the dask extra is not installed")
+pytest.importorskip("dask.distributed", reason="the dask extra is not installed")
 pytestmark = pytest.mark.slow
 
 #: Partition sizes: uneven, one empty.
 SIZES = (1000, 3, 2600, 777, 0, 4099, 1500, 2021)
-
-
-@pytest.fixture(scope="module")
-def cluster():
-    """A real local Dask cluster of two single-threaded worker processes."""
-    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
-                                  dashboard_address=None) as local:
-        yield local.scheduler_address
 
 
 @pytest.fixture(scope="module")

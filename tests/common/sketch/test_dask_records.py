@@ -19,19 +19,11 @@ from fedsketch.common.data.dataformat import DataError
 from fedsketch.common.sketch.dask_records import DaskRecords
 from fedsketch.common.sketch.sketchfile import load_sketch
 
-distributed = pytest.importorskip("dask.distributed", reason="the dask extra is not installed")
+pytest.importorskip("dask.distributed", reason="the dask extra is not installed")
 
 #: Partition sizes: uneven, none a multiple of the sketch's 256-record block, one empty.
 SIZES = (1000, 3, 2600, 777, 0, 4099, 1500, 2021)
 BOX = "-5:5"
-
-
-@pytest.fixture(scope="module")
-def cluster():
-    """A real local Dask cluster of two single-threaded worker processes."""
-    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
-                                  dashboard_address=None) as local:
-        yield local.scheduler_address
 
 
 @pytest.fixture(scope="module")
