@@ -254,8 +254,10 @@ def ckm_lloyd(task: Task) -> Outcome:
     centre = Box(*public_box(task)).center
     centres, run, reliable = overseeded(replace(task, epsilon=eps_over),
                                         seeds=None if start is None else start - centre)
+    # without a final step the verdict reads the over-seeded run's last iteration, as
+    # dplloyd-su-overseed's does
     final, kept, step = (final_step(run.data, centres, eps_final, task.neighbouring) if eps_final > 0
-                         else (centres, task.k, None))
+                         else (centres, task.k, run.step()))
     notes = {"start": start_notes,
              **run.notes(),
              "overseed": OVERSEED, "relocated": list(run.relocated), "reliable_centroids": reliable,

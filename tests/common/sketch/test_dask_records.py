@@ -48,7 +48,7 @@ def dataset(tmp_path_factory):
 def sketch(*args: str) -> dict:
     res = CliRunner().invoke(app, ["sketch", *args, "--json", "--quiet"])
     assert res.exit_code == 0, res.output
-    return json.loads(res.output.strip().splitlines()[-1])
+    return json.loads(res.stdout.strip().splitlines()[-1])
 
 
 @pytest.mark.parametrize("scale", ["1.5", "auto"])

@@ -135,7 +135,7 @@ def test_noise_alone_rarely_makes_a_span():
 def _cli(*args: str) -> dict:
     res = CliRunner().invoke(app, [*args, "--json", "--quiet"])
     assert res.exit_code == 0, res.output
-    return json.loads(res.output.strip().splitlines()[-1])
+    return json.loads(res.stdout.strip().splitlines()[-1])  # stderr holds the verdict's warning
 
 
 def test_sketch_with_bounds_auto_then_decode_without_bounds(tmp_path):

@@ -101,12 +101,14 @@ def test_the_federated_box_fits_records_in_their_own_units(h_min, widths, most_c
 def test_the_reading_accounts_for_the_noise_of_many_devices():
     """200 plain devices, each with 200 records of one narrow column (300 ± 1 kelvin): the sum
     carries 200 draws a count, whose spread read as one draw's would make bins far from the data
-    significant. The box stays within 280–320 in every one of 3 runs."""
+    significant. Measured over 300 runs: lo 212–290, hi 310–407 (stage 1's range is 181–430;
+    stage 2's noise floor, 2.1 standard deviations a bin, lets a noise bin or two stretch the
+    box in 5 % of runs); with the draws ignored, the box is ±10¹¹. Bounds 150 and 450, 3 runs."""
     rng = np.random.default_rng(4)
     x = rng.normal(300, 1, (40_000, 1))
     for _ in range(3):
         box = federated_box(devices_of(x, 200), 1, 2.0).box
-        assert 280 <= box.lo[0] < 299 and 301 < box.hi[0] <= 320, (box.lo, box.hi)
+        assert 150 <= box.lo[0] < 299 and 301 < box.hi[0] <= 450, (box.lo, box.hi)
 
 
 def test_a_column_too_sparse_for_the_sum_is_refused_in_words():
