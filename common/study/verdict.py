@@ -46,7 +46,10 @@ signal-to-noise ratio (‖s‖² − ‖e‖²)/‖e‖²: below SNR_BAD nothing
 its noise. Above both, a sketch-only decoding is at best "usable, with caveats": measured, neither
 number tells CKM's kernel bias (centroids at 1.1–1.7× k-means' SSE with 0–9 % unexplained and a
 signal 4–50× the noise on real tables), so the sketch alone never vouches "good". The old
-identifiability (each centroid's z against the noise ceiling) is kept as a detail.
+identifiability (each centroid's z against the noise ceiling) is kept as a detail, and a
+sketch-only decoding it finds "not identifiable" is unreliable: some of its centroids could be
+noise (RESULTS.md §7: every decoding above 2 was so flagged, the best flagged one scored 1.30). A
+study's rounds, which re-read the records, are judged by their last step instead.
 
 Thresholds are measured, not derived: ``benchmarks/bench_verdict.py``, ``benchmarks/RESULTS.md``
 ("One verdict on what is published").
@@ -199,6 +202,8 @@ def judge(published: np.ndarray, box_half: np.ndarray, *, step: LastStep | None 
         checks["last_step"] = step_checks(published, step, np.asarray(box_half, dtype=float))
     elif fit is not None:
         checks["sketch"] = sketch_checks(fit)
+        if identifiability is not None and identifiability.get("status") == "not identifiable":
+            checks["sketch"]["not_identifiable"] = identifiability.get("reason", "")
     status, reason = conclude(checks)
     return Verdict(status, reason, checks, identifiability)
 
@@ -225,6 +230,8 @@ def conclude(checks: dict) -> tuple[str, str]:
                              "a larger ε for them would help)"))
     elif (s := checks.get("sketch")) is not None:
         u, snr = s["unexplained"], s["signal_to_noise"]
+        if (why := s.get("not_identifiable")) is not None:  # the decoder's own noise ceiling
+            findings.append((UNRELIABLE, f"some centroids cannot be told from the sketch's noise: {why}"))
         if snr < SNR_BAD:
             findings.append((UNRELIABLE, f"the sketch's signal is {snr:.2g} of its noise (in squared "
                              f"norm; under {SNR_BAD:g} it cannot be told from noise): more records, a "

@@ -133,7 +133,8 @@ def test_decode_says_so_and_strict_fails(tmp_path):
     assert out["identifiability"]["status"] == NOT_IDENTIFIABLE
     assert out["verdict"]["status"] == "unreliable"
     assert out["verdict"]["identifiability"]["status"] == NOT_IDENTIFIABLE
-    assert "warning: unreliable: the sketch's signal is" in res.stderr
+    assert "warning: unreliable: some centroids cannot be told from the sketch's noise" in res.stderr
+    assert "the sketch's signal is" in res.stderr  # the second finding, also unreliable
     strict = runner.invoke(app, [*args, "--strict"])
     assert strict.exit_code == NOT_IDENTIFIABLE_EXIT == 3
     assert "error: unreliable" in strict.stderr
