@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from test_secagg_round import secure_spec
+from test_secure_charges import run_until
 
 from fedsketch.client.agent import Agent
 from fedsketch.client.ledger import DEFAULT_SOURCE, Ledger
@@ -36,14 +37,6 @@ def file_bytes(agent: Agent) -> bytes:
     path = Path(agent.ledger.path)
     return b"".join(p.read_bytes() for p in (path, Path(f"{path}-wal")) if p.exists())
 
-
-def run_until(r, study, agents, until, timeout=60.0):
-    stop = time.monotonic() + timeout
-    while not until() and r.store.get_study(study).state in ("open", "collecting"):
-        assert time.monotonic() < stop
-        for a in agents:
-            a.step()
-        time.sleep(0.01)
 
 
 def test_x_and_e_are_erased_once_the_masked_input_is_sent(coordinator_round, parts):

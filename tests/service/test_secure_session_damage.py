@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from test_secagg_round import secure_spec
+from test_secure_charges import run_until
 
 from fedsketch.client.agent import Agent
 from fedsketch.client.ledger import DEFAULT_SOURCE, Ledger
@@ -32,15 +33,6 @@ def stage_of(r, study):
     return r.operator().ShowStudy(pb.StudyRef(study_id=study), metadata=(
         ("authorization", "Bearer test-operator-token"),)).stage
 
-
-def run_until(r, study, agents, until, timeout=60.0):
-    """Step every agent until ``until()`` holds (or the study ends)."""
-    stop = time.monotonic() + timeout
-    while not until() and r.store.get_study(study).state in ("open", "collecting"):
-        assert time.monotonic() < stop
-        for a in agents:
-            a.step()
-        time.sleep(0.01)
 
 
 def test_a_session_resumed_while_the_data_was_unreadable_reaches_masked_input_cleanly(
