@@ -72,6 +72,7 @@ from fedsketch.client.localdata import (
 )
 from fedsketch.client.roster_steps import FINAL_REFUSALS, RosterSteps
 from fedsketch.client.round_steps import RoundChecks, release
+from fedsketch.client.secure_abort import SecureAbort
 from fedsketch.client.secure_session import Session
 from fedsketch.client.secure_steps import SECURE_KIND, SecureSteps
 from fedsketch.client.settling import Settling
@@ -104,7 +105,7 @@ log = logging.getLogger("fedsketch.device")
 #: (``fedsketch.server.store.accounts.REFUSED``: a wire contract).
 DECLARED_BUDGET_EXCEEDED = "declared_budget_exceeded"
 
-class Agent(SecureSteps, RosterSteps, RoundChecks, Settling):
+class Agent(SecureSteps, SecureAbort, RosterSteps, RoundChecks, Settling):
     """A device's protocol logic over one gRPC channel and one ledger."""
 
     def __init__(self, channel: grpc.Channel, ledger: Ledger, data: DataFeed,

@@ -222,12 +222,51 @@ MASKED = "secagg_masked"
 
 
 def unsound_voids(db: sqlite3.Connection) -> list[str]:
-    """The voids that rule A (docs/secure-aggregation.md) could not have written: of a plain
-    spend, or without a certificate of a spend whose bytes the coordinator acknowledged (a
-    receipt that is not a refusal): such a release left the device, and its spend stands."""
-    rows = db.execute("SELECT v.study_id, s.kind, s.acked_at, s.receipt FROM voids v JOIN spends s "
-                      "ON s.study_id = v.study_id WHERE v.certificate IS NULL").fetchall()
-    what = {True: "a release that was sent", False: "a plain release"}
-    return [f"the void of study {sid!r}'s spend gives back {what[kind == MASKED]}: its spend stands"
-            for sid, kind, acked, receipt in rows
-            if kind != MASKED or (acked is not None and not str(receipt).startswith("refused:"))]
+    """The voids that neither rule of docs/secure-aggregation.md could have written. Rule A's,
+    without a certificate: of a plain spend, or of a spend whose bytes the coordinator
+    acknowledged (a receipt that is not a refusal): such a release left the device. Rule B's,
+    with one: a certificate that is not the one sealed, or that does not suffice
+    (:func:`certificate_problem`). Either way the spend stands."""
+    rows = db.execute("SELECT v.study_id, s.kind, s.acked_at, s.receipt, v.certificate, "
+                      "v.certificate_sha256 FROM voids v JOIN spends s ON s.study_id = v.study_id "
+                      "ORDER BY v.position").fetchall()
+    identity = db.execute("SELECT device_id, private_key FROM identity").fetchone()
+    out = []
+    for sid, kind, acked, receipt, certificate, sealed in rows:
+        if kind != MASKED:
+            out.append(f"the void of study {sid!r}'s spend gives back a plain release: its spend "
+                       "stands")
+        elif certificate is None:
+            if acked is not None and not str(receipt).startswith("refused:"):
+                out.append(f"the void of study {sid!r}'s spend gives back a release that was "
+                           "sent: its spend stands")
+        elif (why := certificate_problem(bytes(certificate), sealed, sid, identity)) is not None:
+            out.append(f"the void of study {sid!r}'s spend rests on {why}: its spend stands")
+    return out
+
+
+def certificate_problem(certificate: bytes, sealed: str, study_id: str,
+                        identity: tuple[str, bytes] | None) -> str | None:
+    """What is wrong with the certificate of abort a void rests on (None: nothing): its SHA-256
+    must be the one the void row seals, it must be of the void's round and of this device
+    (``identity``: its id and private key), with this device's own key among the holders, and
+    hold need(H, t, C) valid statements of distinct holders (:mod:`fedsketch.common.secagg.abort`)."""
+    from fedsketch.common.net import signing
+    from fedsketch.common.secagg.abort import Certificate
+
+    if hashlib.sha256(certificate).hexdigest() != sealed:
+        return "a certificate of abort that is not the one sealed in its void row"
+    try:
+        cert = Certificate.from_bytes(certificate)
+    except ValueError as exc:
+        return f"an unreadable certificate ({exc})"
+    if cert.study_id != study_id:
+        return f"a certificate of abort of another round ({cert.study_id!r})"
+    if identity is not None and (cert.device_id != identity[0] or cert.holders.get(identity[0])
+                                 != signing.public_key(bytes(identity[1]))):
+        return f"a certificate of abort made out to another device ({cert.device_id!r})"
+    if not cert.sufficient:
+        return (f"a certificate of abort with {len(cert.signers)} valid statements of distinct "
+                f"holders of the device's shares, fewer than the {cert.need} needed (or none of "
+                "the device's own)")
+    return None

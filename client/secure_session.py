@@ -51,6 +51,8 @@ class Session:
     (:func:`~.study_pass.later_rounds`). ``input`` and ``noise``: the exact integer input x
     (read from the data when the session was made, of ``n`` records) and this device's noise
     share e, int64 vectors of the round's dim (None only in a session of format /1).
+    ``aborted``: the device signed that the round aborted (rule B, :mod:`.secure_abort`): it
+    sends nothing more in it, UNMASK shares least of all, and its secrets are erased.
     ``study_id`` and ``device_id`` name the round and the device the session is for: a stored
     session loads for those only."""
 
@@ -68,6 +70,7 @@ class Session:
     device_id: str = ""
     input: np.ndarray | None = None
     noise: np.ndarray | None = None
+    aborted: bool = False
 
     @property
     def epsilon(self) -> float:
@@ -88,7 +91,7 @@ class Session:
             "format": SESSION_FORMAT, "study_id": self.study_id, "device_id": self.device_id,
             "spec": self.spec.to_json(), "round": None if self.round is None else self.round.to_json(),
             "later": [self.later.epsilon, self.later.seconds, self.later.delta], "n": self.n,
-            "done": sorted(self.done), "left": self.left,
+            "done": sorted(self.done), "left": self.left, "aborted": self.aborted,
             "replies": {str(stage): b64(body) for stage, body in self.replies.items()},
             "setup": None if self.setup is None else b64(self.setup),
             "client": None if self.client is None else self.client.state(),
@@ -130,10 +133,11 @@ class Session:
             raise ValueError(f"it is the session of study {doc['study_id']!r} and device "
                              f"{doc['device_id']!r}")
         stages, replies, later = set(sw.STAGES), doc["replies"], doc["later"]
-        done = doc["done"]
+        done, aborted = doc["done"], doc.get("aborted", False)
         if not (isinstance(replies, dict) and isinstance(done, list) and isinstance(later, list)
                 and len(later) == 3 and all(type(v) in (int, float) and math.isfinite(v) for v in later)
                 and type(doc["n"]) is int and 0 <= doc["n"] and type(doc["left"]) is bool
+                and type(aborted) is bool
                 and all(type(s) is int and s in stages for s in done)
                 and all(k.isdigit() and int(k) in stages and isinstance(v, str) for k, v in replies.items())):
             raise ValueError("a field of the wrong type")
@@ -155,4 +159,4 @@ class Session:
                 raise ValueError("an input and a noise share of different lengths")
         return cls(spec, Box(spec.lo, spec.hi), doc["n"], client, set(done), doc["left"], rnd,
                    {int(k): base64.b64decode(v, validate=True) for k, v in replies.items()},
-                   Later(*map(float, later)), setup, study_id, identity.device_id, x, e)
+                   Later(*map(float, later)), setup, study_id, identity.device_id, x, e, aborted)

@@ -25,7 +25,8 @@ UNMASK.
 A device that drops before MASKED_INPUT spends nothing; one that spent but whose masked input
 never left it (no send was tried: MASKED_INPUT is kept in the session's ``done`` before the
 first) gives the spend back when it leaves the round or learns that it ended (rule A,
-:meth:`SecureSteps._void_unsent`, :mod:`.ledger_voids`), and signs and unmasks nothing in it.
+:meth:`SecureSteps._void_unsent`, :mod:`.ledger_voids`), and signs and unmasks nothing in it;
+one whose y left gets it back from a certificate of abort of a FAILED round (rule B, :mod:`.secure_abort`).
 Every way out of a round has a reason
 that the pass logs, and a :class:`Declined` one (the device's own decision, or a coordinator
 that has nothing for it: it came too late) is reported to the coordinator
@@ -99,6 +100,7 @@ class SecureSteps:
     _check: Callable[[pb.Study], Admitted | str]
     _count: Callable[[Admitted], int | str]
     _deliver: Callable[[Identity, Spend], str | None]
+    _abort_settled: Callable[[Identity, str, bytes], bool]
 
     def _resume_sessions(self, identity: Identity, listed: set[str]) -> None:
         """Hold the sessions of the rounds ``listed`` (open, and this device may read them),
@@ -110,6 +112,8 @@ class SecureSteps:
         for sid, text in self.ledger.sessions(self.source).items():
             if sid not in listed:
                 if (ended := self._ended(identity, sid)) is not None:
+                    if ended == "FAILED" and not self._abort_settled(identity, sid, text):
+                        continue  # rule B: the certificate of abort may still grow
                     self._void_unsent(sid, Session.sent_masked(text), f"the round ended ({ended})",
                                       published=ended == "DONE")
                     self.ledger.drop_session(sid, self.source)
@@ -160,8 +164,8 @@ class SecureSteps:
         from x, so nothing about it can be learned. A sent y's spend stands (logged, unless the
         round ``published``: then it bought the result)."""
         spend = self.ledger.find(study_id)
-        if spend is None or spend.kind != SECURE_KIND:
-            return
+        if spend is None or spend.kind != SECURE_KIND or self.ledger.voided(study_id):
+            return  # (voided: rule A before, or rule B's certificate of abort)
         if sent or spend.acked_at is not None:
             if not published:
                 log.info("study %s: the device is out of the secure round after its masked "

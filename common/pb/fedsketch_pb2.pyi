@@ -406,6 +406,28 @@ class SecAggMessage(_message.Message):
     signature: bytes
     def __init__(self, study_id: _Optional[str] = ..., device_id: _Optional[str] = ..., stage: _Optional[_Union[Stage, str]] = ..., body: _Optional[bytes] = ..., signature: _Optional[bytes] = ...) -> None: ...
 
+class AbortStatement(_message.Message):
+    __slots__ = ("study_id", "device_id", "audience", "signature")
+    STUDY_ID_FIELD_NUMBER: _ClassVar[int]
+    DEVICE_ID_FIELD_NUMBER: _ClassVar[int]
+    AUDIENCE_FIELD_NUMBER: _ClassVar[int]
+    SIGNATURE_FIELD_NUMBER: _ClassVar[int]
+    study_id: str
+    device_id: str
+    audience: str
+    signature: bytes
+    def __init__(self, study_id: _Optional[str] = ..., device_id: _Optional[str] = ..., audience: _Optional[str] = ..., signature: _Optional[bytes] = ...) -> None: ...
+
+class AbortCertificate(_message.Message):
+    __slots__ = ("study_id", "statements", "final")
+    STUDY_ID_FIELD_NUMBER: _ClassVar[int]
+    STATEMENTS_FIELD_NUMBER: _ClassVar[int]
+    FINAL_FIELD_NUMBER: _ClassVar[int]
+    study_id: str
+    statements: _containers.RepeatedCompositeFieldContainer[AbortStatement]
+    final: bool
+    def __init__(self, study_id: _Optional[str] = ..., statements: _Optional[_Iterable[_Union[AbortStatement, _Mapping]]] = ..., final: _Optional[bool] = ...) -> None: ...
+
 class SecAggAck(_message.Message):
     __slots__ = ("duplicate",)
     DUPLICATE_FIELD_NUMBER: _ClassVar[int]

@@ -89,6 +89,11 @@ class DeviceStub:
                 request_serializer=fedsketch_dot_common_dot_pb_dot_fedsketch__pb2.DeviceRead.SerializeToString,
                 response_deserializer=fedsketch_dot_common_dot_pb_dot_fedsketch__pb2.Account.FromString,
                 _registered_method=True)
+        self.SecAggAbort = channel.unary_unary(
+                '/fedsketch.v1.Device/SecAggAbort',
+                request_serializer=fedsketch_dot_common_dot_pb_dot_fedsketch__pb2.AbortStatement.SerializeToString,
+                response_deserializer=fedsketch_dot_common_dot_pb_dot_fedsketch__pb2.AbortCertificate.FromString,
+                _registered_method=True)
 
 
 class DeviceServicer:
@@ -187,6 +192,18 @@ class DeviceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def SecAggAbort(self, request, context):
+        """Rule B (docs/secure-aggregation.md, "When a failed round gives ε back"): a device's
+        statement that the secure round study_id, which FAILED, is aborted for it (it sent no
+        UNMASK shares and never will). The reply is the round's certificate of abort as collected
+        so far: every valid statement stored, from which the device counts the holders of its own
+        shares. FAILED_PRECONDITION for a round that did not fail; PERMISSION_DENIED for a device
+        not in its roster.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_DeviceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -244,6 +261,11 @@ def add_DeviceServicer_to_server(servicer, server):
                     servicer.GetAccount,
                     request_deserializer=fedsketch_dot_common_dot_pb_dot_fedsketch__pb2.DeviceRead.FromString,
                     response_serializer=fedsketch_dot_common_dot_pb_dot_fedsketch__pb2.Account.SerializeToString,
+            ),
+            'SecAggAbort': grpc.unary_unary_rpc_method_handler(
+                    servicer.SecAggAbort,
+                    request_deserializer=fedsketch_dot_common_dot_pb_dot_fedsketch__pb2.AbortStatement.FromString,
+                    response_serializer=fedsketch_dot_common_dot_pb_dot_fedsketch__pb2.AbortCertificate.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -543,6 +565,33 @@ class Device:
             '/fedsketch.v1.Device/GetAccount',
             fedsketch_dot_common_dot_pb_dot_fedsketch__pb2.DeviceRead.SerializeToString,
             fedsketch_dot_common_dot_pb_dot_fedsketch__pb2.Account.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SecAggAbort(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/fedsketch.v1.Device/SecAggAbort',
+            fedsketch_dot_common_dot_pb_dot_fedsketch__pb2.AbortStatement.SerializeToString,
+            fedsketch_dot_common_dot_pb_dot_fedsketch__pb2.AbortCertificate.FromString,
             options,
             channel_credentials,
             insecure,

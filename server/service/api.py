@@ -113,6 +113,14 @@ class DeviceService:
         """What the coordinator routes to this device for the open stage."""
         return pb.SecAggBundle(stage=request.stage, body=self.c.fetch_stage(_stage_message(request)))
 
+    def SecAggAbort(self, request, context):  # noqa: N802
+        """A device's abort statement of a failed secure round; the certificate collected so far."""
+        rows, final = self.c.abort_round(request.study_id, request.device_id, request.audience,
+                                         request.signature)
+        return pb.AbortCertificate(study_id=request.study_id, final=final, statements=[
+            pb.AbortStatement(study_id=request.study_id, device_id=r.device_id,
+                              audience=r.audience, signature=r.signature) for r in rows])
+
     def ReportRefusal(self, request, context):  # noqa: N802
         """A device's signed reason for declining a study; INVALID_ARGUMENT for a number that is
         no ``RefusalReason`` (or UNSPECIFIED)."""

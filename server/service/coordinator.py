@@ -57,6 +57,7 @@ from fedsketch.server.service.messages import Submission
 from fedsketch.server.service.reads import Reads
 from fedsketch.server.service.roster import Roster
 from fedsketch.server.service.rounds import Rounds
+from fedsketch.server.service.secure_aborts import SecureAborts
 from fedsketch.server.service.secure_round import SecAggRound
 from fedsketch.server.service.secure_studies import SecureStudies
 from fedsketch.server.service.shared import Shared
@@ -83,7 +84,7 @@ MAX_TOKENS = 100_000
 MAX_SKETCH_BYTES = MAX_MESSAGE_BYTES - 4096
 
 
-class Coordinator(SecureStudies, Roster, Reads, Shared):
+class Coordinator(SecureStudies, SecureAborts, Roster, Reads, Shared):
     """Study lifecycle and validation, shared by the device and operator services."""
 
     def __init__(self, store: Store, audiences: frozenset[str] | None = None) -> None:

@@ -77,6 +77,7 @@ MAX_REQUEST_BYTES: dict[str, int] = {
     "Device/SecAggSend": MAX_MESSAGE_BYTES,
     "Device/SecAggFetch": ENVELOPE_BYTES,  # its body is empty
     "Device/ReportRefusal": ENVELOPE_BYTES,
+    "Device/SecAggAbort": ENVELOPE_BYTES,
     "Device/GetAccount": ENVELOPE_BYTES,
     "Operator/CreateStudy": SPEC_BYTES,
     "Operator/ListStudies": ENVELOPE_BYTES,

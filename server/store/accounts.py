@@ -14,6 +14,10 @@ stores carries its cost to the device, as the study's spec says (the service com
       or to which it sent a masked input (it spent; kept in ``secure_charges`` when the
       round ends and its stage messages are dropped)
 
+less the failed secure rounds for which the coordinator handed the device a certificate of abort
+that suffices for its masked input (rule B, :mod:`.abort_statements`: its ledger gives that spend
+back with the same certificate)
+
 (sequential composition over its releases: the device's ledger adds them up the same way, and a
 secure round it left before masking (dropped by the round, or declined), or that ended before it
 masked, costs it nothing: the device sets nothing aside for it either). A device the round
@@ -69,7 +73,10 @@ _CHARGES = f"""
 SELECT study_id, epsilon, delta, 0 FROM contributions
 WHERE device_id = ? AND epsilon IS NOT NULL AND study_id <> ?
 UNION ALL
-SELECT study_id, epsilon, delta, 1 FROM secure_charges WHERE device_id = ? AND study_id <> ?
+SELECT g.study_id, g.epsilon, g.delta, 1 FROM secure_charges AS g
+WHERE g.device_id = ? AND g.study_id <> ? AND NOT EXISTS (
+      SELECT 1 FROM abort_statements AS b WHERE b.study_id = g.study_id
+      AND b.device_id = g.device_id AND b.certified_at IS NOT NULL)
 UNION ALL
 SELECT m.study_id, m.epsilon, m.delta, CASE WHEN {_MASKED} THEN 1 ELSE 2 END
 FROM stage_messages AS m JOIN studies AS s ON s.study_id = m.study_id

@@ -427,6 +427,24 @@ class Store(ABC):
         are deleted (the progress row stays, ``ended``). StoreError 'not_found' for an unknown study,
         'failed_precondition' unless it is in ``ACCEPTING`` (nothing written). Audited."""
 
+    # rule B: the abort statements of failed secure rounds (:mod:`.abort_statements`)
+
+    @abstractmethod
+    def add_abort_statement(self, study_id: str, device_id: str, audience: str,
+                            signature: bytes) -> bool:
+        """Keep a device's (verified) abort statement of a round, once: True if stored, False if
+        it had one. StoreError 'not_found' for an unknown study, 'failed_precondition' unless
+        it failed."""
+
+    @abstractmethod
+    def abort_statements(self, study_id: str) -> list:
+        """The round's kept statements (``AbortStatementRow``), oldest first."""
+
+    @abstractmethod
+    def certify_abort(self, study_id: str, device_id: str) -> None:
+        """Record that the device was handed a certificate of abort that suffices: the round no
+        longer counts against its declared budget (:mod:`.accounts`)."""
+
     # what the operator watches
 
     @abstractmethod

@@ -65,7 +65,7 @@ from typing import Any, Protocol
 
 from fedsketch.server.store.base import KINDS, STATES, StudyRow
 
-SCHEMA_VERSION = 8
+SCHEMA_VERSION = 9
 
 #: Marks a database as a fedsketch store: SQLite's ``PRAGMA application_id`` ("FSKS" in the file
 #: header), PostgreSQL's ``fedsketch_store.application_id``.
@@ -158,6 +158,15 @@ SECURE_CHARGES = """CREATE TABLE secure_charges (
         device_id TEXT NOT NULL REFERENCES devices(device_id),
         epsilon REAL NOT NULL,
         delta REAL,
+        PRIMARY KEY (study_id, device_id))"""
+
+ABORT_STATEMENTS = """CREATE TABLE abort_statements (
+        study_id TEXT NOT NULL REFERENCES studies(study_id),
+        device_id TEXT NOT NULL REFERENCES devices(device_id),
+        audience TEXT NOT NULL,
+        signature BLOB NOT NULL,
+        received_at REAL NOT NULL,
+        certified_at REAL,
         PRIMARY KEY (study_id, device_id))"""
 
 SCHEMA = (
@@ -295,6 +304,12 @@ def migrate_v7(c: Connection) -> None:
         c.execute(f"CREATE INDEX {table}_by_device ON {table}(device_id)")
 
 
+def migrate_v8(c: Connection) -> None:
+    """Schema 8 → 9: the abort statements of failed secure rounds, and which device was handed
+    a certificate of abort that gives its ε back (rule B, :mod:`.abort_statements`)."""
+    c.execute(ABORT_STATEMENTS)
+
+
 def migrate(c: Connection, version: int) -> list[str]:
     """Bring a schema-``version`` store (0: empty, created here from :data:`SCHEMA`) to
     :data:`SCHEMA_VERSION` inside the caller's write transaction; what each step changed, for
@@ -303,6 +318,7 @@ def migrate(c: Connection, version: int) -> list[str]:
         for statement in SCHEMA:
             c.execute(statement)
         migrate_v7(c)  # the tables of SCHEMA are schema 7's; schema 8 adds columns to them
+        migrate_v8(c)
     steps = ((migrate_v1, "contributors joined their studies' rosters"),
              (migrate_v2, "studies may have refinement rounds"),
              (migrate_v3, "rosters may be larger than the quorum"),
@@ -310,7 +326,8 @@ def migrate(c: Connection, version: int) -> list[str]:
              (migrate_v5, "devices may report why they declined a study"),
              (migrate_v6, "secure-aggregation rounds are kept and resume after a restart"),
              (migrate_v7, "devices declare their total budget, and each release stored keeps its "
-                          "(epsilon, delta)"))
+                          "(epsilon, delta)"),
+             (migrate_v8, "failed secure rounds keep their abort statements and certificates"))
     done = []
     for old, (step, what) in enumerate(steps, start=1):
         if 1 <= version <= old:

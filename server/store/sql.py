@@ -25,6 +25,7 @@ from contextlib import AbstractContextManager
 
 from fedsketch.server.errors import Code
 from fedsketch.server.store import accounts
+from fedsketch.server.store.abort_statements import AbortStatements
 from fedsketch.server.store.base import (
     ACCEPTING,
     COLLECT,
@@ -57,7 +58,7 @@ def _sha256_hex(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
-class SQLStore(OperatorReads, SecureRounds, Store):
+class SQLStore(OperatorReads, SecureRounds, AbortStatements, Store):
     """The coordinator's state in a SQL database; a backend subclasses it with its connections."""
 
     @abstractmethod
