@@ -6,8 +6,9 @@ ledger's sums (:meth:`~.ledger.Ledger.spent`, the per-study totals) leave a void
 and a voided spend is never sent (:meth:`~.ledger_spends.Spends.pending`). The agent voids only
 a secure round's spend whose masked input y never left the device (rule A: the device declined,
 was dropped, timed out, or the round ended before it sent MASKED_INPUT; :mod:`.secure_steps`);
-a void without that is refused here unless it carries a certificate of abort (rule B, not built
-yet: the column is kept for it).
+a void without that is refused here unless it carries a certificate of abort (rule B: the round
+FAILED and enough holders of the device's shares signed that they never unmask it,
+:mod:`.secure_abort`; ``--verify`` checks the certificate, :func:`.ledger_chain.certificate_problem`).
 
 Each void is a link of the same chain as the spends (:mod:`.ledger_chain`):
 

@@ -13,6 +13,7 @@ from test_ledger_chain import FEDSKETCH, edit, problems, spend
 
 from fedsketch.client.ledger import DEFAULT_SOURCE, Identity, Ledger, LedgerError
 from fedsketch.common.net import signing
+from fedsketch.common.secagg.abort import Certificate, sign_statement
 
 
 def secure_spend(ledger: Ledger, study_id: str, epsilon: float) -> None:
@@ -103,3 +104,46 @@ def test_device_budget_shows_the_void(book):
     verified = subprocess.run([FEDSKETCH, "device", "budget", "--ledger", str(path), "--verify"],
                               capture_output=True, text=True)
     assert verified.returncode == 0 and "4 spends and 1 voids" in verified.stdout, verified
+
+
+def certificate(book: Ledger, signers: tuple[str, ...], device: str = "dev-1",
+                study: str = "a") -> bytes:
+    """A certificate of abort for ``device``'s input in round ``study`` (t = 3 of 4 holders, no
+    colluder: 2 statements needed) signed by ``signers`` (dev-1 with the ledger's own key)."""
+    keys = {"dev-1": book.identity().private_key,
+            **{v: signing.new_private_key() for v in ("dev-2", "dev-3", "dev-4")}}
+    holders = {v: signing.public_key(k) for v, k in keys.items()}
+    statements = {v: sign_statement(keys[v], "localhost", study, v) for v in signers}
+    return Certificate(study, device, "localhost", 3, 0, holders, statements).to_bytes()
+
+
+@pytest.mark.parametrize("signers, device, study, words", [
+    (("dev-1", "dev-2"), "dev-1", "a", None),
+    (("dev-1",), "dev-1", "a", "fewer than the 2 needed"),
+    (("dev-2", "dev-3"), "dev-1", "a", "fewer than the 2 needed (or none of the device's own)"),
+    (("dev-1", "dev-2"), "dev-9", "a", "made out to another device"),
+    (("dev-1", "dev-2"), "dev-1", "z", "of another round"),
+])
+def test_a_rule_b_void_is_sound_only_with_a_certificate_that_suffices(book, signers, device,
+                                                                        study, words):
+    """A sent release (acknowledged) given back with a certificate of abort: --verify accepts it
+    only if the certificate is of its round and device and holds need(4, 3, 0) = 2 valid
+    statements of distinct holders, the device's own among them."""
+    book.mark_acked("a", "receipt-a")
+    book.void("a", "certificate of abort", certificate=certificate(book, signers, device, study))
+    path = book.path
+    book.close()
+    found = [p for p in problems(path) if "void of study 'a'" in p]
+    assert (not found) if words is None else any(words in p for p in found), found
+
+
+def test_a_replaced_certificate_is_reported(book):
+    """The void row seals the certificate's SHA-256: a certificate swapped for another, even one
+    that suffices, is reported."""
+    book.mark_acked("a", "receipt-a")
+    book.void("a", "certificate of abort", certificate=certificate(book, ("dev-1", "dev-2")))
+    other = certificate(book, ("dev-1", "dev-3"))
+    path = book.path
+    book.close()
+    edit(path, f"UPDATE voids SET certificate = x'{other.hex()}' WHERE study_id = 'a'")
+    assert any("not the one sealed in its void row" in p for p in problems(path)), problems(path)
