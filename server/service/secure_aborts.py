@@ -70,7 +70,10 @@ class SecureAborts:
         self.store.add_abort_statement(study_id, device_id, audience, signature)
         rows = self.store.abort_statements(study_id)
         protocol = self._protocol(study_id)
-        params = protocol.round_params(study_id, tuple(sorted(members)))
+        try:
+            params = protocol.round_params(study_id, tuple(sorted(members)))
+        except ValueError:  # the round failed at REGISTER: it never opened, nobody spent
+            return rows, True
         holders = {v: self.store.device_key(v) or b"" for v in params.closed(device_id)}
         signers = counted(((r.device_id, r.audience, r.signature) for r in rows), holders,
                           audience, study_id)

@@ -104,6 +104,12 @@ def test_a_secure_round_counts_while_it_runs_and_once_the_device_masked(store):
     store.register("p", dev)
     with pytest.raises(StoreError, match=REFUSED):  # plain and secure add up
         store.add_contribution(release("p", dev, 0.5))
+    # rule B: a statement alone changes nothing; the certificate handed to the device does
+    assert store.add_abort_statement("s2", dev, "localhost", b"s" * 64)
+    assert [c.study_id for c in store.account(dev).charges] == ["s2"]
+    store.certify_abort("s2", dev)
+    assert store.account(dev).charges == ()
+    assert store.add_stage_message("s3", REGISTER, dev, b'{"n":5}', (0.5, 0.0))
 
 
 def test_a_running_round_stops_counting_a_device_it_dropped_or_that_declined(store):

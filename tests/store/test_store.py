@@ -90,9 +90,16 @@ V2_CONTRIBUTIONS = """CREATE TABLE contributions (
     received_at REAL NOT NULL, PRIMARY KEY (study_id, device_id))"""
 
 
+def back_to_schema_8(raw: sqlite3.Connection) -> None:
+    """Rewrite a current store file as schema 8 wrote it: no ``abort_statements``."""
+    raw.execute("DROP TABLE abort_statements")
+    raw.execute("PRAGMA user_version = 8")
+
+
 def back_to_schema_7(raw: sqlite3.Connection) -> None:
     """Rewrite a current store file as schema 7 wrote it: no declared budgets, no (ε, δ) on
-    contributions and REGISTER messages, no ``secure_charges``."""
+    contributions and REGISTER messages, no ``secure_charges`` (nor schema 9's table)."""
+    back_to_schema_8(raw)
     raw.execute("DROP TABLE secure_charges")
     raw.execute("DROP INDEX contributions_by_device")
     raw.execute("DROP INDEX stage_messages_by_device")
@@ -584,3 +591,19 @@ def test_a_coordinator_holds_its_file_alone_and_creates_it_owner_only(tmp_path):
     assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
     assert stat.S_IMODE(os.stat(f"{path}-wal").st_mode) == 0o600
     store.close()
+
+
+def test_a_schema_8_store_is_migrated_to_keep_abort_statements(tmp_path):
+    """Schema 8 → 9: the table of abort statements (rule B) is created, empty, and works; a
+    statement is kept only for a study that failed, once per device."""
+    path = tmp_path / "store.db"
+    s, device = migrated_from(path, back_to_schema_8)
+    assert file_schema(path) == SCHEMA_VERSION == 9
+    assert s.abort_statements("s") == []
+    with pytest.raises(StoreError, match="only a failed secure round is aborted"):
+        s.add_abort_statement("s", device, "localhost", b"x" * 64)
+    s.set_state("s", "failed", "test", expect=("open",))
+    assert s.add_abort_statement("s", device, "localhost", b"x" * 64)
+    assert not s.add_abort_statement("s", device, "localhost", b"y" * 64)  # the first is kept
+    assert [(r.device_id, r.signature) for r in s.abort_statements("s")] == [(device, b"x" * 64)]
+    s.close()
