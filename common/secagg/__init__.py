@@ -68,7 +68,9 @@ independent extra noise (variance × m'/h_min); the modulus is sized so the tota
 Modules: :mod:`.protocol` (stages, messages, aborts), :mod:`.params` (public parameters, graph,
 modulus), :mod:`.trust` (the stated dropouts and colluders, h_min and the safe thresholds),
 :mod:`.crypto` (key agreement, HKDF, sealing, PRG), :mod:`.client` (the device),
-:mod:`.aggregator` (the coordinator), :mod:`.wire` (message bodies for the gRPC service). The
+:mod:`.aggregator` (the coordinator), :mod:`.wire` (message bodies for the gRPC service),
+:mod:`.abort` (the abort statements and certificate of a failed round: rule B of
+docs/secure-aggregation.md). The
 noise shares are drawn by :func:`fedsketch.common.dp.samplers.dlap_noise_share`.
 """
 
