@@ -121,12 +121,12 @@ def stands(fleet: Fleet, i: int, study: str) -> None:
         (fleet.folder / f"device{i}.log").read_text()
 
 
-def settled(fleet: Fleet, i: int, study: str) -> None:
+def settled(fleet: Fleet, i: int, study: str, timeout: float = 60.0) -> None:
     """Wait until device i's daemon has seen the study's end (its session row is gone)."""
     def gone():
         """device i's session of the study dropped"""
         return ledger_rows(fleet, i, study)[2] == 0
-    wait_for(gone, timeout=60, step=0.1)
+    wait_for(gone, timeout=timeout, step=0.1)
 
 
 @pytest.mark.parametrize("how", ["dropout", "crash"])
@@ -290,7 +290,9 @@ def test_too_few_holders_sign_and_the_spend_stands(fleet):
     stop_after(fleet, study, pb.MASKED_INPUT, stopped)
     try:
         assert wait_ended(fleet.c.db, study) == "failed"
-        settled(fleet, alone, study)
+        # the coordinator's collection is final two stage timeouts (30 s) after the first
+        # statement, the lone device's: five times that as the bound
+        settled(fleet, alone, study, timeout=10 * TIMEOUT)
     finally:
         for i in stopped:
             fleet.daemons[i].send_signal(signal.SIGCONT)
