@@ -115,7 +115,7 @@ class SecureSteps:
                     if ended == "FAILED" and not self._abort_settled(identity, sid, text):
                         continue  # rule B: the certificate of abort may still grow
                     self._void_unsent(sid, Session.sent_masked(text), f"the round ended ({ended})",
-                                      published=ended == "DONE")
+                                      ended=ended)
                     self.ledger.drop_session(sid, self.source)
             elif sid not in self._sessions:
                 try:
@@ -156,18 +156,19 @@ class SecureSteps:
         # void on a session that could still send
         self._void_unsent(study_id, sent, why)
 
-    def _void_unsent(self, study_id: str, sent: bool, why: str, published: bool = False) -> None:
+    def _void_unsent(self, study_id: str, sent: bool, why: str, ended: str | None = None) -> None:
         """Rule A (docs/secure-aggregation.md, "When a failed round gives ε back"): the device is
         out of the round, and if it recorded a spend on it but never sent the masked input y
         (``sent``: MASKED_INPUT is in the session's ``done``, which is kept before the first
         send, so False means y never left), the spend is void: nobody holds anything computed
-        from x, so nothing about it can be learned. A sent y's spend stands (logged, unless the
-        round ``published``: then it bought the result)."""
+        from x, so nothing about it can be learned. A sent y's spend stands, logged once the round
+        ``ended`` other than DONE (then it bought the result; until it ends, rule B may still
+        give it back: :mod:`.secure_abort`)."""
         spend = self.ledger.find(study_id)
         if spend is None or spend.kind != SECURE_KIND or self.ledger.voided(study_id):
             return  # (voided: rule A before, or rule B's certificate of abort)
         if sent or spend.acked_at is not None:
-            if not published:
+            if ended not in (None, "DONE"):
                 log.info("study %s: the device is out of the secure round after its masked "
                          "input was sent; its spend of ε = %g stands (no certificate of abort)",
                          printable(study_id), spend.epsilon)
