@@ -197,8 +197,9 @@ class DeviceServicer:
         statement that the secure round study_id, which FAILED, is aborted for it (it sent no
         UNMASK shares and never will). The reply is the round's certificate of abort as collected
         so far: every valid statement stored, from which the device counts the holders of its own
-        shares. FAILED_PRECONDITION for a round that did not fail; PERMISSION_DENIED for a device
-        not in its roster.
+        shares. UNAUTHENTICATED for a signature that does not verify or another coordinator's name;
+        PERMISSION_DENIED for a device not in the roster of a round that ended (or a round still
+        running); FAILED_PRECONDITION for a round that ended other than FAILED.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

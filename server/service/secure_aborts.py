@@ -53,7 +53,8 @@ class SecureAborts:
         """Keep one device's abort statement of a failed round; (every statement of the round,
         whether the collection is final). Refusals: UNAUTHENTICATED for a signature that does not
         verify or a name that is not this coordinator's; PERMISSION_DENIED for a device not in
-        the roster of a round that ended; FAILED_PRECONDITION unless the study failed."""
+        the roster of a round that ended (or a round still running); FAILED_PRECONDITION for a
+        round that ended other than FAILED."""
         key = self._enrolled_key(device_id)
         if not signing.verify(key, statement_digest(audience, study_id, device_id), signature):
             raise Refusal(Code.UNAUTHENTICATED, "invalid signature on an abort statement")

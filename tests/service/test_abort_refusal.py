@@ -7,7 +7,9 @@ restarted and stepped with UNMASK open."""
 
 from __future__ import annotations
 
+import grpc
 import numpy as np
+import pytest
 from test_secagg_round import secure_spec
 from test_secure_charges import run_until, stage
 
@@ -17,6 +19,7 @@ from fedsketch.client.localdata import LocalData
 from fedsketch.client.secure_session import Session
 from fedsketch.common.data.synthetic import gmm
 from fedsketch.common.pb import fedsketch_pb2 as pb
+from fedsketch.common.secagg.abort import sign_statement
 from fedsketch.server.bench.metrics import split
 
 
@@ -55,3 +58,45 @@ def test_a_device_that_signed_the_abort_never_unmasks(coordinator_round):
     agents[1].step()  # a device that did not sign still unmasks: the round itself is served
     assert [m.device_id for m in r.store.stage_messages(study, (pb.UNMASK,))] == \
         [agents[1].ledger.identity().device_id]
+
+
+def test_the_coordinator_keeps_only_valid_statements_of_a_failed_round(coordinator_round):
+    """Device/SecAggAbort over TLS: a statement signed with another device's key or for another
+    coordinator's name is refused (UNAUTHENTICATED), so is one from an enrolled device outside
+    the round's roster or of a round that has not ended (PERMISSION_DENIED); a roster device's
+    is kept once, and handed back to every caller. The round fails at REGISTER (three of four
+    register), which is the round a test can fail in-process at once."""
+    r = coordinator_round
+    x, _, _ = gmm(4_000, 3, 3, 3.0, seed=7)
+    parts = np.array_split(x, 4)
+    agents = [r.agent(f"f{i}", p, budget=1.0) for i, p in enumerate(parts)]
+    stub = r.device_stub()
+    ids = [a.ledger.identity() for a in agents]
+
+    def statement(study: str, who: int, key: int | None = None, to: str = "localhost"):
+        signer = ids[who if key is None else key]
+        return pb.AbortStatement(study_id=study, device_id=ids[who].device_id, audience=to,
+                                 signature=sign_statement(signer.private_key, to, study,
+                                                          ids[who].device_id))
+
+    study = r.create(secure_spec(4, epsilon=0.6, timeout=2.0)).study_id
+    with pytest.raises(grpc.RpcError) as running:
+        stub.SecAggAbort(statement(study, 0))
+    assert running.value.code() == grpc.StatusCode.PERMISSION_DENIED
+    run_until(r, study, agents[:3], lambda: False)  # three of four register: fails at REGISTER
+    assert r.store.get_study(study).state == "failed"
+    for bad, code in ((statement(study, 0, key=1), grpc.StatusCode.UNAUTHENTICATED),
+                      (statement(study, 0, to="elsewhere.example"), grpc.StatusCode.UNAUTHENTICATED),
+                      (statement(study, 3), grpc.StatusCode.PERMISSION_DENIED)):
+        with pytest.raises(grpc.RpcError) as refused:
+            stub.SecAggAbort(bad)
+        assert refused.value.code() == code, refused.value.details()
+    # kept: only the roster devices' own statements (theirs may have come in already, from the
+    # agents' last pass: each signs once it sees the study failed); Ed25519 is deterministic
+    own = {ids[i].device_id: statement(study, i).signature for i in range(3)}
+    for _ in range(2):
+        reply = stub.SecAggAbort(statement(study, 1))
+        assert ids[1].device_id in {s.device_id for s in reply.statements}
+        assert all(own[s.device_id] == s.signature for s in reply.statements), reply
+        assert len(reply.statements) == len({s.device_id for s in reply.statements})
+    assert reply.final  # the round never opened: nobody spent, nothing more to collect
