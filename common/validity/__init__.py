@@ -1,3 +1,3 @@
-"""Input validity for secure aggregation: the prime field and the range proof's circuit.
-
-Issue 32, design (a) of docs/bounded-influence.md; not yet wired into any protocol."""
+"""Input validity for secure aggregation (issue 32, design (a) of docs/bounded-influence.md): the
+prime field, the XOF, the range circuit, its fully linear proof and the two-aggregator sharing.
+Not yet wired into any protocol."""
