@@ -72,3 +72,22 @@ def test_invalid_encodings_fail(tamper):
     else:
         encoded[-1] = 12345
     assert 0 not in _check(encoded, circ, rng)
+
+
+def test_xof_streams_are_keyed_labelled_and_in_the_field():
+    """expand: the same (seed, label) gives the same stream, another label or seed another one;
+    every element in [0, p), and the elements' mean near p/2 (uniform: standard error p/√12·n^−½,
+    the bound is 8 of them); derive binds every part (no two lists of parts collide)."""
+    from fedsketch.common.validity import xof
+
+    key = xof.seed()
+    stream = xof.expand(key, b"a", 100_000)
+    assert stream.tolist() == xof.expand(key, b"a", 100_000).tolist()
+    assert (stream >= 0).all() and (stream < P).all()
+    assert abs(stream.mean() - P / 2) < 8 * P / (12 * 100_000) ** 0.5
+    assert (stream[:50] != xof.expand(key, b"b", 50)).any()
+    assert (stream[:50] != xof.expand(xof.seed(), b"a", 50)).any()
+    assert xof.derive(b"l", b"ab", b"c") != xof.derive(b"l", b"a", b"bc")
+    with pytest.raises(ValueError, match="16 bytes"):
+        xof.expand(b"short", b"a", 1)
+    assert field.product([3, P - 1, 5]) == (3 * (P - 1) * 5) % P and field.product([]) == 1
