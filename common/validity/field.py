@@ -76,3 +76,36 @@ def share(x, rng: np.random.Generator | None = None) -> tuple[np.ndarray, np.nda
     """Two additive shares of the field vector ``x``: uniform, and x minus it."""
     first = random_elements(np.size(x), rng).reshape(np.shape(x))
     return first, sub(x, first)
+
+
+#: Rows of b summed in one float64 product: 2^11 · 2^31 · 2^11 < 2^53, so every partial sum is exact.
+_BLOCK = 2**11
+
+
+def matmul(a, b) -> np.ndarray:
+    """a @ b mod p, exact, on float64 BLAS: b is cut in three 11-bit limbs (b = Σ_l 2^(11l)·b_l),
+    so each product a·b_l sums at most 2^11 terms below 2^31 · 2^11, under 2^53 (float64's exact
+    integers); the limbs' products are reduced and recombined in int64."""
+    a = np.mod(np.asarray(a, dtype=np.int64), P)
+    b = np.mod(np.asarray(b, dtype=np.int64), P)
+    out = np.zeros((a.shape[0], b.shape[1]), dtype=np.int64)
+    for start in range(0, a.shape[1], _BLOCK):
+        block_a = a[:, start: start + _BLOCK].astype(np.float64)
+        block_b = b[start: start + _BLOCK]
+        for shift in (0, 11, 22):
+            limb = ((block_b >> shift) & (2**11 - 1)).astype(np.float64)
+            part = np.mod((block_a @ limb).astype(np.int64), P)
+            out = np.mod(out + mul(part, 1 << shift), P)
+    return out
+
+
+def product(a) -> int:
+    """Π a_i mod p, by pairwise halving (log2 n vector steps)."""
+    a = np.mod(np.asarray(a, dtype=np.int64).ravel(), P)
+    if a.size == 0:
+        return 1
+    while a.size > 1:
+        if a.size % 2:
+            a = np.append(a, 1)
+        a = mul(a[0::2], a[1::2])
+    return int(a[0])

@@ -30,25 +30,24 @@ def test_field_operations_match_python_integers():
         field.to_field([P // 2])
 
 
-def _check(encoded, n, bound, rng, trials=20) -> list[int]:
-    w = circuit.width(bound)
-    return [circuit.validity(encoded, n, bound, field.random_elements(2 * n * w, rng),
-                             field.random_elements(n, rng)) for _ in range(trials)]
+def _check(encoded, circ, rng, trials=20) -> list[int]:
+    return [circ.evaluate(encoded, field.random_elements(circ.joint_rand_len, rng))
+            for _ in range(trials)]
 
 
 def test_valid_encodings_pass_and_read_back_from_shares():
     rng = np.random.default_rng(2)
     bound, n = 1000, 50
     x = np.concatenate([[-bound, bound, 0], rng.integers(-bound, bound + 1, n - 3)])
-    encoded = circuit.encode(x, bound)
+    circ = circuit.RangeCircuit(n, bound)
+    encoded = circ.encode(x)
     assert encoded.size == 2 * n * circuit.width(bound)
-    assert _check(encoded, n, bound, rng) == [0] * 20
+    assert _check(encoded, circ, rng) == [0] * 20
     left, right = field.share(encoded, rng)
-    total = field.add(circuit.decode(left, n, bound, leader=True),
-                      circuit.decode(right, n, bound, leader=False))
+    total = field.add(circ.decode(left, num_shares=2), circ.decode(right, num_shares=2))
     assert field.from_field(total).tolist() == x.tolist()
     with pytest.raises(ValueError, match="outside"):
-        circuit.encode([bound + 1], bound)
+        circ.encode(np.r_[x[:-1], bound + 1])
 
 
 @pytest.mark.parametrize("tamper", ["bit_two", "y_too_big", "z_mismatch", "field_noise"])
@@ -60,7 +59,8 @@ def test_invalid_encodings_fail(tamper):
     rng = np.random.default_rng(3)
     bound, n = 1000, 8
     w = circuit.width(bound)
-    encoded = circuit.encode(rng.integers(-bound, bound + 1, n), bound).copy()
+    circ = circuit.RangeCircuit(n, bound)
+    encoded = circ.encode(rng.integers(-bound, bound + 1, n)).copy()
     if tamper == "bit_two":
         encoded[5] = 2
     elif tamper == "y_too_big":  # x = B + 1: y = 2B + 1 in w valid bits, z = −1 as a "bit"
@@ -71,4 +71,23 @@ def test_invalid_encodings_fail(tamper):
         encoded[n * w + 1] ^= 1
     else:
         encoded[-1] = 12345
-    assert 0 not in _check(encoded, n, bound, rng)
+    assert 0 not in _check(encoded, circ, rng)
+
+
+def test_xof_streams_are_keyed_labelled_and_in_the_field():
+    """expand: the same (seed, label) gives the same stream, another label or seed another one;
+    every element in [0, p), and the elements' mean near p/2 (uniform: standard error p/√12·n^−½,
+    the bound is 8 of them); derive binds every part (no two lists of parts collide)."""
+    from fedsketch.common.validity import xof
+
+    key = xof.seed()
+    stream = xof.expand(key, b"a", 100_000)
+    assert stream.tolist() == xof.expand(key, b"a", 100_000).tolist()
+    assert (stream >= 0).all() and (stream < P).all()
+    assert abs(stream.mean() - P / 2) < 8 * P / (12 * 100_000) ** 0.5
+    assert (stream[:50] != xof.expand(key, b"b", 50)).any()
+    assert (stream[:50] != xof.expand(xof.seed(), b"a", 50)).any()
+    assert xof.derive(b"l", b"ab", b"c") != xof.derive(b"l", b"a", b"bc")
+    with pytest.raises(ValueError, match="16 bytes"):
+        xof.expand(b"short", b"a", 1)
+    assert field.product([3, P - 1, 5]) == (3 * (P - 1) * 5) % P and field.product([]) == 1
