@@ -18,7 +18,7 @@ demo: $(STAMP)
 # up once, and every test keeps its own ports, folders and PostgreSQL database.
 test: $(STAMP)
 	$(PY) -m ruff check api common client server tests benchmarks examples
-	$(PY) -m pytest -q -n 2 --dist loadfile
+	$(PY) -m pytest -q -n 3 --dist loadfile
 
 bench: $(STAMP)
 	$(PY) benchmarks/run_all.py
