@@ -3,17 +3,25 @@
 Both decoders get the same noiseless sketch of a paper-004 GMM (k = d = 10, n = 10^5), the same
 Ω and ξ (m = 1000, σ = 2), the same box [−15, 15]^10, one replicate each, and BLAS pinned to one
 thread (pycle with two OpenBLAS threads is many times slower on 2 cores; DESIGN §8). Each run
-uses another dataset seed; the table gives median wall seconds and median relative SSE against
-scikit-learn KMeans (k-means++, n_init = 3) on the same data.
+uses another dataset seed; each decoder is timed ``--repeats`` times on it, alternating (the
+same generator seed each time, so the same decoding), and the run keeps the median. The table
+gives median wall and CPU seconds, pycle's over ours, and median relative SSE against
+scikit-learn KMeans (k-means++, n_init = 3) on the same data; then the CPU and the load averages
+before and after (the benchmark machine is shared: the ratio, measured in the same run, is the
+figure to compare).
 
-Usage: python benchmarks/bench_decode.py [--runs 5]
+Usage: python benchmarks/bench_decode.py [--runs 5] [--repeats 3]
 """
 
 from __future__ import annotations
 
 import argparse
+import os
+import platform
 import statistics
+import subprocess
 import time
+from collections.abc import Callable
 
 import numpy as np
 from threadpoolctl import threadpool_limits
@@ -29,7 +37,14 @@ K = D = 10
 M, N, SIGMA, BOUND = 1000, 100_000, 2.0, 15.0
 
 
-def one_run(seed: int) -> dict[str, float]:
+def _timed(fn: Callable[[], np.ndarray]) -> tuple[float, float, np.ndarray]:
+    """(wall seconds, CPU seconds of this process, fn's centroids)."""
+    wall, cpu = time.perf_counter(), time.process_time()
+    out = fn()
+    return time.perf_counter() - wall, time.process_time() - cpu, out
+
+
+def one_run(seed: int, repeats: int) -> dict[str, float]:
     import pycle.compressive_learning as cl
     import pycle.sketching as pysk
 
@@ -38,45 +53,67 @@ def one_run(seed: int) -> dict[str, float]:
     freqs = draw_frequencies(FrequencySpec(d=D, m=M, scale=SIGMA, seed=seed))
     sketch = privatize(feature_sum(split(x), freqs, "complex"), PrivacySpec(float("inf"))).sketch
     lo, hi = np.full(D, -BOUND), np.full(D, BOUND)
-
-    t = time.perf_counter()
-    ours = clompr(sketch, freqs.omega, freqs.xi, K, lo, hi, rng=np.random.default_rng(seed))
-    t_ours = time.perf_counter() - t
-
     phi = pysk.SimpleFeatureMap("ComplexExponential", np.array(freqs.omega), np.array(freqs.xi),
                                 c_norm="unit")
-    solver = cl.CLOMP_CKM(phi, K, np.stack([lo, hi]), sketch)
-    np.random.seed(seed)
-    t = time.perf_counter()
-    with threadpool_limits(1):
-        solver.fit_once()
-    t_pycle = time.perf_counter() - t
-    _, theirs = solver.current_sol
-    return {
-        "ours_s": t_ours,
-        "pycle_s": t_pycle,
-        "ours_rel": sse_per_n(split(x), ours.centroids) / ref,
-        "pycle_rel": sse_per_n(split(x), np.asarray(theirs)) / ref,
-    }
+
+    def ours() -> np.ndarray:
+        return clompr(sketch, freqs.omega, freqs.xi, K, lo, hi,
+                      rng=np.random.default_rng(seed)).centroids
+
+    def theirs() -> np.ndarray:
+        solver = cl.CLOMP_CKM(phi, K, np.stack([lo, hi]), sketch)
+        np.random.seed(seed)
+        with threadpool_limits(1):
+            solver.fit_once()
+        return np.asarray(solver.current_sol[1])
+
+    times: dict[str, list[float]] = {"ours_s": [], "ours_cpu": [], "pycle_s": [], "pycle_cpu": []}
+    for _ in range(repeats):
+        for name, fn in (("ours", ours), ("pycle", theirs)):
+            wall, cpu, centroids = _timed(fn)
+            times[f"{name}_s"].append(wall)
+            times[f"{name}_cpu"].append(cpu)
+            rel = sse_per_n(split(x), centroids) / ref
+            times.setdefault(f"{name}_rel", []).append(rel)
+    return {key: statistics.median(v) for key, v in times.items()}
+
+
+def _cpu() -> str:
+    """The CPU's model name and count (``lscpu``), or the platform's word for it."""
+    try:
+        out = subprocess.run(["lscpu"], capture_output=True, text=True, check=True).stdout
+    except (OSError, subprocess.CalledProcessError):
+        return platform.processor() or platform.machine()
+    fields = dict(line.split(":", 1) for line in out.splitlines() if ":" in line)
+    return f"{fields.get('Model name', '?').strip()}, {fields.get('CPU(s)', '?').strip()} CPUs"
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--runs", type=int, default=5)
+    ap.add_argument("--repeats", type=int, default=3)
     args = ap.parse_args()
+    load_before = os.getloadavg()
     rows = []
     for seed in range(args.runs):
-        rows.append(one_run(seed))
+        rows.append(one_run(seed, args.repeats))
         r = rows[-1]
-        print(f"seed {seed}: fedsketch {r['ours_s']:.2f} s (relative SSE {r['ours_rel']:.4f}), "
-              f"pycle {r['pycle_s']:.2f} s (relative SSE {r['pycle_rel']:.4f})", flush=True)
+        print(f"seed {seed}: fedsketch {r['ours_s']:.3f} s (relative SSE {r['ours_rel']:.4f}), "
+              f"pycle {r['pycle_s']:.3f} s (relative SSE {r['pycle_rel']:.4f}), "
+              f"ratio {r['pycle_s'] / r['ours_s']:.1f}x", flush=True)
     med = {key: statistics.median(r[key] for r in rows) for key in rows[0]}
-    print(f"\n| CL-OMPR, k = d = {K}, m = {M}, 1 replicate ({args.runs} runs) | fedsketch | "
-          f"pycle fit_once | ratio |")
+    print(f"\n| CL-OMPR, k = d = {K}, m = {M}, 1 replicate ({args.runs} runs × {args.repeats}) | "
+          "fedsketch | pycle fit_once | ratio |")
     print("|---|---|---|---|")
-    print(f"| median wall s | {med['ours_s']:.2f} | {med['pycle_s']:.2f} | "
+    print(f"| median wall s | {med['ours_s']:.3f} | {med['pycle_s']:.3f} | "
           f"{med['pycle_s'] / med['ours_s']:.1f}x |")
+    print(f"| median CPU s | {med['ours_cpu']:.3f} | {med['pycle_cpu']:.3f} | "
+          f"{med['pycle_cpu'] / med['ours_cpu']:.1f}x |")
     print(f"| median relative SSE | {med['ours_rel']:.4f} | {med['pycle_rel']:.4f} | |")
+    load_after = os.getloadavg()
+    print(f"\nCPU: {_cpu()}; load average (1, 5, 15 min) before "
+          f"{', '.join(f'{v:.1f}' for v in load_before)}, after "
+          f"{', '.join(f'{v:.1f}' for v in load_after)} (a shared machine: other jobs ran too)")
 
 
 if __name__ == "__main__":

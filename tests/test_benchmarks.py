@@ -47,7 +47,7 @@ def test_su_robust_counts_the_runs_above_1_2_for_every_method_and_eps(capsys):
 @pytest.mark.slow
 @pytest.mark.parametrize(("script", "args", "row"), [
     ("bench_sketch.py", ["--runs", "1", "--n", "20000"], "| sketch r = 1, quantized, from file"),
-    ("bench_decode.py", ["--runs", "1"], "| CL-OMPR, k = d = 10"),
+    ("bench_decode.py", ["--runs", "1", "--repeats", "1"], "| CL-OMPR, k = d = 10"),
     ("bench_pipeline.py", ["--runs", "1", "--n", "20000"], "| relative SSE (median)"),
     ("bench_accuracy.py", ["nonprivate", "--seeds", "1", "--n", "20000", "--replicates", "1"],
      "| quantized m=10kd"),

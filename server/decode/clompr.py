@@ -16,9 +16,14 @@ with 2k iterations (with replacement): (1) a new atom maximizing Re⟨u(c), res�
 data; replicates are ranked by sketch residual ‖res‖ only.
 
 Everything runs in real arithmetic: C^m is R^{2m} (real parts, imaginary parts),
-⟨u, v⟩ = Re(u^H v); float32 in step 1 (it only proposes a start), float64 elsewhere. Each
-objective evaluation costs one product of the (L, d) centroids with Ω, one cos and one sin of
-L·m phases and one (L, m)·(m, d) product: O(L·m·d), no Python loop over atoms or frequencies.
+⟨u, v⟩ = Re(u^H v). Step 1 is :class:`fedsketch.server.decode.search.AtomSearch` (fresh uniform
+candidates screened by correlation, then a batched Newton ascent from the best few; float32
+trigonometry: it only proposes a start). Step 5's fits inside the loop use float32 cosines and
+sines of phases reduced in float64 (their error in F, about 10⁻⁷·‖res‖, is far below FTOL_LOOP),
+the final fit and every NNLS float64 ones (:func:`fedsketch.server.decode.sincos.sincos`, which
+agrees with ``np.cos``/``np.sin`` to the rounding of θ itself). Each objective evaluation costs
+one product of the (L, d) centroids with Ω, one cos and one sin of L·m phases and one
+(L, m)·(m, d) product: O(L·m·d), no Python loop over atoms or frequencies.
 BLAS is pinned to one thread while decoding (DESIGN §8). SciPy is imported inside the functions that
 call it: the coordinator imports this module at start-up and decodes later, if ever, and
 ``scipy.optimize`` took about half of a coordinator's start-up.
@@ -34,11 +39,15 @@ from typing import TYPE_CHECKING
 import numpy as np
 from threadpoolctl import threadpool_limits
 
+from fedsketch.server.decode.search import AtomSearch, unit_phases
+from fedsketch.server.decode.sincos import sincos
+
 if TYPE_CHECKING:
     from scipy.optimize import Bounds
 
-#: Step 1 screens this many uniform candidates in the box by their correlation (one O(L·m·d)
-#: product, no data read) and starts L-BFGS-B from the best few: STARTS_GROW during the first k
+#: Step 1 (here :func:`best_atom`, and :class:`~fedsketch.server.decode.search.AtomSearch` in
+#: the decoder) screens this many uniform candidates in the box by their correlation (one
+#: O(L·m·d) product, no data read) and climbs from the best few: STARTS_GROW during the first k
 #: iterations, STARTS_REPLACE during the replacement iterations.
 CANDIDATES = 512
 STARTS_GROW = 3
@@ -51,7 +60,7 @@ FTOL_LOOP = 1e-6
 FTOL_FINAL = 0.02 * FTOL_LOOP
 MAXITER_LOOP = 300
 MAXITER_FINAL = 3000
-#: L-BFGS-B of step 1 (all starts jointly).
+#: L-BFGS-B of :func:`best_atom` (all starts jointly).
 FTOL_ATOM = 1e-9
 GTOL_ATOM = 1e-5
 MAXITER_ATOM = 500
@@ -142,7 +151,8 @@ def _step1_objective(
 
 
 def _step5_objective(
-    x: np.ndarray, omega: np.ndarray, xi: np.ndarray, sketch: np.ndarray, gain: float
+    x: np.ndarray, omega: np.ndarray, xi: np.ndarray, sketch: np.ndarray, gain: float,
+    trig32: bool = False,
 ) -> tuple[float, np.ndarray]:
     """F(C, p) = ‖s − Σ_j p_j a(c_j)‖² and its gradient, x = (vec(C), p), C (K, d) row-major.
 
@@ -151,12 +161,19 @@ def _step5_objective(
     ∂F/∂p_j = −2 Re⟨a(c_j), res⟩ = −2·gain·Σ_l (cos θ_jl Re res_l + sin θ_jl Im res_l),
     ∇_{c_j}F = 2 p_j Ω·Im(a(c_j) ⊙ conj(res)) = −2·gain·p_j Σ_l ω_l (cos θ_jl Im res_l −
     sin θ_jl Re res_l).
+
+    With ``trig32`` the cosines and sines are float32 of phases reduced to [−π, π] (absolute error
+    about 2·10⁻⁷, against float64's 10⁻¹⁶ at 20 times the cost), the sums float64: the fits inside
+    the loop stop at FTOL_LOOP, which that error in F stays well below (module docstring).
     """
     d, m = omega.shape
     k = x.size // (d + 1)
     centroids, p = x[: k * d].reshape(k, d), x[k * d :]
-    theta = centroids @ omega + xi
-    cos, sin = np.cos(theta), np.sin(theta)
+    if trig32:
+        theta = unit_phases(centroids, omega, xi)
+        cos, sin = np.cos(theta).astype(np.float64), np.sin(theta).astype(np.float64)
+    else:
+        cos, sin = sincos(centroids @ omega + xi)
     res_re = sketch[:m] - gain * (p @ cos)
     res_im = sketch[m:] - gain * (p @ sin)
     value = float(res_re @ res_re + res_im @ res_im)
@@ -167,8 +184,8 @@ def _step5_objective(
 
 def stacked_atoms(centroids: np.ndarray, omega: np.ndarray, xi: np.ndarray, gain: float) -> np.ndarray:
     """Stacked real atoms (2m, K): rows 0..m−1 = gain·cos θ, rows m..2m−1 = gain·sin θ."""
-    theta = centroids @ omega + xi
-    return np.concatenate([np.cos(theta).T, np.sin(theta).T]) * gain
+    cos, sin = sincos(centroids @ omega + xi)
+    return np.concatenate([cos.T, sin.T]) * gain
 
 
 def _residual(
@@ -183,7 +200,10 @@ def best_atom(
     res: np.ndarray, omega: np.ndarray, xi: np.ndarray, bounds: Bounds, starts: int,
     rng: np.random.Generator,
 ) -> np.ndarray:
-    """Step 1: argmax of Re⟨u(c), res⟩ over the box (d,).
+    """Argmax of Re⟨u(c), res⟩ over the box (d,), by L-BFGS-B: the noise ceiling's search
+    (:mod:`fedsketch.server.decode.identify`), run once per spec and cached. The decoder's step 1
+    is :class:`~fedsketch.server.decode.search.AtomSearch`, the same maximization by a batched
+    Newton ascent (at most MAX_STEPS Newton steps where L-BFGS-B takes about 50 evaluations).
 
     ``CANDIDATES`` points uniform in the box ("Range" starts, never data) are screened by their
     correlation; L-BFGS-B runs from the ``starts`` best of them jointly.
@@ -208,7 +228,7 @@ def best_atom(
 
 def _fit_all(
     centroids: np.ndarray, p: np.ndarray, omega: np.ndarray, xi: np.ndarray, sketch: np.ndarray,
-    gain: float, bounds: Bounds, ftol: float, maxiter: int,
+    gain: float, bounds: Bounds, ftol: float, maxiter: int, trig32: bool,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Step 5: L-BFGS-B on F(C, p) from (C, p), c_j in the box, p_j in [WEIGHT_MIN, WEIGHT_MAX]."""
     from scipy.optimize import Bounds, minimize  # here, not at the top: see the module docstring
@@ -218,7 +238,7 @@ def _fit_all(
     ub = np.concatenate([np.tile(bounds.ub, k), np.full(k, WEIGHT_MAX)])
     x0 = np.clip(np.concatenate([centroids.ravel(), p]), lb, ub)
     sol = minimize(
-        _step5_objective, x0, args=(omega, xi, sketch, gain), method="L-BFGS-B", jac=True,
+        _step5_objective, x0, args=(omega, xi, sketch, gain, trig32), method="L-BFGS-B", jac=True,
         bounds=Bounds(lb, ub), options={"ftol": ftol, "maxiter": maxiter},
     )
     x = np.clip(sol.x, lb, ub)
@@ -240,8 +260,9 @@ def _decode_once(
     centroids = np.empty((0, d))
     p = np.empty(0)
     res = sketch.copy()
+    search = AtomSearch(omega, xi, bounds.lb, bounds.ub, rng)
     for t in range(2 * k):
-        c = best_atom(res, omega, xi, bounds, STARTS_GROW if t < k else STARTS_REPLACE, rng)
+        c = search(res, STARTS_GROW if t < k else STARTS_REPLACE)
         centroids = np.vstack([centroids, c])
         if centroids.shape[0] > k:
             beta, _ = nnls(stacked_atoms(centroids, omega, xi, unit), sketch)
@@ -252,11 +273,12 @@ def _decode_once(
                 continue
         p, _ = nnls(stacked_atoms(centroids, omega, xi, gain), sketch)
         centroids, p = _fit_all(
-            centroids, p, omega, xi, sketch, gain, bounds, FTOL_LOOP, MAXITER_LOOP
+            centroids, p, omega, xi, sketch, gain, bounds, FTOL_LOOP, MAXITER_LOOP, True
         )
         res = _residual(centroids, p, omega, xi, sketch, gain)
         tick()
-    centroids, p = _fit_all(centroids, p, omega, xi, sketch, gain, bounds, FTOL_FINAL, MAXITER_FINAL)
+    centroids, p = _fit_all(centroids, p, omega, xi, sketch, gain, bounds, FTOL_FINAL, MAXITER_FINAL,
+                            False)
     res = _residual(centroids, p, omega, xi, sketch, gain)
     return centroids, p, float(np.linalg.norm(res))
 

@@ -17,7 +17,8 @@ the unit atoms u(c_j) = exp(i(Ωᵀc_j + ξ))/√m on s (non-negative least squa
 alone also makes atoms: Z = sup over the box of Re⟨u(c), e⟩/√v is the supremum of a Gaussian
 process of unit variance, which grows with d and with the box's width in units of σ (measured:
 3.7–5.4 in d = 5 to 7, 14–15 in d = 64, at m = 10kd). :func:`noise_ceiling` estimates it the
-way the decoder finds an atom, with CL-OMPR's own step 1 on NOISE_DRAWS pure-noise sketches (a
+way the decoder finds an atom, with CL-OMPR's step 1 (its L-BFGS-B form,
+:func:`~fedsketch.server.decode.clompr.best_atom`) on NOISE_DRAWS pure-noise sketches (a
 public seed, no data), and keeps the largest. By the Borell–TIS inequality,
 P(Z > E Z + t) ≤ e^{−t²/2}: were the ceiling E Z, an atom of noise would clear ceiling + MARGIN
 (t = 3) with probability under 1.1 %. The one-start search finds a little less than the full
@@ -106,7 +107,7 @@ def _ceiling(spec: SketchSpec, lo: tuple[float, ...], hi: tuple[float, ...]) -> 
 def noise_ceiling(spec: SketchSpec, lo: np.ndarray, hi: np.ndarray) -> float:
     """The largest z that noise alone gives an atom in the box [lo, hi] (module docstring):
     the best of NOISE_DRAWS pure-noise sketches of unit variance, each searched by CL-OMPR's
-    step 1. Depends on the spec's Ω, ξ and the box only; cached."""
+    step 1 in its L-BFGS-B form. Depends on the spec's Ω, ξ and the box only; cached."""
     return _ceiling(spec, tuple(float(v) for v in lo), tuple(float(v) for v in hi))
 
 
