@@ -211,9 +211,31 @@ def rejudge(rows: list[dict]) -> list[dict]:
     return out
 
 
-def tables(rows: list[dict]) -> str:
+def violations(rows: list[dict], key: str) -> list[dict]:
+    """The rows breaking the rule for ``key`` ("verdict" or "forecast"): good above 1.3, or
+    unreliable at 1.1 or less."""
+    return [r for r in rows if (r[key] == "good" and r["relative_sse"] > 1.3)
+            or (r[key] == "unreliable" and r["relative_sse"] <= 1.1)]
+
+
+def by_table(rows: list[dict]) -> list[str]:
+    """Per table: the range and count of relative SSE under each verdict (markdown)."""
+    lines = ["| table | runs | good: relative SSE (count) | usable, with caveats | unreliable |",
+             "|---|---|---|---|---|"]
+    for name in dict.fromkeys(r["set"] for r in rows):
+        mine = [r for r in rows if r["set"] == name]
+        cells = []
+        for status in ("good", "usable, with caveats", "unreliable"):
+            v = [r["relative_sse"] for r in mine if r["verdict"] == status]
+            cells.append(f"{min(v):.3f}–{max(v):.3f} ({len(v)})" if v else "— (0)")
+        lines.append(f"| {name} | {len(mine)} | " + " | ".join(cells) + " |")
+    return lines
+
+
+def tables(rows: list[dict], held_out: tuple[int, ...] = ()) -> str:
     """The calibration tables (markdown): per run kind, relative SSE by verdict and by forecast,
-    and the rule's violations."""
+    by table, and the rule's violations, apart for the ``held_out`` seeds (no threshold was set
+    on them)."""
     lines = []
     for key, title in (("verdict", "verdict"), ("forecast", "planner's forecast")):
         lines += [f"| run | {title} | runs | relative SSE min | median | max |", "|---|---|---|---|---|---|"]
@@ -224,13 +246,18 @@ def tables(rows: list[dict]) -> str:
             lines.append(f"| {run} | {status} | {len(v)} | {min(v):.3f} | {float(np.median(v)):.3f} | "
                          f"{max(v):.3f} |")
         lines.append("")
-    bad = [r for r in rows if (r["verdict"] == "good" and r["relative_sse"] > 1.3)
-           or (r["verdict"] == "unreliable" and r["relative_sse"] <= 1.1)]
-    badf = [r for r in rows if (r["forecast"] == "good" and r["relative_sse"] > 1.3)
-            or (r["forecast"] == "unreliable" and r["relative_sse"] <= 1.1)]
+    lines += by_table(rows) + [""]
+    bad, badf = violations(rows, "verdict"), violations(rows, "forecast")
     over2 = [r for r in rows if r["relative_sse"] > 2 and r["verdict"] == "good"]
     lines.append(f"Rule violations: verdict {len(bad)} of {len(rows)} runs, forecast {len(badf)}; "
                  f"relative SSE > 2 judged good: {len(over2)}.")
+    for part, mine in (("calibration", [r for r in rows if r["seed"] not in held_out]),
+                       ("held out", [r for r in rows if r["seed"] in held_out])):
+        if held_out and mine:
+            good = [r for r in mine if r["verdict"] == "good"]
+            lines.append(f"- {part} (seeds {sorted({r['seed'] for r in mine})}): {len(mine)} runs, "
+                         f"{len(good)} good, verdict violations {len(violations(mine, 'verdict'))}, "
+                         f"forecast violations {len(violations(mine, 'forecast'))}")
     for r in bad + badf:
         lines.append(f"- {r['set']} {r['run']} ε = {r['epsilon']:g} seed {r['seed']}: relative SSE "
                      f"{r['relative_sse']:.3f}, verdict {r['verdict']}, forecast {r['forecast']}")
@@ -251,6 +278,7 @@ def main() -> None:
                     help="the central methods (digits: ckm's m = 10kd = 6,400 takes minutes a run)")
     ap.add_argument("--out", type=Path, default=Path(__file__).resolve().parent / "out" / "verdict.jsonl")
     ap.add_argument("--table-only", action="store_true")
+    ap.add_argument("--held-out", default="2", help="seeds no threshold was set on (reported apart)")
     args = ap.parse_args()
     args.eps = [float(e) for e in args.eps.split(",")]
     args.modes = args.modes.split(",")
@@ -261,7 +289,7 @@ def main() -> None:
             run_set(name, args, args.out)
     rows = [json.loads(line) for line in args.out.read_text(encoding="utf-8").splitlines() if line.strip()]
     rows = rejudge([r for r in rows if math.isfinite(r["relative_sse"])])
-    print(tables(rows))
+    print(tables(rows, tuple(int(s) for s in args.held_out.split(",") if s)))
 
 
 if __name__ == "__main__":
