@@ -23,7 +23,8 @@ Runs, at every ε and seed:
 Relative SSE = SSE(C)/SSE(scikit-learn KMeans, n_init = 10) on the same records.
 
 Usage: nice -n 15 python benchmarks/bench_verdict.py [--sets flights,diamonds,flights-units,
-           diamonds-units,digits] [--eps 0.1,0.5,1,2] [--seeds 3] [--devices 10] [--rows 20000]
+           diamonds-units,digits] [--eps 0.1,0.5,1,2] [--seeds 3] [--first-seed 0] [--held-out 2]
+           [--devices 10] [--rows 20000]
            [--m 1000] [--rounds 3] [--modes federated,central] [--methods ckm-lloyd,ckm,...]
            [--out benchmarks/out/verdict.jsonl]
 Prints one line per run as it ends (appended to the JSON file, so a stopped run keeps what it
@@ -148,7 +149,7 @@ def run_set(name: str, args, out: Path) -> None:
     labels, _ = nearest(x, sklearn_kmeans_centroids(x, k, 0, n_init=10))
     pooled = Pooled(x, labels, ref)
     central = methods("kmeans")
-    for seed in range(args.seeds):
+    for seed in range(args.first_seed, args.first_seed + args.seeds):
         for eps in args.eps:
             base = {"set": name, "n": x.shape[0], "d": x.shape[1], "k": k, "epsilon": eps, "seed": seed}
             if "federated" in args.modes:
@@ -269,6 +270,7 @@ def main() -> None:
     ap.add_argument("--sets", default=",".join(TABLES))
     ap.add_argument("--eps", default="0.1,0.5,1,2")
     ap.add_argument("--seeds", type=int, default=3)
+    ap.add_argument("--first-seed", type=int, default=0)
     ap.add_argument("--devices", type=int, default=10)
     ap.add_argument("--rows", type=int, default=20000)
     ap.add_argument("--m", type=int, default=1000)
