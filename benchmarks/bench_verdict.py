@@ -23,7 +23,8 @@ Runs, at every ε and seed:
 Relative SSE = SSE(C)/SSE(scikit-learn KMeans, n_init = 10) on the same records.
 
 Usage: nice -n 15 python benchmarks/bench_verdict.py [--sets flights,diamonds,flights-units,
-           diamonds-units,digits] [--eps 0.1,0.5,1,2] [--seeds 3] [--devices 10] [--rows 20000]
+           diamonds-units,digits] [--eps 0.1,0.5,1,2] [--seeds 3] [--first-seed 0] [--held-out 2]
+           [--devices 10] [--rows 20000]
            [--m 1000] [--rounds 3] [--modes federated,central] [--methods ckm-lloyd,ckm,...]
            [--out benchmarks/out/verdict.jsonl]
 Prints one line per run as it ends (appended to the JSON file, so a stopped run keeps what it
@@ -148,7 +149,7 @@ def run_set(name: str, args, out: Path) -> None:
     labels, _ = nearest(x, sklearn_kmeans_centroids(x, k, 0, n_init=10))
     pooled = Pooled(x, labels, ref)
     central = methods("kmeans")
-    for seed in range(args.seeds):
+    for seed in range(args.first_seed, args.first_seed + args.seeds):
         for eps in args.eps:
             base = {"set": name, "n": x.shape[0], "d": x.shape[1], "k": k, "epsilon": eps, "seed": seed}
             if "federated" in args.modes:
@@ -211,9 +212,31 @@ def rejudge(rows: list[dict]) -> list[dict]:
     return out
 
 
-def tables(rows: list[dict]) -> str:
+def violations(rows: list[dict], key: str) -> list[dict]:
+    """The rows breaking the rule for ``key`` ("verdict" or "forecast"): good above 1.3, or
+    unreliable at 1.1 or less."""
+    return [r for r in rows if (r[key] == "good" and r["relative_sse"] > 1.3)
+            or (r[key] == "unreliable" and r["relative_sse"] <= 1.1)]
+
+
+def by_table(rows: list[dict]) -> list[str]:
+    """Per table: the range and count of relative SSE under each verdict (markdown)."""
+    lines = ["| table | runs | good: relative SSE (count) | usable, with caveats | unreliable |",
+             "|---|---|---|---|---|"]
+    for name in dict.fromkeys(r["set"] for r in rows):
+        mine = [r for r in rows if r["set"] == name]
+        cells = []
+        for status in ("good", "usable, with caveats", "unreliable"):
+            v = [r["relative_sse"] for r in mine if r["verdict"] == status]
+            cells.append(f"{min(v):.3f}–{max(v):.3f} ({len(v)})" if v else "— (0)")
+        lines.append(f"| {name} | {len(mine)} | " + " | ".join(cells) + " |")
+    return lines
+
+
+def tables(rows: list[dict], held_out: tuple[int, ...] = ()) -> str:
     """The calibration tables (markdown): per run kind, relative SSE by verdict and by forecast,
-    and the rule's violations."""
+    by table, and the rule's violations, apart for the ``held_out`` seeds (no threshold was set
+    on them)."""
     lines = []
     for key, title in (("verdict", "verdict"), ("forecast", "planner's forecast")):
         lines += [f"| run | {title} | runs | relative SSE min | median | max |", "|---|---|---|---|---|---|"]
@@ -224,13 +247,18 @@ def tables(rows: list[dict]) -> str:
             lines.append(f"| {run} | {status} | {len(v)} | {min(v):.3f} | {float(np.median(v)):.3f} | "
                          f"{max(v):.3f} |")
         lines.append("")
-    bad = [r for r in rows if (r["verdict"] == "good" and r["relative_sse"] > 1.3)
-           or (r["verdict"] == "unreliable" and r["relative_sse"] <= 1.1)]
-    badf = [r for r in rows if (r["forecast"] == "good" and r["relative_sse"] > 1.3)
-            or (r["forecast"] == "unreliable" and r["relative_sse"] <= 1.1)]
+    lines += by_table(rows) + [""]
+    bad, badf = violations(rows, "verdict"), violations(rows, "forecast")
     over2 = [r for r in rows if r["relative_sse"] > 2 and r["verdict"] == "good"]
     lines.append(f"Rule violations: verdict {len(bad)} of {len(rows)} runs, forecast {len(badf)}; "
                  f"relative SSE > 2 judged good: {len(over2)}.")
+    for part, mine in (("calibration", [r for r in rows if r["seed"] not in held_out]),
+                       ("held out", [r for r in rows if r["seed"] in held_out])):
+        if held_out and mine:
+            good = [r for r in mine if r["verdict"] == "good"]
+            lines.append(f"- {part} (seeds {sorted({r['seed'] for r in mine})}): {len(mine)} runs, "
+                         f"{len(good)} good, verdict violations {len(violations(mine, 'verdict'))}, "
+                         f"forecast violations {len(violations(mine, 'forecast'))}")
     for r in bad + badf:
         lines.append(f"- {r['set']} {r['run']} ε = {r['epsilon']:g} seed {r['seed']}: relative SSE "
                      f"{r['relative_sse']:.3f}, verdict {r['verdict']}, forecast {r['forecast']}")
@@ -242,6 +270,7 @@ def main() -> None:
     ap.add_argument("--sets", default=",".join(TABLES))
     ap.add_argument("--eps", default="0.1,0.5,1,2")
     ap.add_argument("--seeds", type=int, default=3)
+    ap.add_argument("--first-seed", type=int, default=0)
     ap.add_argument("--devices", type=int, default=10)
     ap.add_argument("--rows", type=int, default=20000)
     ap.add_argument("--m", type=int, default=1000)
@@ -251,6 +280,7 @@ def main() -> None:
                     help="the central methods (digits: ckm's m = 10kd = 6,400 takes minutes a run)")
     ap.add_argument("--out", type=Path, default=Path(__file__).resolve().parent / "out" / "verdict.jsonl")
     ap.add_argument("--table-only", action="store_true")
+    ap.add_argument("--held-out", default="2", help="seeds no threshold was set on (reported apart)")
     args = ap.parse_args()
     args.eps = [float(e) for e in args.eps.split(",")]
     args.modes = args.modes.split(",")
@@ -261,7 +291,7 @@ def main() -> None:
             run_set(name, args, args.out)
     rows = [json.loads(line) for line in args.out.read_text(encoding="utf-8").splitlines() if line.strip()]
     rows = rejudge([r for r in rows if math.isfinite(r["relative_sse"])])
-    print(tables(rows))
+    print(tables(rows, tuple(int(s) for s in args.held_out.split(",") if s)))
 
 
 if __name__ == "__main__":

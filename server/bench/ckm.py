@@ -264,5 +264,5 @@ def ckm_lloyd(task: Task) -> Outcome:
              "final_step": {"epsilon": eps_final, "kept": kept, "mean_noise": mean_noise}}
     published = final + run.data.centre
     return Outcome(published, task.epsilon, 0.0, task.neighbouring, "pure", run.data.clipped,
-                   json.dumps(notes), verdict=judge(published, run.data.h, step=step,
+                   json.dumps(notes), verdict=judge(published, run.data.h, step=step, cells=run.step(),
                                                     identifiability=identifiability))

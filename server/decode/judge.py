@@ -41,7 +41,8 @@ def judge_sketch(sketch: np.ndarray, spec: SketchSpec, centroids: np.ndarray, lo
 
 
 def judge_step(centroids: np.ndarray, lo: np.ndarray, hi: np.ndarray, step: LastStep,
-               identifiability: dict | None = None) -> Verdict:
-    """The verdict on ``centroids`` published after a noisy Lloyd step ``step``."""
+               identifiability: dict | None = None, cells: LastStep | None = None) -> Verdict:
+    """The verdict on ``centroids`` published after a noisy Lloyd step ``step`` (``cells``: an
+    earlier over-seeded step's release, whose cells show the clusters' spread)."""
     half = (np.asarray(hi, dtype=float) - np.asarray(lo, dtype=float)) / 2.0
-    return judge(centroids, half, step=step, identifiability=identifiability)
+    return judge(centroids, half, step=step, cells=cells, identifiability=identifiability)

@@ -154,16 +154,23 @@ def refined_result(start: dict, rounds: list[dict], lo: np.ndarray | None = None
                      for r in rounds]
     out["refined_rounds"] = sum(r.get("result") is not None for r in rounds)
     if lo is not None and hi is not None:
-        out["verdict"] = _verdict(start, done[-1]["result"] if done else None, lo, hi).to_dict()
+        k = len(start["centroids"])
+        wide = [r["result"]["step"] for r in rounds if r.get("result") is not None
+                and "step" in r["result"] and len(r["result"]["step"]["after"]) > k]
+        out["verdict"] = _verdict(start, done[-1]["result"] if done else None, lo, hi,
+                                  LastStep.from_dict(wide[-1]) if wide else None).to_dict()
     return out
 
 
-def _verdict(start: dict, last: dict | None, lo: np.ndarray, hi: np.ndarray) -> Verdict:
+def _verdict(start: dict, last: dict | None, lo: np.ndarray, hi: np.ndarray,
+             cells: LastStep | None = None) -> Verdict:
     """The verdict on a refined study's result: from the last round that ended with k centres
-    (its release, when stored), else the start's with a caveat that no round refined it."""
+    (its release, when stored) and the last over-seeded round's cells (``cells``), else the
+    start's with a caveat that no round refined it."""
     ident = start.get("identifiability")
     if last is not None and "step" in last:
-        return judge_step(np.array(last["centroids"]), lo, hi, LastStep.from_dict(last["step"]), ident)
+        return judge_step(np.array(last["centroids"]), lo, hi, LastStep.from_dict(last["step"]), ident,
+                          cells)
     before = Verdict.from_dict(start["verdict"]) if "verdict" in start else None
     why = "no refinement round ended with the study's k centres: these are the sketch's"
     if before is None:
