@@ -10,32 +10,34 @@ record and entry, in registers, instead of nine numpy passes over a block of n �
 (matmul, + ξ, cos, sin, two products by γ, two ``rint``, two sums): in numpy the passes other
 than cos and sin took 0.44 of the time (RESULTS.md §19).
 
-**The arithmetic, exactly.** Every step is one IEEE-754 float32 operation (a fused multiply-add
-rounds once), so the compiled vector loop, its scalar remainder and :func:`reference` give the
-same bits on any machine, for any chunking and thread count:
+**The arithmetic, exactly.** Every step is one IEEE-754 float32 operation, a fused
+multiply-add fma(a, b, c) = a·b + c rounded once, so the compiled vector loop, its scalar
+remainder and :meth:`FusedComplex.reference` give the same bits on any machine (LLVM's
+``llvm.fma`` is the instruction where the CPU has one, a correctly rounded call where not), for
+any chunking and thread count:
 
 1. t = ((fma(x_{d−1}, Ω_{d−1,j}, … fma(x_1, Ω_1j, x_0·Ω_0j)…) + ξ_j) + ξ'_j, in this order, with
    Ω rounded to float32 and ξ = ξ_j + ξ'_j split into two float32 (ξ' the float64 remainder).
-2. k = round(t·2/π) (half to even, by adding and subtracting 1.5·2^23) and
-   r = ((t − k·P₁) − k·P₂) − k·P₃, P₁ + P₂ + P₃ = π/2 (Cody–Waite with Cephes' constants; the
-   products k·P₁, k·P₂ are exact while |t| < 8192), so r ∈ [−π/4, π/4] to float32 accuracy.
-3. sin r and cos r by Cephes' minimax polynomials (``sinf``, ``cosf``) on [−π/4, π/4]; the
-   quadrant k mod 4 swaps and negates them.
-4. round(γ·v) half to even (the same addition trick), summed over records in float32: exact,
-   since a run of at most :data:`FLUSH_ROWS` records has |Σ| ≤ 2^13·γ = 2^23 < 2^24; each run
-   is then added to the float64 sums (exact integers below 2^53).
+2. k = fma(t, 2/π, M) − M, M = 1.5·2^23 (t·2/π rounded half to even), and
+   r = fma(−k, P₃, fma(−k, P₂, fma(−k, P₁, t))), P₁ + P₂ + P₃ = π/2 (Cody–Waite with Cephes'
+   constants; the products k·P₁, k·P₂ are exact while |t| < 8192): r ∈ [−π/4, π/4].
+3. sin r and cos r by Cephes' minimax polynomials (``sinf``, ``cosf``) on [−π/4, π/4] in Horner
+   form with fma; the quadrant k mod 4 swaps and negates them.
+4. round(γ·v) = fma(v, γ, M) − M (half to even), summed over records in float32: exact, since a
+   run of at most :data:`FLUSH_ROWS` records has |Σ| ≤ 2^13·γ = 2^23 < 2^24; each run is then
+   added to the float64 sums (exact integers below 2^53).
 
 Step 2 holds for |t| < 8192 rad. A record whose bound Σ_k |x_k|·max_j |Ω_kj| + max_j |ξ_j|
 reaches :data:`FAST_LIMIT` (or is not finite) takes the slow path: the same float32 t, then cos
 and sin in float64 (libm) and round(γ·v) in float64. The choice depends on the record alone,
 never on its chunk. A NaN or ±inf record gives NaN sums, which the caller refuses.
 
-**Accuracy** (``benchmarks/bench_sketch.py``, RESULTS.md §19; 2·10^7 entries, d = 10, records
-N(0, 9), the benchmark's Ω): against γ·e^{it} evaluated in float64 from float64 phases, |Δ| in
-grid steps has median 8.6·10⁻⁵, 99th percentile 9.3·10⁻⁴, maximum 6.7·10⁻³, and 1.51·10⁻⁴ of the
-rounded integers differ; numpy's float32 path it replaces: 8.9·10⁻⁵, 9.3·10⁻⁴, 6.7·10⁻³,
-1.53·10⁻⁴. The float32 phase dominates (≈ |t|·6·10⁻⁸ rad); sin and cos alone err by at most
-7.8·10⁻⁵ grid steps (numpy's: 7.2·10⁻⁵).
+**Accuracy** (``benchmarks/bench_sketch.py``, RESULTS.md §19: 5,000 records N(0, 9) in d = 10,
+m = 1000, the benchmark's Ω; 10^7 values of cos and sin): against γ·e^{it} in float64 from
+float64 phases, |Δ| in grid steps has median 8.7·10⁻⁵, 99th percentile 9.28·10⁻⁴, maximum
+6.66·10⁻³, and 1.48·10⁻⁴ of the rounded integers differ; numpy's float32 path it replaces:
+8.8·10⁻⁵, 9.30·10⁻⁴, 6.66·10⁻³, 1.50·10⁻⁴. The float32 phase dominates (≈ |t|·6·10⁻⁸ rad); sin
+and cos alone err by at most 1.4·2⁻²⁴ (tests/common/sketch/test_trig_kernel.py).
 
 Compiled by numba on first use (≈ 3 s, then cached on disk next to this module when that is
 writable), with the GIL released so that the threads of
@@ -85,18 +87,18 @@ def kernel(x, omega, xi, xlo, bound, grid, re, im):
         if b < FAST_LIMIT:
             for j in range(m):
                 v = {phase}
-                kf = (v * TWO_OVER_PI + MAGIC) - MAGIC
-                r = ((v - kf * P1) - kf * P2) - kf * P3
+                kf = fma32(v, TWO_OVER_PI, MAGIC) - MAGIC
+                r = fma32(kf, -P3, fma32(kf, -P2, fma32(kf, -P1, v)))
                 z = r * r
-                s = ((S3 * z + S2) * z + S1) * z * r + r
-                c = ((C3 * z + C2) * z + C1) * z * z - HALF * z + ONE
+                s = fma32(fma32(fma32(S3, z, S2), z, S1) * z, r, r)
+                c = fma32(fma32(fma32(C3, z, C2), z, C1) * z, z, fma32(-HALF, z, ONE))
                 q = np.int32(kf) & 3
                 cs = s if q & 1 else c
                 sn = c if q & 1 else s
                 cs = -cs if (q + 1) & 2 else cs
                 sn = -sn if q & 2 else sn
-                acc_re[j] += (cs * grid + MAGIC) - MAGIC
-                acc_im[j] += (sn * grid + MAGIC) - MAGIC
+                acc_re[j] += fma32(cs, grid, MAGIC) - MAGIC
+                acc_im[j] += fma32(sn, grid, MAGIC) - MAGIC
         else:
             for j in range(m):
                 v = np.float64({phase})
@@ -172,24 +174,34 @@ class FusedComplex:
             _kernel(x.shape[1])(np.ascontiguousarray(x, dtype=np.float32), self.omega, self.xi,
                                 self.xlo, self.bound, self.grid, re, im)
 
-    def reference(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def reference(self, x: np.ndarray, rounded: bool = True) -> tuple[np.ndarray, np.ndarray]:
         """Steps 1–4 in numpy, entry by entry: float32 (n, m) arrays of round(γ·cos t) and
         round(γ·sin t), the specification the compiled loop is tested against bit for bit (fast
-        path only). The fused multiply-add is emulated in 80-bit long double (a·b is exact
+        path only); γ·cos t and γ·sin t before rounding if not ``rounded`` (for accuracy
+        measurements). The fused multiply-add is emulated in 80-bit long double (a·b is exact
         there; the sum rounds twice, which differs from one rounding about once in 2^40)."""
         c = {k: v for k, v in _CONST.items() if isinstance(v, np.float32)}
         x = np.asarray(x, dtype=np.float32)
-        ld = np.longdouble
         t = x[:, :1] * self.omega[0]
         for k in range(1, x.shape[1]):
-            t = (x[:, k:k + 1].astype(ld) * self.omega[k].astype(ld) + t.astype(ld)).astype(_F)
+            t = _fma(x[:, k:k + 1], self.omega[k], t)
         t = (t + self.xi) + self.xlo
-        kf = (t * c["TWO_OVER_PI"] + c["MAGIC"]) - c["MAGIC"]
-        r = ((t - kf * c["P1"]) - kf * c["P2"]) - kf * c["P3"]
+        kf = _fma(t, c["TWO_OVER_PI"], c["MAGIC"]) - c["MAGIC"]
+        r = _fma(kf, -c["P3"], _fma(kf, -c["P2"], _fma(kf, -c["P1"], t)))
         z = r * r
-        s = ((c["S3"] * z + c["S2"]) * z + c["S1"]) * z * r + r
-        co = ((c["C3"] * z + c["C2"]) * z + c["C1"]) * z * z - c["HALF"] * z + c["ONE"]
+        s = _fma(_fma(_fma(c["S3"], z, c["S2"]), z, c["S1"]) * z, r, r)
+        co = _fma(_fma(_fma(c["C3"], z, c["C2"]), z, c["C1"]) * z, z, _fma(-c["HALF"], z, c["ONE"]))
         q = kf.astype(np.int32) & 3
         cs, sn = np.where(q & 1, s, co), np.where(q & 1, co, s)
         cs, sn = np.where((q + 1) & 2, -cs, cs), np.where(q & 2, -sn, sn)
-        return (cs * self.grid + c["MAGIC"]) - c["MAGIC"], (sn * self.grid + c["MAGIC"]) - c["MAGIC"]
+        if not rounded:
+            return cs * self.grid, sn * self.grid
+        return (_fma(cs, self.grid, c["MAGIC"]) - c["MAGIC"],
+                _fma(sn, self.grid, c["MAGIC"]) - c["MAGIC"])
+
+
+def _fma(a, b, c) -> np.ndarray:
+    """fma(a, b, c) of float32 operands in numpy: a·b + c in 80-bit long double (a·b exact),
+    rounded to float32 (two roundings: one rounding's result except about once in 2^40)."""
+    ld = np.longdouble
+    return (np.asarray(a, dtype=ld) * np.asarray(b, dtype=ld) + np.asarray(c, dtype=ld)).astype(_F)
