@@ -39,119 +39,32 @@ float64 phases, |Δ| in grid steps has median 8.7·10⁻⁵, 99th percentile 9.2
 8.8·10⁻⁵, 9.30·10⁻⁴, 6.66·10⁻³, 1.50·10⁻⁴. The float32 phase dominates (≈ |t|·6·10⁻⁸ rad); sin
 and cos alone err by at most 1.4·2⁻²⁴ (tests/common/sketch/test_trig_kernel.py).
 
-Compiled by numba on first use (≈ 3 s, then cached on disk next to this module when that is
-writable), with the GIL released so that the threads of
-:func:`fedsketch.common.sketch.sketching.feature_sum` run it in parallel. The phase of step 1
-is generated as one unrolled expression for d ≤ :data:`UNROLL_D` (the loop over entries then
-keeps t in registers), and as a loop over k with the same operations in the same order beyond.
+Compiled by numba (:mod:`fedsketch.common.sketch.trig_compiled`) on first use in a process and
+cached on disk (numba's cache: next to that module, or in the user's cache folder where that is
+not writable); numba is imported only then, so commands that never sketch at r = m do not load
+it. The GIL is released, so the threads of :func:`fedsketch.common.sketch.sketching.feature_sum`
+run it in parallel. No n × m block is stored: per record the loop touches Ω (4·d·m bytes), ξ, t
+and two float32 sums (20·m bytes), 60 KB at d = 10, m = 1000, which stay in L2.
 """
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 
-#: Rows summed in float32 before the sums move to float64: |Σ| ≤ 2^13·1024 = 2^23 < 2^24.
-FLUSH_ROWS = 1 << 13
-#: A record whose phase bound reaches this (radians) takes the float64 slow path (step 2 above).
-FAST_LIMIT = 8192.0
-#: Largest d whose phase is one unrolled expression.
-UNROLL_D = 32
+from .trig_constants import CONSTANTS, FAST_LIMIT, FLUSH_ROWS
+
+#: The run length and the slow path's threshold (trig_constants), re-exported with the class.
+__all__ = ["FAST_LIMIT", "FLUSH_ROWS", "FusedComplex"]
 
 _F = np.float32
-_CONST = {
-    "TWO_OVER_PI": _F(2.0 / math.pi),
-    "MAGIC": _F(12582912.0),  # 1.5·2^23: v + M − M rounds v half to even for |v| < 2^22
-    "P1": _F(1.5703125), "P2": _F(4.837512969970703125e-4), "P3": _F(7.54978995489188216e-8),
-    "S1": _F(-1.6666654611e-1), "S2": _F(8.3321608736e-3), "S3": _F(-1.9515295891e-4),
-    "C1": _F(4.166664568298827e-2), "C2": _F(-1.388731625493765e-3),
-    "C3": _F(2.443315711809948e-5), "HALF": _F(0.5), "ONE": _F(1.0), "FAST_LIMIT": FAST_LIMIT,
-    "FLUSH_ROWS": FLUSH_ROWS,
-}
-
-# The kernel's source: {phase} is step 1 for entry j of row i (``{prep}`` sets it up per row).
-_SOURCE = '''
-def kernel(x, omega, xi, xlo, bound, grid, re, im):
-    n, d = x.shape
-    m = omega.shape[1]
-    t = np.empty(m, dtype=np.float32)
-    acc_re = np.zeros(m, dtype=np.float32)
-    acc_im = np.zeros(m, dtype=np.float32)
-    g64 = np.float64(grid)
-    for i in range(n):
-        b = bound[d]
-        for k in range(d):
-            b += abs(np.float64(x[i, k])) * bound[k]
-{prep}
-        if b < FAST_LIMIT:
-            for j in range(m):
-                v = {phase}
-                kf = fma32(v, TWO_OVER_PI, MAGIC) - MAGIC
-                r = fma32(kf, -P3, fma32(kf, -P2, fma32(kf, -P1, v)))
-                z = r * r
-                s = fma32(fma32(fma32(S3, z, S2), z, S1) * z, r, r)
-                c = fma32(fma32(fma32(C3, z, C2), z, C1) * z, z, fma32(-HALF, z, ONE))
-                q = np.int32(kf) & 3
-                cs = s if q & 1 else c
-                sn = c if q & 1 else s
-                cs = -cs if (q + 1) & 2 else cs
-                sn = -sn if q & 2 else sn
-                acc_re[j] += fma32(cs, grid, MAGIC) - MAGIC
-                acc_im[j] += fma32(sn, grid, MAGIC) - MAGIC
-        else:
-            for j in range(m):
-                v = np.float64({phase})
-                acc_re[j] += np.float32(np.rint(g64 * math.cos(v)))
-                acc_im[j] += np.float32(np.rint(g64 * math.sin(v)))
-        if (i + 1) % FLUSH_ROWS == 0 or i == n - 1:
-            for j in range(m):
-                re[j] += np.float64(acc_re[j])
-                im[j] += np.float64(acc_im[j])
-                acc_re[j] = 0
-                acc_im[j] = 0
-'''
-
-_LOOP_PREP = '''        for j in range(m):
-            t[j] = x[i, 0] * omega[0, j]
-        for k in range(1, d):
-            xk = x[i, k]
-            for j in range(m):
-                t[j] = fma32(xk, omega[k, j], t[j])'''
-
-_compiled: dict[bool, object] = {}
 
 
-def _source(d: int) -> str:
-    """The kernel's source for dimension d (unrolled phase when d ≤ UNROLL_D)."""
-    if d <= UNROLL_D:
-        prep = "\n".join(f"        x{k} = x[i, {k}]" for k in range(d))
-        phase = "x0 * omega[0, j]"
-        for k in range(1, d):
-            phase = f"fma32(x{k}, omega[{k}, j], {phase})"
-    else:
-        prep, phase = _LOOP_PREP, "t[j]"
-    return _SOURCE.format(prep=prep, phase=f"(({phase}) + xi[j]) + xlo[j]")
+def _kernel():
+    """The compiled kernel (:mod:`fedsketch.common.sketch.trig_compiled`), imported on first use
+    so that numba is loaded only by processes that sketch at r = m."""
+    from .trig_compiled import kernel
 
-
-def _kernel(d: int):
-    """The compiled kernel for dimension d (numba ``njit``, GIL released), built once per d."""
-    if d not in _compiled:
-        import numba
-        from numba.core import types
-        from numba.extending import intrinsic
-
-        @intrinsic
-        def fma32(typingctx, a, b, c):  # noqa: ARG001 - numba's intrinsic signature
-            """fma(a, b, c) = a·b + c rounded once (LLVM's llvm.fma.f32)."""
-            def codegen(context, builder, signature, args):  # noqa: ARG001
-                return builder.fma(*args)
-            return types.float32(types.float32, types.float32, types.float32), codegen
-
-        scope = {"np": np, "math": math, "fma32": fma32, **_CONST}
-        exec(compile(_source(d), f"<trig_kernel d={d}>", "exec"), scope)  # noqa: S102
-        _compiled[d] = numba.njit(nogil=True, boundscheck=False)(scope["kernel"])
-    return _compiled[d]
+    return kernel
 
 
 class FusedComplex:
@@ -171,8 +84,8 @@ class FusedComplex:
         """Add Σ_i round(γ·cos t_i) to ``re`` and Σ_i round(γ·sin t_i) to ``im`` (float64 (m,))
         over the float32 records ``x`` (n, d)."""
         if x.shape[0]:
-            _kernel(x.shape[1])(np.ascontiguousarray(x, dtype=np.float32), self.omega, self.xi,
-                                self.xlo, self.bound, self.grid, re, im)
+            _kernel()(np.ascontiguousarray(x, dtype=np.float32), self.omega, self.xi, self.xlo,
+                      self.bound, self.grid, re, im)
 
     def reference(self, x: np.ndarray, rounded: bool = True) -> tuple[np.ndarray, np.ndarray]:
         """Steps 1–4 in numpy, entry by entry: float32 (n, m) arrays of round(γ·cos t) and
@@ -180,7 +93,7 @@ class FusedComplex:
         path only); γ·cos t and γ·sin t before rounding if not ``rounded`` (for accuracy
         measurements). The fused multiply-add is emulated in 80-bit long double (a·b is exact
         there; the sum rounds twice, which differs from one rounding about once in 2^40)."""
-        c = {k: v for k, v in _CONST.items() if isinstance(v, np.float32)}
+        c = {k: v for k, v in CONSTANTS.items() if isinstance(v, np.float32)}
         x = np.asarray(x, dtype=np.float32)
         t = x[:, :1] * self.omega[0]
         for k in range(1, x.shape[1]):

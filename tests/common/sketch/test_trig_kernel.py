@@ -12,7 +12,7 @@ import pytest
 from fedsketch.common.features import GRID
 from fedsketch.common.sketch.frequencies import FrequencySpec, draw_frequencies
 from fedsketch.common.sketch.sketching import feature_sum
-from fedsketch.common.sketch.trig_kernel import FAST_LIMIT, FLUSH_ROWS, UNROLL_D, FusedComplex
+from fedsketch.common.sketch.trig_kernel import FAST_LIMIT, FLUSH_ROWS, FusedComplex
 
 
 def _data(d: int, m: int, n: int, seed: int):
@@ -21,7 +21,7 @@ def _data(d: int, m: int, n: int, seed: int):
     return freqs, x
 
 
-@pytest.mark.parametrize("d", [3, UNROLL_D + 8])  # the unrolled phase and the loop over k
+@pytest.mark.parametrize("d", [1, 3, 40])
 def test_compiled_loop_is_its_specification_bit_for_bit(d):
     """m = 37: the vector loop and its scalar remainder both run. Record by record on a grid of
     2^20 steps (nothing cancels, and a change in the last bits of a phase shows), then the sums
