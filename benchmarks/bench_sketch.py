@@ -150,9 +150,11 @@ def vs_numpy_trig(n: int, m: int, d: int, runs: int) -> dict:
             fn()
             times[key].append(time.perf_counter() - t0)
     med = {k: statistics.median(v) for k, v in times.items()}
+    rounds = sorted(t / o for t, o in zip(times["trig"], times["ours"], strict=True))
     return {"ours_rps": n / med["ours"], "trig_rps": n / med["trig"],
             "numpy_path_rps": n / med["numpy_path"], "ratio": med["trig"] / med["ours"],
             "numpy_path_ratio": med["trig"] / med["numpy_path"], "workers": workers,
+            "round_ratios": (rounds[0], statistics.median(rounds), rounds[-1]),
             "runs": {k: [round(n / t) for t in v] for k, v in times.items()}}
 
 
@@ -241,7 +243,9 @@ def main() -> None:
           f"numpy float32 cos + sin alone {t['trig_rps']:,.0f} rec/s: ratio {t['ratio']:.2f} of "
           f"the trigonometry's throughput (the numpy-only path without the fused kernel: "
           f"{t['numpy_path_rps']:,.0f} rec/s, ratio {t['numpy_path_ratio']:.2f})")
-    print(f"  per-run rec/s: {t['runs']}")
+    lo, mid, hi = t["round_ratios"]
+    print(f"  ratio round by round: min {lo:.2f}, median {mid:.2f}, max {hi:.2f}; per-run rec/s: "
+          f"{t['runs']}")
     acc = accuracy(n=5000, m=m, d=d)
     for name, a in acc.items():
         print(f"  |delta| vs float64 ({name}): median {a['median']:.2e}, p99 {a['p99']:.2e}, "
