@@ -15,8 +15,11 @@ and summed in float64, exact while |S| < 2^53 (n < 8·10^12 records at γ = 1024
 
 Cost per record is O(r·d) when r < m: only the r selected phases are computed (gather, dot,
 ``bincount``), never the full n×m product. Phases are computed in float32 (SIMD trigonometry);
-sums are accumulated in float64 or integers. Chunks are processed by a small thread pool
-(numpy releases the GIL in its kernels) with BLAS pinned to one thread.
+sums are accumulated in float64 or integers. The ``complex`` map at r = m, the trigonometry-bound
+case, runs one compiled loop per record that never stores its phases
+(:mod:`fedsketch.common.sketch.trig_kernel`, which states its arithmetic and accuracy); the rest
+is numpy. Chunks are processed by a small thread pool (numpy and the compiled loop release the
+GIL) with BLAS pinned to one thread; the integers do not depend on the thread count or chunking.
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ import numpy as np
 from threadpoolctl import threadpool_limits
 
 from ..features import GRID, check_feature, quadrant_signs
+from .trig_kernel import FusedComplex
 
 if TYPE_CHECKING:
     from .box import Box, Tally
@@ -47,10 +51,8 @@ class PhaseOperator(Protocol):
     omega: np.ndarray
     xi: np.ndarray
 
-#: Rows per inner block: 256 × m float32 phases stay in cache (measured 2.6× faster than 16 Ki).
-#: A block's sum of encoded entries, |Σ| ≤ BLOCK_ROWS·γ = 2^18 grid steps, is an integer below
-#: 2^24, which float32 adds exactly in any order: a block is summed in float32 (a third of a
-#: float64 sum's time), and the float64 accumulator still holds the exact integer S.
+#: Rows per inner block of the numpy paths (``quantized`` at r = m): 256 × m float32 phases stay
+#: in cache (measured 2.6× faster than 16 Ki).
 BLOCK_ROWS = 256
 #: With r < m, a block holds about this many gathered frequency values (rows·r·d), 4 MiB.
 MASKED_BLOCK_VALUES = 1 << 20
@@ -138,19 +140,23 @@ class _Kernel:
         self.omega_t = np.ascontiguousarray(self.omega.T)  # (m, d): rows gathered for r < m
         self.xi = np.asarray(freqs.xi, dtype=np.float32)
         self.grid = np.float32(GRID[self.feature])
+        full_complex = self.r == self.m and self.feature == "complex"
+        self.fused = FusedComplex(freqs.omega, freqs.xi, GRID["complex"]) if full_complex else None
 
     def chunk_sum(self, x: np.ndarray, rng: np.random.Generator | None) -> tuple[np.ndarray, ...]:
         """(re, im) sums of one chunk of float32 records; ``rng`` draws the masks (r < m)."""
         re = np.zeros(self.m, dtype=np.float64)
         im = np.zeros(self.m, dtype=np.float64)
+        if self.fused is not None:
+            self.fused.add_rows(x, re, im)
+            return re, im
         if self.r == self.m:
-            # two phase buffers per call: no 1 MiB allocation (and its page faults) per block
+            # one phase buffer per call: no 1 MiB allocation (and its page faults) per block
             t = np.empty((BLOCK_ROWS, self.m), dtype=np.float32)
-            f = np.empty_like(t)
             for start in range(0, x.shape[0], BLOCK_ROWS):
                 block = x[start:start + BLOCK_ROWS]
                 rows = block.shape[0]
-                self._full_block(block, t[:rows], f[:rows], re, im)
+                self._full_block(block, t[:rows], re, im)
             return re, im
         assert rng is not None
         rows = max(BLOCK_ROWS, MASKED_BLOCK_VALUES // (self.r * x.shape[1]))
@@ -159,15 +165,11 @@ class _Kernel:
             self._masked_block(block, draw_masks(rng, block.shape[0], self.m, self.r), re, im)
         return re, im
 
-    def _full_block(self, x: np.ndarray, t: np.ndarray, f: np.ndarray, re: np.ndarray,
-                    im: np.ndarray) -> None:
-        """Add the block's Σ f(Ωᵀx + ξ) to (re, im); ``t`` and ``f`` are (rows, m) buffers."""
+    def _full_block(self, x: np.ndarray, t: np.ndarray, re: np.ndarray, im: np.ndarray) -> None:
+        """Add the block's Σ f_q(Ωᵀx + ξ) to (re, im) (``quantized``; ``complex`` at r = m is the
+        fused kernel of :mod:`fedsketch.common.sketch.trig_kernel`); ``t`` is a (rows, m) buffer."""
         np.matmul(x, self.omega, out=t)
         t += self.xi
-        if self.feature == "complex":  # float32 block sums are exact (BLOCK_ROWS)
-            re += np.add.reduce(self._encode(np.cos(t, out=f)), axis=0)
-            im += np.add.reduce(self._encode(np.sin(t, out=f)), axis=0)
-            return
         s_re, s_im = quadrant_signs(t)
         re += s_re.sum(axis=0)
         im += s_im.sum(axis=0)
