@@ -15,8 +15,8 @@ and summed in float64, exact while |S| < 2^53 (n < 8·10^12 records at γ = 1024
 
 Cost per record is O(r·d) when r < m: only the r selected phases are computed (gather, dot,
 ``bincount``), never the full n×m product. Phases are computed in float32 (SIMD trigonometry);
-sums are accumulated in float64 or integers. The ``complex`` map at r = m, the trigonometry-bound
-case, runs one compiled loop per record that never stores its phases
+sums are accumulated in float64 or integers. The ``complex`` map at r = m ≥ ``FUSED_MIN_M``, the
+trigonometry-bound case, runs one compiled loop per record that never stores its phases
 (:mod:`fedsketch.common.sketch.trig_kernel`, which states its arithmetic and accuracy); the rest
 is numpy. Chunks are processed by a small thread pool (numpy and the compiled loop release the
 GIL) with BLAS pinned to one thread; the integers do not depend on the thread count or chunking.
@@ -51,9 +51,19 @@ class PhaseOperator(Protocol):
     omega: np.ndarray
     xi: np.ndarray
 
-#: Rows per inner block of the numpy paths (``quantized`` at r = m): 256 × m float32 phases stay
-#: in cache (measured 2.6× faster than 16 Ki).
+#: Rows per inner block of the numpy paths at r = m: 256 × m float32 phases stay in cache
+#: (measured 2.6× faster than 16 Ki). A block's sum of encoded entries, |Σ| ≤ BLOCK_ROWS·γ = 2^18
+#: grid steps, is an integer below 2^24, which float32 adds exactly in any order: a block is summed
+#: in float32 (a third of a float64 sum's time), and the float64 accumulator still holds the
+#: exact integer S.
 BLOCK_ROWS = 256
+#: The ``complex`` map at r = m takes the fused compiled loop from this m on. Loading it costs a
+#: process numba's import and its disk cache, about 0.6 CPU s (RESULTS.md §21), once; it saves
+#: about half of the trigonometry's time per record, whose cost grows as m. Below this m a
+#: device would need millions of records to earn the load back, so smaller sketches stay numpy.
+#: The choice is a function of the public spec (m, r, the map) alone, so every engine, thread
+#: count and chunking of one spec gives the same integers.
+FUSED_MIN_M = 256
 #: With r < m, a block holds about this many gathered frequency values (rows·r·d), 4 MiB.
 MASKED_BLOCK_VALUES = 1 << 20
 #: Rows per task handed to a worker thread with r = m: incoming chunks are cut into pieces of
@@ -140,7 +150,7 @@ class _Kernel:
         self.omega_t = np.ascontiguousarray(self.omega.T)  # (m, d): rows gathered for r < m
         self.xi = np.asarray(freqs.xi, dtype=np.float32)
         self.grid = np.float32(GRID[self.feature])
-        full_complex = self.r == self.m and self.feature == "complex"
+        full_complex = self.r == self.m and self.feature == "complex" and self.m >= FUSED_MIN_M
         self.fused = FusedComplex(freqs.omega, freqs.xi, GRID["complex"]) if full_complex else None
 
     def chunk_sum(self, x: np.ndarray, rng: np.random.Generator | None) -> tuple[np.ndarray, ...]:
@@ -151,12 +161,13 @@ class _Kernel:
             self.fused.add_rows(x, re, im)
             return re, im
         if self.r == self.m:
-            # one phase buffer per call: no 1 MiB allocation (and its page faults) per block
+            # two phase buffers per call: no 1 MiB allocation (and its page faults) per block
             t = np.empty((BLOCK_ROWS, self.m), dtype=np.float32)
+            f = np.empty_like(t)
             for start in range(0, x.shape[0], BLOCK_ROWS):
                 block = x[start:start + BLOCK_ROWS]
                 rows = block.shape[0]
-                self._full_block(block, t[:rows], re, im)
+                self._full_block(block, t[:rows], f[:rows], re, im)
             return re, im
         assert rng is not None
         rows = max(BLOCK_ROWS, MASKED_BLOCK_VALUES // (self.r * x.shape[1]))
@@ -165,11 +176,16 @@ class _Kernel:
             self._masked_block(block, draw_masks(rng, block.shape[0], self.m, self.r), re, im)
         return re, im
 
-    def _full_block(self, x: np.ndarray, t: np.ndarray, re: np.ndarray, im: np.ndarray) -> None:
-        """Add the block's Σ f_q(Ωᵀx + ξ) to (re, im) (``quantized``; ``complex`` at r = m is the
-        fused kernel of :mod:`fedsketch.common.sketch.trig_kernel`); ``t`` is a (rows, m) buffer."""
+    def _full_block(self, x: np.ndarray, t: np.ndarray, f: np.ndarray, re: np.ndarray,
+                    im: np.ndarray) -> None:
+        """Add the block's Σ f(Ωᵀx + ξ) to (re, im) (``quantized``, and ``complex`` below
+        FUSED_MIN_M); ``t`` and ``f`` are (rows, m) buffers."""
         np.matmul(x, self.omega, out=t)
         t += self.xi
+        if self.feature == "complex":  # float32 block sums are exact (BLOCK_ROWS)
+            re += np.add.reduce(self._encode(np.cos(t, out=f)), axis=0)
+            im += np.add.reduce(self._encode(np.sin(t, out=f)), axis=0)
+            return
         s_re, s_im = quadrant_signs(t)
         re += s_re.sum(axis=0)
         im += s_im.sum(axis=0)

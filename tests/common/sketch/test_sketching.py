@@ -11,8 +11,7 @@ from scipy import stats
 
 from fedsketch.common.features import GRID, quadrant_signs
 from fedsketch.common.sketch.frequencies import FrequencySpec, draw_frequencies
-from fedsketch.common.sketch.sketching import draw_masks, feature_sum
-from fedsketch.common.sketch.trig_kernel import FLUSH_ROWS
+from fedsketch.common.sketch.sketching import BLOCK_ROWS, draw_masks, feature_sum
 
 
 @pytest.fixture(scope="module")
@@ -120,11 +119,10 @@ def test_bad_arguments(setup):
 
 
 def test_a_block_sums_exactly_in_float32():
-    """The r = m path sums runs of encoded records in float32 (trig_kernel.FLUSH_ROWS of them):
-    exact only while a run's sum stays below 2^24. 40,000 records whose entry 0 encodes to the odd
-    1023 (phase 0.04 rad) sum to 1023·n exactly (a float32 sum of them past 2^24 would drop odd
-    steps); test_trig_kernel checks one call of more than FLUSH_ROWS records."""
-    assert FLUSH_ROWS * GRID["complex"] <= 2**24
+    """The r = m path sums each block of BLOCK_ROWS encoded records in float32: exact only while
+    BLOCK_ROWS·γ ≤ 2^24. 40,000 records whose entry 0 encodes to the odd 1023 (phase 0.04 rad)
+    sum to 1023·n exactly (a float32 sum of them past 2^24 would drop odd steps)."""
+    assert BLOCK_ROWS * GRID["complex"] <= 2**24
     freqs = draw_frequencies(FrequencySpec(d=1, m=4, scale=1.0, dither=False))
     n = 40_000
     x = np.full((n, 1), 0.04 / freqs.omega[0, 0], dtype=np.float32)

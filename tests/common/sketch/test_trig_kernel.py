@@ -96,3 +96,24 @@ def test_sin_and_cos_within_a_few_ulp_of_float64():
         err = np.abs(got.astype(np.float64) - gamma * exact)
         assert err.max() <= gamma * 2.0**-21 + 0.5, err.max()
     assert math.isclose(float(np.abs(c[:, 0]).max()), gamma, rel_tol=1e-6)
+
+
+def test_the_fused_loop_is_chosen_by_m_alone_and_agrees_with_numpy():
+    """From FUSED_MIN_M on (a public number of the spec) the r = m complex sketch takes the fused
+    loop, below it numpy, whatever the data, chunks or threads; the two float32 paths round a few
+    phases differently (about 1.5·10⁻⁴ of the integers each against float64, RESULTS.md §21), so
+    their sums over 2,000 records differ by a few grid steps, never by a record's worth (1024)."""
+    from fedsketch.common.sketch.sketching import FUSED_MIN_M, _Kernel
+
+    assert _Kernel(draw_frequencies(FrequencySpec(d=3, m=FUSED_MIN_M - 1, scale=1.0)),
+                   "complex", FUSED_MIN_M - 1).fused is None
+    freqs, x = _data(3, FUSED_MIN_M, 2000, seed=2)
+    assert _Kernel(freqs, "complex", FUSED_MIN_M).fused is not None
+    assert _Kernel(freqs, "complex", 1).fused is None
+    assert _Kernel(freqs, "quantized", FUSED_MIN_M).fused is None
+    fused = feature_sum([x], freqs, "complex")
+    kernel = _Kernel(freqs, "complex", FUSED_MIN_M)
+    kernel.fused = None  # the numpy path of the same spec
+    numpy_re, numpy_im = kernel.chunk_sum(x, None)
+    diff = np.abs(np.concatenate([fused.re - numpy_re, fused.im - numpy_im]))
+    assert diff.max() <= 8, diff.max()
