@@ -204,11 +204,12 @@ def overseeded(task: Task, factor: int = OVERSEED, relocate: bool = True,
     """:func:`su_run` on factor·k centres (the first of them ``seeds`` when given, with
     :func:`relocate_unreliable` between iterations when ``relocate``), then
     :func:`reduce_centroids` to k with the box centre as the fallback. Returns (shifted centres
-    (k, d), the run, how many released centroids were reliable)."""
+    (k, d), the run, how many released centroids were reliable). The reduction's weighted means
+    of centres on the box's face can round one ulp past it: they are clipped back to [−h, h]."""
     run = su_run(task, factor * task.k, relocate, seeds)
     centres, reliable = reduce_centroids(run.centroids, run.counts, run.trace.iterations[-1].count_scale,
                                          task.k, task.rng, np.zeros(task.d))
-    return centres, run, reliable
+    return np.clip(centres, -run.data.h, run.data.h), run, reliable
 
 
 def dplloyd_su_overseed(task: Task) -> Outcome:
