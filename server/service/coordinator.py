@@ -93,6 +93,8 @@ class Coordinator(SecureStudies, Roster, Reads, Shared):
         self.store = store
         self.audiences = audiences
         self._specs: dict[str, StudySpec] = {}
+        self._hashes: dict[str, str] = {}  # study → its spec's SHA-256 (never changes)
+        self._keys: dict[str, bytes] = {}  # device → its enrolled key (never changes)
         self._lock = threading.Lock()
         self._decoder = ThreadPoolExecutor(max_workers=1, thread_name_prefix="decode")
         self._stalled: set[str] = set()  # studies whose decoding waits for the store
@@ -165,13 +167,6 @@ class Coordinator(SecureStudies, Roster, Reads, Shared):
         self.store.add_tokens(tokens)
         return tokens
 
-    def _enrolled_key(self, device_id: str) -> bytes:
-        """The device's enrolled Ed25519 public key (unauthenticated for an unknown device)."""
-        key = self.store.device_key(device_id)
-        if key is None:
-            raise Refusal(Code.UNAUTHENTICATED, f"unenrolled device {device_id!r}")
-        return key
-
     # --- studies -------------------------------------------------------------------------------
 
     def spec(self, study_id: str) -> StudySpec | RoundSpec:
@@ -183,6 +178,13 @@ class Coordinator(SecureStudies, Roster, Reads, Shared):
             with self._lock:
                 self._specs[study_id] = spec
         return spec
+
+    def spec_hash(self, study_id: str) -> str:
+        """The SHA-256 of a study's spec, as stored (cached: it never changes)."""
+        digest = self._hashes.get(study_id)
+        if digest is None:
+            digest = self._hashes[study_id] = self.store.get_study(study_id).spec_sha256
+        return digest
 
     def study(self, study_id: str) -> StudyRow:
         """One study (not_found for an unknown one)."""
@@ -379,11 +381,10 @@ class Coordinator(SecureStudies, Roster, Reads, Shared):
             raise Refusal(Code.INVALID_ARGUMENT, str(exc)) from None
         receipt = hashlib.sha256(c.payload).hexdigest()
         epsilon, delta = study_cost(self.spec, c.study_id)  # counted against the declared total
-        stored = self.store.add_contribution(ContributionRow(
+        stored, row = self.store.contribute(ContributionRow(
             c.study_id, c.device_id, c.n, c.kind, c.payload, receipt, c.signature, time.time(),
             epsilon, delta))
-        if stored:
-            row = self.store.get_study(c.study_id)
+        if row is not None:
             if row.contributions >= row.capacity:  # nothing more can come
                 try:
                     self.close(c.study_id, "every roster device contributed")

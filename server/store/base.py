@@ -354,6 +354,12 @@ class Store(ABC):
         """
 
     @abstractmethod
+    def contribute(self, row: ContributionRow) -> tuple[bool, StudyRow | None]:
+        """:meth:`add_contribution`, which returns its first element, and the study as the
+        transaction that stored ``row`` left it (None for an identical re-send), so a caller
+        needs no read of its own to see that the roster has all contributed."""
+
+    @abstractmethod
     def contributions(self, study_id: str) -> list[ContributionRow]:
         """The study's contributions in order of arrival, ties by device id (empty for an unknown
         study)."""
