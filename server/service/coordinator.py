@@ -55,7 +55,7 @@ from fedsketch.server.errors import Code, Refusal
 from fedsketch.server.service.accounting import study_cost
 from fedsketch.server.service.messages import Submission
 from fedsketch.server.service.reads import Reads
-from fedsketch.server.service.roster import Roster
+from fedsketch.server.service.roster import MAX_KEYS, Roster
 from fedsketch.server.service.rounds import Rounds
 from fedsketch.server.service.secure_round import SecAggRound
 from fedsketch.server.service.secure_studies import SecureStudies
@@ -104,9 +104,11 @@ class Coordinator(SecureStudies, Roster, Reads, Shared):
         self.refinement = Rounds(store, self.spec, self._settle, self._secure_round_opened)
 
     def start(self) -> None:
-        """Fail the running studies this release cannot read, resume interrupted decodings (a
-        secure study's from its stored unmasked sum) and secure-aggregation rounds (rebuilt from
-        the store), and start the deadline watcher."""
+        """Read the enrolled keys (the newest :data:`~.roster.MAX_KEYS`), fail the running
+        studies this release cannot read, resume interrupted decodings (a secure study's from
+        its stored unmasked sum) and secure-aggregation rounds (rebuilt from the store), and
+        start the deadline watcher."""
+        self._keys.update(self.store.device_keys(MAX_KEYS))
         self._retire_unreadable()
         for row in self.store.list_studies(("decoding",)):
             self._decoder.submit(self._decode, row.study_id)
@@ -157,7 +159,9 @@ class Coordinator(SecureStudies, Roster, Reads, Shared):
         the total (ε, δ) ``budget`` it declares (:mod:`.accounting`)."""
         if len(public_key) != signing.PUBLIC_KEY_BYTES:
             raise Refusal(Code.INVALID_ARGUMENT, "public_key must be 32 raw bytes")
-        return self.store.enroll(token, public_key, label, budget)
+        device_id = self.store.enroll(token, public_key, label, budget)
+        self._remember_key(device_id, public_key)
+        return device_id
 
     def issue_tokens(self, count: int) -> list[str]:
         """``count`` fresh one-time enrollment tokens, stored (as digests) before they are returned."""

@@ -47,10 +47,14 @@ class Roster:
             key = self.store.device_key(device_id)
             if key is None:
                 raise Refusal(Code.UNAUTHENTICATED, f"unenrolled device {device_id!r}")
-            if len(self._keys) >= MAX_KEYS:
-                self._keys.clear()
-            self._keys[device_id] = key
+            self._remember_key(device_id, key)
         return key
+
+    def _remember_key(self, device_id: str, key: bytes) -> None:
+        """Keep an enrolled key in memory (the cache starts over once it holds MAX_KEYS)."""
+        if len(self._keys) >= MAX_KEYS:
+            self._keys.clear()
+        self._keys[device_id] = key
 
     def _plain_study(self, study_id: str, spec_sha256: str, what: str) -> None:
         """Refuse a plain-round message for an unknown study (not_found), a secure-aggregation

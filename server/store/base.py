@@ -252,6 +252,11 @@ class Store(ABC):
     def device_key(self, device_id: str) -> bytes | None:
         """The enrolled public key of ``device_id``, or None for an unknown device."""
 
+    @abstractmethod
+    def device_keys(self, limit: int) -> dict[str, bytes]:
+        """The enrolled public keys of the ``limit`` devices enrolled last, by device id (what
+        a coordinator keeps in memory at start, so that a Submit reads no key)."""
+
     # studies
 
     @abstractmethod

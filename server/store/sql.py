@@ -134,6 +134,11 @@ class SQLStore(Contributions, OperatorReads, SecureRounds, Store):
         rows = self._query("SELECT public_key FROM devices WHERE device_id = ?", (device_id,))
         return rows[0][0] if rows else None
 
+    def device_keys(self, limit: int) -> dict[str, bytes]:
+        rows = self._query("SELECT device_id, public_key FROM devices ORDER BY enrolled_at DESC "
+                           "LIMIT ?", (limit,))
+        return {device: bytes(key) for device, key in rows}
+
     # studies
 
     def create_study(

@@ -9,10 +9,16 @@ from __future__ import annotations
 import threading
 import time
 
+import numpy as np
 import pytest
+from conftest import study_spec
 from test_store import contribution, enroll, payload
 
-from fedsketch.server.store import StoreError
+from fedsketch.common.net import signing
+from fedsketch.common.study import wire
+from fedsketch.server.service.coordinator import Coordinator
+from fedsketch.server.service.messages import Submission
+from fedsketch.server.store import SQLiteStore, StoreError
 from fedsketch.server.store.group_commit import GroupCommit
 
 
@@ -177,3 +183,44 @@ def test_a_batch_takes_at_most_its_limit_in_arrival_order(limit):
     assert calls[0] == [0]
     assert [x for c in calls for x in c] == list(range(8))
     assert all(len(c) <= limit for c in calls) and len(calls) == 1 + -(-7 // limit)
+
+
+def test_a_submit_reads_nothing_from_the_store_before_its_write(tmp_path):
+    """A SQLite store has one connection: a read waits while a commit is in flight. So that the
+    Submits behind a commit do their signature and payload checks meanwhile, a started
+    coordinator holds the enrolled keys (read once at start, or kept at enrollment) and the spec
+    hashes: a Submit's first statement is its batch's BEGIN, and the study after it comes from
+    that transaction (no read after it either)."""
+    store = SQLiteStore(tmp_path / "store.db")
+    spec = study_spec(min_devices=2, roster=4, deadline=time.time() + 3600)
+    keys = [signing.new_private_key() for _ in range(3)]
+    devices = []
+    for i, key in enumerate(keys[:2]):  # enrolled before the coordinator starts
+        store.add_tokens([f"tok-{i}"])
+        devices.append(store.enroll(f"tok-{i}", signing.public_key(key), f"device {i}"))
+    coordinator = Coordinator(store)
+    coordinator.start()
+    try:
+        store.add_tokens(["tok-2"])  # enrolled through the coordinator
+        devices.append(coordinator.enroll("tok-2", signing.public_key(keys[2]), "device 2"))
+        study = coordinator.create(spec.to_json())
+        for device in devices:
+            store.register(study.study_id, device)
+        coordinator.spec_hash(study.study_id)  # as a Register through the coordinator reads it
+        statements: list[tuple[str, str]] = []
+        store._conn.set_trace_callback(lambda s: statements.append((threading.current_thread().name, s)))
+        m = spec.sketch.frequencies.m
+        for i, (key, device) in enumerate(zip(keys, devices, strict=True)):
+            data = np.full(2 * m, i, dtype="<i8").tobytes()
+            digest = signing.contribution_digest(study.study_id, device, 100.0, study.spec_sha256, data)
+            sub = Submission(study.study_id, device, 100.0, study.spec_sha256, wire.KINDS["complex"],
+                             data, signing.sign(key, digest))
+            mine = threading.current_thread().name
+            start = len(statements)
+            assert coordinator.submit(sub)[0] is False
+            ran = [s for name, s in statements[start:] if name == mine]
+            assert ran[0] == "BEGIN IMMEDIATE" and ran[-1] == "COMMIT", ran
+    finally:
+        store._conn.set_trace_callback(None)
+        coordinator.stop()
+        store.close()
