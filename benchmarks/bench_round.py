@@ -237,13 +237,23 @@ def submit_window(folder: Path, db: str, coordinators: int, msgs: list, inflight
             procs.append(proc)
             targets.append(target)
         channel = Link(",".join(targets), folder / "certs/ca.pem", False).channel()
+        cpu, own = [cpu_seconds(p.pid) for p in procs], time.process_time()
         rate = blast(pb_grpc.DeviceStub(channel).Submit, msgs, inflight)
+        cpu = [cpu_seconds(p.pid) - c for p, c in zip(procs, cpu, strict=True)]
+        print(f"  CPU ms a Submit: coordinators {1000 * sum(cpu) / len(msgs):.2f}, client "
+              f"{1000 * (time.process_time() - own) / len(msgs):.2f}", flush=True)
         channel.close()
     finally:
         for proc in procs:
             proc.terminate()
             proc.wait()
     return rate, [(folder / f"c{i}.log").read_text().count("event=contribute") for i in range(coordinators)]
+
+
+def cpu_seconds(pid: int) -> float:
+    """User and system CPU seconds a process has used so far (``/proc/PID/stat``)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def growth(runs: int, sizes: list[int], window: int, inflight: int, db: str,
@@ -313,7 +323,11 @@ def echo_rate(folder: Path, msgs: list, inflight: int) -> float:
     call = channel.unary_unary("/bench.Echo/Put", request_serializer=lambda m: m.SerializeToString(),
                                response_deserializer=lambda b: b)
     try:
-        return blast(call, msgs, inflight)
+        own = time.process_time()
+        rate = blast(call, msgs, inflight)
+        print(f"  CPU ms a message through the echo (client and server): "
+              f"{1000 * (time.process_time() - own) / len(msgs):.2f}", flush=True)
+        return rate
     finally:
         channel.close()
         server.stop(None)
