@@ -38,6 +38,11 @@ from fedsketch.server.store.schema import CONTRIBUTION_COLUMNS, Connection
 
 #: The lock a write that counts against a device's declared budget also takes (its id follows).
 DEVICE_KEY = "device:"
+#: What :meth:`Contributions._admit` reads of a contribution's device, study and roster at once.
+_ADMIT = """SELECT EXISTS (SELECT 1 FROM devices WHERE device_id = ?),
+    (SELECT payload_sha256 FROM contributions WHERE study_id = ? AND device_id = ?),
+    (SELECT n FROM contributions WHERE study_id = ? AND device_id = ?),
+    EXISTS (SELECT 1 FROM registrations WHERE study_id = ? AND device_id = ?)"""
 
 
 class Contributions:
@@ -73,29 +78,36 @@ class Contributions:
         study after it), (False, None) for an identical re-send, or the StoreError that refused
         it."""
         outcomes: list[tuple[bool, StudyRow | None] | BaseException] = []
+        studies: dict[str, StudyRow] = {}  # as this transaction left them (only it writes them)
         with self._tx(rows[0].study_id) as c:  # SQLite ignores the key; PostgreSQL batches a study
             self._also_lock_devices(c, sorted({r.device_id for r in rows}))
             for row in rows:
                 try:
-                    study = self._admit(c, row)
+                    study = self._admit(c, row, studies.get(row.study_id))
                 except StoreError as exc:  # nothing written for it; the others go on
                     outcomes.append(exc)
                     continue
-                outcomes.append((False, None) if study is None else (True, self._insert(c, row, study)))
+                if study is None:
+                    outcomes.append((False, None))
+                else:
+                    studies[row.study_id] = self._insert(c, row, study)
+                    outcomes.append((True, studies[row.study_id]))
         return outcomes
 
-    def _admit(self, c: Connection, row: ContributionRow) -> StudyRow | None:
+    def _admit(self, c: Connection, row: ContributionRow, study: StudyRow | None) -> StudyRow | None:
         """The study ``row`` goes into if it is new, None for an identical re-send; raises the
-        StoreError that refuses it (``Store.add_contribution``). Reads only."""
-        study = self._study(c, row.study_id)
-        if not c.execute("SELECT 1 FROM devices WHERE device_id = ?", (row.device_id,)).fetchone():
+        StoreError that refuses it (``Store.add_contribution``). Reads only, the device, its
+        earlier contribution and its place on the roster in one statement (each statement is a
+        round trip to a PostgreSQL server); ``study``, if given, is the study as this
+        transaction's last write to it left it."""
+        study = study or self._study(c, row.study_id)
+        device, prior_sha, prior_n, in_roster = c.execute(_ADMIT, (
+            row.device_id, row.study_id, row.device_id, row.study_id, row.device_id, row.study_id,
+            row.device_id)).fetchone()
+        if not device:
             raise StoreError(Code.NOT_FOUND, f"no enrolled device {row.device_id!r}")
-        prior = c.execute(
-            "SELECT payload_sha256, n FROM contributions WHERE study_id = ? AND device_id = ?",
-            (row.study_id, row.device_id),
-        ).fetchone()
-        if prior is not None:  # checked before the state: a lost ack is re-acknowledged
-            if tuple(prior) == (row.payload_sha256, row.n):
+        if prior_sha is not None:  # checked before the state: a lost ack is re-acknowledged
+            if (prior_sha, prior_n) == (row.payload_sha256, row.n):
                 return None
             raise StoreError(
                 Code.CONFLICT,
@@ -104,7 +116,7 @@ class Contributions:
         if study.state not in ACCEPTING:
             message = f"study {row.study_id!r} is {study.state!r} and accepts no contributions"
             raise StoreError(Code.FAILED_PRECONDITION, message)
-        if not self._in_roster(c, row.study_id, row.device_id):
+        if not in_roster:
             raise StoreError(Code.PERMISSION_DENIED, f"device {row.device_id!r} is not in the "
                              f"roster of study {row.study_id!r}")
         if not study.roster_full:

@@ -72,10 +72,12 @@ def test_queued_submits_share_one_commit_and_keep_their_own_outcomes(store):
 
     store._group._commit = gated
     outcomes: dict[int, object] = {}
+    counts: dict[int, int | None] = {}  # the study's contributions after each, as contribute says
 
     def send(i: int, row) -> None:
         try:
-            outcomes[i] = store.add_contribution(row)
+            outcomes[i], after = store.contribute(row)
+            counts[i] = None if after is None else after.contributions
         except StoreError as exc:
             outcomes[i] = exc.code
 
@@ -96,6 +98,7 @@ def test_queued_submits_share_one_commit_and_keep_their_own_outcomes(store):
     for t in (opener, *threads):
         t.join(60)
     assert outcomes == {-1: True, **dict(enumerate(expected))}
+    assert counts == {-1: 1, 0: 2, 1: None, 2: 3, 8: 4}  # each stored one sees the ones before it
     assert batches[0] == 1
     # every Submit of study s queued behind the gate went into one commit (on SQLite the other
     # studies' too: one writer); on PostgreSQL the other studies commit apart, keyed by study
