@@ -16,7 +16,9 @@
    (``--db``) is a SQLite file, or a database of a PostgreSQL server the benchmark starts (fsync
    on); on PostgreSQL, each count of ``--coordinators`` (1, 2) is measured in turn: that many
    ``coordinator serve`` processes (``--shared`` when several) on one database, the client's
-   channel listing them all (round robin), each process's stored count printed.
+   channel listing them all (round robin), each process's stored count printed. With
+   ``--before EXE`` each run also sends the window into EXE's coordinators (an earlier checkout),
+   on a copy of its own; each run prints the coordinators' and the client's CPU a Submit.
 3. Scale: ``simulate`` with ``--sim-devices`` (1000) in-process devices sharing
    ``--sim-records`` (N = 10^6, so 10^3 records each) against the same N on 20 devices: the
    study must complete; the ratio is the cost of 50× more devices.
@@ -24,7 +26,7 @@
 Usage: python benchmarks/bench_round.py [--runs 3] [--devices 500] [--studies 4] [--inflight 32]
     [--sim-devices 1000] [--sim-records 1000000]
        python benchmarks/bench_round.py --growth [--runs 3] [--stored 1000 20000] [--window 2000]
-    [--db sqlite|postgres] [--coordinators 1 2]
+    [--db sqlite|postgres] [--coordinators 1 2] [--before OLD/.venv/bin/fedsketch]
 A smoke run: --runs 1 --devices 5 --studies 1 --sim-devices 40 --sim-records 20000
 (growth: --growth --runs 1 --stored 10 20 --window 5 [--db postgres --coordinators 1 2]).
 """
