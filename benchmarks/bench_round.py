@@ -16,7 +16,9 @@
    (``--db``) is a SQLite file, or a database of a PostgreSQL server the benchmark starts (fsync
    on); on PostgreSQL, each count of ``--coordinators`` (1, 2) is measured in turn: that many
    ``coordinator serve`` processes (``--shared`` when several) on one database, the client's
-   channel listing them all (round robin), each process's stored count printed.
+   channel listing them all (round robin), each process's stored count printed. With
+   ``--before EXE`` each run also sends the window into EXE's coordinators (an earlier checkout),
+   on a copy of its own; each run prints the coordinators' and the client's CPU a Submit.
 3. Scale: ``simulate`` with ``--sim-devices`` (1000) in-process devices sharing
    ``--sim-records`` (N = 10^6, so 10^3 records each) against the same N on 20 devices: the
    study must complete; the ratio is the cost of 50× more devices.
@@ -24,7 +26,7 @@
 Usage: python benchmarks/bench_round.py [--runs 3] [--devices 500] [--studies 4] [--inflight 32]
     [--sim-devices 1000] [--sim-records 1000000]
        python benchmarks/bench_round.py --growth [--runs 3] [--stored 1000 20000] [--window 2000]
-    [--db sqlite|postgres] [--coordinators 1 2]
+    [--db sqlite|postgres] [--coordinators 1 2] [--before OLD/.venv/bin/fedsketch]
 A smoke run: --runs 1 --devices 5 --studies 1 --sim-devices 40 --sim-records 20000
 (growth: --growth --runs 1 --stored 10 20 --window 5 [--db postgres --coordinators 1 2]).
 """
@@ -76,11 +78,12 @@ def pairs(rng: np.random.Generator) -> bytes:
 
 
 def start_coordinator(folder: Path, db: str | None = None, name: str = "c",
-                      shared: bool = False) -> tuple[subprocess.Popen, str, str]:
+                      shared: bool = False, exe: str | None = None) -> tuple[subprocess.Popen, str, str]:
     """Start ``coordinator serve`` on ``db`` (default: the SQLite file ``folder/c.db``), logging
     to ``folder/<name>.log``; returns the process, its 127.0.0.1:PORT and the operator token."""
-    exe = str(Path(sys.executable).with_name("fedsketch"))
+    exe = exe or str(Path(sys.executable).with_name("fedsketch"))
     port_file = folder / f"{name}.port"
+    port_file.unlink(missing_ok=True)  # a run's second coordinator (``--before``) of this name
     with (folder / f"{name}.log").open("w") as log:
         proc = subprocess.Popen(
             [exe, "coordinator", "serve", "--db", db or str(folder / "c.db"), "--listen", "127.0.0.1:0",
@@ -226,18 +229,23 @@ class PostgresDatabases:
         self.server.stop()
 
 
-def submit_window(folder: Path, db: str, coordinators: int, msgs: list, inflight: int) -> tuple[float, list]:
+def submit_window(folder: Path, db: str, coordinators: int, msgs: list, inflight: int,
+                  exe: str | None = None) -> tuple[float, list]:
     """Contributions/s of ``msgs`` into ``coordinators`` fresh ``coordinator serve`` processes on
     ``db`` (``--shared`` when more than one; the client's channel lists them all, round robin),
     and how many each process stored (its log's ``event=contribute`` lines)."""
     procs, targets = [], []
     try:
         for i in range(coordinators):  # one at a time: the first writes the operator token
-            proc, target, _ = start_coordinator(folder, db, f"c{i}", shared=coordinators > 1)
+            proc, target, _ = start_coordinator(folder, db, f"c{i}", shared=coordinators > 1, exe=exe)
             procs.append(proc)
             targets.append(target)
         channel = Link(",".join(targets), folder / "certs/ca.pem", False).channel()
+        cpu, own = [cpu_seconds(p.pid) for p in procs], time.process_time()
         rate = blast(pb_grpc.DeviceStub(channel).Submit, msgs, inflight)
+        cpu = [cpu_seconds(p.pid) - c for p, c in zip(procs, cpu, strict=True)]
+        print(f"  CPU ms a Submit: coordinators {1000 * sum(cpu) / len(msgs):.2f}, client "
+              f"{1000 * (time.process_time() - own) / len(msgs):.2f}", flush=True)
         channel.close()
     finally:
         for proc in procs:
@@ -246,8 +254,14 @@ def submit_window(folder: Path, db: str, coordinators: int, msgs: list, inflight
     return rate, [(folder / f"c{i}.log").read_text().count("event=contribute") for i in range(coordinators)]
 
 
+def cpu_seconds(pid: int) -> float:
+    """User and system CPU seconds a process has used so far (``/proc/PID/stat``)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def growth(runs: int, sizes: list[int], window: int, inflight: int, db: str,
-           coordinators: list[int]) -> tuple[Rates, Rates]:
+           coordinators: list[int], before: str | None = None) -> tuple[Rates, Rates, Rates]:
     """Submit rates (contributions/s) of ``window`` contributions into a study already holding
     K contributions, for each K in ``sizes`` and number of coordinator processes in
     ``coordinators``, in turn, ``runs`` times each on a fresh copy of its store (``db``: "sqlite"
@@ -256,6 +270,7 @@ def growth(runs: int, sizes: list[int], window: int, inflight: int, db: str,
     cases = [(k, n) for k in sizes for n in coordinators]
     rates: Rates = {case: [] for case in cases}
     echoes: Rates = {case: [] for case in cases}
+    earlier: Rates = {case: [] for case in cases}  # with ``before``'s coordinators
     with tempfile.TemporaryDirectory() as tmp:
         base = Path(tmp)
         init_certs(base / "certs", ["localhost", "127.0.0.1"])
@@ -279,12 +294,20 @@ def growth(runs: int, sizes: list[int], window: int, inflight: int, db: str,
                         stores.drop(copy)
                     rates[k, n].append(rate)
                     echoes[k, n].append(echo_rate(folder, msgs[k], inflight))
+                    if before:  # the same window into an earlier release, on a copy of its own
+                        copy = stores.copy(k, folder)
+                        try:
+                            earlier[k, n].append(submit_window(folder, copy, n, msgs[k], inflight,
+                                                               before)[0])
+                        finally:
+                            stores.drop(copy)
+                        print(f"run {run}: the same into {before}: {earlier[k, n][-1]:.0f}/s", flush=True)
                     shutil.rmtree(folder)
                     print(f"run {run}: {window} Submits after {k} stored, {n} {db} coordinator(s): "
                           f"{rate:.0f}/s, stored by each {took} (echo {echoes[k, n][-1]:.0f}/s)", flush=True)
         finally:
             stores.stop()
-    return rates, echoes
+    return rates, echoes, earlier
 
 
 def blast(call, msgs: list, inflight: int) -> float:
@@ -313,7 +336,11 @@ def echo_rate(folder: Path, msgs: list, inflight: int) -> float:
     call = channel.unary_unary("/bench.Echo/Put", request_serializer=lambda m: m.SerializeToString(),
                                response_deserializer=lambda b: b)
     try:
-        return blast(call, msgs, inflight)
+        own = time.process_time()
+        rate = blast(call, msgs, inflight)
+        print(f"  CPU ms a message through the echo (client and server): "
+              f"{1000 * (time.process_time() - own) / len(msgs):.2f}", flush=True)
+        return rate
     finally:
         channel.close()
         server.stop(None)
@@ -370,6 +397,9 @@ def main() -> None:
     ap.add_argument("--db", choices=["sqlite", "postgres"], default="sqlite",
                     help="growth: the coordinators' store, SQLite files or a PostgreSQL server started "
                     "here (default: %(default)s)")
+    ap.add_argument("--before", metavar="EXE",
+                    help="growth: also send each run's window into coordinators of this `fedsketch` "
+                    "executable (an earlier checkout's), on a copy of its own, right after")
     ap.add_argument("--coordinators", type=int, nargs="+", default=[1],
                     help="growth: coordinator processes sharing the PostgreSQL database, each count "
                     "measured in turn (default: %(default)s)")
@@ -377,15 +407,21 @@ def main() -> None:
     if args.growth:
         if args.db == "sqlite" and args.coordinators != [1]:
             ap.error("several coordinators share a PostgreSQL database only: add --db postgres")
-        rates, echoes = growth(args.runs, args.stored, args.window, args.inflight, args.db, args.coordinators)
+        rates, echoes, earlier = growth(args.runs, args.stored, args.window, args.inflight, args.db,
+                                        args.coordinators, args.before)
+        then = " | before: Submits/s (median; runs) | now / before" if args.before else ""
         print(f"\n| stored contributions | {args.db} coordinator processes | Submits/s (median of "
-              f"{args.runs}; runs) | against {args.stored[0]} | bare TLS echo/s (median) | Submits / echo |"
-              "\n|---|---|---|---|---|---|")
+              f"{args.runs}; runs) | against {args.stored[0]} | bare TLS echo/s (median) | Submits / echo"
+              f"{then} |\n|---|---|---|---|---|---|{'---|---|' if then else ''}")
         for (k, n), r in rates.items():
             o, p = statistics.median(r), statistics.median(echoes[k, n])
             first = statistics.median(rates[args.stored[0], n])
-            print(f"| {k} | {n} | {o:.0f} ({', '.join(f'{x:.0f}' for x in r)}) | {o / first:.2f} | "
-                  f"{p:.0f} | {o / p:.2f} |")
+            line = (f"| {k} | {n} | {o:.0f} ({', '.join(f'{x:.0f}' for x in r)}) | {o / first:.2f} | "
+                    f"{p:.0f} | {o / p:.2f} |")
+            if args.before:
+                b = statistics.median(earlier[k, n])
+                line += f" {b:.0f} ({', '.join(f'{x:.0f}' for x in earlier[k, n])}) | {o / b:.2f} |"
+            print(line)
         return
     ours, peer = ingest(args.runs, args.devices, args.studies, args.inflight)
     t_many, many = timed_simulation(args.sim_devices, args.sim_records)

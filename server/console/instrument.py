@@ -78,10 +78,13 @@ class MeteredStore:
             self._m.store_seconds.labels(operation).observe(time.perf_counter() - start)
 
     def add_contribution(self, row: ContributionRow) -> bool:
-        stored = self._timed("add_contribution", self._store.add_contribution, row)
+        return self.contribute(row)[0]
+
+    def contribute(self, row: ContributionRow) -> tuple[bool, StudyRow | None]:
+        stored, study = self._timed("add_contribution", self._store.contribute, row)
         if stored:
             self._m.contributions.labels(row.kind).inc()
-        return stored
+        return stored, study
 
     def add_refusal(self, study_id: str, device_id: str, reason: str) -> bool:
         added = self._timed("add_refusal", self._store.add_refusal, study_id, device_id, reason)

@@ -55,7 +55,7 @@ from fedsketch.server.errors import Code, Refusal
 from fedsketch.server.service.accounting import study_cost
 from fedsketch.server.service.messages import Submission
 from fedsketch.server.service.reads import Reads
-from fedsketch.server.service.roster import Roster
+from fedsketch.server.service.roster import MAX_KEYS, Roster
 from fedsketch.server.service.rounds import Rounds
 from fedsketch.server.service.secure_aborts import SecureAborts
 from fedsketch.server.service.secure_round import SecAggRound
@@ -94,6 +94,8 @@ class Coordinator(SecureStudies, SecureAborts, Roster, Reads, Shared):
         self.store = store
         self.audiences = audiences
         self._specs: dict[str, StudySpec] = {}
+        self._hashes: dict[str, str] = {}  # study → its spec's SHA-256 (never changes)
+        self._keys: dict[str, bytes] = {}  # device → its enrolled key (never changes)
         self._lock = threading.Lock()
         self._decoder = ThreadPoolExecutor(max_workers=1, thread_name_prefix="decode")
         self._stalled: set[str] = set()  # studies whose decoding waits for the store
@@ -103,9 +105,11 @@ class Coordinator(SecureStudies, SecureAborts, Roster, Reads, Shared):
         self.refinement = Rounds(store, self.spec, self._settle, self._secure_round_opened)
 
     def start(self) -> None:
-        """Fail the running studies this release cannot read, resume interrupted decodings (a
-        secure study's from its stored unmasked sum) and secure-aggregation rounds (rebuilt from
-        the store), and start the deadline watcher."""
+        """Read the enrolled keys (the newest :data:`~.roster.MAX_KEYS`), fail the running
+        studies this release cannot read, resume interrupted decodings (a secure study's from
+        its stored unmasked sum) and secure-aggregation rounds (rebuilt from the store), and
+        start the deadline watcher."""
+        self._keys.update(self.store.device_keys(MAX_KEYS))
         self._retire_unreadable()
         for row in self.store.list_studies(("decoding",)):
             self._decoder.submit(self._decode, row.study_id)
@@ -156,7 +160,9 @@ class Coordinator(SecureStudies, SecureAborts, Roster, Reads, Shared):
         the total (ε, δ) ``budget`` it declares (:mod:`.accounting`)."""
         if len(public_key) != signing.PUBLIC_KEY_BYTES:
             raise Refusal(Code.INVALID_ARGUMENT, "public_key must be 32 raw bytes")
-        return self.store.enroll(token, public_key, label, budget)
+        device_id = self.store.enroll(token, public_key, label, budget)
+        self._remember_key(device_id, public_key)
+        return device_id
 
     def issue_tokens(self, count: int) -> list[str]:
         """``count`` fresh one-time enrollment tokens, stored (as digests) before they are returned."""
@@ -165,13 +171,6 @@ class Coordinator(SecureStudies, SecureAborts, Roster, Reads, Shared):
         tokens = [secrets.token_urlsafe(24) for _ in range(count)]
         self.store.add_tokens(tokens)
         return tokens
-
-    def _enrolled_key(self, device_id: str) -> bytes:
-        """The device's enrolled Ed25519 public key (unauthenticated for an unknown device)."""
-        key = self.store.device_key(device_id)
-        if key is None:
-            raise Refusal(Code.UNAUTHENTICATED, f"unenrolled device {device_id!r}")
-        return key
 
     # --- studies -------------------------------------------------------------------------------
 
@@ -184,6 +183,13 @@ class Coordinator(SecureStudies, SecureAborts, Roster, Reads, Shared):
             with self._lock:
                 self._specs[study_id] = spec
         return spec
+
+    def spec_hash(self, study_id: str) -> str:
+        """The SHA-256 of a study's spec, as stored (cached: it never changes)."""
+        digest = self._hashes.get(study_id)
+        if digest is None:
+            digest = self._hashes[study_id] = self.store.get_study(study_id).spec_sha256
+        return digest
 
     def study(self, study_id: str) -> StudyRow:
         """One study (not_found for an unknown one)."""
@@ -380,11 +386,10 @@ class Coordinator(SecureStudies, SecureAborts, Roster, Reads, Shared):
             raise Refusal(Code.INVALID_ARGUMENT, str(exc)) from None
         receipt = hashlib.sha256(c.payload).hexdigest()
         epsilon, delta = study_cost(self.spec, c.study_id)  # counted against the declared total
-        stored = self.store.add_contribution(ContributionRow(
+        stored, row = self.store.contribute(ContributionRow(
             c.study_id, c.device_id, c.n, c.kind, c.payload, receipt, c.signature, time.time(),
             epsilon, delta))
-        if stored:
-            row = self.store.get_study(c.study_id)
+        if row is not None:
             if row.contributions >= row.capacity:  # nothing more can come
                 try:
                     self.close(c.study_id, "every roster device contributed")

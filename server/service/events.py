@@ -109,9 +109,12 @@ class EventStore:
                 self._moved.add(study_id)
 
     def add_contribution(self, row: ContributionRow) -> bool:
+        return self.contribute(row)[0]
+
+    def contribute(self, row: ContributionRow) -> tuple[bool, StudyRow | None]:
         if self._store.shared:
             self._recheck(row.study_id)
-        stored = self._store.add_contribution(row)
+        stored, study = self._store.contribute(row)
         if stored:
             with self._lock:
                 first = row.study_id in self._open
@@ -119,7 +122,7 @@ class EventStore:
             emit("contribute", study=row.study_id, device=row.device_id)
             if first:
                 emit("state", study=row.study_id, state=COLLECT.target, detail="")
-        return stored
+        return stored, study
 
     def add_refusal(self, study_id: str, device_id: str, reason: str) -> bool:
         added = self._store.add_refusal(study_id, device_id, reason)

@@ -27,22 +27,42 @@ from fedsketch.server.store.base import Store, StudyRow
 #: told to send (its input ticket), even if a close is requested meanwhile: longer than a
 #: device needs between its re-check and its Submit.
 TICKET_SECONDS = 120.0
+#: Most enrolled keys kept in memory (32 bytes and an id each; the cache starts over when full).
+MAX_KEYS = 100_000
 
 
 class Roster:
     """The roster calls of :class:`~fedsketch.server.service.coordinator.Coordinator`, which
-    provides ``store``, ``spec`` and ``_enrolled_key``."""
+    provides ``store``, ``spec``, ``spec_hash`` and ``_keys``; and ``_enrolled_key``, which
+    every signed message of a device needs."""
 
     store: Store
+    _keys: dict[str, bytes]
+
+    def _enrolled_key(self, device_id: str) -> bytes:
+        """The device's enrolled Ed25519 public key (unauthenticated for an unknown device);
+        kept once read (at most :data:`MAX_KEYS`), so a Submit reads no key from the store."""
+        key = self._keys.get(device_id)
+        if key is None:
+            key = self.store.device_key(device_id)
+            if key is None:
+                raise Refusal(Code.UNAUTHENTICATED, f"unenrolled device {device_id!r}")
+            self._remember_key(device_id, key)
+        return key
+
+    def _remember_key(self, device_id: str, key: bytes) -> None:
+        """Keep an enrolled key in memory (the cache starts over once it holds MAX_KEYS)."""
+        if len(self._keys) >= MAX_KEYS:
+            self._keys.clear()
+        self._keys[device_id] = key
 
     def _plain_study(self, study_id: str, spec_sha256: str, what: str) -> None:
         """Refuse a plain-round message for an unknown study (not_found), a secure-aggregation
         study or another spec (failed_precondition)."""
-        row = self.store.get_study(study_id)
-        if self.spec(study_id).secure_aggregation is not None:
+        if self.spec(study_id).secure_aggregation is not None:  # not_found for an unknown study
             raise Refusal(Code.FAILED_PRECONDITION,
                           "this study uses secure aggregation: send stage messages instead")
-        if spec_sha256 != row.spec_sha256:
+        if spec_sha256 != self.spec_hash(study_id):
             raise Refusal(Code.FAILED_PRECONDITION,
                           f"spec hash mismatch: the {what} was made for another spec")
 

@@ -252,6 +252,11 @@ class Store(ABC):
     def device_key(self, device_id: str) -> bytes | None:
         """The enrolled public key of ``device_id``, or None for an unknown device."""
 
+    @abstractmethod
+    def device_keys(self, limit: int) -> dict[str, bytes]:
+        """The enrolled public keys of the ``limit`` devices enrolled last, by device id (what
+        a coordinator keeps in memory at start, so that a Submit reads no key)."""
+
     # studies
 
     @abstractmethod
@@ -352,6 +357,12 @@ class Store(ABC):
         transaction); 'permission_denied' for a device not in the roster. ValueError for a kind not in
         ``KINDS``. Audited.
         """
+
+    @abstractmethod
+    def contribute(self, row: ContributionRow) -> tuple[bool, StudyRow | None]:
+        """:meth:`add_contribution`, which returns its first element, and the study as the
+        transaction that stored ``row`` left it (None for an identical re-send), so a caller
+        needs no read of its own to see that the roster has all contributed."""
 
     @abstractmethod
     def contributions(self, study_id: str) -> list[ContributionRow]:

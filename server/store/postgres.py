@@ -40,6 +40,7 @@ from psycopg_pool import ConnectionPool, PoolTimeout
 
 from fedsketch.server.errors import Code
 from fedsketch.server.store.base import StoreError
+from fedsketch.server.store.contributing import DEVICE_KEY
 from fedsketch.server.store.faults import StoreUnavailable, from_postgres
 from fedsketch.server.store.schema import APPLICATION_ID, SCHEMA_VERSION, migrate, postgres_sql
 from fedsketch.server.store.sql import COORDINATOR, SQLStore
@@ -112,6 +113,7 @@ class PostgresStore(SQLStore):
         or the database is not a fedsketch store of a schema this code reads (left unmodified).
         """
         self.where = redact(url)
+        self._start_group_commit()
         self._holder: psycopg.Connection | None = None
         options: dict[str, Any] = {"autocommit": True}
         try:
@@ -151,6 +153,14 @@ class PostgresStore(SQLStore):
         """The transaction-scoped advisory lock of ``key`` too (always after the transaction's
         own, a study's: so no two transactions take two locks in opposite orders)."""
         c.execute(_LOCK, (APPLICATION_ID, key))
+
+    def _also_lock_devices(self, c: PostgresConnection, device_ids) -> None:
+        """The advisory lock of each device of a batch, in one statement, in the order of the
+        locks' numbers (PostgreSQL evaluates a volatile output column after ORDER BY), so two
+        batches holding several device locks never wait for each other in a cycle."""
+        c.execute("SELECT pg_advisory_xact_lock(?, h) FROM (SELECT DISTINCT hashtext(k) AS h "
+                  "FROM unnest(?::text[]) AS k) AS locks ORDER BY h",
+                  (APPLICATION_ID, [DEVICE_KEY + d for d in device_ids]))
 
     @contextmanager
     def _reading(self) -> Iterator[PostgresConnection]:

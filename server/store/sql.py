@@ -10,9 +10,11 @@ lifecycle) in the SQL of :mod:`.schema`, over the two things a backend provides:
   PostgreSQL backend each key's writes (a transaction-scoped advisory lock).
 - ``_reading()``, a connection for reads, which see every write that returned.
 
-The operator's reads, and refusals, are in :mod:`.operator_reads`; secure-aggregation rounds in
-:mod:`.secure_rounds`; a device's account against its declared budget in :mod:`.accounts` (a
-write that counts against it also takes the device's lock, ``_also_lock``).
+Contributions, stored by group commit (several in one durable transaction), are in
+:mod:`.contributing`; the operator's reads, and refusals, in :mod:`.operator_reads`;
+secure-aggregation rounds in :mod:`.secure_rounds`; a device's account against its declared
+budget in :mod:`.accounts` (a write that counts against it also takes the device's lock,
+``_also_lock``).
 """
 
 from __future__ import annotations
@@ -28,18 +30,15 @@ from fedsketch.server.store import accounts
 from fedsketch.server.store.abort_statements import AbortStatements
 from fedsketch.server.store.base import (
     ACCEPTING,
-    COLLECT,
-    KINDS,
     PUBLISH,
     STATES,
-    ContributionRow,
     Store,
     StoreError,
     StudyRow,
 )
+from fedsketch.server.store.contributing import Contributions
 from fedsketch.server.store.operator_reads import OperatorReads
 from fedsketch.server.store.schema import (
-    CONTRIBUTION_COLUMNS,
     OUTSTANDING_SQL,
     STUDY_SQL,
     Connection,
@@ -50,15 +49,13 @@ from fedsketch.server.store.secure_rounds import SecureRounds
 COORDINATOR = "coordinator"  # audit actor for writes not made on behalf of a device
 #: The ``_tx`` key of enrollments (they check a key's uniqueness across tokens) and of tokens.
 ENROLLMENT = "enrollment"
-#: The lock a write that counts against a device's declared budget also takes (its id follows).
-DEVICE_KEY = "device:"
 
 
 def _sha256_hex(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
-class SQLStore(OperatorReads, SecureRounds, AbortStatements, Store):
+class SQLStore(Contributions, OperatorReads, SecureRounds, AbortStatements, Store):
     """The coordinator's state in a SQL database; a backend subclasses it with its connections."""
 
     @abstractmethod
@@ -137,6 +134,11 @@ class SQLStore(OperatorReads, SecureRounds, AbortStatements, Store):
     def device_key(self, device_id: str) -> bytes | None:
         rows = self._query("SELECT public_key FROM devices WHERE device_id = ?", (device_id,))
         return rows[0][0] if rows else None
+
+    def device_keys(self, limit: int) -> dict[str, bytes]:
+        rows = self._query("SELECT device_id, public_key FROM devices ORDER BY enrolled_at DESC "
+                           "LIMIT ?", (limit,))
+        return {device: bytes(key) for device, key in rows}
 
     # studies
 
@@ -274,64 +276,6 @@ class SQLStore(OperatorReads, SecureRounds, AbortStatements, Store):
     def _holds_ticket(c: Connection, study_id: str, device_id: str) -> bool:
         return c.execute("SELECT 1 FROM registrations WHERE study_id = ? AND device_id = ? AND "
                          "ticket_until > ?", (study_id, device_id, time.time())).fetchone() is not None
-
-    # contributions
-
-    def add_contribution(self, row: ContributionRow) -> bool:
-        if row.kind not in KINDS:
-            raise ValueError(f"unknown contribution kind {row.kind!r}; expected one of {KINDS}")
-        with self._tx(row.study_id) as c:
-            study = self._study(c, row.study_id)
-            state = study.state
-            if not c.execute("SELECT 1 FROM devices WHERE device_id = ?", (row.device_id,)).fetchone():
-                raise StoreError(Code.NOT_FOUND, f"no enrolled device {row.device_id!r}")
-            prior = c.execute(
-                "SELECT payload_sha256, n FROM contributions WHERE study_id = ? AND device_id = ?",
-                (row.study_id, row.device_id),
-            ).fetchone()
-            if prior is not None:  # checked before the state: a lost ack is re-acknowledged
-                if prior == (row.payload_sha256, row.n):
-                    return False
-                raise StoreError(
-                    Code.CONFLICT,
-                    f"device {row.device_id!r} already contributed different bytes to study {row.study_id!r}",
-                )
-            if state not in ACCEPTING:
-                message = f"study {row.study_id!r} is {state!r} and accepts no contributions"
-                raise StoreError(Code.FAILED_PRECONDITION, message)
-            if not self._in_roster(c, row.study_id, row.device_id):
-                raise StoreError(Code.PERMISSION_DENIED, f"device {row.device_id!r} is not in the "
-                                 f"roster of study {row.study_id!r}")
-            if not study.roster_full:
-                raise StoreError(Code.FAILED_PRECONDITION, f"study {row.study_id!r} is still "
-                                 f"registering ({study.registered} of {study.min_devices} devices)")
-            if study.closing is not None and not self._holds_ticket(c, row.study_id, row.device_id):
-                raise StoreError(Code.FAILED_PRECONDITION, f"study {row.study_id!r} is closing and "
-                                 f"takes input only from devices holding a live input ticket")
-            cost = None if row.epsilon is None else (row.epsilon, row.delta or 0.0)
-            self._also_lock(c, DEVICE_KEY + row.device_id)
-            accounts.check(c, row.device_id, row.study_id, cost)
-            c.execute(
-                f"INSERT INTO contributions ({CONTRIBUTION_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (row.study_id, row.device_id, row.n, row.kind, bytes(row.payload), row.payload_sha256,
-                 bytes(row.signature), row.received_at, row.epsilon, row.delta),
-            )
-            c.execute("UPDATE studies SET contributed = contributed + 1, records = records + ?, state = ? "
-                      "WHERE study_id = ?",
-                      (row.n, COLLECT.target if state in COLLECT.sources else state, row.study_id))
-            self._log(
-                c, row.device_id, "contribute",
-                f"study {row.study_id!r} n={row.n} payload_sha256 {row.payload_sha256}",
-            )
-            return True
-
-    def contributions(self, study_id: str) -> list[ContributionRow]:
-        rows = self._query(
-            f"SELECT {CONTRIBUTION_COLUMNS} FROM contributions WHERE study_id = ?"
-            " ORDER BY received_at, device_id",
-            (study_id,),
-        )
-        return [ContributionRow(*r) for r in rows]
 
     # results
 

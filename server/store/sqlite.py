@@ -69,6 +69,7 @@ class SQLiteStore(SQLStore):
         self.path = os.fspath(path)
         self.exclusive = exclusive
         self._lock = threading.Lock()
+        self._start_group_commit()
         self._claims: dict[str, tuple[threading.Lock, int]] = {}  # key: (lock, holders and waiters)
         try:
             os.close(os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600))
@@ -101,6 +102,10 @@ class SQLiteStore(SQLStore):
             for change in migrate(c, version):
                 self._log(c, COORDINATOR, "migrate", change)
             c.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
+
+    def _batch_key(self, study_id: str) -> str:
+        """Every write is serialized here: contributions to any study share a commit."""
+        return COORDINATOR
 
     @contextmanager
     def _tx(self, key: str = COORDINATOR) -> Iterator[sqlite3.Connection]:
