@@ -28,6 +28,7 @@ does not know the call (an older release), or refuses the statement, leaves the 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 
 import grpc
 
@@ -54,6 +55,21 @@ class SecureAbort:
     ledger: Ledger
     source: str
     _coordinator: str | None
+    _void_unsent: Callable[..., None]
+
+    def _forget_round(self, identity: Identity, study_id: str, text: bytes, ended: str) -> None:
+        """The round of ``study_id`` (its stored session ``text``) ended ``ended``: for a FAILED
+        one, rule B first (nothing more while the certificate may still grow); then rule A gives
+        back a spend whose masked input never left, and the session goes, unless the device
+        signed the round's abort: then it stays as a tombstone (:meth:`Session.tombstone`)."""
+        if ended == "FAILED" and not self._abort_settled(identity, study_id, text):
+            return
+        self._void_unsent(study_id, Session.sent_masked(text), f"the round ended ({ended})",
+                          ended=ended)
+        if Session.signed_abort(kept := self.ledger.sessions(self.source).get(study_id, b"")):
+            self.ledger.save_session(study_id, self.source, Session.tombstone(kept), scrub=True)
+        else:
+            self.ledger.drop_session(study_id, self.source)
 
     def _abort_settled(self, identity: Identity, study_id: str, text: bytes) -> bool:
         """Sign the abort of the FAILED round of ``study_id`` (its stored session ``text``) and

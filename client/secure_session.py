@@ -100,6 +100,37 @@ class Session:
             sort_keys=True).encode()
 
     @staticmethod
+    def _field(text: bytes, name: str) -> object:
+        """Field ``name`` of the stored session ``text`` (None if the row does not parse)."""
+        try:
+            doc = json.loads(text)
+        except ValueError:
+            return None
+        return doc.get(name) if isinstance(doc, dict) else None
+
+    @staticmethod
+    def signed_abort(text: bytes) -> bool:
+        """Whether the stored session ``text`` signed the abort of its round (``aborted``)."""
+        return Session._field(text, "aborted") is True
+
+    @staticmethod
+    def is_tombstone(text: bytes) -> bool:
+        """Whether ``text`` is a settled rule-B session (:meth:`tombstone`)."""
+        return Session._field(text, "settled") is True
+
+    @staticmethod
+    def tombstone(text: bytes) -> bytes:
+        """The stored session ``text`` (of a round whose abort the device signed, its secrets
+        already erased) marked ``settled``: kept for good, so the device stays out of any round
+        listed again under its study id (its abort statement can never count for a round it
+        took part in: a lying coordinator could otherwise relist a failed round's id, have the
+        signers join and reveal shares, and hand out their old statements), and never asked
+        about again."""
+        doc = json.loads(text)
+        doc["settled"] = True
+        return json.dumps(doc, sort_keys=True).encode()
+
+    @staticmethod
     def sent_masked(text: bytes) -> bool:
         """Whether the stored session ``text`` may have sent its masked input: MASKED_INPUT is in
         its ``done``, which :meth:`~.secure_steps.SecureSteps._masked_step` keeps before the first

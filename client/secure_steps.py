@@ -100,23 +100,22 @@ class SecureSteps:
     _check: Callable[[pb.Study], Admitted | str]
     _count: Callable[[Admitted], int | str]
     _deliver: Callable[[Identity, Spend], str | None]
-    _abort_settled: Callable[[Identity, str, bytes], bool]
+    _forget_round: Callable[[Identity, str, bytes, str], None]
 
     def _resume_sessions(self, identity: Identity, listed: set[str]) -> None:
         """Hold the sessions of the rounds ``listed`` (open, and this device may read them),
         taking up from the ledger the session of a listed round this daemon does not hold (it
         restarted mid-round: :mod:`.secure_session`). A round no longer listed is forgotten, in
         memory and in the ledger, once the coordinator says it ended (or may not be read): one
-        listing that leaves it out does not make the device forget its keys. A stored session
-        that does not load is dropped, and the device is out of that round."""
+        listing that leaves it out does not make the device forget its keys (a round whose abort
+        it signed stays as a tombstone: :meth:`Session.tombstone`). A stored session that does
+        not load is dropped, and the device is out of that round."""
         for sid, text in self.ledger.sessions(self.source).items():
             if sid not in listed:
+                if Session.is_tombstone(text):
+                    continue  # rule B: kept so that the device never joins a round relisted as sid
                 if (ended := self._ended(identity, sid)) is not None:
-                    if ended == "FAILED" and not self._abort_settled(identity, sid, text):
-                        continue  # rule B: the certificate of abort may still grow
-                    self._void_unsent(sid, Session.sent_masked(text), f"the round ended ({ended})",
-                                      ended=ended)
-                    self.ledger.drop_session(sid, self.source)
+                    self._forget_round(identity, sid, text, ended)
             elif sid not in self._sessions:
                 try:
                     self._sessions[sid] = session = Session.load(sid, text, identity)

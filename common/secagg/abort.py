@@ -144,5 +144,5 @@ class Certificate:
                 return {str(v): base64.b64decode(k, validate=True) for v, k in m.items()}
             return cls(str(doc["study_id"]), str(doc["device_id"]), str(doc["audience"]), t, c,
                        keys(doc["holders"]), keys(doc["statements"]))
-        except (KeyError, TypeError, AttributeError, ValueError) as exc:
+        except (KeyError, TypeError, AttributeError, ValueError, RecursionError) as exc:
             raise ValueError(f"malformed certificate of abort: {exc}") from None

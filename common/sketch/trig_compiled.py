@@ -4,7 +4,9 @@
 :meth:`fedsketch.common.sketch.trig_kernel.FusedComplex.reference` (tested bit for bit), with
 the slow path for records whose phase bound reaches ``FAST_LIMIT``. ``fma32`` is LLVM's
 ``llvm.fma.f32``: a·b + c rounded once, never contracted or reassociated otherwise (numba
-compiles without fast-math, so no other operation is fused or reordered).
+compiles without fast-math, so no other operation is fused or reordered). Where numba finds no
+writable cache folder (a read-only install, a systemd unit with ProtectSystem=strict), the loop
+is compiled in memory by each process instead of loaded from the disk cache.
 """
 
 from __future__ import annotations
@@ -34,8 +36,7 @@ def fma32(typingctx, a, b, c):  # noqa: ARG001 - numba's intrinsic signature
     return types.float32(types.float32, types.float32, types.float32), codegen
 
 
-@numba.njit(nogil=True, cache=True, boundscheck=False)
-def kernel(x, omega, xi, xlo, bound, grid, re, im):  # pragma: no cover - compiled
+def _loop(x, omega, xi, xlo, bound, grid, re, im):  # pragma: no cover - compiled
     """re += Σ_i round(γ cos t_i), im += Σ_i round(γ sin t_i) over the float32 rows of x (n, d);
     omega float32 (d, m), xi and xlo float32 (m,), bound float64 (d + 1,), grid float32 γ,
     re and im float64 (m,)."""
@@ -82,3 +83,9 @@ def kernel(x, omega, xi, xlo, bound, grid, re, im):  # pragma: no cover - compil
                 im[j] += np.float64(acc_im[j])
                 acc_re[j] = 0
                 acc_im[j] = 0
+
+
+try:
+    kernel = numba.njit(nogil=True, cache=True, boundscheck=False)(_loop)
+except RuntimeError:  # no writable cache folder (a read-only install, systemd's ProtectSystem)
+    kernel = numba.njit(nogil=True, boundscheck=False)(_loop)  # compiled in memory, each process

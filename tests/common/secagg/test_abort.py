@@ -66,3 +66,10 @@ def test_a_tampered_certificate_does_not_suffice():
     assert not cert.sufficient  # u's signature under v's name
     with pytest.raises(ValueError, match="malformed certificate"):
         Certificate.from_bytes(b'{"format": "fedsketch.abort-certificate/1"}')
+
+
+def test_deeply_nested_json_is_a_malformed_certificate():
+    """A deeply nested JSON value is a malformed certificate (ValueError), not a RecursionError
+    that `device budget --verify` would print as a traceback."""
+    with pytest.raises(ValueError, match="malformed certificate"):
+        Certificate.from_bytes(b"[" * 100_000)
