@@ -22,6 +22,7 @@ starts and after the round; the growth divided by its devices is what a device c
 from __future__ import annotations
 
 import math
+import os
 import resource
 import socket
 import sys
@@ -40,6 +41,8 @@ from fedsketch.server.sim.devices import drive, make_agents, step_agents
 
 #: Most devices one actor hosts (3 open files each: module docstring).
 MAX_DEVICES_PER_ACTOR = 1000
+#: Seconds a local Ray's GCS server gets to start (Ray's ``RAY_gcs_server_port_wait_time_s``).
+GCS_WAIT = "180"
 
 
 def _ray() -> Any:
@@ -85,12 +88,16 @@ def check_reachable(address: str, seconds: float = 10.0) -> None:
 def ray_session(address: str | None) -> Iterator[str]:
     """Ray for a simulation; yields the host the coordinator must listen on (127.0.0.1 for a
     local Ray, the driver node's IP with ``address``). A Ray already initialised in this
-    process is used as it is and left running; one started here is shut down after."""
+    process is used as it is and left running; one started here is shut down after. A local
+    Ray's GCS server gets :data:`GCS_WAIT` seconds to start (Ray's own default, 30 s, was too
+    short beside other jobs on a 2-core machine) unless ``RAY_gcs_server_port_wait_time_s``
+    says otherwise."""
     ray = _ray()
     started = not ray.is_initialized()
     if started:
         if address is not None:
             check_reachable(address)
+        os.environ.setdefault("RAY_gcs_server_port_wait_time_s", GCS_WAIT)
         ray.init(address=address, include_dashboard=False, logging_level="WARNING")
     try:
         yield "127.0.0.1" if address is None else ray.util.get_node_ip_address()

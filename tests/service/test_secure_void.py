@@ -29,6 +29,7 @@ import pytest
 from test_round_processes import FEDSKETCH
 from test_secure_crash import DEVICES, Fleet, messages, query, wait_ended, wait_for
 
+from fedsketch.client.secure_session import Session
 from fedsketch.common.pb import fedsketch_pb2 as pb
 from fedsketch.common.secagg import wire as sw
 from fedsketch.common.secagg.params import graph_seed, ring_order
@@ -122,10 +123,13 @@ def stands(fleet: Fleet, i: int, study: str) -> None:
 
 
 def settled(fleet: Fleet, i: int, study: str, timeout: float = 60.0) -> None:
-    """Wait until device i's daemon has seen the study's end (its session row is gone)."""
+    """Wait until device i's daemon has seen the study's end: its session row is gone, or is the
+    tombstone of a round whose abort it signed (rule B keeps it for good)."""
     def gone():
-        """device i's session of the study dropped"""
-        return ledger_rows(fleet, i, study)[2] == 0
+        """device i's session of the study dropped (or settled as a tombstone)"""
+        with sqlite3.connect(fleet.ledgers[i], timeout=10) as c:
+            rows = c.execute("SELECT state FROM secure_sessions WHERE study_id = ?", (study,)).fetchall()
+        return not rows or Session.is_tombstone(rows[0][0])
     wait_for(gone, timeout=timeout, step=0.1)
 
 
