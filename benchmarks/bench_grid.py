@@ -13,10 +13,10 @@ released grid sketch S/(γ·n·√m) (the product, noiseless) are compared three
 
 Datasets: paper 004's mixture (k = d = 10, separation 2.5, n = ``--n``, σ = 2, box [−15, 15]),
 and scikit-learn's handwritten digits (1,797 × 64, shipped inside the scikit-learn wheel; k = 10,
-pixel box [0, 16] public, σ = 8). m = 10kd for the mixture and 1,000 for digits; 3 replicates.
+pixel box [0, 16] public, σ = 8). m = 1,000 for both; ``--replicates`` (3) CL-OMPR replicates.
 Prints medians over ``--seeds`` seeds.
 
-Usage: python benchmarks/bench_grid.py [--seeds 5] [--n 1000000]
+Usage: python benchmarks/bench_grid.py [--seeds 5] [--n 1000000] [--replicates 3]
 """
 
 from __future__ import annotations
@@ -51,7 +51,8 @@ def float_sketch(x: np.ndarray, omega: np.ndarray, xi: np.ndarray) -> np.ndarray
     return total / (x.shape[0] * math.sqrt(omega.shape[1]))
 
 
-def compare(x: np.ndarray, k: int, m: int, sigma: float, lo: float, hi: float, seed: int) -> dict:
+def compare(x: np.ndarray, k: int, m: int, sigma: float, lo: float, hi: float, seed: int,
+            replicates: int = 3) -> dict:
     """Rounding error against noise, and the relative SSE of both noiseless sketches."""
     n, d = x.shape
     spec = SketchSpec(FrequencySpec(d=d, m=m, scale=sigma, seed=seed), "complex", m,
@@ -68,7 +69,8 @@ def compare(x: np.ndarray, k: int, m: int, sigma: float, lo: float, hi: float, s
     ref = sse_per_n(split(x), sklearn_kmeans_centroids(x, k, seed))
     box = (np.full(d, lo), np.full(d, hi))
     for name, sketch in (("grid", grid), ("float", exact)):
-        dec = decode_centroids(sketch, spec, k, *box, replicates=3, rng=np.random.default_rng(seed))
+        dec = decode_centroids(sketch, spec, k, *box, replicates=replicates,
+                                 rng=np.random.default_rng(seed))
         out[f"rel_sse {name}"] = sse_per_n(split(x), dec.centroids) / ref
     return out
 
@@ -77,6 +79,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--seeds", type=int, default=5)
     ap.add_argument("--n", type=int, default=1_000_000)
+    ap.add_argument("--replicates", type=int, default=3, help="CL-OMPR replicates per decoding")
     args = ap.parse_args()
     kappa, float_kappa = ENTRY_L1["complex"], math.sqrt(2) * GRID["complex"]
     print(f"noise: κ = {kappa} against √2·γ = {float_kappa:.1f}: ×{kappa / float_kappa:.5f} "
@@ -85,7 +88,7 @@ def main() -> None:
     for name, make, k, m, sigma, lo, hi in (
             ("gmm k=d=10", lambda s: gmm(args.n, 10, 10, 2.5, s)[0], 10, 1000, 2.0, -15.0, 15.0),
             ("digits 1797x64", lambda s: digits, 10, 1000, 8.0, 0.0, 16.0)):
-        rows = [compare(np.asarray(make(s), dtype=np.float32), k, m, sigma, lo, hi, s)
+        rows = [compare(np.asarray(make(s), dtype=np.float32), k, m, sigma, lo, hi, s, args.replicates)
                 for s in range(args.seeds)]
         print(f"\n{name} (median of {args.seeds} seeds)")
         for key in rows[0]:

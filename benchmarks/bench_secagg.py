@@ -24,7 +24,7 @@ stages: how long each stage of a secure round stays open when nothing times out:
     the simulator's default stage timeout is sized from (docs/secure-aggregation.md).
 
 Usage: python benchmarks/bench_secagg.py utility [--seeds 5] [--devices 100] [--n 10000000]
-           [--replicates 3] [--plot PATH]
+           [--replicates 3] [--plot PATH] [--secure-eps 0.002,...] [--local-eps 0.01,...]
        python benchmarks/bench_secagg.py cost [--devices 100 1000]
        python benchmarks/bench_secagg.py stages [--devices 20 100] [--n 1000000] [--runs 3]
 """
@@ -68,13 +68,14 @@ def crossing(eps: list[float], rel: list[float], level: float = 1.2) -> float | 
     return pts[0][0] if pts and pts[0][1] <= level else None
 
 
-def utility(seeds: int, devices: int, records: int, replicates: int, plot_path: Path) -> None:
+def utility(seeds: int, devices: int, records: int, replicates: int, plot_path: Path,
+            grids: dict[str, tuple[float, ...]]) -> None:
     base = dict(devices=devices, records=records, m=1000, feature="quantized", r=1,
                 replicates=replicates)
     results: dict[tuple[str, float], list[float]] = {}
     for seed in range(seeds):
         data = pooled_data(SimConfig(**base, seed=seed))
-        for mode, grid in (("secure", SECURE_EPS), ("local", LOCAL_EPS)):
+        for mode, grid in grids.items():
             for eps in grid:
                 cfg = SimConfig(**base, seed=seed, epsilon=eps,
                                 secure_aggregation=mode == "secure", stage_timeout=120)
@@ -213,6 +214,10 @@ def main() -> None:
                       help="CL-OMPR replicates per decoding (default: %(default)s)")
     util.add_argument("--plot", type=Path, default=PLOTS / "secagg_utility.png",
                       help="plot file (default: %(default)s)")
+    for mode, grid in (("secure", SECURE_EPS), ("local", LOCAL_EPS)):
+        util.add_argument(f"--{mode}-eps", type=lambda t: tuple(float(e) for e in t.split(",")),
+                          default=grid, help=f"the {mode} study's ε grid, comma-separated "
+                          f"(default: {','.join(f'{e:g}' for e in grid)})")
     cst = parts.add_parser("cost", help="per-device CPU and bytes, coordinator seconds per stage")
     cst.add_argument("--devices", type=int, nargs=2, default=[100, 1000], metavar=("L", "L_LARGE"),
                      help="the two device counts compared (default: %(default)s)")
@@ -224,7 +229,8 @@ def main() -> None:
     stg.add_argument("--runs", type=int, default=3, help="runs per L (default: %(default)s)")
     args = ap.parse_args()
     if args.part == "utility":
-        utility(args.seeds, args.devices, args.n, args.replicates, args.plot)
+        utility(args.seeds, args.devices, args.n, args.replicates, args.plot,
+                {"secure": args.secure_eps, "local": args.local_eps})
     elif args.part == "stages":
         stages(args.devices, args.n, args.runs)
     else:

@@ -226,13 +226,15 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true", help="n = 10^6, 3 runs")
     ap.add_argument("--trig-n", type=int, default=200_000,
                     help="records of the r = m comparison with numpy's trigonometry")
+    ap.add_argument("--pycle-n", type=int, default=20_000,
+                    help="records of the r = m comparison with pycle (pycle's speed: ~5,000/s)")
     ap.add_argument("--trig-only", action="store_true",
                     help="only the r = m comparisons (pycle, numpy's trigonometry, accuracy)")
     args = ap.parse_args()
     if args.quick:
         args.n, args.runs = 1_000_000, 3
     m, d = 1000, 10
-    p = vs_pycle(n=20_000, m=m, d=d, runs=args.runs)
+    p = vs_pycle(n=args.pycle_n, m=m, d=d, runs=args.runs)
     print(f"r = m = {m}, d = {d}: ours {p['ours_rps']:,.0f} rec/s, pycle {p['pycle_rps']:,.0f} "
           f"rec/s, ratio {p['ratio']:.1f}x (max |diff| between the two sketches "
           f"{p['max_abs_diff']:.1e})")
