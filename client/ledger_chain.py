@@ -7,7 +7,9 @@ Each spend row i (in ``seq`` order) carries
 
 (chain_0 is 32 zero bytes; the fields, :func:`row_digest`, are those a spend never changes: study,
 source, ε, δ, n, kind, payload and spec hashes, time, parent, round, the study's ε, the pre-mask
-input's hash and the promise's end, each length-prefixed or fixed-width) and
+input's hash and the promise's end, each length-prefixed or fixed-width, and from schema 9, on a
+secure round's spend, "T" ‖ L(SHA-256 of its round terms); a spend without terms, every one
+recorded before, links as it did) and
 ``signature_i`` = Ed25519(device key, chain_i), when the ledger holds an identity (a spend recorded
 before enrollment is chained but unsigned). The settings ``chain_count`` and ``chain_head`` hold
 how many rows were sealed and the last link, written in the same transaction as the row.
@@ -37,7 +39,7 @@ VOID_DOMAIN = b"fedsketch/ledger-void/v1"
 GENESIS = bytes(32)
 #: The spend columns a link covers, in order (none of them is ever updated).
 SEALED = ("seq, study_id, study_name, source, epsilon, delta, n, kind, payload_sha256, "
-          "spec_sha256, spent_at, parent, round, study_epsilon, premask, kept_until")
+          "spec_sha256, spent_at, parent, round, study_epsilon, premask, kept_until, round_terms")
 
 
 def field(data: str | bytes) -> bytes:
@@ -56,7 +58,7 @@ def row_digest(prev: bytes, row: tuple) -> bytes:
     """chain_i for a row of :data:`SEALED` (its ``seq`` is not covered: rows are renumbered by
     nobody, and a gap is found by the chain) after the link ``prev``."""
     (_, study_id, name, source, eps, delta, n, kind, payload_sha, spec_sha, spent_at, parent,
-     rnd, study_eps, premask, kept_until) = row
+     rnd, study_eps, premask, kept_until, terms) = row
     h = hashlib.sha256(DOMAIN)
     h.update(prev)
     for part in (field(study_id), field(name), field(source), struct.pack("<ddd", eps, delta, n),
@@ -65,6 +67,8 @@ def row_digest(prev: bytes, row: tuple) -> bytes:
                  _optional(study_eps), field(b"" if premask is None else hashlib.sha256(premask).digest()),
                  _optional(kept_until)):
         h.update(part)
+    if terms is not None:  # schema 9 (module docstring): an older row's link is unchanged
+        h.update(b"T" + field(hashlib.sha256(bytes(terms)).digest()))
     return h.digest()
 
 
@@ -152,6 +156,7 @@ class Verdict:
     rows: int
     problems: tuple[str, ...]
     voids: int = 0
+    legacy: tuple[str, ...] = ()
 
     @property
     def ok(self) -> bool:
@@ -196,7 +201,7 @@ def verify(db: sqlite3.Connection) -> Verdict:
                         f"{'matches' if head == prev else 'does not match'} the last row: spend "
                         "rows were deleted or added by hand")
     return Verdict(sum(kind == "spend" for kind, _ in rows), tuple(problems),
-                   sum(kind == "void" for kind, _ in rows))
+                   sum(kind == "void" for kind, _ in rows), tuple(legacy_voids(db)))
 
 
 def _links(db: sqlite3.Connection) -> list[tuple[str, tuple]]:
@@ -228,11 +233,11 @@ def unsound_voids(db: sqlite3.Connection) -> list[str]:
     with one: a certificate that is not the one sealed, or that does not suffice
     (:func:`certificate_problem`). Either way the spend stands."""
     rows = db.execute("SELECT v.study_id, s.kind, s.acked_at, s.receipt, v.certificate, "
-                      "v.certificate_sha256 FROM voids v JOIN spends s ON s.study_id = v.study_id "
-                      "ORDER BY v.position").fetchall()
+                      "v.certificate_sha256, s.round_terms FROM voids v JOIN spends s ON "
+                      "s.study_id = v.study_id ORDER BY v.position").fetchall()
     identity = db.execute("SELECT device_id, private_key FROM identity").fetchone()
     out = []
-    for sid, kind, acked, receipt, certificate, sealed in rows:
+    for sid, kind, acked, receipt, certificate, sealed, terms in rows:
         if kind != MASKED:
             out.append(f"the void of study {sid!r}'s spend gives back a plain release: its spend "
                        "stands")
@@ -240,21 +245,36 @@ def unsound_voids(db: sqlite3.Connection) -> list[str]:
             if acked is not None and not str(receipt).startswith("refused:"):
                 out.append(f"the void of study {sid!r}'s spend gives back a release that was "
                            "sent: its spend stands")
-        elif (why := certificate_problem(bytes(certificate), sealed, sid, identity)) is not None:
+        elif (why := certificate_problem(bytes(certificate), sealed, sid, identity,
+                                         None if terms is None else bytes(terms))) is not None:
             out.append(f"the void of study {sid!r}'s spend rests on {why}: its spend stands")
     return out
 
 
-def certificate_problem(certificate: bytes, sealed: str, study_id: str,
-                        identity: tuple[str, bytes] | None) -> str | None:
-    """What is wrong with the certificate of abort a void rests on (None: nothing): its SHA-256
-    must be the one the void row seals, it must be of the void's round and of this device
-    (``identity``: its id and private key), with this device's own key among the holders, and
-    hold need(H, t, C) valid statements of distinct holders (:mod:`fedsketch.common.secagg.abort`)."""
-    from fedsketch.common.net import signing
-    from fedsketch.common.secagg.abort import Certificate
+def legacy_voids(db: sqlite3.Connection) -> list[str]:
+    """The studies whose spend was given back by a certificate of abort while the spend had no
+    round terms recorded (a void an earlier release wrote, before ledger schema 9): their
+    certificates were checked against the t, C and holders they name themselves."""
+    return [r[0] for r in db.execute("SELECT v.study_id FROM voids v JOIN spends s ON s.study_id "
+                                     "= v.study_id WHERE v.certificate IS NOT NULL AND "
+                                     "s.round_terms IS NULL ORDER BY v.position")]
 
-    if hashlib.sha256(certificate).hexdigest() != sealed:
+
+def certificate_problem(certificate: bytes, sealed: str | None, study_id: str,
+                        identity: tuple[str, bytes] | None, terms: bytes | None) -> str | None:
+    """What is wrong with the certificate of abort a void rests on (None: nothing): its SHA-256
+    must be the one the void row seals (``sealed``; None: a void about to be written), it must
+    be of the void's round and of this device (``identity``: its id and private key), with this
+    device's own key among the holders, of the round ``terms`` its spend recorded before the
+    masked input left (R, t, C, the holders and their keys: a certificate made up afterwards
+    with fewer holders or another t does not match), and hold need(H, t, C) valid statements of
+    distinct holders (:mod:`fedsketch.common.secagg.abort`). A spend without terms (recorded
+    before ledger schema 9) admits only a version-1 certificate, which an earlier release
+    wrote; it is checked against itself (:func:`legacy_voids` names them)."""
+    from fedsketch.common.net import signing
+    from fedsketch.common.secagg.abort import Certificate, RoundTerms, terms_mismatch
+
+    if sealed is not None and hashlib.sha256(certificate).hexdigest() != sealed:
         return "a certificate of abort that is not the one sealed in its void row"
     try:
         cert = Certificate.from_bytes(certificate)
@@ -265,6 +285,16 @@ def certificate_problem(certificate: bytes, sealed: str, study_id: str,
     if identity is not None and (cert.device_id != identity[0] or cert.holders.get(identity[0])
                                  != signing.public_key(bytes(identity[1]))):
         return f"a certificate of abort made out to another device ({cert.device_id!r})"
+    if terms is None and cert.bundle_sha256 is not None:
+        return ("a certificate of abort for a spend that recorded no round terms (the device "
+                "records them before its masked input leaves it)")
+    if terms is not None:
+        try:
+            recorded = RoundTerms.from_bytes(terms)
+        except ValueError as exc:
+            return f"round terms its spend cannot read ({exc})"
+        if (why := terms_mismatch(cert, recorded)) is not None:
+            return f"a certificate of abort of other round terms: {why}"
     if not cert.sufficient:
         return (f"a certificate of abort with {len(cert.signers)} valid statements of distinct "
                 f"holders of the device's shares, fewer than the {cert.need} needed (or none of "

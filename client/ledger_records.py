@@ -54,7 +54,9 @@ class Spend:
     (``study_epsilon``: what it spent on the study before, this release, and the rounds to
     come) and until when (Unix seconds) the device keeps the rounds' share aside
     (``kept_until``); for a masked (secure-aggregation) release, the device's input before the
-    masks (int64 words; None otherwise)."""
+    masks (int64 words; None otherwise) and the round's terms it saw before its masked input
+    left it (:class:`fedsketch.common.secagg.abort.RoundTerms` as bytes; None otherwise, and for
+    spends recorded before ledger schema 9)."""
 
     study_id: str
     study_name: str
@@ -75,6 +77,7 @@ class Spend:
     study_epsilon: float | None = None
     premask: bytes | None = None
     kept_until: float | None = None
+    round_terms: bytes | None = None
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,11 @@
-"""The ledger's SQLite layout: schema version 8, and the one-time migrations from schemas 1 to 7.
+"""The ledger's SQLite layout: schema version 9, and the one-time migrations from schemas 1 to 8.
+
+Schema 9 adds ``spends.round_terms``: on a secure round's spend, the round's terms the device
+saw before its masked input left it (R, t, C, the holders of its shares with their keys:
+:class:`fedsketch.common.secagg.abort.RoundTerms`), sealed in the spend's link. A certificate
+of abort gives the spend back only if it is of those terms (rule B, :mod:`.ledger_voids`).
+:func:`migrate_v8` adds the column, NULL for older spends: their links stay as they were, and
+no certificate gives such a spend back.
 
 Schema 8 adds the ``voids`` table: a secure round's spend given back, one row per spend, which
 stays (:mod:`.ledger_voids`); each void is a link of the spends' chain. :func:`migrate_v7` adds
@@ -63,7 +70,7 @@ from fedsketch.client.policy import Policy
 
 log = logging.getLogger("fedsketch.device")
 
-SCHEMA_VERSION = 8
+SCHEMA_VERSION = 9
 FORMAT = "fedsketch.ledger"
 #: The source of a device that declares no other.
 DEFAULT_SOURCE = "default"
@@ -112,7 +119,8 @@ CREATE TABLE spends (
     premask        BLOB,
     kept_until     REAL,
     chain          BLOB,
-    chain_signature BLOB
+    chain_signature BLOB,
+    round_terms    BLOB
 );
 CREATE INDEX spends_by_source ON spends (source);
 CREATE TABLE reservations (
@@ -153,7 +161,7 @@ CREATE TABLE identity (
 
 V2_COLUMNS = ("study_id, study_name, source, epsilon, delta, n, kind, payload, payload_sha256, "
               "spec_sha256, spent_at, acked_at, receipt, final_state")
-SPEND_COLUMNS = V2_COLUMNS + ", parent, round, study_epsilon, premask, kept_until"
+SPEND_COLUMNS = V2_COLUMNS + ", parent, round, study_epsilon, premask, kept_until, round_terms"
 
 
 def create_schema(db: sqlite3.Connection, *, skip: tuple[str, ...] = (),
@@ -307,6 +315,7 @@ def migrate_v6(db: sqlite3.Connection) -> None:
     columns, and every existing spend sealed in ``seq`` order."""
     db.execute("ALTER TABLE spends ADD COLUMN chain BLOB")
     db.execute("ALTER TABLE spends ADD COLUMN chain_signature BLOB")
+    _add_round_terms(db)  # schema 9's column, NULL: the seal reads it (NULL links as before)
     sealed = seal_all(db)
     set_settings(db, schema_version="7")
     log_change(db, "migrate", None, None, None, f"schema 6 → 7: the {sealed} spends recorded so "
@@ -321,6 +330,22 @@ def migrate_v7(db: sqlite3.Connection) -> None:
     set_settings(db, schema_version="8")
     log_change(db, "migrate", None, None, None, "schema 7 → 8: a secure round's spend whose "
                "masked input never left the device can be given back (a sealed void row)")
+
+
+def _add_round_terms(db: sqlite3.Connection) -> None:
+    """Add ``spends.round_terms`` (schema 9) unless an earlier step of the migration did."""
+    if "round_terms" not in {r[1] for r in db.execute("PRAGMA table_info(spends)")}:
+        db.execute("ALTER TABLE spends ADD COLUMN round_terms BLOB")
+
+
+def migrate_v8(db: sqlite3.Connection) -> None:
+    """Schema 8 → 9 (module docstring), inside the caller's write transaction: every existing
+    spend has no round terms recorded (NULL; its link is unchanged)."""
+    _add_round_terms(db)
+    set_settings(db, schema_version="9")
+    log_change(db, "migrate", None, None, None, "schema 8 → 9: a secure round's spend records "
+               "the round's terms (its bundle's SHA-256, t, C, the holders of the device's "
+               "shares); a certificate of abort gives back only a spend that recorded them")
 
 
 def drop_out_of_box(db: sqlite3.Connection, settings: dict[str, str]) -> str | None:
@@ -352,7 +377,7 @@ def upgrade(db: sqlite3.Connection, path: str) -> None:
         log.warning("%s: migrated from schema 1; its budget is what it had spent, so "
                     "nothing remains until `fedsketch device raise-budget`", path)
         return
-    if version not in ("2", "3", "4", "5", "6", "7", str(SCHEMA_VERSION)):
+    if version not in ("2", "3", "4", "5", "6", "7", "8", str(SCHEMA_VERSION)):
         raise LedgerError(f"{path} has ledger schema version {version!r}; this code reads "
                           f"versions 1 to {SCHEMA_VERSION} (written by a newer fedsketch?)")
     if version == "2":
@@ -367,6 +392,8 @@ def upgrade(db: sqlite3.Connection, path: str) -> None:
         migrate_v6(db)
     if version in ("2", "3", "4", "5", "6", "7"):
         migrate_v7(db)
+    if version in ("2", "3", "4", "5", "6", "7", "8"):
+        migrate_v8(db)
     if drop_out_of_box(db, settings) == "refuse":
         log.warning("%s: the owner's policy out-of-box = refuse is no longer offered "
                     "(the refusal would reveal the records); records are clipped", path)

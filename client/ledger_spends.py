@@ -85,7 +85,7 @@ class Spends:
                      delta: float, n: float, kind: str, payload: bytes, spec_sha256: str,
                      recheck: Callable[[], str | None] | None = None, parent: str | None = None,
                      round: int = 0, later_epsilon: float = 0.0, keep_seconds: float = 0.0,
-                     premask: bytes | None = None) -> Spend:
+                     premask: bytes | None = None, round_terms: bytes | None = None) -> Spend:
         """Record the release of ``payload`` for ``study_id`` in one committed transaction; call it
         BEFORE sending, and send only the bytes of the returned Spend.
 
@@ -101,7 +101,10 @@ class Spends:
         :mod:`.ledger_schema`, schema 6). The budget must cover ε + ``later_epsilon`` besides
         what the device keeps for the rounds of its other studies
         (:func:`~.ledger_schema.promised`). ``premask``: a masked release's input before its
-        masks (schema 5). The checks run inside the write transaction, last ``recheck()`` (the agent
+        masks (schema 5); ``round_terms``: a secure round's terms, as the device saw them before
+        its masked input leaves it (schema 9; sealed with the row, :mod:`.ledger_voids` gives
+        the spend back only with a certificate of abort of those terms). The checks run inside
+        the write transaction, last ``recheck()`` (the agent
         asks the coordinator whether the study still takes this device's input): a reason from
         it raises LedgerError. A refusal, or any exception from ``recheck``, writes nothing."""
         if not (math.isfinite(epsilon) and epsilon > 0):
@@ -118,7 +121,8 @@ class Spends:
                       delta=float(delta), n=float(n), kind=kind, payload=payload,
                       payload_sha256=hashlib.sha256(payload).hexdigest(), spec_sha256=spec_sha256,
                       spent_at=now, acked_at=None, receipt=None, final_state=None,
-                      parent=parent, round=round, premask=None if premask is None else bytes(premask))
+                      parent=parent, round=round, premask=None if premask is None else bytes(premask),
+                      round_terms=None if round_terms is None else bytes(round_terms))
         with self._write() as db:
             if db.execute("SELECT 1 FROM spends WHERE study_id = ?", (study_id,)).fetchone():
                 raise LedgerError(f"the device already released a sketch for study {study_id!r}; "
@@ -134,11 +138,11 @@ class Spends:
             if later_epsilon > 0:  # the study's whole ε for this device, kept until kept_until
                 whole = math.fsum((study_spent(db, study), spend.epsilon, later_epsilon))
                 spend = replace(spend, study_epsilon=whole, kept_until=now + keep_seconds)
-            cursor = db.execute(f"INSERT INTO spends ({SPEND_COLUMNS}) VALUES ({', '.join('?' * 19)})",
+            cursor = db.execute(f"INSERT INTO spends ({SPEND_COLUMNS}) VALUES ({', '.join('?' * 20)})",
                        (spend.study_id, spend.study_name, spend.source, spend.epsilon, spend.delta,
                         spend.n, spend.kind, spend.payload, spend.payload_sha256, spend.spec_sha256,
                         spend.spent_at, None, None, None, parent, round, spend.study_epsilon,
-                        spend.premask, spend.kept_until))
+                        spend.premask, spend.kept_until, spend.round_terms))
             seal(db, cursor.lastrowid)  # chained and signed in the same transaction
         return spend
 

@@ -34,6 +34,11 @@ def verify(book: Ledger, coordinator: str | None = None, ca: Path | None = None,
     if verdict.ok:
         voided = f" and {verdict.voids} voids (spends given back)" if verdict.voids else ""
         holds.append(f"{verdict.rows} spends{voided} verified: the chain and every signature hold")
+    if verdict.legacy:
+        holds.append(f"{len(verdict.legacy)} voids ({', '.join(verdict.legacy)}) rest on "
+                     "certificates of abort an earlier release wrote, for spends that recorded no "
+                     "round terms (before ledger schema 9): they were checked against the t, C "
+                     "and holders the certificates name themselves")
     declared = book.declared()
     if declared is not None:
         holds.append(f"declared to the coordinator at enrollment: ε = {declared[0]:g}, "

@@ -8,7 +8,9 @@ a secure round's spend whose masked input y never left the device (rule A: the d
 was dropped, timed out, or the round ended before it sent MASKED_INPUT; :mod:`.secure_steps`);
 a void without that is refused here unless it carries a certificate of abort (rule B: the round
 FAILED and enough holders of the device's shares signed that they never unmask it,
-:mod:`.secure_abort`; ``--verify`` checks the certificate, :func:`.ledger_chain.certificate_problem`).
+:mod:`.secure_abort`) that suffices and is of the round terms the spend recorded before its
+masked input left (schema 9): the void checks it, and ``--verify`` again, both with
+:func:`.ledger_chain.certificate_problem`.
 
 Each void is a link of the same chain as the spends (:mod:`.ledger_chain`):
 
@@ -29,7 +31,7 @@ from collections.abc import Callable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 
-from fedsketch.client.ledger_chain import MASKED, seal_void
+from fedsketch.client.ledger_chain import MASKED, certificate_problem, seal_void
 from fedsketch.client.ledger_records import LedgerError
 
 
@@ -54,16 +56,18 @@ class Voids:
     def void(self, study_id: str, reason: str, certificate: bytes | None = None) -> Void:
         """Give back the spend of ``study_id`` (committed; idempotent: a voided spend returns its
         void). LedgerError if there is no such spend, or if its bytes were acknowledged by the
-        coordinator and no ``certificate`` is given (they left the device)."""
+        coordinator and no ``certificate`` is given (they left the device); LedgerError for a
+        ``certificate`` that does not give it back: one that does not suffice, or is not of the
+        round terms the spend recorded, or a spend that recorded none (its spend stands)."""
         with self._write() as db:
             held = self._void(db, study_id)
             if held is not None:
                 return held
-            row = db.execute("SELECT chain, acked_at, receipt, kind FROM spends WHERE study_id = ?",
-                             (study_id,)).fetchone()
+            row = db.execute("SELECT chain, acked_at, receipt, kind, round_terms FROM spends "
+                             "WHERE study_id = ?", (study_id,)).fetchone()
             if row is None:
                 raise LedgerError(f"no spend recorded for study {study_id!r}: nothing to give back")
-            link, acked_at, receipt, kind = row
+            link, acked_at, receipt, kind, terms = row
             if kind != MASKED:
                 raise LedgerError(f"the spend of study {study_id!r} is a plain release: only a "
                                   "secure round's spend can be given back")
@@ -72,6 +76,16 @@ class Voids:
                                   f"{receipt!r}): its spend stands without a certificate of abort")
             if link is None:
                 raise LedgerError(f"the spend of study {study_id!r} is not sealed")
+            if certificate is not None:
+                if terms is None:
+                    raise LedgerError(f"the spend of study {study_id!r} recorded no round terms "
+                                      "(before ledger schema 9): no certificate of abort gives "
+                                      "it back; it stands")
+                identity = db.execute("SELECT device_id, private_key FROM identity").fetchone()
+                if (why := certificate_problem(certificate, None, study_id, identity,
+                                               bytes(terms))) is not None:
+                    raise LedgerError(f"the spend of study {study_id!r} stands: the void would "
+                                      f"rest on {why}")
             position = int(dict(db.execute("SELECT key, value FROM settings WHERE key = "
                                            "'chain_count'")).get("chain_count", "0"))
             now = time.time()

@@ -14,12 +14,17 @@ listed, and GetStudy says so), it
    UNMASK, finds a left session and a device that holds no share to reveal;
 3. sends the statement (``Device/SecAggAbort``) and gets back the certificate collected so far;
 4. if it spent on the round and its masked input may have left it (else rule A gives the spend
-   back), keeps the statements that verify under the roster's keys from its own round setup
-   (the coordinator's word) for the holders of its own shares, N⁺(u): at need(H, t, C) of
-   them, itself among them, it voids the spend with the certificate (its SHA-256 sealed in the
-   void row, :mod:`.ledger_voids`); while the coordinator still collects (not ``final``) it
-   keeps the session and asks again on its next pass; once final, the spend stands and the
-   log says so.
+   back), keeps the statements of the round's instance R that verify under the keys its spend
+   recorded (the round terms, ledger schema 9: R, t, C and the holders of its own shares
+   N⁺(u) with their keys, from the round setup it received, the coordinator's word): at
+   need(H, t, C) of them, itself among them, it voids the spend with the certificate (its
+   SHA-256 sealed in the void row, :mod:`.ledger_voids`, which checks it against the terms);
+   while the coordinator still collects (not ``final``) it keeps the session and asks again
+   on its next pass; once final, the spend stands and the log says so. A spend without terms
+   (recorded by an earlier release) stands.
+
+A device signs only for the round instance it received (R, the SHA-256 of its ADVERTISE_KEYS
+bundle): one that never received it holds no share of the round and signs nothing.
 
 The daemon asks once per pass, and only about rounds it holds a session of; a coordinator that
 does not know the call (an older release), or refuses the statement, leaves the spend standing.
@@ -32,7 +37,7 @@ from collections.abc import Callable
 
 import grpc
 
-from fedsketch.client.ledger import Identity, Ledger
+from fedsketch.client.ledger import Identity, Ledger, LedgerError
 from fedsketch.client.ledger_chain import MASKED
 from fedsketch.client.roster_steps import FINAL_REFUSALS
 from fedsketch.client.secure_session import Session
@@ -40,8 +45,13 @@ from fedsketch.client.study_pass import RPC_TIMEOUT
 from fedsketch.common.net.device_reads import audience
 from fedsketch.common.pb import fedsketch_pb2 as pb
 from fedsketch.common.pb import fedsketch_pb2_grpc as pb_grpc
-from fedsketch.common.secagg import wire as sw
-from fedsketch.common.secagg.abort import Certificate, sign_statement, valid_statements
+from fedsketch.common.secagg.abort import (
+    Certificate,
+    RoundTerms,
+    bundle_digest,
+    sign_statement,
+    valid_statements,
+)
 from fedsketch.common.text import printable
 
 log = logging.getLogger("fedsketch.device")
@@ -89,10 +99,14 @@ class SecureAbort:
             session.aborted = session.left = True
             session.client = session.input = session.noise = None
             self.ledger.save_session(study_id, self.source, session.dump(), scrub=True)
-        to = audience(self._coordinator or "")
-        statement = pb.AbortStatement(study_id=study_id, device_id=identity.device_id, audience=to,
-                                      signature=sign_statement(identity.private_key, to, study_id,
-                                                               identity.device_id))
+        if session.setup is None:
+            log.info("study %s: the device never received the round's parameters (ADVERTISE_KEYS): "
+                     "it holds no share of the round and has no round instance to sign for", name)
+            return True
+        to, r = audience(self._coordinator or ""), bundle_digest(session.setup)
+        statement = pb.AbortStatement(
+            study_id=study_id, device_id=identity.device_id, audience=to, round_sha256=r,
+            signature=sign_statement(identity.private_key, to, study_id, r, identity.device_id))
         try:
             reply = self.stub.SecAggAbort(statement, timeout=RPC_TIMEOUT)
         except grpc.RpcError as exc:
@@ -103,20 +117,29 @@ class SecureAbort:
             return True
         spend = self.ledger.find(study_id)
         if (spend is None or spend.kind != MASKED or self.ledger.voided(study_id)
-                or not (Session.sent_masked(text) or spend.acked_at is not None)
-                or session.setup is None):
+                or not (Session.sent_masked(text) or spend.acked_at is not None)):
             return True  # nothing left the device that rule B must cover
-        params, keys, _ = sw.params_from_json(study_id, sw.load(session.setup))
-        holders = {v: keys.get(v, b"") for v in params.closed(identity.device_id)}
-        cert = Certificate(study_id, identity.device_id, to, params.threshold, params.colluders,
-                           holders, valid_statements(((s.device_id, s.audience, s.signature)
-                                                      for s in reply.statements),
-                                                     holders, to, study_id))
+        if spend.round_terms is None:
+            log.warning("study %s: the spend recorded no round terms (an earlier release wrote "
+                        "it): no certificate of abort can give it back; it stands", name)
+            return True
+        terms = RoundTerms.from_bytes(spend.round_terms)
+        holders = terms.holders
+        cert = Certificate(study_id, identity.device_id, to, terms.threshold, terms.colluders,
+                           holders, valid_statements(((s.device_id, s.audience, s.round_sha256,
+                                                       s.signature) for s in reply.statements),
+                                                     holders, to, study_id, terms.bundle_sha256),
+                           terms.bundle_sha256)
         signed, need = len(cert.statements), cert.need
         if cert.sufficient:
-            self.ledger.void(study_id, f"the round aborted before the masked input could be "
-                             f"unmasked: certificate of abort from {signed} of the {len(holders)} "
-                             f"holders of its shares ({need} needed)", certificate=cert.to_bytes())
+            try:
+                self.ledger.void(study_id, f"the round aborted before the masked input could be "
+                                 f"unmasked: certificate of abort from {signed} of the "
+                                 f"{len(holders)} holders of its shares ({need} needed)",
+                                 certificate=cert.to_bytes())
+            except LedgerError as exc:
+                log.warning("study %s: %s", name, exc)
+                return True
             log.warning("study %s: certificate of abort from %d of the %d holders of the device's "
                         "shares (%d needed): its masked input can never be unmasked; its spend "
                         "of ε = %g is void and given back", name, signed, len(holders), need,

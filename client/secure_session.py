@@ -22,6 +22,7 @@ from fedsketch.client.study_pass import Later, release_cost
 from fedsketch.common.pb import fedsketch_pb2 as pb
 from fedsketch.common.secagg import Client
 from fedsketch.common.secagg import wire as sw
+from fedsketch.common.secagg.abort import RoundTerms
 from fedsketch.common.sketch.box import Box
 from fedsketch.common.study.calibration_round import SketchRound, is_sketch_round
 from fedsketch.common.study.refine import RoundSpec
@@ -76,6 +77,15 @@ class Session:
     def epsilon(self) -> float:
         """ε of this device's release here (:func:`~.study_pass.release_cost`)."""
         return release_cost(self.spec, self.round)[0]
+
+    @property
+    def terms(self) -> bytes:
+        """What the spend records of the round before the masked input leaves the device (rule
+        B, ledger schema 9): R, t, C and the holders of its shares with their keys, from
+        ``setup`` (:class:`~fedsketch.common.secagg.abort.RoundTerms`)."""
+        if self.setup is None:
+            raise ValueError("the session holds no round parameters (ADVERTISE_KEYS) yet")
+        return RoundTerms.of_round(self.study_id, self.device_id, self.setup).to_bytes()
 
     @property
     def protocol(self) -> SecureProtocol:

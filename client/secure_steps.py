@@ -347,7 +347,7 @@ class SecureSteps:
                 spend = self.ledger.record_spend(
                     study_id=sid, source=self.source, epsilon=session.epsilon, delta=0.0,
                     n=float(session.n), kind=SECURE_KIND, payload=session.replies[stage],
-                    spec_sha256=study.spec_sha256, premask=premask,
+                    spec_sha256=study.spec_sha256, premask=premask, round_terms=session.terms,
                     **spend_labels(session.spec, session.round, session.later))
             except BudgetExceeded as exc:
                 return self._drop(sid, session, Declined(str(exc), pb.BUDGET))

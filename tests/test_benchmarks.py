@@ -88,6 +88,9 @@ def test_su_robust_counts_the_runs_above_1_2_for_every_method_and_eps(capsys):
     ("bench_scale_federated.py", ["--sets", "diamonds", "--rows", "3000", "--seeds", "1",
                                   "--devices", "4", "--modes", "secure", "--cache", "."],
      "| diamonds | secure | 1 | auto |"),
+    ("secure_under_load.py", ["--loops", "1", "--runs", "1", "--", "--devices", "4", "--records",
+                              "4000", "--k", "2", "--d", "2", "--m", "50", "--epsilon", "1",
+                              "--secure-aggregation"], "| 1 | 0 | "),
 ])
 def test_benchmark_runs_at_a_tiny_size(tmp_path, monkeypatch, capsys, script, args, row):
     """The script runs as ``python benchmarks/SCRIPT ARGS`` from an empty folder would (its argv,
@@ -102,6 +105,18 @@ def test_benchmark_runs_at_a_tiny_size(tmp_path, monkeypatch, capsys, script, ar
     assert any(line.startswith(row) for line in out.splitlines()), out[-2000:]
     if script == "bench_realdata_federated.py":  # its plot, drawn from its JSON
         assert (tmp_path / "federated_diamonds.png").stat().st_size > 0
+
+
+def test_secure_under_load_records_a_failed_run_and_exits_1(tmp_path):
+    """A run of the command that fails is a row with its exit code and error, and the script
+    exits 1 (the loops are killed either way: it returns at all)."""
+    res = subprocess.run([sys.executable, str(BENCHMARKS / "secure_under_load.py"), "--loops", "1",
+                          "--runs", "1", "--", "--devices", "4", "--no-such-option"], cwd=tmp_path,
+                         capture_output=True, text=True, timeout=120)
+    assert res.returncode == 1, res.stderr[-2000:]
+    rows = [line for line in res.stdout.splitlines() if line.startswith("| 1 | ")]
+    assert len(rows) == 1 and rows[0].startswith("| 1 | 2 | ") and "| - | - |" in rows[0], res.stdout
+    assert "**0 of 1** runs exited 0" in res.stdout, res.stdout
 
 
 @pytest.mark.slow

@@ -407,16 +407,18 @@ class SecAggMessage(_message.Message):
     def __init__(self, study_id: _Optional[str] = ..., device_id: _Optional[str] = ..., stage: _Optional[_Union[Stage, str]] = ..., body: _Optional[bytes] = ..., signature: _Optional[bytes] = ...) -> None: ...
 
 class AbortStatement(_message.Message):
-    __slots__ = ("study_id", "device_id", "audience", "signature")
+    __slots__ = ("study_id", "device_id", "audience", "signature", "round_sha256")
     STUDY_ID_FIELD_NUMBER: _ClassVar[int]
     DEVICE_ID_FIELD_NUMBER: _ClassVar[int]
     AUDIENCE_FIELD_NUMBER: _ClassVar[int]
     SIGNATURE_FIELD_NUMBER: _ClassVar[int]
+    ROUND_SHA256_FIELD_NUMBER: _ClassVar[int]
     study_id: str
     device_id: str
     audience: str
     signature: bytes
-    def __init__(self, study_id: _Optional[str] = ..., device_id: _Optional[str] = ..., audience: _Optional[str] = ..., signature: _Optional[bytes] = ...) -> None: ...
+    round_sha256: bytes
+    def __init__(self, study_id: _Optional[str] = ..., device_id: _Optional[str] = ..., audience: _Optional[str] = ..., signature: _Optional[bytes] = ..., round_sha256: _Optional[bytes] = ...) -> None: ...
 
 class AbortCertificate(_message.Message):
     __slots__ = ("study_id", "statements", "final")

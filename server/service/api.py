@@ -116,10 +116,10 @@ class DeviceService:
     def SecAggAbort(self, request, context):  # noqa: N802
         """A device's abort statement of a failed secure round; the certificate collected so far."""
         rows, final = self.c.abort_round(request.study_id, request.device_id, request.audience,
-                                         request.signature)
+                                         request.round_sha256, request.signature)
         return pb.AbortCertificate(study_id=request.study_id, final=final, statements=[
-            pb.AbortStatement(study_id=request.study_id, device_id=r.device_id,
-                              audience=r.audience, signature=r.signature) for r in rows])
+            pb.AbortStatement(study_id=request.study_id, device_id=r.device_id, audience=r.audience,
+                              signature=r.signature, round_sha256=r.round_sha256) for r in rows])
 
     def ReportRefusal(self, request, context):  # noqa: N802
         """A device's signed reason for declining a study; INVALID_ARGUMENT for a number that is

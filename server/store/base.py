@@ -442,9 +442,10 @@ class Store(ABC):
 
     @abstractmethod
     def add_abort_statement(self, study_id: str, device_id: str, audience: str,
-                            signature: bytes) -> bool:
-        """Keep a device's (verified) abort statement of a round, once: True if stored, False if
-        it had one. StoreError 'not_found' for an unknown study, 'failed_precondition' unless
+                            signature: bytes, round_sha256: bytes = b"") -> bool:
+        """Keep a device's (verified) abort statement of a round's instance ``round_sha256``,
+        once per coordinator name ``audience``: True if stored, False if it had one. StoreError
+        'not_found' for an unknown study, 'failed_precondition' unless
         it failed."""
 
     @abstractmethod

@@ -55,6 +55,11 @@ counted). :meth:`~fedsketch.server.store.base.Store.add_contribution` and the RE
 :meth:`~fedsketch.server.store.base.Store.add_stage_message` refuse a release that would take a
 device past its declared total, in the transaction that stores it (:mod:`.accounts`).
 :func:`migrate_v7` adds the columns; a new store is :data:`SCHEMA` and then that step.
+
+Schema 9 keeps the abort statements of failed secure rounds (rule B, ``abort_statements``,
+:func:`migrate_v8`); schema 10 binds each to the round's instance (``round_sha256``) and keys it
+per coordinator name too (:func:`migrate_v9` rebuilds the table). A new store runs those steps
+after :data:`SCHEMA` as well.
 """
 
 from __future__ import annotations
@@ -65,7 +70,7 @@ from typing import Any, Protocol
 
 from fedsketch.server.store.base import KINDS, STATES, StudyRow
 
-SCHEMA_VERSION = 9
+SCHEMA_VERSION = 10
 
 #: Marks a database as a fedsketch store: SQLite's ``PRAGMA application_id`` ("FSKS" in the file
 #: header), PostgreSQL's ``fedsketch_store.application_id``.
@@ -160,7 +165,8 @@ SECURE_CHARGES = """CREATE TABLE secure_charges (
         delta REAL,
         PRIMARY KEY (study_id, device_id))"""
 
-ABORT_STATEMENTS = """CREATE TABLE abort_statements (
+#: Schema 9's abort statements (version 1: one per round and device), which schema 10 rebuilds.
+ABORT_STATEMENTS_V9 = """CREATE TABLE abort_statements (
         study_id TEXT NOT NULL REFERENCES studies(study_id),
         device_id TEXT NOT NULL REFERENCES devices(device_id),
         audience TEXT NOT NULL,
@@ -168,6 +174,16 @@ ABORT_STATEMENTS = """CREATE TABLE abort_statements (
         received_at REAL NOT NULL,
         certified_at REAL,
         PRIMARY KEY (study_id, device_id))"""
+
+ABORT_STATEMENTS = """CREATE TABLE abort_statements_v10 (
+        study_id TEXT NOT NULL REFERENCES studies(study_id),
+        device_id TEXT NOT NULL REFERENCES devices(device_id),
+        audience TEXT NOT NULL,
+        round_sha256 BLOB NOT NULL,
+        signature BLOB NOT NULL,
+        received_at REAL NOT NULL,
+        certified_at REAL,
+        PRIMARY KEY (study_id, device_id, audience))"""
 
 SCHEMA = (
     """CREATE TABLE devices (
@@ -307,7 +323,22 @@ def migrate_v7(c: Connection) -> None:
 def migrate_v8(c: Connection) -> None:
     """Schema 8 → 9: the abort statements of failed secure rounds, and which device was handed
     a certificate of abort that gives its ε back (rule B, :mod:`.abort_statements`)."""
+    c.execute(ABORT_STATEMENTS_V9)
+
+
+def migrate_v9(c: Connection) -> None:
+    """Schema 9 → 10: an abort statement names the round's instance (``round_sha256``, the
+    SHA-256 of the ADVERTISE_KEYS bundle; statement version 2), and a device keeps one per
+    coordinator name it signed for (the key gains ``audience``). The table is rebuilt (a primary
+    key changes) under a new name, then renamed; the rows kept before are version-1 statements
+    (``round_sha256`` empty), which no certificate counts any more, and keep ``certified_at``
+    (the rounds they certified stay out of the devices' accounts)."""
     c.execute(ABORT_STATEMENTS)
+    c.execute("INSERT INTO abort_statements_v10 (study_id, device_id, audience, round_sha256, "
+              "signature, received_at, certified_at) SELECT study_id, device_id, audience, ?, "
+              "signature, received_at, certified_at FROM abort_statements", (b"",))
+    c.execute("DROP TABLE abort_statements")
+    c.execute("ALTER TABLE abort_statements_v10 RENAME TO abort_statements")
 
 
 def migrate(c: Connection, version: int) -> list[str]:
@@ -319,6 +350,7 @@ def migrate(c: Connection, version: int) -> list[str]:
             c.execute(statement)
         migrate_v7(c)  # the tables of SCHEMA are schema 7's; schema 8 adds columns to them
         migrate_v8(c)
+        migrate_v9(c)
     steps = ((migrate_v1, "contributors joined their studies' rosters"),
              (migrate_v2, "studies may have refinement rounds"),
              (migrate_v3, "rosters may be larger than the quorum"),
@@ -327,7 +359,9 @@ def migrate(c: Connection, version: int) -> list[str]:
              (migrate_v6, "secure-aggregation rounds are kept and resume after a restart"),
              (migrate_v7, "devices declare their total budget, and each release stored keeps its "
                           "(epsilon, delta)"),
-             (migrate_v8, "failed secure rounds keep their abort statements and certificates"))
+             (migrate_v8, "failed secure rounds keep their abort statements and certificates"),
+             (migrate_v9, "abort statements name the round's instance (version 2) and are kept "
+                          "per coordinator name"))
     done = []
     for old, (step, what) in enumerate(steps, start=1):
         if 1 <= version <= old:

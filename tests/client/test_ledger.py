@@ -499,12 +499,13 @@ def test_a_schema_2_ledger_is_migrated_keeping_every_spend(path):
         (old,) = led.spends()
         assert (old.study_id, old.epsilon, old.round, old.parent) == ("old", 0.4, 0, None)
         assert led.remaining(DEFAULT_SOURCE).epsilon == pytest.approx(0.6)
-        assert "schema 2 → 3" in led.history()[-6].detail  # then 3 → 4, … 6 → 7, 7 → 8
-        assert "schema 3 → 4" in led.history()[-5].detail
-        assert "schema 4 → 5" in led.history()[-4].detail
-        assert "schema 5 → 6" in led.history()[-3].detail
-        assert "schema 6 → 7: the 1 spends recorded so far were sealed" in led.history()[-2].detail
-        assert "schema 7 → 8" in led.history()[-1].detail
+        assert "schema 2 → 3" in led.history()[-7].detail  # then 3 → 4, … 7 → 8, 8 → 9
+        assert "schema 3 → 4" in led.history()[-6].detail
+        assert "schema 4 → 5" in led.history()[-5].detail
+        assert "schema 5 → 6" in led.history()[-4].detail
+        assert "schema 6 → 7: the 1 spends recorded so far were sealed" in led.history()[-3].detail
+        assert "schema 7 → 8" in led.history()[-2].detail
+        assert "schema 8 → 9" in led.history()[-1].detail
         round_spend(led, "r", "old", 1)
         assert led.spent(DEFAULT_SOURCE)[0] == pytest.approx(0.6)
     finally:
@@ -512,8 +513,9 @@ def test_a_schema_2_ledger_is_migrated_keeping_every_spend(path):
 
 
 def _older_ledger(path: Path, version: int) -> None:
-    """A ledger as schema ``version`` (1 to 7) wrote it: schema 1 by :func:`_v1_ledger`;
-    schemas 2 to 7 with one spend of 0.4 (``old``), without the voids table; before 7 without
+    """A ledger as schema ``version`` (1 to 8) wrote it: schema 1 by :func:`_v1_ledger`;
+    schemas 2 to 8 with one spend of 0.4 (``old``), without ``spends.round_terms``; before 8
+    without the voids table; before 7 without
     the seal (``spends.chain``,
     ``spends.chain_signature``, the ``chain_*`` settings); before 6 without
     ``spends.kept_until`` and the secure_sessions table, but for 5
@@ -524,6 +526,13 @@ def _older_ledger(path: Path, version: int) -> None:
     led = Ledger.create(path, 1.0)
     spend(led, "old", 0.4)
     led.close()
+    with sqlite3.connect(path) as db:
+        db.execute("ALTER TABLE spends DROP COLUMN round_terms")
+        if version == 8:
+            db.execute("UPDATE settings SET value = '8' WHERE key = 'schema_version'")
+    db.close()
+    if version == 8:
+        return
     with sqlite3.connect(path) as db:
         db.execute("DROP TABLE voids")
         if version == 7:
@@ -559,15 +568,16 @@ def _older_ledger(path: Path, version: int) -> None:
     db.close()
 
 
-@pytest.mark.parametrize("version", [1, 2, 3, 4, 5, 6, 7])
-def test_older_ledgers_are_migrated_to_schema_8_with_no_reservation(path, version):
+@pytest.mark.parametrize("version", [1, 2, 3, 4, 5, 6, 7, 8])
+def test_older_ledgers_are_migrated_to_schema_9_with_no_reservation(path, version):
     """Schemas 1 to 3 kept what the device joined in the daemon's memory: the migration keeps
     every spend and adds the reservations table, empty; reservations then work, and a second
     open migrates nothing. Schema 5 adds the pre-mask input of a masked release (none before),
     schema 6 when a promise lapses (none here: no spend kept ε for later rounds), schema 7 the
     seal of the spends: every migrated spend is sealed, and the chain verifies; schema 8 the
-    voids table, empty."""
-    assert SCHEMA_VERSION == 8
+    voids table, empty; schema 9 the round terms of a secure spend (none before: the links of
+    the spends sealed before stay as they were, and verify)."""
+    assert SCHEMA_VERSION == 9
     _older_ledger(path, version)
     led = Ledger(path)
     try:
@@ -577,10 +587,12 @@ def test_older_ledgers_are_migrated_to_schema_8_with_no_reservation(path, versio
         assert led.joined() == [] and led.reservations() == [] and led.sessions(DEFAULT_SOURCE) == {}
         history = [h.detail for h in led.history()]
         assert any("schema 3 → 4" in h for h in history) == (version in (2, 3))  # 1: straight to 5
-        assert any("schema 4 → 5" in h for h in history) == (version not in (1, 5, 6, 7))
-        assert any("schema 5 → 6" in h for h in history) == (version not in (1, 6, 7))
-        assert any("schema 6 → 7" in h for h in history) == (version not in (1, 7))
-        assert any("schema 7 → 8" in h for h in history) == (version != 1)
+        assert any("schema 4 → 5" in h for h in history) == (version not in (1, 5, 6, 7, 8))
+        assert any("schema 5 → 6" in h for h in history) == (version not in (1, 6, 7, 8))
+        assert any("schema 6 → 7" in h for h in history) == (version not in (1, 7, 8))
+        assert any("schema 7 → 8" in h for h in history) == (version not in (1, 8))
+        assert any("schema 8 → 9" in h for h in history) == (version != 1)
+        assert all(s.round_terms is None for s in led.spends())
         assert led.voids() == {}
         verdict = led.verify_chain()
         assert verdict.ok and verdict.rows == len(spent), verdict
@@ -590,7 +602,7 @@ def test_older_ledgers_are_migrated_to_schema_8_with_no_reservation(path, versio
     finally:
         led.close()
     with sqlite3.connect(path) as db:
-        assert dict(db.execute("SELECT key, value FROM settings"))["schema_version"] == "8"
+        assert dict(db.execute("SELECT key, value FROM settings"))["schema_version"] == "9"
         columns = [r[1] for r in db.execute("PRAGMA table_info(reservations)")]
     db.close()
     assert columns == ["study_id", "study_name", "source", "epsilon", "delta", "joined_at",

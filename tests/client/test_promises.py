@@ -121,6 +121,7 @@ def test_a_schema_5_promise_lapses_a_week_after_its_spend(tmp_path):
         db.execute("ALTER TABLE spends DROP COLUMN chain_signature")
         db.execute("DROP TABLE secure_sessions")
         db.execute("DROP TABLE voids")  # schema 8's
+        db.execute("ALTER TABLE spends DROP COLUMN round_terms")  # schema 9's
         db.execute("UPDATE settings SET value = '5' WHERE key = 'schema_version'")
     db.close()
     led = Ledger(path)
@@ -128,7 +129,7 @@ def test_a_schema_5_promise_lapses_a_week_after_its_spend(tmp_path):
         rows = {s.study_id: s for s in led.spends()}
         assert all(s.kept_until == s.spent_at + MIGRATED_KEEP_SECONDS for s in rows.values())
         assert kept(led) == [("fresh", 0.5)]
-        assert "schema 5 → 6" in led.history()[-3].detail  # then 6 → 7 and 7 → 8
+        assert "schema 5 → 6" in led.history()[-4].detail  # then 6 → 7, 7 → 8 and 8 → 9
     finally:
         led.close()
 

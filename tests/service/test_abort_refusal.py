@@ -62,7 +62,8 @@ def test_a_device_that_signed_the_abort_never_unmasks(coordinator_round):
 
 def test_the_coordinator_keeps_only_valid_statements_of_a_failed_round(coordinator_round):
     """Device/SecAggAbort over TLS: a statement signed with another device's key or for another
-    coordinator's name is refused (UNAUTHENTICATED), so is one from an enrolled device outside
+    coordinator's name is refused (UNAUTHENTICATED), one that names no round instance (a
+    version-1 statement) too (INVALID_ARGUMENT), so is one from an enrolled device outside
     the round's roster or of a round that has not ended (PERMISSION_DENIED); a roster device's
     is kept once, and handed back to every caller. The round fails at REGISTER (three of four
     register), which is the round a test can fail in-process at once."""
@@ -73,10 +74,13 @@ def test_the_coordinator_keeps_only_valid_statements_of_a_failed_round(coordinat
     stub = r.device_stub()
     ids = [a.ledger.identity() for a in agents]
 
+    r_ = bytes(range(32))  # the round instance the statements name (the round never set up)
+
     def statement(study: str, who: int, key: int | None = None, to: str = "localhost"):
         signer = ids[who if key is None else key]
         return pb.AbortStatement(study_id=study, device_id=ids[who].device_id, audience=to,
-                                 signature=sign_statement(signer.private_key, to, study,
+                                 round_sha256=r_,
+                                 signature=sign_statement(signer.private_key, to, study, r_,
                                                           ids[who].device_id))
 
     study = r.create(secure_spec(4, epsilon=0.6, timeout=2.0)).study_id
@@ -85,7 +89,10 @@ def test_the_coordinator_keeps_only_valid_statements_of_a_failed_round(coordinat
     assert running.value.code() == grpc.StatusCode.PERMISSION_DENIED
     run_until(r, study, agents[:3], lambda: False)  # three of four register: fails at REGISTER
     assert r.store.get_study(study).state == "failed"
-    for bad, code in ((statement(study, 0, key=1), grpc.StatusCode.UNAUTHENTICATED),
+    v1 = statement(study, 0)
+    v1.ClearField("round_sha256")
+    for bad, code in ((v1, grpc.StatusCode.INVALID_ARGUMENT),  # version 1: no round instance
+                      (statement(study, 0, key=1), grpc.StatusCode.UNAUTHENTICATED),
                       (statement(study, 0, to="elsewhere.example"), grpc.StatusCode.UNAUTHENTICATED),
                       (statement(study, 3), grpc.StatusCode.PERMISSION_DENIED)):
         with pytest.raises(grpc.RpcError) as refused:

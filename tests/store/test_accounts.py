@@ -156,7 +156,7 @@ def test_a_schema_7_store_is_migrated_to_count_declared_budgets(tmp_path):
             e[3] for e in s.audit_log())
     finally:
         s.close()
-    assert file_schema(path) == SCHEMA_VERSION == 9
+    assert file_schema(path) == SCHEMA_VERSION == 10
     raw = sqlite3.connect(path)
     assert {"budget_epsilon", "budget_delta"} <= {r[1] for r in raw.execute("PRAGMA table_info(devices)")}
     raw.close()

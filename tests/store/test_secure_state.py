@@ -92,4 +92,4 @@ def test_a_schema_6_store_is_migrated_to_keep_secure_rounds(tmp_path):
                "restart" in [e[3] for e in s.audit_log()]
     finally:
         s.close()
-    assert file_schema(path) == SCHEMA_VERSION == 9
+    assert file_schema(path) == SCHEMA_VERSION == 10

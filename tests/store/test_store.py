@@ -24,6 +24,7 @@ import pytest
 from fedsketch.server.errors import Code
 from fedsketch.server.store import ContributionRow, SQLiteStore, Store, StoreError, open_store
 from fedsketch.server.store.filelock import hold_exclusive
+from fedsketch.server.store.schema import ABORT_STATEMENTS_V9
 from fedsketch.server.store.sqlite import SCHEMA_VERSION
 
 
@@ -88,6 +89,14 @@ V2_CONTRIBUTIONS = """CREATE TABLE contributions (
     kind TEXT NOT NULL CHECK (kind IN ('int32_pairs', 'int64_pairs')),
     payload BLOB NOT NULL, payload_sha256 TEXT NOT NULL, signature BLOB NOT NULL,
     received_at REAL NOT NULL, PRIMARY KEY (study_id, device_id))"""
+
+
+def back_to_schema_9(raw: sqlite3.Connection) -> None:
+    """Rewrite a current store file as schema 9 wrote it: ``abort_statements`` one per round and
+    device, without the round instance (version-1 statements)."""
+    raw.execute("DROP TABLE abort_statements")
+    raw.execute(ABORT_STATEMENTS_V9)
+    raw.execute("PRAGMA user_version = 9")
 
 
 def back_to_schema_8(raw: sqlite3.Connection) -> None:
@@ -598,12 +607,46 @@ def test_a_schema_8_store_is_migrated_to_keep_abort_statements(tmp_path):
     statement is kept only for a study that failed, once per device."""
     path = tmp_path / "store.db"
     s, device = migrated_from(path, back_to_schema_8)
-    assert file_schema(path) == SCHEMA_VERSION == 9
+    assert file_schema(path) == SCHEMA_VERSION == 10
     assert s.abort_statements("s") == []
     with pytest.raises(StoreError, match="only a failed secure round is aborted"):
-        s.add_abort_statement("s", device, "localhost", b"x" * 64)
+        s.add_abort_statement("s", device, "localhost", b"x" * 64, b"r" * 32)
     s.set_state("s", "failed", "test", expect=("open",))
-    assert s.add_abort_statement("s", device, "localhost", b"x" * 64)
-    assert not s.add_abort_statement("s", device, "localhost", b"y" * 64)  # the first is kept
-    assert [(r.device_id, r.signature) for r in s.abort_statements("s")] == [(device, b"x" * 64)]
+    assert s.add_abort_statement("s", device, "localhost", b"x" * 64, b"r" * 32)
+    assert not s.add_abort_statement("s", device, "localhost", b"y" * 64, b"r" * 32)  # first kept
+    assert [(r.device_id, r.signature, r.round_sha256) for r in s.abort_statements("s")] == [
+        (device, b"x" * 64, b"r" * 32)]
     s.close()
+
+
+def test_a_schema_9_store_keeps_its_statements_and_takes_one_per_coordinator_name(tmp_path):
+    """Schema 9 → 10 (review finding 5): the table is rebuilt keyed per device and coordinator
+    name, with the round instance R; a statement kept before (version 1: R empty) stays with its
+    certified_at, so the round it certified stays out of the device's account; a statement
+    for a second name of the coordinator is kept beside the first, not displaced by it."""
+    path = tmp_path / "store.db"
+
+    def back(raw: sqlite3.Connection) -> None:
+        back_to_schema_9(raw)
+        raw.execute("UPDATE studies SET state = 'failed' WHERE study_id = 's'")
+        device = raw.execute("SELECT device_id FROM devices").fetchone()[0]
+        raw.execute("INSERT INTO abort_statements VALUES ('s', ?, 'a.example', ?, 5.0, 6.0)",
+                    (device, b"v" * 64))
+
+    s, device = migrated_from(path, back)
+    try:
+        assert file_schema(path) == SCHEMA_VERSION == 10
+        (old,) = s.abort_statements("s")
+        assert (old.audience, old.signature, old.round_sha256) == ("a.example", b"v" * 64, b"")
+        assert s.add_abort_statement("s", device, "b.example", b"w" * 64, b"r" * 32)
+        assert not s.add_abort_statement("s", device, "a.example", b"z" * 64, b"r" * 32)
+        assert {(r.audience, r.signature) for r in s.abort_statements("s")} == {
+            ("a.example", b"v" * 64), ("b.example", b"w" * 64)}
+        raw = sqlite3.connect(path)
+        assert raw.execute("SELECT certified_at FROM abort_statements WHERE audience = "
+                           "'a.example'").fetchone() == (6.0,)
+        raw.close()
+        assert "store schema 9 -> 10: abort statements name the round's instance" in " ".join(
+            e[3] for e in s.audit_log())
+    finally:
+        s.close()
