@@ -104,9 +104,9 @@ class Spends:
         masks (schema 5); ``round_terms``: a secure round's terms, as the device saw them before
         its masked input leaves it (schema 9; sealed with the row, :mod:`.ledger_voids` gives
         the spend back only with a certificate of abort of those terms). The checks run inside
-        the write transaction, last ``recheck()`` (the agent
-        asks the coordinator whether the study still takes this device's input): a reason from
-        it raises LedgerError. A refusal, or any exception from ``recheck``, writes nothing."""
+        the write transaction, last ``recheck()`` (the agent asks the coordinator whether the
+        study still takes this device's input): a reason from it raises LedgerError. A refusal,
+        or any exception from ``recheck``, writes nothing."""
         if not (math.isfinite(epsilon) and epsilon > 0):
             raise ValueError(f"epsilon must be finite and > 0, got {epsilon!r}")
         if not (math.isfinite(delta) and delta >= 0):

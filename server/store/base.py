@@ -445,8 +445,7 @@ class Store(ABC):
                             signature: bytes, round_sha256: bytes = b"") -> bool:
         """Keep a device's (verified) abort statement of a round's instance ``round_sha256``,
         once per coordinator name ``audience``: True if stored, False if it had one. StoreError
-        'not_found' for an unknown study, 'failed_precondition' unless
-        it failed."""
+        'not_found' for an unknown study, 'failed_precondition' unless it failed."""
 
     @abstractmethod
     def abort_statements(self, study_id: str) -> list:

@@ -15,7 +15,12 @@ from test_store import enroll, refusal
 
 from fedsketch.server.store import open_store
 from fedsketch.server.store.postgres import PostgresStore, redact
-from fedsketch.server.store.schema import APPLICATION_ID, SCHEMA_VERSION, postgres_sql
+from fedsketch.server.store.schema import (
+    ABORT_STATEMENTS_V9,
+    APPLICATION_ID,
+    SCHEMA_VERSION,
+    postgres_sql,
+)
 
 
 def raw(url: str, sql: str) -> list[tuple]:
@@ -55,6 +60,35 @@ def test_a_foreign_or_newer_database_is_refused_untouched(postgres_url):
     raw(postgres_url, f"UPDATE fedsketch_store SET schema_version = {SCHEMA_VERSION + 1}")
     err = refusal(open_store, postgres_url)
     assert "newer fedsketch" in str(err) and f"schema version {SCHEMA_VERSION + 1}" in str(err)
+
+
+def test_a_schema_9_database_keeps_its_abort_statements_through_the_rebuild(postgres_url):
+    """Store schema 9 -> 10 on PostgreSQL: abort_statements is rebuilt under another name and
+    renamed (a primary key changes, and PostgreSQL keeps the old key's index name); a kept
+    statement stays, with its certified_at and an empty round instance, and a second
+    coordinator name is then kept beside it."""
+    store = open_store(postgres_url)
+    device = enroll(store, 1)
+    store.create_study("s", "{}", "0" * 64, None, 1)
+    store.set_state("s", "failed", "test", expect=("open",))
+    store.close()
+    raw(postgres_url, "DROP TABLE abort_statements")
+    raw(postgres_url, postgres_sql(ABORT_STATEMENTS_V9))
+    raw(postgres_url, f"INSERT INTO abort_statements VALUES ('s', '{device}', 'a.example', "
+                      "'\\x76', 5.0, 6.0)")
+    raw(postgres_url, "UPDATE fedsketch_store SET schema_version = 9")
+    store = open_store(postgres_url)
+    try:
+        assert raw(postgres_url, "SELECT schema_version FROM fedsketch_store") == [(SCHEMA_VERSION,)]
+        (old,) = store.abort_statements("s")
+        assert (old.audience, old.signature, old.round_sha256) == ("a.example", b"v", b"")
+        assert store.add_abort_statement("s", device, "b.example", b"w" * 64, b"r" * 32)
+        assert not store.add_abort_statement("s", device, "a.example", b"z" * 64, b"r" * 32)
+        assert len(store.abort_statements("s")) == 2
+        assert raw(postgres_url, "SELECT certified_at FROM abort_statements WHERE audience = "
+                                 "'a.example'") == [(6.0,)]
+    finally:
+        store.close()
 
 
 def test_the_sql_is_translated_in_one_place():
