@@ -9,7 +9,8 @@ import numpy as np
 from fedsketch.common.pb import fedsketch_pb2 as pb
 
 from .field import P
-from .sharing import PrepMessage
+from .sharing import LeaderShare, PrepMessage
+from .xof import SEED_BYTES
 
 
 def words(a: np.ndarray) -> bytes:
@@ -43,3 +44,19 @@ def from_pb(share: pb.PrepShare, verifier_len: int) -> PrepMessage | None:
         return None
     return PrepMessage(from_words(share.verifier, verifier_len), bytes(share.own_part),
                        bytes(share.peer_part))
+
+
+def leader_to_bytes(nonce: bytes, share: LeaderShare) -> bytes:
+    """A validated study's MASKED_INPUT body: the report's nonce, the leader's blind and the
+    helper's part (16 bytes each), then the input and proof shares as uint32 words."""
+    return nonce + share.blind + share.peer_part + words(share.input) + words(share.proof)
+
+
+def leader_from_bytes(body: bytes, input_len: int, proof_len: int) -> tuple[bytes, LeaderShare]:
+    """(nonce, leader share) of a body; ValueError unless it has exactly the circuit's length."""
+    head = 3 * SEED_BYTES
+    if len(body) != head + 4 * (input_len + proof_len):
+        raise ValueError(f"a report of {len(body):,} bytes; this device's circuit takes "
+                         f"{head + 4 * (input_len + proof_len):,}")
+    a = from_words(body[head:])
+    return body[:16], LeaderShare(a[:input_len], a[input_len:], body[16:32], body[32:48])

@@ -15,15 +15,15 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass
 
+import grpc
 import numpy as np
 
-from fedsketch.common.net.tls import secure_channel
 from fedsketch.common.pb import fedsketch_pb2 as pb
 from fedsketch.common.pb import fedsketch_pb2_grpc as pb_grpc
 from fedsketch.common.validity import wire
 from fedsketch.common.validity.field import add, from_field
-from fedsketch.common.validity.sharing import LeaderShare
-from fedsketch.server.helper.service import HELPER_MESSAGE_BYTES, proven, verify_key
+from fedsketch.common.validity.sharing import LeaderShare, proven, verify_key
+from fedsketch.server.helper.service import HELPER_MESSAGE_BYTES
 
 #: Seconds a call to the helper may take (Aggregate verifies every report: 25 ms each).
 HELPER_TIMEOUT = 600.0
@@ -49,11 +49,13 @@ class Validated:
     total: np.ndarray
 
 
-def helper_stub(target: str, ca, token: str, insecure: bool = False):
-    """(Helper stub, call metadata): TLS trusting only ``ca`` unless ``insecure``."""
+def helper_stub(target: str, ca_pem: bytes, token: str):
+    """(Helper stub, call metadata): TLS trusting only the CA certificate ``ca_pem`` (the one
+    the study's spec names)."""
     options = [("grpc.max_receive_message_length", HELPER_MESSAGE_BYTES),
                ("grpc.max_send_message_length", HELPER_MESSAGE_BYTES)]
-    channel = secure_channel(target, None if insecure else ca, insecure, options=options)
+    channel = grpc.secure_channel(target, grpc.ssl_channel_credentials(root_certificates=ca_pem),
+                                  options=options)
     return pb_grpc.HelperStub(channel), (("authorization", f"Bearer {token}"),)
 
 

@@ -29,7 +29,6 @@ from __future__ import annotations
 import hashlib
 import hmac
 from concurrent.futures import ThreadPoolExecutor
-from functools import lru_cache
 
 import grpc
 import numpy as np
@@ -37,9 +36,8 @@ import numpy as np
 from fedsketch.common.net.tls import ServerTLS
 from fedsketch.common.pb import fedsketch_pb2 as pb
 from fedsketch.common.validity import wire, xof
-from fedsketch.common.validity.circuit import RangeCircuit
 from fedsketch.common.validity.field import add
-from fedsketch.common.validity.sharing import HelperShare, ProvenInput
+from fedsketch.common.validity.sharing import HelperShare, proven, verify_key
 from fedsketch.server.errors import Code, Refusal
 from fedsketch.server.helper.store import HelperStore
 from fedsketch.server.service.handlers import add_service
@@ -48,17 +46,6 @@ from fedsketch.server.service.handlers import add_service
 #: the reports; the handlers' own limits are smaller).
 HELPER_MESSAGE_BYTES = 64 * 1024 * 1024
 SEED = xof.SEED_BYTES
-
-
-@lru_cache(maxsize=64)
-def proven(entries: int, bound: int, l1_bound: int) -> ProvenInput:
-    """The sharing of one circuit (its FLP's matrices built once per circuit)."""
-    return ProvenInput(RangeCircuit(entries, bound, l1_bound or None))
-
-
-def verify_key(leader_seed: bytes, helper_seed: bytes) -> bytes:
-    """The aggregators' shared verify key, from both seeds."""
-    return xof.derive(b"fedsketch validity verify key", leader_seed, helper_seed)
 
 
 def _need(cond: bool, code: Code, message: str) -> None:

@@ -6,75 +6,20 @@ coordinator's calls need the helper token, and an acknowledged share survives a 
 from __future__ import annotations
 
 import os
-import signal
-import subprocess
-import sys
-import time
-from pathlib import Path
 
 import grpc
 import numpy as np
 import pytest
+from helperproc import Helper
 
-from fedsketch.common.net.tls import init_certs, secure_channel
 from fedsketch.common.pb import fedsketch_pb2 as pb
-from fedsketch.common.pb import fedsketch_pb2_grpc as pb_grpc
 from fedsketch.common.validity import xof
-from fedsketch.common.validity.circuit import RangeCircuit, width
-from fedsketch.common.validity.field import P
-from fedsketch.server.helper.link import Report, helper_stub, validate
-from fedsketch.server.helper.service import proven
+from fedsketch.common.validity.sharing import proven
+from fedsketch.server.helper.link import Report, validate
+from fedsketch.server.sim.hostile import out_of_range
 
-FEDSKETCH = str(Path(sys.executable).with_name("fedsketch"))
 N, BOUND = 24, 5000
 CIRCUIT = (N, BOUND, 0)
-
-
-class Helper:
-    """A `fedsketch helper serve` process on a free loopback port."""
-
-    def __init__(self, folder: Path) -> None:
-        self.folder = folder
-        if not (folder / "certs" / "ca.pem").exists():
-            init_certs(folder / "certs", ["localhost", "127.0.0.1"])
-        self.start()
-
-    def start(self) -> None:
-        port_file = self.folder / "port"
-        port_file.unlink(missing_ok=True)
-        certs = self.folder / "certs"
-        self.proc = subprocess.Popen(
-            [FEDSKETCH, "helper", "serve", "--db", str(self.folder / "helper.db"),
-             "--listen", "127.0.0.1:0", "--cert", str(certs / "server.pem"),
-             "--key", str(certs / "server.key"), "--token-file", str(self.folder / "helper.token"),
-             "--port-file", str(port_file)], stderr=subprocess.PIPE, text=True)
-        deadline = time.monotonic() + 120  # generous: a loaded machine starts Python slowly
-        while not (port_file.exists() and port_file.read_text().strip()):
-            if self.proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"the helper did not start: {self.proc.stderr.read()}")
-            time.sleep(0.05)
-        self.target = f"localhost:{port_file.read_text().strip()}"
-
-    @property
-    def ca(self) -> Path:
-        return self.folder / "certs" / "ca.pem"
-
-    def device(self) -> pb_grpc.HelperStub:
-        return pb_grpc.HelperStub(secure_channel(self.target, self.ca))
-
-    def coordinator(self):
-        return helper_stub(self.target, self.ca, (self.folder / "helper.token").read_text().strip())
-
-    def kill(self) -> None:
-        self.proc.send_signal(signal.SIGKILL)
-        self.proc.wait()
-        self.proc.stderr.close()
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            self.proc.wait(timeout=30)
-        self.proc.stderr.close()
 
 
 @pytest.fixture
@@ -84,18 +29,6 @@ def helper(tmp_path):
     h.stop()
 
 
-def inflated(circ: RangeCircuit, x: np.ndarray) -> np.ndarray:
-    """A hostile encoding of x with entries beyond ±B: y_i = x_i + B in valid bits (mod 2^w)
-    and z_i = 2B − y_i as one field element, so that y_i + z_i = 2B holds and only the check
-    that every element is a bit fails."""
-    w = width(circ.bound)
-    y = (x + circ.bound) % (1 << w)
-    encoded = np.zeros(circ.length, dtype=np.int64)
-    encoded[: circ.n * w] = ((y[:, None] >> np.arange(w)) & 1).ravel()
-    encoded[circ.n * w:: w][: circ.n] = np.mod(2 * circ.bound - y, P)
-    return encoded
-
-
 def upload(stub, study_id: str, kind: str, x: np.ndarray) -> Report:
     """A device's report of ``x`` (honest) or a hostile one: its helper share uploaded, its
     leader share returned as the coordinator holds it."""
@@ -103,7 +36,7 @@ def upload(stub, study_id: str, kind: str, x: np.ndarray) -> Report:
     if kind == "honest":
         leader, helper = proof.shard(x, nonce)
     elif kind == "inflate":  # 100 x an honest input: far beyond the bound
-        leader, helper = proof.shard_encoded(inflated(proof.circuit, 100 * x), nonce)
+        leader, helper = proof.shard_encoded(out_of_range(proof.circuit, 100 * x), nonce)
     else:  # uniform random words
         leader, helper = proof.shard_encoded(xof.expand(xof.seed(), b"r", proof.circuit.length),
                                              nonce)
