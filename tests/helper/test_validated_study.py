@@ -130,3 +130,7 @@ def test_a_hostile_report_is_excluded_and_the_rest_published(tmp_path, certs, he
     assert rnd.validation["excluded"] == [hostile_id]
     assert seen["devices"] == DEVICES - 1
     assert seen["total"].tolist() == sum(premask(a, s.study_id) for a in agents[:-1]).tolist()
+    operator = pb_grpc.OperatorStub(secure_channel(target, certs.ca_cert))
+    audit = operator.Audit(pb.AuditRequest(study_id=s.study_id), metadata=META).entries
+    assert any(f"validated sum: {DEVICES - 1} reports valid, 1 excluded ({hostile_id})"
+               in e.detail for e in audit), [e.detail for e in audit]
