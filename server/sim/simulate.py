@@ -192,7 +192,8 @@ def _processes(target: str, ca: Path, folder: Path, tokens: list[str], x: np.nda
         procs.append(subprocess.Popen(
             [exe, "device", "run", "--coordinator", target, "--ca", str(ca), "--data", str(path),
              "--ledger", str(folder / f"device{i}.ledger"), "--budget", repr(epsilon),
-             "--token", token, "--label", f"sim-{i}", "--poll", "0.1", "--max-poll", "0.5"],
+             "--token", token, "--label", f"sim-{i}", "--poll", "0.1", "--max-poll", "0.5"]
+            + (["--budget-delta", "1e-6"] if cfg.validation else []),  # a validated spend's δ
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
     wait_for(watch, (pb.DONE, pb.FAILED) + (() if cfg.rounds or cfg.scale is None else (pb.DECODING,)),
              "the round did not finish", 0.1)
@@ -359,7 +360,8 @@ def run_simulation(cfg: SimConfig, data: Pooled | None = None) -> dict:
         "ray": ray_report,
         "secure_aggregation": None if spec.secure_aggregation is None else {
             **asdict(spec.secure_aggregation), "min_honest": spec.assumptions.min_honest,
-            "stage_open_seconds": dict(getattr(rnd, "stage_open", {}))},
+            "stage_open_seconds": dict(getattr(rnd, "stage_open", {})),
+            "stage_seconds": dict(getattr(rnd, "stage_seconds", {}))},
         "config": used_config(cfg, spec, full.get("calibration")),
         "hostile": defended,
         "validation": validated["report"],
