@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import hashlib
 import time
+from collections import Counter
 
 import grpc
 
@@ -114,22 +115,19 @@ class ValidatedRound(SecAggRound):
     def _validate(self, bodies: dict[str, bytes]):
         """(the valid reports' sum, "") or (None, why the study fails); sets ``validation`` and
         the survivors (the devices whose reports are in the sum)."""
-        reports, device_of, malformed = [], {}, []
+        parsed = {}
         for device, body in sorted(bodies.items()):
             circuit = device_circuit(self.spec, int(self._records[device]))
             proof = proven(*circuit)
-            try:
+            try:  # a malformed report is left out (excluded)
                 nonce, share = leader_from_bytes(body, proof.circuit.length,
                                                  proof.proofs * proof.flp.proof_len)
             except ValueError:
-                malformed.append(device)
                 continue
-            if nonce in device_of:  # a replayed report: both are excluded
-                malformed += [device, device_of.pop(nonce)]
-                continue
-            device_of[nonce] = device
-            reports.append(Report(nonce, share, circuit))
-        reports = [r for r in reports if r.nonce in device_of]
+            parsed[device] = Report(nonce, share, circuit)
+        nonces = Counter(r.nonce for r in parsed.values())  # a replayed report: all copies out
+        device_of = {r.nonce: u for u, r in parsed.items() if nonces[r.nonce] == 1}
+        reports = [r for r in parsed.values() if r.nonce in device_of]
         need = self.spec.assumptions.min_submitters
         try:
             if self.helper_token is None:
