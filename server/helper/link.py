@@ -92,8 +92,12 @@ def validate(stub: pb_grpc.HelperStub, meta, study_id: str, reports: list[Report
         leader=[wire.to_pb(n, mine.get(n)) for n in by_nonce]), metadata=meta,
         timeout=HELPER_TIMEOUT)
     if set(answer.accepted) != set(accepted):
+        only_helper = sorted(n.hex()[:8] for n in set(answer.accepted) - set(accepted))
+        only_ours = sorted(n.hex()[:8] for n in set(accepted) - set(answer.accepted))
         raise RuntimeError(f"the helper accepted {len(answer.accepted)} reports and the "
-                           f"coordinator {len(accepted)}: not the same set; nothing is published")
+                           f"coordinator {len(accepted)}: not the same set (only the helper: "
+                           f"{only_helper}, only the coordinator: {only_ours}); nothing is "
+                           "published")
     total = wire.from_words(answer.share)
     for nonce in accepted:
         report = by_nonce[nonce]
