@@ -76,7 +76,7 @@ def run(tmp_path, certs, target, coord, spec, hostile: str | None):
     study = operator.CreateStudy(pb.CreateStudyRequest(spec_json=spec.to_json()), metadata=META)
     x, _, _ = gmm(3000, 3, 3, 3.0, seed=6)
     agents = []
-    for i, part in enumerate(np.array_split(x, DEVICES)):
+    for i, part in enumerate(np.split(x, [300, 800, 1400, 2100])):  # each n its own circuit
         data = LocalData(lambda part=part: split(part), 3)
         kind = hostile if i == DEVICES - 1 else None
         ledger = Ledger.create(tmp_path / f"d{i}.ledger", 1000.0, 1e-6)
