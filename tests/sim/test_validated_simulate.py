@@ -36,3 +36,11 @@ def test_a_hostile_prover_is_excluded_and_the_result_stays(honest, kind):
     assert report["relative_sse"] is not None
     assert abs(report["relative_sse"] - honest["relative_sse"]) <= 0.02, (
         report["relative_sse"], honest["relative_sse"])
+
+
+def test_device_daemons_as_processes_prove_and_are_counted():
+    """`fedsketch device run` processes (with a δ budget) prove their inputs, upload to the
+    helper process and are all counted."""
+    report = run_simulation(SimConfig(**SMALL, processes=True))
+    assert report["validation"] == {"valid": 6, "excluded": []}
+    assert report["relative_sse"] is not None and report["devices"] == 6
