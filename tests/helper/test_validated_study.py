@@ -134,3 +134,24 @@ def test_a_hostile_report_is_excluded_and_the_rest_published(tmp_path, certs, he
     audit = operator.Audit(pb.AuditRequest(study_id=s.study_id), metadata=META).entries
     assert any(f"validated sum: {DEVICES - 1} reports valid, 1 excluded ({hostile_id})"
                in e.detail for e in audit), [e.detail for e in audit]
+
+
+def test_a_device_without_a_delta_budget_declines_before_reading_its_data(tmp_path, certs, helper,
+                                                                           coordinator):
+    target, _, _ = coordinator
+    operator = pb_grpc.OperatorStub(secure_channel(target, certs.ca_cert))
+    study = operator.CreateStudy(pb.CreateStudyRequest(spec_json=validated_spec(helper).to_json()),
+                                 metadata=META)
+    reads = []
+
+    def data():
+        reads.append(1)
+        return LocalData(lambda: split(np.zeros((10, 3))), 3)
+
+    agent = Agent(secure_channel(target, certs.ca_cert),
+                  Ledger.create(tmp_path / "pure.ledger", 1000.0), data)  # δ budget 0
+    token = operator.IssueTokens(pb.IssueTokensRequest(count=1), metadata=META).tokens[0]
+    agent.ensure_enrolled(target, token, "pure")
+    out = agent.step()
+    assert "a pure-ε budget" in out.refused[study.study_id]
+    assert agent.ledger.find(study.study_id) is None and not reads
