@@ -1,6 +1,6 @@
 """The ``fedsketch`` command, assembled: its own options (``--version``, ``--verbose``) and the
 command groups of the packages that define them — the commands on local files, ``simulate``,
-``compare``, ``certs`` and ``coordinator`` from :mod:`fedsketch.server.cli`, and ``device`` from
+``compare``, ``certs``, ``coordinator`` and ``helper`` from :mod:`fedsketch.server.cli`, and ``device`` from
 :mod:`fedsketch.client.cli`. The installed ``fedsketch`` script is :data:`app`.
 
 Nothing heavy is imported here: numpy, grpc and the mechanisms load inside the commands that use
@@ -20,6 +20,7 @@ from fedsketch.common.helptext import TidyGroup
 from fedsketch.server.cli.certs import certs_app
 from fedsketch.server.cli.compare import compare_command
 from fedsketch.server.cli.coordinator import coordinator_app
+from fedsketch.server.cli.helper import helper_app
 from fedsketch.server.cli.local import decode, evaluate, sketch, synth_app
 from fedsketch.server.cli.simulate import simulate_command
 
@@ -32,6 +33,7 @@ app = typer.Typer(
 app.add_typer(synth_app, name="synth")
 app.add_typer(certs_app, name="certs")
 app.add_typer(coordinator_app, name="coordinator")
+app.add_typer(helper_app, name="helper")
 app.add_typer(device_app, name="device")
 app.command("simulate")(simulate_command)
 app.command("compare")(compare_command)

@@ -74,7 +74,7 @@ from fedsketch.client.roster_steps import FINAL_REFUSALS, RosterSteps
 from fedsketch.client.round_steps import RoundChecks, release
 from fedsketch.client.secure_abort import SecureAbort
 from fedsketch.client.secure_session import Session
-from fedsketch.client.secure_steps import SECURE_KIND, SecureSteps
+from fedsketch.client.secure_steps import SECURE_KIND
 from fedsketch.client.settling import Settling
 from fedsketch.client.study_pass import (
     RPC_TIMEOUT,
@@ -88,6 +88,7 @@ from fedsketch.client.study_pass import (
     release_cost,
     spend_labels,
 )
+from fedsketch.client.validated_steps import ValidatedSteps
 from fedsketch.common.net import signing
 from fedsketch.common.net.device_reads import signed_read
 from fedsketch.common.pb import fedsketch_pb2 as pb
@@ -105,7 +106,7 @@ log = logging.getLogger("fedsketch.device")
 #: (``fedsketch.server.store.accounts.REFUSED``: a wire contract).
 DECLARED_BUDGET_EXCEEDED = "declared_budget_exceeded"
 
-class Agent(SecureSteps, SecureAbort, RosterSteps, RoundChecks, Settling):
+class Agent(ValidatedSteps, SecureAbort, RosterSteps, RoundChecks, Settling):
     """A device's protocol logic over one gRPC channel and one ledger."""
 
     def __init__(self, channel: grpc.Channel, ledger: Ledger, data: DataFeed,

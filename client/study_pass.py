@@ -17,6 +17,7 @@ from fedsketch.common.sketch.box import Box
 from fedsketch.common.study.calibration_round import SketchRound
 from fedsketch.common.study.refine import RoundSpec
 from fedsketch.common.study.study import StudySpec
+from fedsketch.common.study.validated import is_validated, validity_delta
 
 #: Fault injection for crash tests: FEDSKETCH_FAULT names the :func:`fault_point` at which the
 #: process sends itself SIGKILL.
@@ -48,11 +49,14 @@ class Later:
 def release_cost(spec: StudySpec, rnd: RoundSpec | SketchRound | None) -> tuple[float, float]:
     """(ε, δ) of a device's release for study ``spec`` in round ``rnd``: the sketch's (also in a
     sketch round, whose ``spec`` may be the study or the one the round collects), a calibration
-    round 0's ε (pure), or a refinement round's ε (pure)."""
+    round 0's ε (pure), or a refinement round's ε (pure). A study validated by a helper adds the
+    δ its bounded noise shares cost (:func:`~fedsketch.common.study.validated.validity_delta`),
+    so a device without that δ in its budget declines before it reads its data."""
     if rnd is None and spec.calibration is not None:
         return spec.calibration.epsilon, 0.0
     if rnd is None or isinstance(rnd, SketchRound):
-        return spec.sketch.privacy.epsilon, spec.sketch.privacy.delta
+        extra = validity_delta(spec) if is_validated(spec) else 0.0
+        return spec.sketch.privacy.epsilon, spec.sketch.privacy.delta + extra
     return rnd.epsilon(spec), 0.0
 
 

@@ -386,6 +386,102 @@ class AuditEntry(_message.Message):
     detail: str
     def __init__(self, at: _Optional[float] = ..., actor: _Optional[str] = ..., action: _Optional[str] = ..., detail: _Optional[str] = ...) -> None: ...
 
+class HelperUpload(_message.Message):
+    __slots__ = ("study_id", "nonce", "seed", "blind", "peer_part")
+    STUDY_ID_FIELD_NUMBER: _ClassVar[int]
+    NONCE_FIELD_NUMBER: _ClassVar[int]
+    SEED_FIELD_NUMBER: _ClassVar[int]
+    BLIND_FIELD_NUMBER: _ClassVar[int]
+    PEER_PART_FIELD_NUMBER: _ClassVar[int]
+    study_id: str
+    nonce: bytes
+    seed: bytes
+    blind: bytes
+    peer_part: bytes
+    def __init__(self, study_id: _Optional[str] = ..., nonce: _Optional[bytes] = ..., seed: _Optional[bytes] = ..., blind: _Optional[bytes] = ..., peer_part: _Optional[bytes] = ...) -> None: ...
+
+class HelperAck(_message.Message):
+    __slots__ = ("duplicate",)
+    DUPLICATE_FIELD_NUMBER: _ClassVar[int]
+    duplicate: bool
+    def __init__(self, duplicate: _Optional[bool] = ...) -> None: ...
+
+class HelperClose(_message.Message):
+    __slots__ = ("study_id", "seed_commitment")
+    STUDY_ID_FIELD_NUMBER: _ClassVar[int]
+    SEED_COMMITMENT_FIELD_NUMBER: _ClassVar[int]
+    study_id: str
+    seed_commitment: bytes
+    def __init__(self, study_id: _Optional[str] = ..., seed_commitment: _Optional[bytes] = ...) -> None: ...
+
+class HelperCloseReply(_message.Message):
+    __slots__ = ("helper_seed", "reports")
+    HELPER_SEED_FIELD_NUMBER: _ClassVar[int]
+    REPORTS_FIELD_NUMBER: _ClassVar[int]
+    helper_seed: bytes
+    reports: int
+    def __init__(self, helper_seed: _Optional[bytes] = ..., reports: _Optional[int] = ...) -> None: ...
+
+class ReportCircuit(_message.Message):
+    __slots__ = ("nonce", "entries", "bound", "l1_bound")
+    NONCE_FIELD_NUMBER: _ClassVar[int]
+    ENTRIES_FIELD_NUMBER: _ClassVar[int]
+    BOUND_FIELD_NUMBER: _ClassVar[int]
+    L1_BOUND_FIELD_NUMBER: _ClassVar[int]
+    nonce: bytes
+    entries: int
+    bound: int
+    l1_bound: int
+    def __init__(self, nonce: _Optional[bytes] = ..., entries: _Optional[int] = ..., bound: _Optional[int] = ..., l1_bound: _Optional[int] = ...) -> None: ...
+
+class HelperPrepare(_message.Message):
+    __slots__ = ("study_id", "leader_seed", "reports")
+    STUDY_ID_FIELD_NUMBER: _ClassVar[int]
+    LEADER_SEED_FIELD_NUMBER: _ClassVar[int]
+    REPORTS_FIELD_NUMBER: _ClassVar[int]
+    study_id: str
+    leader_seed: bytes
+    reports: _containers.RepeatedCompositeFieldContainer[ReportCircuit]
+    def __init__(self, study_id: _Optional[str] = ..., leader_seed: _Optional[bytes] = ..., reports: _Optional[_Iterable[_Union[ReportCircuit, _Mapping]]] = ...) -> None: ...
+
+class PrepShare(_message.Message):
+    __slots__ = ("nonce", "present", "verifier", "own_part", "peer_part")
+    NONCE_FIELD_NUMBER: _ClassVar[int]
+    PRESENT_FIELD_NUMBER: _ClassVar[int]
+    VERIFIER_FIELD_NUMBER: _ClassVar[int]
+    OWN_PART_FIELD_NUMBER: _ClassVar[int]
+    PEER_PART_FIELD_NUMBER: _ClassVar[int]
+    nonce: bytes
+    present: bool
+    verifier: bytes
+    own_part: bytes
+    peer_part: bytes
+    def __init__(self, nonce: _Optional[bytes] = ..., present: _Optional[bool] = ..., verifier: _Optional[bytes] = ..., own_part: _Optional[bytes] = ..., peer_part: _Optional[bytes] = ...) -> None: ...
+
+class HelperPrepareReply(_message.Message):
+    __slots__ = ("shares",)
+    SHARES_FIELD_NUMBER: _ClassVar[int]
+    shares: _containers.RepeatedCompositeFieldContainer[PrepShare]
+    def __init__(self, shares: _Optional[_Iterable[_Union[PrepShare, _Mapping]]] = ...) -> None: ...
+
+class HelperAggregate(_message.Message):
+    __slots__ = ("study_id", "leader", "min_reports")
+    STUDY_ID_FIELD_NUMBER: _ClassVar[int]
+    LEADER_FIELD_NUMBER: _ClassVar[int]
+    MIN_REPORTS_FIELD_NUMBER: _ClassVar[int]
+    study_id: str
+    leader: _containers.RepeatedCompositeFieldContainer[PrepShare]
+    min_reports: int
+    def __init__(self, study_id: _Optional[str] = ..., leader: _Optional[_Iterable[_Union[PrepShare, _Mapping]]] = ..., min_reports: _Optional[int] = ...) -> None: ...
+
+class HelperAggregateReply(_message.Message):
+    __slots__ = ("accepted", "share")
+    ACCEPTED_FIELD_NUMBER: _ClassVar[int]
+    SHARE_FIELD_NUMBER: _ClassVar[int]
+    accepted: _containers.RepeatedScalarFieldContainer[bytes]
+    share: bytes
+    def __init__(self, accepted: _Optional[_Iterable[bytes]] = ..., share: _Optional[bytes] = ...) -> None: ...
+
 class AuditReply(_message.Message):
     __slots__ = ("entries",)
     ENTRIES_FIELD_NUMBER: _ClassVar[int]

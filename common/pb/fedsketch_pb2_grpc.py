@@ -980,3 +980,231 @@ class Operator:
             timeout,
             metadata,
             _registered_method=True)
+
+
+class HelperStub:
+    """The helper of a secure study validated by two aggregators (`fedsketch helper serve`;
+    docs/bounded-influence.md): a second party, not the coordinator's operator, that holds each
+    device's helper share of its range-proven input. Devices call Upload (no token: a share is
+    only counted for a report the coordinator names); the coordinator calls the rest with
+    `authorization: Bearer <helper token>` metadata. Field elements travel as little-endian
+    uint32 words of F_p, p = 2^31 - 1 (fedsketch.common.validity).
+    """
+
+    def __init__(self, channel):
+        """Constructor.
+
+        Args:
+            channel: A grpc.Channel.
+        """
+        self.Upload = channel.unary_unary(
+                '/fedsketch.v1.Helper/Upload',
+                request_serializer=fedsketch_dot_common_dot_pb_dot_fedsketch__pb2.HelperUpload.SerializeToString,
+                response_deserializer=fedsketch_dot_common_dot_pb_dot_fedsketch__pb2.HelperAck.FromString,
+                _registered_method=True)
+        self.CloseCollection = channel.unary_unary(
+                '/fedsketch.v1.Helper/CloseCollection',
+                request_serializer=fedsketch_dot_common_dot_pb_dot_fedsketch__pb2.HelperClose.SerializeToString,
+                response_deserializer=fedsketch_dot_common_dot_pb_dot_fedsketch__pb2.HelperCloseReply.FromString,
+                _registered_method=True)
+        self.Prepare = channel.unary_unary(
+                '/fedsketch.v1.Helper/Prepare',
+                request_serializer=fedsketch_dot_common_dot_pb_dot_fedsketch__pb2.HelperPrepare.SerializeToString,
+                response_deserializer=fedsketch_dot_common_dot_pb_dot_fedsketch__pb2.HelperPrepareReply.FromString,
+                _registered_method=True)
+        self.Aggregate = channel.unary_unary(
+                '/fedsketch.v1.Helper/Aggregate',
+                request_serializer=fedsketch_dot_common_dot_pb_dot_fedsketch__pb2.HelperAggregate.SerializeToString,
+                response_deserializer=fedsketch_dot_common_dot_pb_dot_fedsketch__pb2.HelperAggregateReply.FromString,
+                _registered_method=True)
+
+
+class HelperServicer:
+    """The helper of a secure study validated by two aggregators (`fedsketch helper serve`;
+    docs/bounded-influence.md): a second party, not the coordinator's operator, that holds each
+    device's helper share of its range-proven input. Devices call Upload (no token: a share is
+    only counted for a report the coordinator names); the coordinator calls the rest with
+    `authorization: Bearer <helper token>` metadata. Field elements travel as little-endian
+    uint32 words of F_p, p = 2^31 - 1 (fedsketch.common.validity).
+    """
+
+    def Upload(self, request, context):
+        """One report's helper share: stored before it is acknowledged; the same bytes again are
+        acknowledged again, different bytes for the same (study, nonce) are refused (ALREADY_EXISTS).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def CloseCollection(self, request, context):
+        """The coordinator closes a study's collection, committing to its query seed
+        (SHA-256 of it); the helper draws its own seed once, keeps it, and answers it. No upload
+        is taken for the study afterwards.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Prepare(self, request, context):
+        """The helper's verifier messages for the reports named, under the verify key hashed from
+        both seeds (the coordinator's revealed here, checked against its commitment).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Aggregate(self, request, context):
+        """The helper decides every report from both messages and answers its share of the sum of
+        the inputs it found valid (once per study: the same request again gets the same answer).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+
+def add_HelperServicer_to_server(servicer, server):
+    rpc_method_handlers = {
+            'Upload': grpc.unary_unary_rpc_method_handler(
+                    servicer.Upload,
+                    request_deserializer=fedsketch_dot_common_dot_pb_dot_fedsketch__pb2.HelperUpload.FromString,
+                    response_serializer=fedsketch_dot_common_dot_pb_dot_fedsketch__pb2.HelperAck.SerializeToString,
+            ),
+            'CloseCollection': grpc.unary_unary_rpc_method_handler(
+                    servicer.CloseCollection,
+                    request_deserializer=fedsketch_dot_common_dot_pb_dot_fedsketch__pb2.HelperClose.FromString,
+                    response_serializer=fedsketch_dot_common_dot_pb_dot_fedsketch__pb2.HelperCloseReply.SerializeToString,
+            ),
+            'Prepare': grpc.unary_unary_rpc_method_handler(
+                    servicer.Prepare,
+                    request_deserializer=fedsketch_dot_common_dot_pb_dot_fedsketch__pb2.HelperPrepare.FromString,
+                    response_serializer=fedsketch_dot_common_dot_pb_dot_fedsketch__pb2.HelperPrepareReply.SerializeToString,
+            ),
+            'Aggregate': grpc.unary_unary_rpc_method_handler(
+                    servicer.Aggregate,
+                    request_deserializer=fedsketch_dot_common_dot_pb_dot_fedsketch__pb2.HelperAggregate.FromString,
+                    response_serializer=fedsketch_dot_common_dot_pb_dot_fedsketch__pb2.HelperAggregateReply.SerializeToString,
+            ),
+    }
+    generic_handler = grpc.method_handlers_generic_handler(
+            'fedsketch.v1.Helper', rpc_method_handlers)
+    server.add_generic_rpc_handlers((generic_handler,))
+    server.add_registered_method_handlers('fedsketch.v1.Helper', rpc_method_handlers)
+
+
+ # This class is part of an EXPERIMENTAL API.
+class Helper:
+    """The helper of a secure study validated by two aggregators (`fedsketch helper serve`;
+    docs/bounded-influence.md): a second party, not the coordinator's operator, that holds each
+    device's helper share of its range-proven input. Devices call Upload (no token: a share is
+    only counted for a report the coordinator names); the coordinator calls the rest with
+    `authorization: Bearer <helper token>` metadata. Field elements travel as little-endian
+    uint32 words of F_p, p = 2^31 - 1 (fedsketch.common.validity).
+    """
+
+    @staticmethod
+    def Upload(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/fedsketch.v1.Helper/Upload',
+            fedsketch_dot_common_dot_pb_dot_fedsketch__pb2.HelperUpload.SerializeToString,
+            fedsketch_dot_common_dot_pb_dot_fedsketch__pb2.HelperAck.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CloseCollection(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/fedsketch.v1.Helper/CloseCollection',
+            fedsketch_dot_common_dot_pb_dot_fedsketch__pb2.HelperClose.SerializeToString,
+            fedsketch_dot_common_dot_pb_dot_fedsketch__pb2.HelperCloseReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Prepare(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/fedsketch.v1.Helper/Prepare',
+            fedsketch_dot_common_dot_pb_dot_fedsketch__pb2.HelperPrepare.SerializeToString,
+            fedsketch_dot_common_dot_pb_dot_fedsketch__pb2.HelperPrepareReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Aggregate(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/fedsketch.v1.Helper/Aggregate',
+            fedsketch_dot_common_dot_pb_dot_fedsketch__pb2.HelperAggregate.SerializeToString,
+            fedsketch_dot_common_dot_pb_dot_fedsketch__pb2.HelperAggregateReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)

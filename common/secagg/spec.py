@@ -4,7 +4,7 @@ the total record count, and the operator's stated dropout and collusion assumpti
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
 from .trust import Assumptions
 
@@ -20,7 +20,11 @@ class SecAggSpec:
     follow h_min = L − D − C and the range of safe thresholds (:mod:`fedsketch.common.secagg.trust`);
     ``degree`` the neighbours of each device in the SecAgg+ graph (None: every device shares
     with every other); ``stage_timeout`` seconds after which a stage proceeds without the
-    devices that did not answer.
+    devices that did not answer. ``validation`` "helper" replaces the masking by a two-aggregator
+    sharing with a range proof per input (docs/bounded-influence.md): ``helper`` is the helper's
+    HOST:PORT and ``helper_ca`` the PEM of the CA its certificate is checked against, both part
+    of the hashed spec, so every device sees which helper it trusts (None: not validated; the
+    three are then left out of the spec's JSON, which hashes as before).
     """
 
     threshold: int
@@ -29,6 +33,9 @@ class SecAggSpec:
     colluders: int
     degree: int | None = None
     stage_timeout: float = 30.0
+    validation: str | None = None
+    helper: str | None = None
+    helper_ca: str | None = None
 
     def __post_init__(self) -> None:
         for name, least in (("threshold", 1), ("max_records", 1), ("dropouts", 0),
@@ -42,6 +49,26 @@ class SecAggSpec:
         if (type(self.stage_timeout) not in (int, float) or not math.isfinite(self.stage_timeout)
                 or self.stage_timeout <= 0):
             raise ValueError("secure aggregation: stage_timeout must be > 0 seconds")
+        if self.validation not in (None, "helper"):
+            raise ValueError(f"secure aggregation: validation must be 'helper' or absent, got "
+                             f"{self.validation!r}")
+        if (self.validation is None) != (self.helper is None) or (
+                self.validation is None) != (self.helper_ca is None):
+            raise ValueError("secure aggregation: validation 'helper' takes the helper's address "
+                             "and CA, and only it does")
+        if self.validation is not None and not (
+                isinstance(self.helper, str) and isinstance(self.helper_ca, str)
+                and ":" in self.helper and "BEGIN CERTIFICATE" in self.helper_ca):
+            raise ValueError("secure aggregation: the helper is HOST:PORT and its CA a PEM "
+                             "certificate")
+
+    def to_dict(self) -> dict:
+        """JSON-ready; the validation fields only when set (an older spec hashes as before)."""
+        data = asdict(self)
+        if self.validation is None:
+            for name in ("validation", "helper", "helper_ca"):
+                del data[name]
+        return data
 
     @classmethod
     def assuming(cls, assumptions: Assumptions, max_records: int, degree: int | None = None,

@@ -19,7 +19,7 @@ import hashlib
 import json
 import math
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, fields
+from dataclasses import dataclass, fields
 
 from ..choices import DEFAULT_MAX_DEVICE_RECORDS
 from ..dp.plan import integer_sum_term
@@ -285,7 +285,7 @@ class StudySpec:
             "replicates": self.replicates,
             "decode_seed": self.decode_seed,
             "secure_aggregation": (None if self.secure_aggregation is None
-                                   else asdict(self.secure_aggregation)),
+                                   else self.secure_aggregation.to_dict()),
         }
         if self.refine is not None:
             data["refine"] = self.refine.to_dict()

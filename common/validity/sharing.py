@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import lru_cache
 
 import numpy as np
 
@@ -169,3 +170,15 @@ class ProvenInput:
         shares with its blind and hint, the helper's seed, blind and hint."""
         words = 4 * (self.circuit.length + self.proofs * self.flp.proof_len)
         return {"leader": words + 2 * xof.SEED_BYTES, "helper": 3 * xof.SEED_BYTES}
+
+
+@lru_cache(maxsize=64)
+def proven(entries: int, bound: int, l1_bound: int) -> ProvenInput:
+    """The sharing of the circuit (``entries``, ``bound``, ``l1_bound`` or 0 for none), built
+    once per circuit (its FLP's interpolation matrices are the costly part)."""
+    return ProvenInput(RangeCircuit(entries, bound, l1_bound or None))
+
+
+def verify_key(leader_seed: bytes, helper_seed: bytes) -> bytes:
+    """The aggregators' shared verify key, hashed from both aggregators' 16-byte seeds."""
+    return xof.derive(b"fedsketch validity verify key", leader_seed, helper_seed)

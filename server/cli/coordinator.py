@@ -80,6 +80,11 @@ def serve(
         envvar="FEDSKETCH_METRICS", metavar="HOST:PORT",
         help="Expose Prometheus metrics at http://HOST:PORT/metrics (off unless given; keep it "
         "on loopback or a monitoring network: docs/operator-console.md).")] = None,
+    helper_token_file: Annotated[Path | None, typer.Option(
+        "--helper-token-file", envvar="FEDSKETCH_HELPER_TOKEN_FILE",
+        help="The token file `helper serve` wrote (a copy from the helper's operator): with it "
+        "the coordinator creates and runs studies validated by that helper "
+        "(create-study --validation helper).")] = None,
     console: Annotated[str | None, typer.Option(
         envvar="FEDSKETCH_CONSOLE", metavar="HOST:PORT",
         help="Serve the read-only operator console at HOST:PORT (HTTPS with --cert/--key, HTTP "
@@ -138,9 +143,11 @@ def serve(
             log.info("wrote a new operator token to %s", token_file)
         token_sha256 = hashlib.sha256(read_token(token_file).encode()).hexdigest()
         watch = Console(store, metrics, console)
+        helper_token = None if helper_token_file is None else read_token(helper_token_file)
         server, coordinator, port = build_server(watch.store, token_sha256, listen, tls,
                                                  interceptors=watch.interceptors,
-                                                 add_more=watch.health.add_to)
+                                                 add_more=watch.health.add_to,
+                                                 helper_token=helper_token)
         watch.start(coordinator, token_sha256, None if insecure else (cert, key))
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):

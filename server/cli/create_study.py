@@ -97,6 +97,15 @@ def create_study(
     degree: Annotated[int | None, typer.Option(help="Neighbours per device (SecAgg+).")] = None,
     stage_timeout: Annotated[float, typer.Option(help="Seconds per stage, from when it opened "
                                                  "(a coordinator restart does not reset it).")] = 30.0,
+    validation: Annotated[str | None, typer.Option(
+        help="'helper': every secure input is proven in range before it counts, checked by the "
+        "coordinator and a helper run by another party (docs/bounded-influence.md); a device "
+        "whose proof fails is excluded. Needs --helper and --helper-ca.")] = None,
+    helper: Annotated[str | None, typer.Option(
+        help="The helper's HOST:PORT (--validation helper): in the spec every device sees.")] = None,
+    helper_ca: Annotated[Path | None, typer.Option(
+        help="The CA certificate (PEM) the helper's certificate is checked against; its text "
+        "goes into the spec.")] = None,
     auto_fraction: Annotated[float, typer.Option(
         help="Share of --epsilon that round 0 takes with --scale auto.")] = AUTO_FRACTION,
     scale_range: ScaleRangeOpt = None,
@@ -156,6 +165,7 @@ def create_study(
     the last round's expected noise), with why; the last two are warnings, and with --strict
     refusals."""
     import time
+    from dataclasses import replace
 
     from fedsketch.common.secagg.spec import SecAggSpec
     from fedsketch.common.secagg.trust import Assumptions
@@ -167,6 +177,7 @@ def create_study(
     from fedsketch.common.study.calibration_round import split_auto
     from fedsketch.common.study.refine import split_study_epsilon
     from fedsketch.common.study.study import StudySpec
+    from fedsketch.common.study.validated import check_validated
     from fedsketch.server.cli.bounds import parse_bounds
     from fedsketch.server.cli.options import parse_range, parse_scale
 
@@ -185,7 +196,8 @@ def create_study(
         given = [flag for flag, value in (("--max-records", max_records),
                                           ("--max-dropout", max_dropout),
                                           ("--max-colluders", max_colluders),
-                                          ("--threshold", threshold), ("--degree", degree))
+                                          ("--threshold", threshold), ("--degree", degree),
+                                          ("--validation", validation))
                  if value is not None]
         if secure_aggregation:
             if max_records is None or max_dropout is None or max_colluders is None:
@@ -195,6 +207,12 @@ def create_study(
             secure = SecAggSpec.assuming(
                 Assumptions.from_fractions(min_devices, max_dropout, max_colluders), max_records,
                 degree, stage_timeout, threshold)
+            if validation is not None or helper is not None or helper_ca is not None:
+                if validation != "helper" or helper is None or helper_ca is None:
+                    raise ValueError("--validation helper takes --helper HOST:PORT and "
+                                     "--helper-ca FILE, all three")
+                secure = replace(secure, validation="helper", helper=helper,
+                                 helper_ca=helper_ca.read_text())
         elif given:
             raise ValueError(f"{', '.join(given)} apply to --secure-aggregation only")
         if secure is None:
@@ -209,6 +227,7 @@ def create_study(
                                 replicates=replicates, secure_aggregation=secure, refine=refine,
                                 calibration=plan)
         spec.check_new()
+        check_validated(spec)
         report_plan(spec, expected_records, strict)
         typer.echo(largest_weight(spec, expected_records), err=True)
         if refine is not None or plan is not None:
@@ -253,7 +272,10 @@ def largest_weight(spec, expected: float | None) -> str:
         share = cap / (cap + (devices - 1) * expected)
         text += (f": {share:.1%} of the average against {devices - 1} devices of "
                  f"{expected:,.0f} records each")
-    if spec.secure_aggregation is not None:
+    if spec.secure_aggregation is not None and spec.secure_aggregation.validation == "helper":
+        text += ("; under secure aggregation its count is checked, and its input is proven "
+                 "within that count's range or excluded (validated by the helper)")
+    elif spec.secure_aggregation is not None:
         text += ("; under secure aggregation its count is checked, its input only through the "
-                 "aggregate check until the per-input proof lands (docs/bounded-influence.md)")
+                 "aggregate check, unless --validation helper proves it (docs/bounded-influence.md)")
     return text

@@ -97,6 +97,11 @@ def simulate_command(
              "100x its declared records at one point), random (uniform words), replay (another "
              "device's input), overclaim (the cap's record count); the report says what the "
              "defences did (docs/bounded-influence.md). In-process devices only.")] = None,
+    validation: Annotated[str | None, typer.Option(
+        help="'helper' (with --secure-aggregation): every input is proven in range and checked "
+             "by the coordinator and a helper process started here like the coordinator "
+             "(docs/bounded-influence.md); the report's \"validation\" counts what was "
+             "excluded.")] = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Simulate a federated study: real coordinator, L real devices, loopback gRPC over TLS.
@@ -141,7 +146,7 @@ def simulate_command(
                     stage_timeout=stage_timeout,
                     dropout=dropout, dropout_stage=dropout_stage, box=box, rounds=rounds,
                     round_share=round_share, scale_range=searched, hostile=hostile,
-                    backend=backend, address=address)
+                    backend=backend, address=address, validation=validation)
     with clean_errors(RuntimeError, *EXPECTED_ERRORS):  # RuntimeError: a device refused or the study failed
         report = run_simulation(cfg, pooled)
     if as_json:

@@ -201,14 +201,16 @@ class OperatorService:
 def build_server(store: Store, token_sha256: str, listen: str, tls: ServerTLS | None,
                  workers: int = 16, interceptors: Sequence[grpc.ServerInterceptor] = (),
                  add_more: Callable[[grpc.Server], None] | None = None,
-                 ) -> tuple[grpc.Server, Coordinator, int]:
+                 helper_token: str | None = None) -> tuple[grpc.Server, Coordinator, int]:
     """A started gRPC server with both services on ``listen``; returns (server, coordinator,
     bound port). ``tls`` None means plaintext (the explicit ``--insecure`` opt-out); else a
     device's read must be signed for one of its certificate's names (:mod:`.reads`).
     ``interceptors`` see every call (the console's metrics); ``add_more`` adds other services
-    before the server starts (the console's health service)."""
+    before the server starts (the console's health service); ``helper_token`` is what the
+    coordinator shows the helper of a study validated by one (None: it creates no such study)."""
     names = None if tls is None else tls.names
     coordinator = Coordinator(EventStore(store), names)  # each event the operator watches, logged
+    coordinator.helper_token = helper_token
     options = [("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
                ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
                ("grpc.so_reuseport", 0)]  # a second server on a busy address fails to bind

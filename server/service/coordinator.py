@@ -50,6 +50,7 @@ from fedsketch.common.study.calibration_round import check_release
 from fedsketch.common.study.refine import CellsError, RoundSpec, check_cells
 from fedsketch.common.study.secure_calibration import secure_protocol
 from fedsketch.common.study.study import StudySpec, spec_sha256
+from fedsketch.common.study.validated import check_validated
 from fedsketch.server.decode.pipeline import StudyResult, decode_study
 from fedsketch.server.errors import Code, Refusal
 from fedsketch.server.service.accounting import study_cost
@@ -213,6 +214,7 @@ class Coordinator(SecureStudies, SecureAborts, Roster, Reads, Shared):
         try:
             spec = StudySpec.from_json(spec_json)
             spec.check_new()
+            check_validated(spec, self.helper_token is not None and not self.store.shared)
             m = spec.sketch.frequencies.m
             width = 4 if spec.sketch.feature == "quantized" and spec.secure_aggregation is None else 8
             if 2 * m * width > MAX_SKETCH_BYTES:

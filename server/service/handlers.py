@@ -87,6 +87,13 @@ MAX_REQUEST_BYTES: dict[str, int] = {
     "Operator/IssueTokens": ENVELOPE_BYTES,
     "Operator/StudyStatus": ENVELOPE_BYTES,
     "Operator/Audit": ENVELOPE_BYTES,
+    # the helper's service (fedsketch.server.helper): a device's share is four short fields; the
+    # coordinator's calls carry one entry per report (Aggregate: its verifier shares, about 6 kB
+    # a report at m = 1000), up to what the helper's server accepts (HELPER_MESSAGE_BYTES)
+    "Helper/Upload": ENVELOPE_BYTES,
+    "Helper/CloseCollection": ENVELOPE_BYTES,
+    "Helper/Prepare": 64 * 1024 * 1024,
+    "Helper/Aggregate": 64 * 1024 * 1024,
 }
 #: Longest status message sent (a refusal may quote a client's field; gRPC carries the message
 #: in a trailer, which clients cap at 8 KiB by default).
@@ -99,6 +106,11 @@ Behaviour = Callable[[Message, grpc.ServicerContext], Message]
 def message_type(name: str) -> type[Message]:
     """The generated class of the proto message ``name`` (e.g. ``fedsketch.v1.Contribution``)."""
     return getattr(pb, name.removeprefix(PACKAGE + "."))
+
+
+def _server(path: str) -> str:
+    """Who answers ``path``: the helper for its own service, else the coordinator."""
+    return "helper" if path.startswith("Helper/") else "coordinator"
 
 
 def _short(text: str) -> str:
@@ -133,8 +145,8 @@ def unary(path: str, request_type: type[Message], response_type: type[Message],
             error_id = secrets.token_hex(4)
             log.exception("internal error %s in %s", error_id, path)
             status, details = grpc.StatusCode.INTERNAL, (
-                f"internal error {error_id} in the coordinator; its operator finds the cause "
-                "under this id in the coordinator's log")
+                f"internal error {error_id} in the {_server(path)}; its operator finds the "
+                f"cause under this id in the {_server(path)}'s log")
         context.abort(status, _short(details))
 
     return grpc.unary_unary_rpc_method_handler(handle, request_deserializer=None,

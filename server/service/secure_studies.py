@@ -22,12 +22,14 @@ from fedsketch.common.study.aggregate import check_sketch_sum
 from fedsketch.common.study.refine import RoundSpec
 from fedsketch.common.study.secure_calibration import SecureProtocol, secure_protocol
 from fedsketch.common.study.secure_rounds import SecureRound
+from fedsketch.common.study.validated import is_validated
 from fedsketch.server.decode.pipeline import StudyResult, decode_sketch, integer_sketch
 from fedsketch.server.errors import Code, Refusal
 from fedsketch.server.service.messages import StageMessage
 from fedsketch.server.service.rounds import Rounds, failure_detail
 from fedsketch.server.service.secure_round import SecAggRound
 from fedsketch.server.service.shared_round import SharedRound
+from fedsketch.server.service.validated_round import ValidatedRound
 from fedsketch.server.store.base import ACCEPTING, SecureRoundRow, Store
 
 log = logging.getLogger("fedsketch.coordinator")
@@ -52,6 +54,8 @@ class SecureStudies:
 
     store: Store
     rounds: dict[str, SecAggRound]
+    #: the token the helper of validated studies gave this coordinator (None: it serves none)
+    helper_token: str | None = None
     refinement: Rounds
     _lock: threading.Lock
     _decoder: ThreadPoolExecutor
@@ -76,7 +80,7 @@ class SecureStudies:
                 kept = self.store.secure_round(row.study_id)
                 if kept is not None and kept.members is not None:
                     with self._lock:
-                        self.rounds[row.study_id] = SecAggRound.ended(
+                        self.rounds[row.study_id] = self._round_kind(protocol).ended(
                             row.study_id, protocol, self.store, kept.members)
                 continue
             grace = time.time() + restart_grace(protocol.secure_aggregation.stage_timeout)
@@ -88,7 +92,8 @@ class SecureStudies:
                 continue
             finish, fail = self._round_ends(row.study_id)
             try:
-                round_ = SecAggRound.resume(row.study_id, protocol, self.store, finish, fail, grace)
+                round_ = self._round_kind(protocol).resume(row.study_id, protocol, self.store,
+                                                           finish, fail, grace)
             except Exception as exc:  # noqa: BLE001 (one study's round, not the coordinator)
                 log.exception("study %s: its secure round cannot be resumed", row.study_id)
                 reason = failure_detail(protocol, "the secure-aggregation round could not be "
@@ -136,8 +141,15 @@ class SecureStudies:
     def _new_round(self, study_id: str, spec: SecureProtocol) -> SecAggRound:
         """The secure-aggregation round of a study (or sketch round), of a round 0 (σ from its
         sum) or of a refinement round (its cells); a :class:`SharedRound` under ``--shared``."""
-        kind = SharedRound if self.store.shared else SecAggRound
+        kind = SharedRound if self.store.shared else self._round_kind(spec)
         return kind(study_id, spec, self.store, *self._round_ends(study_id))
+
+    def _round_kind(self, spec: SecureProtocol) -> type[SecAggRound]:
+        """:class:`ValidatedRound` (with this coordinator's helper token) for a study validated
+        by a helper, else :class:`SecAggRound`."""
+        if not is_validated(spec):
+            return SecAggRound
+        return type("ValidatedRound", (ValidatedRound,), {"helper_token": self.helper_token})
 
     def _adopted(self, study_id: str) -> SecAggRound | None:
         """The study's round in this process; under ``--shared``, one that another coordinator
@@ -159,7 +171,8 @@ class SecureStudies:
         if self.store.shared:
             round_ = self._new_round(study_id, protocol)
         elif self.store.get_study(study_id).state in ACCEPTING:
-            round_ = SecAggRound.resume(study_id, protocol, self.store, *self._round_ends(study_id))
+            round_ = self._round_kind(protocol).resume(study_id, protocol, self.store,
+                                                       *self._round_ends(study_id))
         else:
             return None
         with self._lock:

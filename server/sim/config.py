@@ -51,6 +51,7 @@ class SimConfig:
     round_share: float = ROUND_SHARE
     scale_range: tuple[float, float] | None = None
     hostile: str | None = None  # K:KIND (server/sim/hostile.py)
+    validation: str | None = None  # "helper": a validated secure study (server/sim/helper_process.py)
     backend: str = "inprocess"
     address: str | None = None  # a Ray cluster's address (backend "ray"); None: a local Ray
 

@@ -40,15 +40,17 @@ StepAll = Callable[[Collection[int]], list[tuple[int, bool, dict[str, str]]]]
 
 def make_agents(stack: ExitStack, target: str, ca: Path, folder: Path, tokens: list[str],
                 records: list[np.ndarray], epsilon: float, first: int = 0,
-                hostile: tuple[Collection[int], str] = ((), "")) -> list[Agent]:
+                hostile: tuple[Collection[int], str] = ((), ""), delta: float = 0.0) -> list[Agent]:
     """Enrolled in-process devices ``first``, ``first + 1``, …, each with its records (an
     (n_i, d) array), its own ledger in ``folder`` with budget ``epsilon``, and TLS channel to
-    ``target`` trusting ``ca``; ``stack`` closes them. The devices whose index is in
-    ``hostile`` = (indices, kind) are :class:`~.hostile.HostileAgent` of that kind."""
+    ``target`` trusting ``ca``; ``stack`` closes them; ``delta`` their δ budget (a validated
+    study's spends carry one: :func:`~fedsketch.common.study.validated.validity_delta`). The
+    devices whose index is in ``hostile`` = (indices, kind) are :class:`~.hostile.HostileAgent`
+    of that kind."""
     agents = []
     for j, (token, xi) in enumerate(zip(tokens, records, strict=True)):
         data = LocalData(lambda xi=xi: split(xi), xi.shape[1])
-        ledger = Ledger.create(folder / f"device{first + j}.ledger", epsilon)
+        ledger = Ledger.create(folder / f"device{first + j}.ledger", epsilon, delta)
         stack.callback(ledger.close)
         channel = secure_channel(target, ca)
         stack.callback(channel.close)

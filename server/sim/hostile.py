@@ -13,6 +13,11 @@ have them) run the real device code with one change each, made here and nowhere 
 ``overclaim``  it holds the cap's count of records (``max_device_records``), all at its first
                record's point: a genuine release, within every rule.
 
+In a study validated by a helper (docs/bounded-influence.md) a hostile device proves what it
+sends whatever it is: ``random`` sends uniform field elements as its encoding, ``inflate`` its
+input's bits with the one element that keeps y + z = 2B (:func:`out_of_range`), and both attach
+proofs computed honestly on them; the verification must exclude them.
+
 The report says what the defences did: ``excluded`` (the coordinator refused a hostile device's
 input or registration), ``study failed`` (the aggregate check,
 :mod:`fedsketch.common.study.aggregate`) or ``nothing caught``.
@@ -32,6 +37,10 @@ from fedsketch.client.agent import Agent
 from fedsketch.client.localdata import LocalData
 from fedsketch.common.pb import fedsketch_pb2 as pb
 from fedsketch.common.sketch.box import Tally
+from fedsketch.common.validity import xof
+from fedsketch.common.validity.circuit import RangeCircuit, width
+from fedsketch.common.validity.field import P
+from fedsketch.common.validity.sharing import ProvenInput
 from fedsketch.server.bench.metrics import split
 
 #: The kinds ``--hostile`` takes.
@@ -82,6 +91,18 @@ def _point(data: LocalData, count: int) -> LocalData:
     return LocalData(lambda: split(np.repeat(first, count, axis=0)), data.d)
 
 
+def out_of_range(circuit: RangeCircuit, x: np.ndarray) -> np.ndarray:
+    """A hostile encoding of ``x`` beyond ±B: y_i = x_i + B mod 2^w in valid bits, and
+    z_i = 2B − y_i as one field element, so that y_i + z_i = 2B holds and only the check that
+    every element is a bit fails (the strongest lie about the linear part)."""
+    w = width(circuit.bound)
+    y = np.mod(np.asarray(x, dtype=np.int64) + circuit.bound, 1 << w)
+    encoded = np.zeros(circuit.length, dtype=np.int64)
+    encoded[: circuit.n * w] = ((y[:, None] >> np.arange(w)) & 1).ravel()
+    encoded[circuit.n * w:: w][: circuit.n] = np.mod(2 * circuit.bound - y, P)
+    return encoded
+
+
 class HostileAgent(Agent):
     """An :class:`Agent` whose input is ``kind``'s (module docstring; ``inflate`` and ``random``
     change the input here, ``replay`` and ``overclaim`` only the records it is given)."""
@@ -105,6 +126,14 @@ class HostileAgent(Agent):
         elif self.kind == "random":
             x = self._rng.integers(0, 2**62, x.size, dtype=np.int64)
         return x, n, noise
+
+    def _shard(self, proof: ProvenInput, value: np.ndarray, nonce: bytes):
+        if self.kind == "random":
+            return proof.shard_encoded(xof.expand(xof.seed(), b"hostile", proof.circuit.length),
+                                       nonce)
+        if self.kind == "inflate":
+            return proof.shard_encoded(out_of_range(proof.circuit, value), nonce)
+        return super()._shard(proof, value, nonce)
 
     def _release(self, admitted, tally: Tally) -> tuple[int, str, bytes]:
         n, kind, payload = Agent._release(admitted, tally)

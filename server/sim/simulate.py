@@ -49,11 +49,13 @@ from fedsketch.common.sketch.spec import SketchSpec
 from fedsketch.common.study.calibration_round import split_auto
 from fedsketch.common.study.refine import split_study_epsilon
 from fedsketch.common.study.study import StudySpec
+from fedsketch.common.study.validated import validity_delta
 from fedsketch.server.bench.metrics import sklearn_kmeans_centroids, split, sse_per_n
 from fedsketch.server.service.api import build_server
 from fedsketch.server.service.coordinator import Coordinator
 from fedsketch.server.sim.config import BACKENDS, SimConfig, round0_range, used_config
 from fedsketch.server.sim.devices import DROPOUT_STAGES, drive, make_agents, step_agents
+from fedsketch.server.sim.helper_process import start_helper, validation_report
 from fedsketch.server.sim.hostile import defences, hostile_indices, hostile_parts, parse_hostile, plain_passes
 from fedsketch.server.sim.timeouts import default_stage_timeout
 from fedsketch.server.store import Store, open_store
@@ -103,8 +105,10 @@ def _study_spec(cfg: SimConfig, cap: int | None = None) -> StudySpec:
     if cfg.secure_aggregation:
         dropout = cfg.dropout if cfg.max_dropout is None else cfg.max_dropout
         trust = Assumptions.from_fractions(cfg.devices, dropout, cfg.max_colluders)
-        timeout = cfg.stage_timeout or default_stage_timeout(cfg.devices)
+        timeout = cfg.stage_timeout or default_stage_timeout(cfg.devices, cfg.validation is not None)
         secure = SecAggSpec.assuming(trust, cfg.records, cfg.degree, timeout, cfg.threshold)
+    elif cfg.validation is not None:
+        raise ValueError("--validation helper validates a secure study: add --secure-aggregation")
     elif cfg.dropout:
         raise ValueError("--dropout simulates secure-aggregation dropouts: add "
                          "--secure-aggregation")
@@ -140,17 +144,19 @@ class Loopback:
     meta: tuple[tuple[str, str], ...]
 
 
-def loopback_coordinator(stack: ExitStack, folder: Path, host: str = "127.0.0.1") -> Loopback:
+def loopback_coordinator(stack: ExitStack, folder: Path, host: str = "127.0.0.1",
+                         helper_token: str | None = None) -> Loopback:
     """A fresh CA and server certificate, a SQLite store and a coordinator in ``folder``,
     listening on a free port of ``host`` (loopback unless a Ray cluster's devices must reach
-    it); ``stack`` stops and closes everything."""
+    it), showing ``helper_token`` to a validated study's helper; ``stack`` stops and closes
+    everything."""
     names = ["localhost", "127.0.0.1"] + ([] if host == "127.0.0.1" else [host])
     certs = init_certs(folder / "certs", names)
     store = open_store(folder / "coordinator.db")
     stack.callback(store.close)
     server, coordinator, port = build_server(
         store, hashlib.sha256(OPERATOR_TOKEN.encode()).hexdigest(), f"{host}:0",
-        server_tls(certs.server_cert, certs.server_key))
+        server_tls(certs.server_cert, certs.server_key), helper_token=helper_token)
     stack.callback(coordinator.stop)
     stack.callback(lambda: server.stop(grace=None).wait())
     target = f"localhost:{port}" if host == "127.0.0.1" else f"{host}:{port}"
@@ -186,7 +192,8 @@ def _processes(target: str, ca: Path, folder: Path, tokens: list[str], x: np.nda
         procs.append(subprocess.Popen(
             [exe, "device", "run", "--coordinator", target, "--ca", str(ca), "--data", str(path),
              "--ledger", str(folder / f"device{i}.ledger"), "--budget", repr(epsilon),
-             "--token", token, "--label", f"sim-{i}", "--poll", "0.1", "--max-poll", "0.5"],
+             "--token", token, "--label", f"sim-{i}", "--poll", "0.1", "--max-poll", "0.5"]
+            + (["--budget-delta", "1e-6"] if cfg.validation else []),  # a validated spend's δ
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
     wait_for(watch, (pb.DONE, pb.FAILED) + (() if cfg.rounds or cfg.scale is None else (pb.DECODING,)),
              "the round did not finish", 0.1)
@@ -270,7 +277,11 @@ def run_simulation(cfg: SimConfig, data: Pooled | None = None) -> dict:
         if cfg.backend == "ray":
             from fedsketch.server.sim.ray_devices import ray_session, run_on_ray
             host = stack.enter_context(ray_session(cfg.address))
-        loop = loopback_coordinator(stack, folder, host)
+        helper = None
+        if cfg.validation == "helper":
+            helper = start_helper(stack, folder / "helper")
+            spec = helper.name_in(spec)
+        loop = loopback_coordinator(stack, folder, host, None if helper is None else helper.token)
         store, target, operator, meta = loop.store, loop.target, loop.operator, loop.meta
         certs = loop.certs
         tokens = list(operator.IssueTokens(pb.IssueTokensRequest(count=cfg.devices),
@@ -296,7 +307,8 @@ def run_simulation(cfg: SimConfig, data: Pooled | None = None) -> dict:
             bytes_up = ray_report.pop("bytes_sent")
         else:
             agents = make_agents(stack, target, certs.ca_cert, folder, tokens,
-                                 [x[idx] for idx in parts], cfg.epsilon, hostile=bad)
+                                 [x[idx] for idx in parts], cfg.epsilon, hostile=bad,
+                                 delta=validity_delta(spec) if helper else 0.0)
             seconds["enroll"] = time.perf_counter() - t
             t = time.perf_counter()
             if hostile is not None and not cfg.secure_aggregation:
@@ -310,12 +322,14 @@ def run_simulation(cfg: SimConfig, data: Pooled | None = None) -> dict:
         s = wait_for(watch, (pb.DONE, pb.FAILED), "the coordinator did not finish decoding", 0.05)
         if s.state == pb.FAILED and hostile is None:
             raise RuntimeError(f"the study failed: {s.detail}")
+        validated = validation_report(loop.coordinator.round_of(study.study_id), agents
+                                      if not cfg.processes and cfg.backend == "inprocess" else [])
         defended = None if hostile is None else defences(
-            bad[1], bad[0], {i: agents[i].refusals for i in bad[0]},
-            s.detail if s.state == pb.FAILED else None)
+            bad[1], bad[0], {i: agents[i].refusals + validated["excluded"].get(i, [])
+                             for i in bad[0]}, s.detail if s.state == pb.FAILED else None)
         if s.state == pb.FAILED:
             return {"relative_sse": None, "hostile": defended, "seconds": seconds,
-                    "config": used_config(cfg, spec, None)}
+                    "validation": validated["report"], "config": used_config(cfg, spec, None)}
         res = operator.GetResult(pb.StudyRef(study_id=study.study_id), metadata=meta)
         seconds["decode"] = time.perf_counter() - t
         full, rnd = json.loads(store.get_result(study.study_id)), loop.coordinator.round_of(study.study_id)
@@ -346,7 +360,9 @@ def run_simulation(cfg: SimConfig, data: Pooled | None = None) -> dict:
         "ray": ray_report,
         "secure_aggregation": None if spec.secure_aggregation is None else {
             **asdict(spec.secure_aggregation), "min_honest": spec.assumptions.min_honest,
-            "stage_open_seconds": dict(getattr(rnd, "stage_open", {}))},
+            "stage_open_seconds": dict(getattr(rnd, "stage_open", {})),
+            "stage_seconds": dict(getattr(rnd, "stage_seconds", {}))},
         "config": used_config(cfg, spec, full.get("calibration")),
         "hostile": defended,
+        "validation": validated["report"],
     }
