@@ -33,13 +33,14 @@ call it: the coordinator imports this module at start-up and decodes later, if e
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
-from threadpoolctl import threadpool_limits
+from threadpoolctl import ThreadpoolController
 
 from fedsketch.server.decode.lbfgsb import minimize_box
 from fedsketch.server.decode.search import AtomSearch
@@ -152,6 +153,14 @@ def _step1_objective(
     """
     g, grad = _correlations(x.reshape(-1, omega.shape[0]), omega, xi, res)
     return -float(g.sum(dtype=np.float64)), -grad.ravel().astype(np.float64)
+
+
+@functools.cache
+def _blas() -> ThreadpoolController:
+    """The process's BLAS libraries, found once (threadpoolctl's search took about 10 ms, a
+    seventh of a decode, when ``threadpool_limits`` repeated it at every call); first called
+    by :func:`clompr` after SciPy's optimizers, and so their OpenBLAS, are loaded."""
+    return ThreadpoolController()
 
 
 def _kernels():
@@ -379,7 +388,7 @@ def clompr(
     omega_u, xi_u = frame.frequencies(omega, xi)
     bounds = Bounds(frame.to_unit(lo), frame.to_unit(hi))
     best: tuple[np.ndarray, np.ndarray, float] | None = None
-    with threadpool_limits(1):
+    with _blas().limit(limits=1):
         for _ in range(replicates):
             run = _decode_once(stacked, omega_u, xi_u, k, bounds, gain, rng, tick)
             if best is None or run[2] < best[2]:

@@ -35,16 +35,8 @@ import numpy as np
 from numba.extending import intrinsic
 
 from fedsketch.common.sketch.trig_constants import CONSTANTS
-
-
-def _jit(**options):
-    """numba.njit with the disk cache, or compiled in memory where no cache folder is writable."""
-    def wrap(fn):
-        try:
-            return numba.njit(cache=True, boundscheck=False, **options)(fn)
-        except RuntimeError:  # no writable cache folder (a read-only install, systemd's ProtectSystem)
-            return numba.njit(boundscheck=False, **options)(fn)
-    return wrap
+from fedsketch.server.decode.linalg import jit as _jit
+from fedsketch.server.decode.linalg import newton_step
 
 
 @intrinsic
@@ -198,53 +190,6 @@ def correlation(points, omega, xi, re, im, order):  # pragma: no cover - compile
 
 
 @_jit()
-def _cholesky(a, low):  # pragma: no cover - compiled
-    """a = low·lowᵀ (lower triangular ``low``); False if ``a`` is not positive definite."""
-    n = a.shape[0]
-    for i in range(n):
-        for j in range(i + 1):
-            s = a[i, j]
-            for k in range(j):
-                s -= low[i, k] * low[j, k]
-            if i == j:
-                if not s > 0.0:
-                    return False
-                low[i, i] = math.sqrt(s)
-            else:
-                low[i, j] = s / low[j, j]
-    return True
-
-
-@_jit()
-def newton_step(neg_hess, grad, eig_floor, step):  # pragma: no cover - compiled
-    """step = Σ_i v_i v_iᵀ grad / max(|λ_i|, eig_floor·max|λ| + 10⁻³⁰⁰) over the eigenpairs
-    (λ_i, v_i) of −∇²g. Where every λ_i exceeds eig_floor·‖−∇²g‖_∞ (≥ eig_floor·max|λ|: two
-    Cholesky factorizations tell) this is (−∇²g)⁻¹·grad, solved by Cholesky; else by eigh."""
-    d = grad.size
-    bound = 0.0
-    for i in range(d):
-        bound = max(bound, np.abs(neg_hess[i]).sum())
-    shifted = neg_hess - eig_floor * bound * np.eye(d)
-    low = np.zeros((d, d))
-    if _cholesky(shifted, low) and _cholesky(neg_hess, low):
-        for i in range(d):  # low·y = grad, then lowᵀ·step = y
-            s = grad[i]
-            for k in range(i):
-                s -= low[i, k] * step[k]
-            step[i] = s / low[i, i]
-        for i in range(d - 1, -1, -1):
-            s = step[i]
-            for k in range(i + 1, d):
-                s -= low[k, i] * step[k]
-            step[i] = s / low[i, i]
-        return
-    vals, vecs = np.linalg.eigh(neg_hess)
-    mags = np.abs(vals)
-    mags = np.maximum(mags, eig_floor * mags.max() + 1e-300)
-    step[:] = vecs @ ((vecs.T @ grad) / mags)
-
-
-@_jit()
 def ascend(starts, omega, xi, re, im, lo, hi, max_steps, trust, xtol, eig_floor,
            halvings):  # pragma: no cover - compiled
     """The Newton ascent of :meth:`fedsketch.server.decode.search.AtomSearch.ascend` from each
@@ -255,33 +200,37 @@ def ascend(starts, omega, xi, re, im, lo, hi, max_steps, trust, xtol, eig_floor,
     g_out = np.empty(n)
     theta, w, v = np.empty(m), np.empty(m), np.empty(m)
     grad, neg_hess = np.empty(d), np.empty((d, d))
-    step, cand = np.empty(d), np.empty(d)
+    x, step, cand = np.empty(d), np.empty(d), np.empty(d)
     for i in range(n):
-        x = np.minimum(np.maximum(starts[i], lo), hi)
+        for k in range(d):
+            x[k] = min(max(starts[i, k], lo[k]), hi[k])
         g = 0.0
         for _ in range(max_steps):
             g = _corr(x, omega, xi, re, im, 2, theta, w, v, grad, neg_hess)
             newton_step(neg_hess, grad, eig_floor, step)
             length = math.sqrt(_dot(step, step))
-            if length > trust:
-                step *= trust / length
+            shrink = trust / length if length > trust else 1.0
             moved = False
+            g_new = g
             for _ in range(halvings):
                 for k in range(d):
-                    cand[k] = min(max(x[k] + step[k], lo[k]), hi[k])
+                    cand[k] = min(max(x[k] + shrink * step[k], lo[k]), hi[k])
                 g_new = _corr(cand, omega, xi, re, im, 0, theta, w, v, grad, neg_hess)
                 if g_new > g:
                     moved = True
                     break
-                step *= 0.5
+                shrink *= 0.5
             if not moved:
                 break
-            shift = np.abs(cand - x).max()
-            x[:] = cand
+            shift = 0.0
+            for k in range(d):
+                shift = max(shift, abs(cand[k] - x[k]))
+                x[k] = cand[k]
             g = g_new
             if shift < xtol:
                 break
-        out[i] = x
+        for k in range(d):
+            out[i, k] = x[k]
         g_out[i] = g
     return out, g_out
 

@@ -1,6 +1,6 @@
-"""CL-OMPR's compiled loops (server/decode/kernels.py): the float64 sine and cosine against
-NumPy's, the float32 screening against a float64 correlation, and the Newton step's Cholesky
-path against the eigen-decomposition it stands for."""
+"""CL-OMPR's compiled loops (server/decode/kernels.py, linalg.py): the float64 sine and cosine
+against NumPy's, the float32 screening against a float64 correlation, the eigen-decomposition,
+and the Newton step's Cholesky path against the floored eigen step it stands for."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from fedsketch.server.decode import kernels as K
+from fedsketch.server.decode import linalg
 
 
 def _sincos(theta: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -72,3 +73,21 @@ def test_newton_step_is_the_floored_eigen_step(spectrum):
     K.newton_step(neg_hess, grad, 1e-3, step)
     want = _eigen_step(neg_hess, grad, 1e-3)
     np.testing.assert_allclose(step, want, rtol=1e-9, atol=1e-12 * np.abs(want).max())
+
+
+@pytest.mark.parametrize("d", [1, 2, 3, 6, 10, 17])
+def test_eigen_decomposition_of_symmetric_matrices(d):
+    rng = np.random.default_rng(d)
+    for trial in range(20):
+        a = rng.normal(size=(d, d))
+        a = a + a.T
+        if trial == 1:  # already diagonal
+            a = np.diag(rng.normal(size=d))
+        if trial == 2 and d > 1:  # zero diagonal, a repeated |eigenvalue|
+            a[:] = 0.0
+            a[0, 1] = a[1, 0] = 1.0
+        z, vals, scratch = a.copy(), np.empty(d), np.empty(d)
+        linalg._eigh(z, vals, scratch)
+        assert np.abs(a @ z - z * vals).max() < 1e-12 * max(1.0, np.abs(a).max())
+        assert np.abs(z.T @ z - np.eye(d)).max() < 1e-12
+        np.testing.assert_allclose(np.sort(vals), np.linalg.eigvalsh(a), atol=1e-12 * np.abs(a).max())
