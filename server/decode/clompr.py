@@ -17,13 +17,15 @@ data; replicates are ranked by sketch residual ‖res‖ only.
 
 Everything runs in real arithmetic: C^m is R^{2m} (real parts, imaginary parts),
 ⟨u, v⟩ = Re(u^H v). Step 1 is :class:`fedsketch.server.decode.search.AtomSearch` (fresh uniform
-candidates screened by correlation, then a batched Newton ascent from the best few; float32
-trigonometry: it only proposes a start). Step 5's fits inside the loop use float32 cosines and
-sines of phases reduced in float64 (their error in F, about 10⁻⁷·‖res‖, is far below FTOL_LOOP),
-the final fit and every NNLS float64 ones (:func:`fedsketch.server.decode.sincos.sincos`, which
-agrees with ``np.cos``/``np.sin`` to the rounding of θ itself). Each objective evaluation costs
-one product of the (L, d) centroids with Ω, one cos and one sin of L·m phases and one
-(L, m)·(m, d) product: O(L·m·d), no Python loop over atoms or frequencies.
+candidates screened by correlation in float32, then a Newton ascent from the best few in
+float64: it only proposes a start). Step 5's fits inside the loop use float32 cosines and sines
+of phases reduced in float64 (their error in F, about 10⁻⁷·‖res‖, is far below FTOL_LOOP), the
+final fit and every NNLS float64 ones (within 2.3·10⁻¹⁶ of ``np.cos``/``np.sin`` of the same θ).
+Each objective evaluation is one compiled pass (:mod:`fedsketch.server.decode.kernels`: the
+phases, each cos and sin once, the residual, F and its gradient; O(K·m·d), no Python loop over
+atoms or frequencies), and L-BFGS-B calls it through SciPy's routine without the per-evaluation
+wrapper of ``scipy.optimize.minimize`` (:mod:`fedsketch.server.decode.lbfgsb`). numba is imported
+on a process's first decode and loads the compiled loops from its disk cache.
 BLAS is pinned to one thread while decoding (DESIGN §8). SciPy is imported inside the functions that
 call it: the coordinator imports this module at start-up and decodes later, if ever, and
 ``scipy.optimize`` took about half of a coordinator's start-up.
@@ -31,16 +33,17 @@ call it: the coordinator imports this module at start-up and decodes later, if e
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
-from threadpoolctl import threadpool_limits
+from threadpoolctl import ThreadpoolController
 
-from fedsketch.server.decode.search import AtomSearch, unit_phases
-from fedsketch.server.decode.sincos import sincos
+from fedsketch.server.decode.lbfgsb import minimize_box
+from fedsketch.server.decode.search import AtomSearch
 
 if TYPE_CHECKING:
     from scipy.optimize import Bounds
@@ -60,6 +63,8 @@ FTOL_LOOP = 1e-6
 FTOL_FINAL = 0.02 * FTOL_LOOP
 MAXITER_LOOP = 300
 MAXITER_FINAL = 3000
+#: Its gtol (SciPy's default for L-BFGS-B).
+GTOL_FIT = 1e-5
 #: L-BFGS-B of :func:`best_atom` (all starts jointly).
 FTOL_ATOM = 1e-9
 GTOL_ATOM = 1e-5
@@ -150,6 +155,21 @@ def _step1_objective(
     return -float(g.sum(dtype=np.float64)), -grad.ravel().astype(np.float64)
 
 
+@functools.cache
+def _blas() -> ThreadpoolController:
+    """The process's BLAS libraries, found once (threadpoolctl's search took about 10 ms, a
+    seventh of a decode, when ``threadpool_limits`` repeated it at every call); first called
+    by :func:`clompr` after SciPy's optimizers, and so their OpenBLAS, are loaded."""
+    return ThreadpoolController()
+
+
+def _kernels():
+    """:mod:`fedsketch.server.decode.kernels`, imported on first use (numba loads only then)."""
+    from fedsketch.server.decode import kernels
+
+    return kernels
+
+
 def _step5_objective(
     x: np.ndarray, omega: np.ndarray, xi: np.ndarray, sketch: np.ndarray, gain: float,
     trig32: bool = False,
@@ -162,30 +182,25 @@ def _step5_objective(
     ∇_{c_j}F = 2 p_j Ω·Im(a(c_j) ⊙ conj(res)) = −2·gain·p_j Σ_l ω_l (cos θ_jl Im res_l −
     sin θ_jl Re res_l).
 
-    With ``trig32`` the cosines and sines are float32 of phases reduced to [−π, π] (absolute error
-    about 2·10⁻⁷, against float64's 10⁻¹⁶ at 20 times the cost), the sums float64: the fits inside
-    the loop stop at FTOL_LOOP, which that error in F stays well below (module docstring).
+    One compiled pass (:func:`fedsketch.server.decode.kernels.objective`) computes each cos θ and
+    sin θ once, the residual, F and the gradient. With ``trig32`` the cosines and sines are
+    float32 of phases reduced to [−π, π] (absolute error about 2·10⁻⁷, against float64's 10⁻¹⁶),
+    the sums float64: the fits inside the loop stop at FTOL_LOOP, which that error in F stays
+    well below (module docstring).
     """
-    d, m = omega.shape
-    k = x.size // (d + 1)
-    centroids, p = x[: k * d].reshape(k, d), x[k * d :]
-    if trig32:
-        theta = unit_phases(centroids, omega, xi)
-        cos, sin = np.cos(theta).astype(np.float64), np.sin(theta).astype(np.float64)
-    else:
-        cos, sin = sincos(centroids @ omega + xi)
-    res_re = sketch[:m] - gain * (p @ cos)
-    res_im = sketch[m:] - gain * (p @ sin)
-    value = float(res_re @ res_re + res_im @ res_im)
-    grad_p = -2.0 * gain * (cos @ res_re + sin @ res_im)
-    grad_c = (-2.0 * gain) * p[:, None] * ((cos * res_im - sin * res_re) @ omega.T)
-    return value, np.concatenate([grad_c.ravel(), grad_p])
+    m = omega.shape[1]
+    grad = np.empty(x.size)
+    value = _kernels().objective(np.ascontiguousarray(x, dtype=np.float64), omega, xi,
+                                 np.ascontiguousarray(sketch[:m]), np.ascontiguousarray(sketch[m:]),
+                                 float(gain), bool(trig32), grad)
+    return float(value), grad
 
 
 def stacked_atoms(centroids: np.ndarray, omega: np.ndarray, xi: np.ndarray, gain: float) -> np.ndarray:
     """Stacked real atoms (2m, K): rows 0..m−1 = gain·cos θ, rows m..2m−1 = gain·sin θ."""
-    cos, sin = sincos(centroids @ omega + xi)
-    return np.concatenate([cos.T, sin.T]) * gain
+    return _kernels().atoms(np.ascontiguousarray(centroids, dtype=np.float64),
+                            np.ascontiguousarray(omega, dtype=np.float64),
+                            np.ascontiguousarray(xi, dtype=np.float64), float(gain))
 
 
 def _residual(
@@ -230,18 +245,21 @@ def _fit_all(
     centroids: np.ndarray, p: np.ndarray, omega: np.ndarray, xi: np.ndarray, sketch: np.ndarray,
     gain: float, bounds: Bounds, ftol: float, maxiter: int, trig32: bool,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Step 5: L-BFGS-B on F(C, p) from (C, p), c_j in the box, p_j in [WEIGHT_MIN, WEIGHT_MAX]."""
-    from scipy.optimize import Bounds, minimize  # here, not at the top: see the module docstring
-
+    """Step 5: L-BFGS-B on F(C, p) from (C, p), c_j in the box, p_j in [WEIGHT_MIN, WEIGHT_MAX]
+    (:func:`fedsketch.server.decode.lbfgsb.minimize_box` on the compiled objective)."""
     k, d = centroids.shape
+    m = omega.shape[1]
     lb = np.concatenate([np.tile(bounds.lb, k), np.full(k, WEIGHT_MIN)])
     ub = np.concatenate([np.tile(bounds.ub, k), np.full(k, WEIGHT_MAX)])
-    x0 = np.clip(np.concatenate([centroids.ravel(), p]), lb, ub)
-    sol = minimize(
-        _step5_objective, x0, args=(omega, xi, sketch, gain, trig32), method="L-BFGS-B", jac=True,
-        bounds=Bounds(lb, ub), options={"ftol": ftol, "maxiter": maxiter},
-    )
-    x = np.clip(sol.x, lb, ub)
+    objective = _kernels().objective
+    sre, sim = np.ascontiguousarray(sketch[:m]), np.ascontiguousarray(sketch[m:])
+
+    def fun(x: np.ndarray, grad: np.ndarray) -> float:
+        return objective(x, omega, xi, sre, sim, gain, trig32, grad)
+
+    x, _ = minimize_box(fun, np.concatenate([centroids.ravel(), p]), lb, ub, ftol, GTOL_FIT,
+                        maxiter)
+    x = np.clip(x, lb, ub)
     return x[: k * d].reshape(k, d), x[k * d :]
 
 
@@ -370,7 +388,7 @@ def clompr(
     omega_u, xi_u = frame.frequencies(omega, xi)
     bounds = Bounds(frame.to_unit(lo), frame.to_unit(hi))
     best: tuple[np.ndarray, np.ndarray, float] | None = None
-    with threadpool_limits(1):
+    with _blas().limit(limits=1):
         for _ in range(replicates):
             run = _decode_once(stacked, omega_u, xi_u, k, bounds, gain, rng, tick)
             if best is None or run[2] < best[2]:

@@ -1,5 +1,6 @@
-"""CL-OMPR's step 1 (server/decode/search.py): the correlation's derivatives, and the batched
-Newton ascent finding a known peak inside the box and stopping on its edge."""
+"""CL-OMPR's step 1 (server/decode/search.py, compiled in server/decode/kernels.py): the
+correlation's derivatives, and the Newton ascent finding a known peak inside the box and
+stopping on its edge."""
 
 from __future__ import annotations
 
@@ -27,15 +28,11 @@ def _atom(c: np.ndarray, omega: np.ndarray, xi: np.ndarray) -> np.ndarray:
     return C.stacked_atoms(c[None, :], omega, xi, 1.0 / math.sqrt(xi.size))[:, 0]
 
 
-@pytest.mark.parametrize("pairs", [True, False])
-def test_gradient_and_hessian_match_the_float64_correlation(monkeypatch, pairs):
-    if not pairs:  # the other way to ∇²g, for wide data
-        monkeypatch.setattr(S, "PAIRS_MAX", 0)
+def test_gradient_and_hessian_match_the_float64_correlation():
     omega, xi, lo, hi = _unit_problem(4, 300, seed=1)
     rng = np.random.default_rng(2)
     res = rng.normal(size=600) / 20
     search = S.AtomSearch(omega, xi, lo, hi, rng)
-    assert (search.pairs is None) == (not pairs)
     x = rng.uniform(-1, 1, size=(5, 4))
     g, grad, hess = search.correlation(x, res, 2)
     g64, grad64 = C._correlations(x, omega, xi, res)  # float64, checked against differences
