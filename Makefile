@@ -14,10 +14,13 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	$(PY) benchmarks/demo.py
 
-# Two pytest workers (pytest-xdist), a test file to each at a time: module fixtures are set
+# Three pytest workers (pytest-xdist), a test file to each at a time: module fixtures are set
 # up once, and every test keeps its own ports, folders and PostgreSQL database.
+# The numba kernels are compiled into their cache once first (fedsketch.server.decode.warm), not
+# by every worker and process of the suite at once.
 test: $(STAMP)
 	$(PY) -m ruff check api common client server tests benchmarks examples
+	$(PY) -m fedsketch.server.decode.warm
 	$(PY) -m pytest -q -n 3 --dist loadfile
 
 bench: $(STAMP)
