@@ -4,6 +4,7 @@ records for it (the device's ``release_cost`` in ``client/study_pass.py``).
 
 - a study's sketch, also in a sketch round (whose spec is the study it collects): the sketch's
   (ε, δ);
+- a study with a box round (its own releases are the box round's): the box round's ε (pure);
 - a study with a calibration round 0 (its own releases are round 0's): round 0's ε (pure);
 - a secure round 0 (:class:`~fedsketch.common.study.secure_calibration.SecureCalibration`): round 0's
   ε (pure);
@@ -35,6 +36,8 @@ def release_cost(spec: StudySpec | RoundSpec | SecureRound | SecureCalibration,
         if parent is None:
             raise ValueError("a refinement round's cost needs its study's spec")
         return spec.epsilon(parent), 0.0
+    if spec.box is not None:
+        return spec.box.epsilon, 0.0
     if spec.calibration is not None:
         return spec.calibration.epsilon, 0.0
     return spec.sketch.privacy.epsilon, spec.sketch.privacy.delta

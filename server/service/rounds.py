@@ -44,6 +44,7 @@ import numpy as np
 from fedsketch.common.sketch.frequencies import draw_frequencies
 from fedsketch.common.sketch.scale import ScaleCalibration
 from fedsketch.common.study.aggregate import VIOLATION, check_calibration_sum, check_cells_sum
+from fedsketch.common.study.boxed_round import BoxedRound, is_boxed_round
 from fedsketch.common.study.calibration_round import (
     SketchRound,
     check_calibration,
@@ -56,6 +57,7 @@ from fedsketch.common.study.secure_rounds import SecureRound
 from fedsketch.common.study.study import StudySpec, spec_sha256
 from fedsketch.server.decode.pipeline import StudyResult
 from fedsketch.server.decode.refine import RoundResult, first_centroids, next_centroids, refined_result
+from fedsketch.server.service.box_rounds import BoxRounds
 from fedsketch.server.store.base import DECODING_FAILED, Store, StudyRow
 from fedsketch.server.store.faults import StoreUnavailable
 
@@ -87,6 +89,7 @@ class Rounds:
         self.spec = spec
         self.settle = settle
         self.secure_opened = secure_opened
+        self.boxes = BoxRounds(self)
 
     def parse(self, text: str) -> StudySpec | RoundSpec:
         """A stored spec: a refinement round's, a study's, or for a sketch round the study it
@@ -96,6 +99,9 @@ class Rounds:
         if is_sketch_round(text):
             rnd = SketchRound.from_json(text)
             return rnd.study(self.spec(rnd.parent_id))
+        if is_boxed_round(text):  # a study's boxed study (--bounds auto)
+            boxed = BoxedRound.from_json(text)
+            return boxed.study(self.spec(boxed.parent_id))
         return StudySpec.from_json(text)
 
     def failure(self, study_id: str, detail: str) -> str:
@@ -128,6 +134,7 @@ class Rounds:
         except Exception as exc:  # noqa: BLE001 (the study must not stay decoding silently)
             log.exception("study %s: round 0 failed", study_id)
             self.settle(study_id, DECODING_FAILED, f"round 0 (σ calibration) failed: {exc}")
+            self.boxes.up(study_id)
 
     def _open_sketch(self, study_id: str, cal: ScaleCalibration) -> None:
         """Open the study's sketch round with the σ of ``cal``, fixed and public from now on."""
@@ -211,6 +218,7 @@ class Rounds:
         except Exception as exc:  # noqa: BLE001 (the study must not stay decoding silently)
             log.exception("study %s: refinement failed", study_id)
             self.settle(study_id, DECODING_FAILED, f"refinement failed: {exc}")
+        self.boxes.up(study_id)  # a boxed study that ended: its study goes on
 
     def _rounds(self, study_id: str) -> list[tuple[RoundSpec, StudyRow]]:
         """The study's refinement rounds in round order (not creation order: clocks can step
@@ -222,6 +230,9 @@ class Rounds:
         if self.store.get_study(study_id).state != "decoding":
             return
         spec: StudySpec = self.spec(study_id)
+        if spec.box is not None:  # after the box round, the boxed study
+            self.boxes.advance(study_id)
+            return
         extra = {}
         if spec.calibration is not None:  # after round 0, the sketch round
             found = self._sketch_round(study_id)
