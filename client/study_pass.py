@@ -49,7 +49,9 @@ class Later:
 def release_cost(spec: StudySpec, rnd: RoundSpec | SketchRound | None) -> tuple[float, float]:
     """(ε, δ) of a device's release for study ``spec`` in round ``rnd``: the sketch's (also in a
     sketch round, whose ``spec`` may be the study or the one the round collects), a calibration
-    round 0's ε (pure), or a refinement round's ε (pure)."""
+    round 0's ε (pure), a box round's ε (pure), or a refinement round's ε (pure)."""
+    if rnd is None and spec.box is not None:
+        return spec.box.epsilon, 0.0
     if rnd is None and spec.calibration is not None:
         return spec.calibration.epsilon, 0.0
     if rnd is None or isinstance(rnd, SketchRound):
