@@ -293,7 +293,7 @@ class Agent(SecureSteps, SecureAbort, RosterSteps, RoundChecks, Settling):
         """(ε, δ) promised to secure-aggregation rounds this device joined and has not spent on
         yet (other than ``other_than``). They live in memory, as the round's keys do (a restart
         drops out of them); the plain studies joined are the ledger's reservations."""
-        eps = [self._set_aside(s.epsilon, s.round, s.later) for sid, s in self._sessions.items()
+        eps = [self._set_aside(s.epsilon, s.round, s.later, s.root) for sid, s in self._sessions.items()
                if sid != other_than and not s.left and pb.MASKED_INPUT not in s.done]
         return math.fsum(eps), 0.0
 

@@ -169,3 +169,20 @@ def read_box(study, total: np.ndarray, draws: float) -> tuple[Box, dict]:
                                f"fewer than about {tau:,} records at the edges are left out and "
                                "their records clipped into the box)")}
     return box, outcome
+
+
+def check_box_sum(study, total: np.ndarray, devices: int) -> np.ndarray:
+    """The (d, bins) counts of a secure box round's unmasked sum of ``devices`` devices, or
+    CellsError: a wrong length, or a count outside what ``devices`` honest inputs of at most N
+    records each can sum to plus the shares' noise radius (shape devices/h_min)."""
+    plan, d = _plan(study), study.sketch.frequencies.d
+    total = np.asarray(total, dtype=np.int64)
+    if total.size != plan.size(d):
+        raise CellsError(f"the box round's sum holds {total.size} counts, not {plan.size(d)}")
+    rate = dlap_rate(plan.epsilon, sensitivity(d, "replace_one"))
+    radius = noise_radius(math.exp(-rate), total.size, devices / study.assumptions.min_honest)
+    high = min(devices * study.device_cap, study.secure_aggregation.max_records) + radius + 1
+    if total.min() < -(radius + 1) or total.max() > high:
+        raise CellsError(f"a count of the box round's sum lies outside −{radius + 1} .. {high}: "
+                         "an input was out of range")
+    return total.reshape(d, -1)

@@ -38,6 +38,7 @@ from ..spec_fields import integer, numbers, optional_number, text
 from .box_plan import BoxPlan
 from .calibration_plan import CalibrationPlan
 from .refine import MAX_CENTRES, RefineSpec, cells_bits, round_split
+from .secure_box import check_box_capacity
 from .wire import MAX_RECORDS
 
 #: Written by this code for a study without refinement rounds. Version 2 means "plain studies
@@ -124,13 +125,10 @@ class StudySpec:
             raise ValueError("omega_sha256 must be a hex SHA-256")
 
     def _check_box(self) -> None:
-        """A study with a box round states no box of its own (the widest, ±2^40 on every axis)
-        and, in this release, is plain: ValueError otherwise."""
+        """A study with a box round states no box of its own (the widest, ±2^40 on every
+        axis): ValueError otherwise."""
         if any(v != -WIDEST for v in self.lo) or any(v != WIDEST for v in self.hi):
             raise ValueError("a study with a box round states no box: its lo and hi are ∓2^40")
-        if self.secure_aggregation is not None:
-            raise ValueError("a box round (--bounds auto) runs in plain studies only for now: "
-                             "give the box (--bounds) to a secure study")
 
     def _check_roster(self) -> None:
         """ValueError unless ``min_devices`` is at most MAX_ROSTER, ``roster`` is an integer in
@@ -214,6 +212,8 @@ class StudySpec:
             share_rate(term.epsilon, term.sensitivity)
             check_capacity(GRID["complex"] * self.secure_aggregation.max_records, term.scale,
                            2 * m0, shape=shape)
+        if self.box is not None:  # the box round's sum (fedsketch.common.study.secure_box)
+            check_box_capacity(self, shape)
         if self.refine is not None:  # the largest round any coordinator may publish
             for eps in set(self.refine.epsilon):
                 split = round_split(eps, "replace_one", self.sketch.frequencies.d)

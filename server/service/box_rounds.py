@@ -20,7 +20,7 @@ from dataclasses import asdict
 
 import numpy as np
 
-from fedsketch.common.study.box_plan import check_box, read_box
+from fedsketch.common.study.box_plan import check_box, check_box_sum, read_box
 from fedsketch.common.study.boxed_round import BoxedRound, boxed_study, is_boxed_round
 from fedsketch.server.store.base import DECODING_FAILED, StudyRow
 from fedsketch.server.store.faults import StoreUnavailable
@@ -45,20 +45,27 @@ class BoxRounds:
                 return BoxedRound.from_json(row.spec_json), row
         return None
 
-    def read(self, study_id: str) -> None:
-        """The box round of the study closed: read the box from the releases' sum and open the
-        boxed study; or, if it exists already (a restart), :meth:`advance`. A box round whose
-        releases cannot be read fails the study with why."""
+    def read(self, study_id: str, secure: tuple[np.ndarray, int] | None = None) -> None:
+        """The box round of the study closed: read the box from the releases' sum (``secure``:
+        a secure box round's unmasked sum (d·bins,) and its devices, whose noise is
+        devices/h_min shares' worth of one draw a count) and open the boxed study; or, if it
+        exists already (a restart), :meth:`advance`. A box round whose releases cannot be read
+        fails the study with why."""
         if self.boxed(study_id) is not None:
             self.advance(study_id)
             return
         store, spec = self.rounds.store, self.rounds.spec(study_id)
         try:
-            releases = [check_box(spec, row.kind, row.payload, row.n)
-                        for row in store.contributions(study_id)]
-            if not releases:
-                raise ValueError("the box round has no release to read a box from")
-            box, outcome = read_box(spec, np.sum(releases, axis=0), float(len(releases)))
+            if secure is None:
+                releases = [check_box(spec, row.kind, row.payload, row.n)
+                            for row in store.contributions(study_id)]
+                if not releases:
+                    raise ValueError("the box round has no release to read a box from")
+                total, draws = np.sum(releases, axis=0), float(len(releases))
+            else:
+                total = check_box_sum(spec, *secure)
+                draws = secure[1] / spec.assumptions.min_honest
+            box, outcome = read_box(spec, total, draws)
             deadline = time.time() + spec.box.round_seconds
             inner = boxed_study(spec, box.lo, box.hi, None if spec.secure_aggregation else deadline)
             rnd = BoxedRound(study_id, store.get_study(study_id).spec_sha256, inner.lo, inner.hi,
