@@ -19,7 +19,7 @@ def parse_bounds(text: str, d: int) -> tuple[np.ndarray, np.ndarray]:
     """
     if text == "auto" and not Path(text).is_file():
         raise ValueError("--bounds auto (a private box read from the records) is `fedsketch "
-                         "sketch`'s, the Python API's and a plain federated study's box round "
+                         "sketch`'s, the Python API's and a federated study's box round "
                          "(create-study, simulate --data); here give the box, LO:HI or a "
                          "bounds.json")
     if ":" in text and not Path(text).is_file():

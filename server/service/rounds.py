@@ -52,6 +52,7 @@ from fedsketch.common.study.calibration_round import (
     is_sketch_round,
 )
 from fedsketch.common.study.refine import RoundSpec, check_cells, is_round
+from fedsketch.common.study.secure_box import SecureBox
 from fedsketch.common.study.secure_calibration import SecureCalibration, SecureProtocol
 from fedsketch.common.study.secure_rounds import SecureRound
 from fedsketch.common.study.study import StudySpec, spec_sha256
@@ -71,7 +72,9 @@ def failure_detail(spec: StudySpec | RoundSpec | SecureProtocol, detail: str) ->
     """The detail of a study that failed to collect, plainly (its quorum missed) or securely
     (its secure-aggregation round aborted), from its spec or its round's protocol: ``detail``,
     said to be its round 0's (before anyone spent on its sketch) if it declares one. The one
-    wording of such a failure, plain or secure."""
+    wording of such a failure, plain or secure; a box round's says so."""
+    if isinstance(spec, SecureBox) or getattr(spec, "box", None) is not None:
+        return f"the box round failed, nobody spent on anything else: {detail}"
     if not isinstance(spec, SecureCalibration) and getattr(spec, "calibration", None) is None:
         return detail
     return f"round 0 (σ calibration) failed, nobody spent on the sketch: {detail}"

@@ -86,3 +86,43 @@ def test_box_round_as_processes_resends_after_a_kill_and_charges_once(coordinato
         assert budget["studies"][study]["rounds"]["0"] == pytest.approx(0.8)  # the box round
         assert set(budget["studies"][study]["rounds"]) == {"0", "-1", "sketch", "1"}
     assert c.terminate() == 0
+
+
+def test_secure_box_round_as_daemons_spends_once_across_a_restart(tmp_path, cli_certs):
+    """The same study under secure aggregation, with four ``fedsketch device run`` daemons: one
+    is SIGKILLed between committing its box-round spend and sending its masked input, and
+    started again on its ledger; the box round (its histograms masked, each device's noise
+    share added), the boxed study's round 0, its sketch round and refinement round all end, the
+    study is DONE with a box that holds the bulk of the records, and every ledger is charged the
+    spec's ε once, the box's share under the study in ``device budget``."""
+    from test_secure_crash import Fleet
+
+    fleet = Fleet(tmp_path, cli_certs)
+    try:
+        fleet.restart_device(0, "kill-after-commit")
+        study = fleet.c.op(
+            "create-study", "--name", "secure auto box", "--d", "3", "--k", "3", "--bounds", "auto",
+            "--scale", "auto", "--epsilon", "8", "--m", "60", "--r", "60", "--min-devices", "4",
+            "--replicates", "2", "--rounds", "1", "--secure-aggregation", "--max-records", "100000",
+            "--max-dropout", "0", "--max-colluders", "0", "--stage-timeout", "120").stdout.strip()
+        assert fleet.daemons[0].wait(timeout=120) == -signal.SIGKILL  # spent, not sent
+        book = Ledger(fleet.ledgers[0])
+        committed = book.find(study)
+        book.close()
+        assert committed is not None and committed.epsilon == pytest.approx(0.8)
+        fleet.daemons[0] = fleet._daemon(0)
+        result = wait_done(fleet.c, study, timeout=600)
+        box = result["box"]
+        assert box["epsilon"] == pytest.approx(0.8) and box["draws"] == pytest.approx(1.0)
+        lo, hi = np.array(box["lo"]), np.array(box["hi"])
+        x = np.concatenate([np.load(tmp_path / f"x{i}.npy") for i in range(4)])
+        assert np.all(np.mean((x < lo) | (x > hi), axis=0) <= 0.02)
+        q = np.quantile(x, [0.005, 0.995], axis=0)
+        assert np.all(hi - lo <= 3 * (q[1] - q[0])), (lo, hi, q)
+        for path in fleet.ledgers:
+            budget = json.loads(cli("device", "budget", "--ledger", str(path), "--json").stdout)
+            assert budget["studies"][study]["epsilon"] == pytest.approx(8.0)
+            assert budget["studies"][study]["rounds"]["0"] == pytest.approx(0.8)
+            assert set(budget["studies"][study]["rounds"]) == {"0", "-1", "sketch", "1"}
+    finally:
+        fleet.stop()
