@@ -39,7 +39,6 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 import numpy as np
-from scipy.stats import nbinom
 
 from ..choices import BOX_FRACTION  # noqa: F401 (the default share of ε, read from here too)
 from ..dp.calibration import check_epsilon, check_neighbouring
@@ -153,7 +152,10 @@ def window_threshold(shape: float, scale: float, tail: float) -> int:
     share of 1/h of a draw (:func:`~fedsketch.common.dp.samplers.dlap_noise_share`) the
     difference of two NB(1/h, 1 − a), so S = X − Y with X, Y independent negative binomials
     NB(``shape``, 1 − a), and P(S ≥ t) = Σ_y P(Y = y)·P(X ≥ t + y) (the mass of Y beyond its
-    1 − 10⁻²⁰ quantile is left out, far below any ``tail`` used here)."""
+    1 − 10⁻²⁰ quantile is left out, far below any ``tail`` used here). SciPy loads here, on a
+    reading's first call: a coordinator or device daemon starts without it."""
+    from scipy.stats import nbinom
+
     law = nbinom(shape, -math.expm1(-1.0 / scale))
     y = np.arange(0, int(law.isf(1e-20)) + 2)
     weight = law.pmf(y)

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 import numpy as np
 
@@ -86,10 +86,14 @@ class SecureBox:
             bound, a, self.dim, shape=shape))
 
     def check_round(self, params: SecAggParams) -> None:
-        """ValueError unless the coordinator's ``params`` are :meth:`round_params`."""
-        from .study import check_params
-
-        check_params(params, self.round_params(params.study_id, params.device_ids))
+        """ValueError, naming the fields that differ, unless the coordinator's ``params`` are
+        :meth:`round_params`."""
+        expected = self.round_params(params.study_id, params.device_ids)
+        differ = [f.name for f in fields(SecAggParams)
+                  if getattr(params, f.name) != getattr(expected, f.name)]
+        if differ:
+            raise ValueError(f"the coordinator's round parameters differ from the study's in "
+                             f"{', '.join(differ)}")
 
     def noise_shares(self) -> np.ndarray:
         """One device's int64 noise shares (dim,), exact, from OS random bits."""
