@@ -1,6 +1,7 @@
 """A ``--bounds auto`` study as real processes: ``fedsketch coordinator serve`` and ``fedsketch
-device run --once``, a device SIGKILLed between its box-round ledger commit and its send. The
-re-send is byte-identical, the box round is spent once, the boxed study carries the box read
+device run --once``, a device SIGKILLed between its box-round ledger commit and its send, and
+the coordinator SIGKILLed once the boxed study is open. The re-send is byte-identical, the box
+round is spent once and read once (one boxed study), the boxed study carries the box read
 from the devices' noisy histograms, the study ends DONE with a box that holds the bulk of the
 records, and every ledger is charged the spec's ε exactly once, the box's share included."""
 
@@ -47,11 +48,17 @@ def test_box_round_as_processes_resends_after_a_kill_and_charges_once(coordinato
     assert committed is not None and committed.acked_at is None
     assert committed.epsilon == pytest.approx(0.8)  # charged before anything left the device
     book.close()
+    restarted = False
     for _ in range(12):  # the box round, the boxed study's round 0, sketch round and round 1
         for i in range(3):
             device(c, device_files[i], ledgers[i])
+        if not restarted and rounds_of(c, study):  # the box read, the boxed study open
+            c.kill()  # SIGKILL: the restarted coordinator reads the box round back, once
+            c.start()
+            restarted = True
         if c.op("result", study, check=False).returncode == 0:
             break
+    assert restarted
     assert stored(c, study)[Ledger(ledgers[2]).identity().device_id] == committed.payload
     result = wait_done(c, study)
     box = result["box"]
