@@ -12,8 +12,11 @@ with TLS.
 * ``given``: the study at ε with the given box.
 * ``auto``: the box's two rounds first, at ``--box-fraction``·ε (each device's stage releases
   summed as secure aggregation unmasks them: L/h_min DLap draws' worth of noise a count; run in
-  this process, the protocol does not carry them yet), then the same study at (1 − fraction)·ε
-  in that box. The records outside it are clipped by the devices.
+  this process), then the same study at (1 − fraction)·ε in that box. The records outside it
+  are clipped by the devices.
+* ``protocol``: ``simulate --bounds auto`` itself: the study's box round (one grid at 8 levels
+  an octave, :mod:`fedsketch.common.study.box_plan`) at ``--box-fraction``·ε through the real
+  protocol, then the boxed study; a plain study (``--plain``; the box round is not yet secure).
 
 Relative SSE = SSE(C)/SSE(scikit-learn KMeans, n_init = 10), both on the raw records in natural
 units. ``--part box`` instead measures the box alone: for each seed, the central box
@@ -21,8 +24,8 @@ units. ``--part box`` instead measures the box alone: for each seed, the central
 and securely (L/h_min), and stage 1 alone at the whole box ε (one round); each column's width
 against the central box's, and the share of records each clips.
 
-Usage: python benchmarks/bench_units_federated.py [--part study|box] [--boxes given,auto]
-           [--seeds 3] [--devices 100] [--epsilon 1] [--box-fraction 0.1] [--rows N]
+Usage: python benchmarks/bench_units_federated.py [--part study|box] [--boxes given,auto,protocol]
+           [--seeds 3] [--devices 100] [--epsilon 1] [--box-fraction 0.1] [--rows N] [--plain]
 Prints one JSON line per run.
 """
 
@@ -78,13 +81,22 @@ def h_min(devices: int) -> int:
     return devices - math.floor(DROPOUT * devices)
 
 
-def study(x: np.ndarray, pooled: Pooled, box: Box, epsilon: float, devices: int, seed: int) -> dict:
+def study(x: np.ndarray, pooled: Pooled, box: Box | None, epsilon: float, devices: int, seed: int,
+          secure: bool = True, fraction: float = 0.1) -> dict:
+    """One study through ``simulate``'s machinery; ``box`` None: ``--bounds auto`` (its box round
+    at ``fraction``·ε)."""
     cfg = SimConfig(devices=devices, records=len(x), k=K, d=x.shape[1], m=1000, epsilon=epsilon,
-                    scale=None, seed=seed, box=(tuple(box.lo), tuple(box.hi)), rounds=3,
-                    secure_aggregation=True, max_dropout=DROPOUT, stage_timeout=60.0)
+                    scale=None, seed=seed, box=None if box is None else (tuple(box.lo), tuple(box.hi)),
+                    rounds=3, secure_aggregation=secure, max_dropout=DROPOUT if secure else None,
+                    stage_timeout=60.0 if secure else None, auto_box=box is None,
+                    box_fraction=fraction)
     start = time.perf_counter()
     report = run_simulation(cfg, pooled)
+    made = report["box"]
     return {"relative_sse": report["relative_sse"], "seconds": time.perf_counter() - start,
+            "box_read": None if made is None else [[round(v, 2) for v in made["lo"]],
+                                                   [round(v, 2) for v in made["hi"]]],
+            "clipped": None if made is None else clipped(x, Box(np.array(made["lo"]), np.array(made["hi"]))),
             "sigma": (report["calibration"] or {}).get("sigma"),
             "start_relative_sse": report["refinement"]["start_relative_sse"],
             "rounds": report["refinement"]["round_states"]}
@@ -125,6 +137,14 @@ def part_study(x: np.ndarray, args: argparse.Namespace) -> None:
         for seed in range(args.seeds):
             if which == "given":
                 box, eps, extra = Box(np.array(LO), np.array(HI)), args.epsilon, {}
+            elif which == "protocol":
+                out = {"table": "flights", "box": which, "seed": seed, "devices": args.devices,
+                       "epsilon": args.epsilon, "secure": not args.plain,
+                       **study(x, pooled, None, args.epsilon, args.devices, seed, not args.plain,
+                               args.box_fraction)}
+                runs.append(out["relative_sse"])
+                print(json.dumps(out), flush=True)
+                continue
             else:
                 eps_box = args.box_fraction * args.epsilon
                 box = federated_box(device_records(x, args.devices, seed), x.shape[1], eps_box,
@@ -148,6 +168,7 @@ def main() -> None:
     p.add_argument("--epsilon", type=float, default=1.0)
     p.add_argument("--box-fraction", type=float, default=0.1)
     p.add_argument("--rows", type=int, default=None)
+    p.add_argument("--plain", action="store_true", help="plain studies (the protocol row needs it)")
     args = p.parse_args()
     x = flights(args.rows)
     (part_box if args.part == "box" else part_study)(x, args)

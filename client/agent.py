@@ -95,6 +95,7 @@ from fedsketch.common.pb import fedsketch_pb2 as pb
 from fedsketch.common.pb import fedsketch_pb2_grpc as pb_grpc
 from fedsketch.common.sketch.box import Box, Tally
 from fedsketch.common.sketch.frequencies import draw_frequencies
+from fedsketch.common.study.boxed_round import is_boxed_round
 from fedsketch.common.study.calibration_round import SketchRound, is_sketch_round
 from fedsketch.common.study.refine import RoundSpec, is_round
 from fedsketch.common.study.study import StudySpec, spec_sha256
@@ -237,6 +238,8 @@ class Agent(ValidatedSteps, SecureAbort, RosterSteps, RoundChecks, Settling):
             return self._check_round(study)
         if is_sketch_round(study.spec_json):
             return self._check_sketch_round(study)
+        if is_boxed_round(study.spec_json):
+            return self._check_boxed_round(study)
         try:
             spec = StudySpec.from_json(study.spec_json)
         except ValueError as exc:
@@ -257,18 +260,20 @@ class Agent(ValidatedSteps, SecureAbort, RosterSteps, RoundChecks, Settling):
         return self._admit(study.study_id, spec, later_rounds(spec, None))
 
     def _admit(self, study_id: str, spec: StudySpec, later: Later,
-               rnd: RoundSpec | SketchRound | None = None) -> Admitted | str:
+               rnd: RoundSpec | SketchRound | None = None, root: str | None = None) -> Admitted | str:
         """The checks every release shares: the owner's policy allows the study (its name and
         whole ε), the budget covers what the study asks from this release on (its (ε, δ) and
         ``later``'s ε) besides what the ledger's reservations and this agent's
         secure sessions set aside for other joined studies and the rounds still to come of
         studies it took part in (but those of the study of round ``rnd``, which pays from
         them), and the data opens with the study's d. ``spec`` is the study's, also for its
-        rounds."""
+        rounds; ``root``: the study whose box round a boxed study (or its round) follows, which
+        pays from what that study keeps."""
         if (reason := self.ledger.policy().refusal(spec.name, spec.total_epsilon)) is not None:
             return Declined(reason, pb.POLICY)
         epsilon, delta = release_cost(spec, rnd)
-        asks, parent = math.fsum((epsilon, later.epsilon)), None if rnd is None else rnd.parent_id
+        parent = root if root is not None else None if rnd is None else rnd.parent_id
+        asks = math.fsum((epsilon, later.epsilon))
         delta = math.fsum((delta, later.delta))
         if (reason := self.ledger.refusal(self.source, asks, delta, self._in_sessions(study_id),
                                           study_id=study_id, parent=parent)) is not None:
@@ -283,13 +288,13 @@ class Agent(ValidatedSteps, SecureAbort, RosterSteps, RoundChecks, Settling):
         if data.n is not None and (reason := summed_elsewhere_refusal(
                 spec.secure_aggregation is not None, spec.refine is not None)) is not None:
             return reason
-        return Admitted(spec, Box(spec.lo, spec.hi), data, rnd, later)
+        return Admitted(spec, Box(spec.lo, spec.hi), data, rnd, later, root)
 
     def _in_sessions(self, other_than: str) -> tuple[float, float]:
         """(ε, δ) promised to secure-aggregation rounds this device joined and has not spent on
         yet (other than ``other_than``). They live in memory, as the round's keys do (a restart
         drops out of them); the plain studies joined are the ledger's reservations."""
-        eps = [self._set_aside(s.epsilon, s.round, s.later) for sid, s in self._sessions.items()
+        eps = [self._set_aside(s.epsilon, s.round, s.later, s.root) for sid, s in self._sessions.items()
                if sid != other_than and not s.left and pb.MASKED_INPUT not in s.done]
         return math.fsum(eps), 0.0
 
@@ -350,7 +355,7 @@ class Agent(ValidatedSteps, SecureAbort, RosterSteps, RoundChecks, Settling):
                 study_id=study.study_id, source=self.source, epsilon=epsilon, delta=delta, n=n,
                 kind=kind, payload=payload, spec_sha256=study.spec_sha256,
                 recheck=lambda: self._input_open(identity, study),
-                **spend_labels(spec, rnd, admitted.later, admitted.deadline))
+                **spend_labels(spec, rnd, admitted.later, admitted.deadline, admitted.root))
         except BudgetExceeded as exc:  # e.g. another daemon on this ledger spent
             return Declined(str(exc), pb.BUDGET)
         except LedgerUnavailable:  # the file, not the study: nothing recorded, tried next pass

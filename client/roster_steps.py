@@ -99,13 +99,16 @@ class RosterSteps:
         held = self.ledger.reservation(study_id)
         return held if held is not None and held.source == self.source else None
 
-    def _set_aside(self, epsilon: float, rnd: RoundSpec | SketchRound | None, later: Later) -> float:
+    def _set_aside(self, epsilon: float, rnd: RoundSpec | SketchRound | None, later: Later,
+                   root: str | None = None) -> float:
         """ε a study (or round ``rnd`` of it) the device joined and has not paid sets aside: its
         release's ``epsilon`` and what the study asks after it (``later``), as the agent budgets
         it; nothing for a round of a study whose rounds the device already keeps ε for (an
         earlier release of it promised them, :func:`~.ledger_schema.promises`). One rule for
-        plain rosters and secure sessions."""
-        if rnd is not None and self.ledger.keeps(rnd.parent_id, self.source):
+        plain rosters and secure sessions. ``root``: the study a boxed study's release is booked
+        to (:class:`~.study_pass.Admitted`)."""
+        parent = root if root is not None else None if rnd is None else rnd.parent_id
+        if parent is not None and self.ledger.keeps(parent, self.source):
             return 0.0
         return math.fsum((epsilon, later.epsilon))
 
@@ -113,12 +116,13 @@ class RosterSteps:
         """Set the cost of the plain study whose roster the device joins aside in the ledger
         (ε: :meth:`_set_aside`; δ: the release's and the later rounds') until its deadline, at most
         :data:`~.ledger_reservations.RESERVATION_SECONDS`."""
-        epsilon = self._set_aside(admitted.cost[0], admitted.round, admitted.later)
+        epsilon = self._set_aside(admitted.cost[0], admitted.round, admitted.later, admitted.root)
         delta = math.fsum((admitted.cost[1], admitted.later.delta))
         expires_at = time.time() + RESERVATION_SECONDS
         if admitted.deadline is not None:
             expires_at = min(expires_at, admitted.deadline)
-        name = spend_labels(admitted.spec, admitted.round, admitted.later)["study_name"]
+        name = spend_labels(admitted.spec, admitted.round, admitted.later,
+                            root=admitted.root)["study_name"]
         self.ledger.reserve(study.study_id, name, self.source, epsilon, delta, expires_at)
 
     def _leave(self, identity: Identity, study: pb.Study, final: bool) -> bool:

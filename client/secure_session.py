@@ -72,6 +72,7 @@ class Session:
     input: np.ndarray | None = None
     noise: np.ndarray | None = None
     aborted: bool = False
+    root: str | None = None  # a boxed study's: the study of its box round (the ledger's)
 
     @property
     def epsilon(self) -> float:
@@ -106,7 +107,8 @@ class Session:
             "setup": None if self.setup is None else b64(self.setup),
             "client": None if self.client is None else self.client.state(),
             "input": None if self.input is None else b64(self.input.astype("<i8").tobytes()),
-            "noise": None if self.noise is None else b64(self.noise.astype("<i8").tobytes())},
+            "noise": None if self.noise is None else b64(self.noise.astype("<i8").tobytes()),
+            "root": self.root},
             sort_keys=True).encode()
 
     @staticmethod
@@ -180,6 +182,9 @@ class Session:
                 and all(k.isdigit() and int(k) in stages and isinstance(v, str) for k, v in replies.items())):
             raise ValueError("a field of the wrong type")
         spec = StudySpec.from_json(doc["spec"])
+        root = doc.get("root")  # absent from sessions stored before box rounds
+        if root is not None and not isinstance(root, str):
+            raise ValueError("a field of the wrong type")
         rnd = doc["round"]
         if rnd is not None:
             rnd = SketchRound.from_json(rnd) if is_sketch_round(rnd) else RoundSpec.from_json(rnd)
@@ -197,4 +202,5 @@ class Session:
                 raise ValueError("an input and a noise share of different lengths")
         return cls(spec, Box(spec.lo, spec.hi), doc["n"], client, set(done), doc["left"], rnd,
                    {int(k): base64.b64decode(v, validate=True) for k, v in replies.items()},
-                   Later(*map(float, later)), setup, study_id, identity.device_id, x, e, aborted)
+                   Later(*map(float, later)), setup, study_id, identity.device_id, x, e, aborted,
+                   root)

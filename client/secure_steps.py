@@ -76,6 +76,7 @@ from fedsketch.common.sketch.box import Tally
 from fedsketch.common.sketch.frequencies import draw_frequencies
 from fedsketch.common.sketch.sketching import feature_sum
 from fedsketch.common.study.refine import RoundSpec, round_cells
+from fedsketch.common.study.secure_box import SecureBox
 from fedsketch.common.study.secure_calibration import SecureCalibration
 from fedsketch.common.study.secure_rounds import SecureRound
 from fedsketch.common.text import printable
@@ -236,7 +237,7 @@ class SecureSteps:
         if isinstance(n := self._count(admitted), str):
             return n
         session = Session(admitted.spec, admitted.box, n, round=admitted.round, later=admitted.later,
-                          study_id=study.study_id, device_id=identity.device_id)
+                          study_id=study.study_id, device_id=identity.device_id, root=admitted.root)
         tally = Tally()
         try:
             session.input, read, session.noise = self._exact_input(session, admitted.data, tally)
@@ -348,7 +349,7 @@ class SecureSteps:
                     study_id=sid, source=self.source, epsilon=session.epsilon, delta=0.0,
                     n=float(session.n), kind=SECURE_KIND, payload=session.replies[stage],
                     spec_sha256=study.spec_sha256, premask=premask, round_terms=session.terms,
-                    **spend_labels(session.spec, session.round, session.later))
+                    **spend_labels(session.spec, session.round, session.later, root=session.root))
             except BudgetExceeded as exc:
                 return self._drop(sid, session, Declined(str(exc), pb.BUDGET))
             except LedgerError as exc:
@@ -366,11 +367,12 @@ class SecureSteps:
     @staticmethod
     def _exact_input(session: Session, data: LocalData,
                      tally: Tally) -> tuple[np.ndarray, int, np.ndarray]:
-        """(the exact integer input, records read, this device's noise shares), int64: the
-        sketch's integer sum (2m), round 0's calibration sum (2·m0) or a round's cells
-        (K(d + 1)) of ``data``."""
+        """(the exact integer input, records read, this device's noise shares), int64: the sketch's
+        integer sum (2m), a box round's histograms, round 0's sum (2·m0) or a round's cells."""
         spec, box = session.spec, session.box
-        if isinstance(protocol := session.protocol, SecureCalibration):
+        if isinstance(protocol := session.protocol, SecureBox):  # raw records, nothing clipped
+            return (*protocol.exact_input(data.chunks(), tally), protocol.noise_shares())
+        if isinstance(protocol, SecureCalibration):
             x, n = protocol.exact_input(box, data.chunks(), tally)
             return np.asarray(x, np.int64), n, protocol.noise_shares()
         if isinstance(session.round, RoundSpec):

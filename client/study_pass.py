@@ -14,6 +14,7 @@ from fedsketch.client.localdata import LocalData
 from fedsketch.common.pb import fedsketch_pb2 as pb
 from fedsketch.common.secagg.wire import STAGES as SECURE_STAGES
 from fedsketch.common.sketch.box import Box
+from fedsketch.common.study.boxed_round import BOXED_LEDGER_ROUND
 from fedsketch.common.study.calibration_round import SketchRound
 from fedsketch.common.study.refine import RoundSpec
 from fedsketch.common.study.study import StudySpec
@@ -49,9 +50,12 @@ class Later:
 def release_cost(spec: StudySpec, rnd: RoundSpec | SketchRound | None) -> tuple[float, float]:
     """(ε, δ) of a device's release for study ``spec`` in round ``rnd``: the sketch's (also in a
     sketch round, whose ``spec`` may be the study or the one the round collects), a calibration
-    round 0's ε (pure), or a refinement round's ε (pure). A study validated by a helper adds the
-    δ its bounded noise shares cost (:func:`~fedsketch.common.study.validated.validity_delta`),
-    so a device without that δ in its budget declines before it reads its data."""
+    round 0's ε (pure), a box round's ε (pure), or a refinement round's ε (pure). A study
+    validated by a helper adds the δ its bounded noise shares cost
+    (:func:`~fedsketch.common.study.validated.validity_delta`), so a device without that δ in its
+    budget declines before it reads its data."""
+    if rnd is None and spec.box is not None:
+        return spec.box.epsilon, 0.0
     if rnd is None and spec.calibration is not None:
         return spec.calibration.epsilon, 0.0
     if rnd is None or isinstance(rnd, SketchRound):
@@ -64,11 +68,17 @@ def later_rounds(study: StudySpec, rnd: RoundSpec | SketchRound | None) -> Later
     """:class:`Later` for the release of ``study`` (the study itself, not a sketch round's study)
     in round ``rnd``: after the study's own release (its sketch, or its calibration round 0), the
     sketch round (if round 0 came first) and every refinement round; after the sketch round,
-    every refinement round; after refinement round t, rounds t + 1 to T."""
+    every refinement round; after refinement round t, rounds t + 1 to T; after a box round,
+    the boxed study's (its round 0 if declared, its sketch and every refinement round)."""
     refine = [] if study.refine is None else [(e, study.refine.round_seconds)
                                               for e in study.refine.epsilon]
     delta = 0.0
-    if rnd is None and study.calibration is not None:
+    if rnd is None and study.box is not None:
+        rounds = [(study.sketch.privacy.epsilon, study.box.round_seconds), *refine]
+        if study.calibration is not None:
+            rounds.insert(0, (study.calibration.epsilon, study.box.round_seconds))
+        delta = study.sketch.privacy.delta
+    elif rnd is None and study.calibration is not None:
         rounds = [(study.sketch.privacy.epsilon, study.calibration.round_seconds), *refine]
         delta = study.sketch.privacy.delta
     elif rnd is None or isinstance(rnd, SketchRound):
@@ -98,13 +108,16 @@ class Admitted:
     """A study the device may contribute to: its spec, public box, and the data version opened
     for it; for a refinement round, ``spec`` is its study's and ``round`` the round's; for a
     sketch round, ``spec`` is the study it collects (:meth:`SketchRound.study`); what its study
-    asks after this release (:func:`later_rounds`)."""
+    asks after this release (:func:`later_rounds`); ``root``, for the boxed study of a box
+    round (``--bounds auto``) and its rounds, the study whose box round it follows, in whose
+    name the ledger books the release."""
 
     spec: StudySpec
     box: Box
     data: LocalData
     round: RoundSpec | SketchRound | None = None
     later: Later = Later()
+    root: str | None = None
 
     @property
     def cost(self) -> tuple[float, float]:
@@ -128,21 +141,27 @@ class Outcome:
 
 
 def spend_labels(spec: StudySpec, rnd: RoundSpec | SketchRound | None, later: Later,
-                 deadline: float | None = None) -> dict:
+                 deadline: float | None = None, root: str | None = None) -> dict:
     """What the ledger records of a release besides its cost and bytes
     (:meth:`~.ledger.Ledger.record_spend`'s study_name, parent, round, later_epsilon and
     keep_seconds): a round's name, its study and number (a sketch round: 0, the study's
     sketch), and what the study asks after it (``later``), which the device sets aside until
-    the study ends or :func:`keep_seconds` (its own round ending at ``deadline``) have passed."""
+    the study ends or :func:`keep_seconds` (its own round ending at ``deadline``) have passed.
+    A boxed study's releases (``root``: the study of its box round) are booked as rounds of
+    ``root``: its own release as round :data:`BOXED_LEDGER_ROUND`, its rounds by number."""
     keep = {"later_epsilon": later.epsilon,
             "keep_seconds": keep_seconds(spec, deadline, later, time.time())}
     if isinstance(rnd, SketchRound):
         return {"study_name": f"{spec.name} · sketch (σ = {rnd.sigma:.4g})",
-                "parent": rnd.parent_id, "round": 0, **keep}
+                "parent": root or rnd.parent_id, "round": 0, **keep}
     if rnd is not None:
-        return {"study_name": f"{spec.name} · round {rnd.round}", "parent": rnd.parent_id,
+        return {"study_name": f"{spec.name} · round {rnd.round}", "parent": root or rnd.parent_id,
                 "round": rnd.round, **keep}
+    if spec.box is not None:
+        return {"study_name": f"{spec.name} · box round", "parent": None, "round": 0, **keep}
     name = spec.name if spec.calibration is None else f"{spec.name} · round 0 (σ calibration)"
+    if root is not None:
+        return {"study_name": f"{name} · boxed", "parent": root, "round": BOXED_LEDGER_ROUND, **keep}
     return {"study_name": name, "parent": None, "round": 0, **keep}
 
 

@@ -57,6 +57,9 @@ ROUND_RADIUS = 0.5
 #: Share of a federated study's ε that its ``--scale auto`` round 0 (the calibration release,
 #: :mod:`fedsketch.common.study.calibration_round`) takes by default, as ``sketch --auto-fraction``.
 AUTO_FRACTION = 0.1
+#: Share of a run's ε that ``--bounds auto`` spends on the private box (the local sketch's
+#: two histograms, or a federated study's box round).
+BOX_FRACTION = 0.1
 
 #: The stages of secure aggregation, in order: the values of
 #: :class:`fedsketch.common.secagg.protocol.Stage` (tests/test_cli_startup.py holds them equal).

@@ -231,7 +231,7 @@ class SubmitReply(_message.Message):
     def __init__(self, duplicate: _Optional[bool] = ..., receipt: _Optional[str] = ...) -> None: ...
 
 class Result(_message.Message):
-    __slots__ = ("study_id", "k", "d", "centroids", "weights", "residual", "devices", "records", "status", "status_reason", "z", "threshold", "rounds", "calibration_json", "verdict_json")
+    __slots__ = ("study_id", "k", "d", "centroids", "weights", "residual", "devices", "records", "status", "status_reason", "z", "threshold", "rounds", "calibration_json", "verdict_json", "box_json")
     STUDY_ID_FIELD_NUMBER: _ClassVar[int]
     K_FIELD_NUMBER: _ClassVar[int]
     D_FIELD_NUMBER: _ClassVar[int]
@@ -247,6 +247,7 @@ class Result(_message.Message):
     ROUNDS_FIELD_NUMBER: _ClassVar[int]
     CALIBRATION_JSON_FIELD_NUMBER: _ClassVar[int]
     VERDICT_JSON_FIELD_NUMBER: _ClassVar[int]
+    BOX_JSON_FIELD_NUMBER: _ClassVar[int]
     study_id: str
     k: int
     d: int
@@ -262,7 +263,8 @@ class Result(_message.Message):
     rounds: int
     calibration_json: str
     verdict_json: str
-    def __init__(self, study_id: _Optional[str] = ..., k: _Optional[int] = ..., d: _Optional[int] = ..., centroids: _Optional[_Iterable[float]] = ..., weights: _Optional[_Iterable[float]] = ..., residual: _Optional[float] = ..., devices: _Optional[int] = ..., records: _Optional[float] = ..., status: _Optional[str] = ..., status_reason: _Optional[str] = ..., z: _Optional[_Iterable[float]] = ..., threshold: _Optional[float] = ..., rounds: _Optional[int] = ..., calibration_json: _Optional[str] = ..., verdict_json: _Optional[str] = ...) -> None: ...
+    box_json: str
+    def __init__(self, study_id: _Optional[str] = ..., k: _Optional[int] = ..., d: _Optional[int] = ..., centroids: _Optional[_Iterable[float]] = ..., weights: _Optional[_Iterable[float]] = ..., residual: _Optional[float] = ..., devices: _Optional[int] = ..., records: _Optional[float] = ..., status: _Optional[str] = ..., status_reason: _Optional[str] = ..., z: _Optional[_Iterable[float]] = ..., threshold: _Optional[float] = ..., rounds: _Optional[int] = ..., calibration_json: _Optional[str] = ..., verdict_json: _Optional[str] = ..., box_json: _Optional[str] = ...) -> None: ...
 
 class CreateStudyRequest(_message.Message):
     __slots__ = ("spec_json",)

@@ -39,16 +39,17 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 import numpy as np
-from scipy.stats import nbinom
 
+from ..choices import BOX_FRACTION  # noqa: F401 (the default share of ε, read from here too)
 from ..dp.calibration import check_epsilon, check_neighbouring
 from ..dp.samplers import dlap_noise
 from .box import Box
 
 #: Magnitude levels per octave of the coarse grid: a bin spans a factor 2^{1/4} ≈ 1.19.
 LEVELS_PER_OCTAVE = 4
-#: The coarse grid's magnitudes run from 2^−40 to 2^40 (levels K_lo..K_hi − 1).
-K_LO, K_HI = -40 * LEVELS_PER_OCTAVE, 40 * LEVELS_PER_OCTAVE
+#: Octaves of magnitude the grid spans: 2^−40 .. 2^40 (levels K_lo = −40·G .. K_hi − 1 = 40·G − 1).
+OCTAVES = 80
+K_LO, K_HI = -OCTAVES // 2 * LEVELS_PER_OCTAVE, OCTAVES // 2 * LEVELS_PER_OCTAVE
 #: Coarse bins per column: the zero bin, and K_HI − K_LO magnitude levels of each sign.
 COARSE_BINS = 2 * (K_HI - K_LO) + 1
 #: Coarse bins added beyond the significant ones on each side (a factor √2 in magnitude): the
@@ -66,31 +67,37 @@ WINDOWS = (1, 2, 4, 8, 16, 32)
 FALSE_BIN = 1e-3
 #: The margin of :func:`data_box` (a share of each column's range, on each side).
 DATA_MARGIN = 0.05
-#: Default share of a run's ε spent on the box.
-BOX_FRACTION = 0.1
 
 
-def coarse_bins(x: np.ndarray) -> np.ndarray:
-    """The coarse bin (0..COARSE_BINS − 1) of every value of ``x`` (rows, d), by sign and
-    magnitude level (module docstring): K_HI − K_LO + sign·(level + 1), the zero bin in the
-    middle."""
+def grid_bins(levels: int = LEVELS_PER_OCTAVE) -> int:
+    """Bins a column of the signed log grid at ``levels`` levels an octave over the magnitudes
+    2^−40 .. 2^40: the zero bin, and 80·levels magnitude levels of each sign."""
+    return 2 * OCTAVES * levels + 1
+
+
+def coarse_bins(x: np.ndarray, levels: int = LEVELS_PER_OCTAVE) -> np.ndarray:
+    """The bin (0 .. :func:`grid_bins` − 1) of every value of ``x`` (rows, d) on the signed log
+    grid at ``levels`` levels an octave (module docstring), by sign and magnitude level: the
+    zero bin in the middle, 40·levels + sign·(level + 1) around it."""
+    k_lo, middle = -OCTAVES // 2 * levels, OCTAVES * levels
     a = np.abs(np.asarray(x, dtype=np.float64))
     with np.errstate(divide="ignore"):
-        level = np.floor(LEVELS_PER_OCTAVE * np.log2(a))
-    level = np.clip(np.nan_to_num(level, neginf=K_LO - 1.0), K_LO - 1, K_HI - 1).astype(np.int64)
-    magnitude = np.where(level < K_LO, 0, level - K_LO + 1)
-    return (K_HI - K_LO) + np.sign(x).astype(np.int64) * magnitude
+        level = np.floor(levels * np.log2(a))
+    level = np.clip(np.nan_to_num(level, neginf=k_lo - 1.0), k_lo - 1, -k_lo - 1).astype(np.int64)
+    magnitude = np.where(level < k_lo, 0, level - k_lo + 1)
+    return middle + np.sign(x).astype(np.int64) * magnitude
 
 
-def coarse_edges(index: int) -> tuple[float, float]:
-    """[low, high) in data units of coarse bin ``index`` (the outermost bins reach ±inf)."""
-    middle = K_HI - K_LO
+def coarse_edges(index: int, levels: int = LEVELS_PER_OCTAVE) -> tuple[float, float]:
+    """[low, high) in data units of bin ``index`` of the grid at ``levels`` levels an octave
+    (the outermost bins reach ±inf)."""
+    k_lo, middle = -OCTAVES // 2 * levels, OCTAVES * levels
     step = abs(index - middle)
     if step == 0:
-        edge = 2.0 ** (K_LO / LEVELS_PER_OCTAVE)
+        edge = 2.0 ** (k_lo / levels)
         return -edge, edge
-    low = 2.0 ** ((K_LO + step - 1) / LEVELS_PER_OCTAVE)
-    high = math.inf if step == K_HI - K_LO else 2.0 ** ((K_LO + step) / LEVELS_PER_OCTAVE)
+    low = 2.0 ** ((k_lo + step - 1) / levels)
+    high = math.inf if step == middle else 2.0 ** ((k_lo + step) / levels)
     return (low, high) if index > middle else (-high, -low)
 
 
@@ -145,7 +152,10 @@ def window_threshold(shape: float, scale: float, tail: float) -> int:
     share of 1/h of a draw (:func:`~fedsketch.common.dp.samplers.dlap_noise_share`) the
     difference of two NB(1/h, 1 − a), so S = X − Y with X, Y independent negative binomials
     NB(``shape``, 1 − a), and P(S ≥ t) = Σ_y P(Y = y)·P(X ≥ t + y) (the mass of Y beyond its
-    1 − 10⁻²⁰ quantile is left out, far below any ``tail`` used here)."""
+    1 − 10⁻²⁰ quantile is left out, far below any ``tail`` used here). SciPy loads here, on a
+    reading's first call: a coordinator or device daemon starts without it."""
+    from scipy.stats import nbinom
+
     law = nbinom(shape, -math.expm1(-1.0 / scale))
     y = np.arange(0, int(law.isf(1e-20)) + 2)
     weight = law.pmf(y)
@@ -207,13 +217,13 @@ def _quantile_bins(noisy: np.ndarray, tau: int, scale: float) -> tuple[int, int]
             int(len(counts) - 1 - np.argmax(above[::-1] >= TAIL * total)))
 
 
-def _toward_zero(noisy: np.ndarray, span: tuple[int, int], scale: float) -> tuple[int, int]:
+def _toward_zero(noisy: np.ndarray, span: tuple[int, int], scale: float,
+                 middle: int = K_HI - K_LO) -> tuple[int, int]:
     """``span`` (coarse bins) reaching the zero bin when the bins between it and zero hold, in
     all, :data:`FLOOR` standard deviations of their summed noise (``scale`` = Δ1/ε·√draws):
     data whose bulk touches 0 (durations, counts) spread their small values over many
     octaves, each bin too thin to be significant alone."""
     first, last = span
-    middle = K_HI - K_LO
     between = noisy[middle:first] if first > middle else noisy[last + 1:middle + 1]
     if between.size and between.sum() >= FLOOR * scale * math.sqrt(2.0 * between.size):
         return (middle, last) if first > middle else (first, middle)
@@ -240,23 +250,27 @@ def data_box(chunks: Callable[[], Iterable[np.ndarray]], d: int) -> Box:
     return Box(lo - pad, hi + pad)
 
 
-def coarse_counts(chunks: Iterable[np.ndarray], d: int) -> np.ndarray:
+def coarse_counts(chunks: Iterable[np.ndarray], d: int,
+                  levels: int = LEVELS_PER_OCTAVE) -> np.ndarray:
     """Stage 1's exact histograms (d, COARSE_BINS) of the records ``chunks`` yields ((rows, d)
     each): each record counted once per column, in its coarse bin (module docstring)."""
-    counts = np.zeros((d, COARSE_BINS), dtype=np.int64)
+    width = grid_bins(levels)
+    counts = np.zeros((d, width), dtype=np.int64)
     for chunk in chunks:
-        bins = coarse_bins(chunk)
+        bins = coarse_bins(chunk, levels)
         for col in range(d):
-            counts[col] += np.bincount(bins[:, col], minlength=COARSE_BINS)
+            counts[col] += np.bincount(bins[:, col], minlength=width)
     return counts
 
 
-def read_coarse(noisy: np.ndarray, epsilon: float, neighbouring: str,
-                draws: float = 1.0) -> tuple[np.ndarray, np.ndarray, int]:
+def read_coarse(noisy: np.ndarray, epsilon: float, neighbouring: str, draws: float = 1.0,
+                levels: int = LEVELS_PER_OCTAVE,
+                margin: int = MARGIN_BINS) -> tuple[np.ndarray, np.ndarray, int]:
     """(lo1, hi1, τ1): stage 1's range per column (data units) read from its noisy histograms
     ``noisy`` (d, COARSE_BINS), each count carrying ``draws`` DLap draws of the stage's scale
-    Δ1/``epsilon`` (records; :func:`_significant`). Post-processing. ValueError for a column
-    with no significant bin."""
+    Δ1/``epsilon`` (records; :func:`_significant`), on the grid at ``levels`` levels an octave,
+    widened by ``margin`` bins a side. Post-processing. ValueError for a column with no
+    significant bin."""
     d = noisy.shape[0]
     delta1 = sensitivity(d, neighbouring)
     scale = delta1 / epsilon
@@ -265,10 +279,11 @@ def read_coarse(noisy: np.ndarray, epsilon: float, neighbouring: str,
     for col, span in enumerate(_significant(noisy, tau1, scale, draws)):
         if span is None:
             raise _refuse(col, tau1, "coarse")
-        first, last = _toward_zero(noisy[col], span, scale * math.sqrt(draws))
-        first, last = max(first - MARGIN_BINS, 0), min(last + MARGIN_BINS, COARSE_BINS - 1)
-        lo1[col] = max(coarse_edges(first)[0], -(2.0 ** (K_HI / LEVELS_PER_OCTAVE)))
-        hi1[col] = min(coarse_edges(last)[1], 2.0 ** (K_HI / LEVELS_PER_OCTAVE))
+        first, last = _toward_zero(noisy[col], span, scale * math.sqrt(draws),
+                                   OCTAVES * levels)
+        first, last = max(first - margin, 0), min(last + margin, noisy.shape[1] - 1)
+        lo1[col] = max(coarse_edges(first, levels)[0], -(2.0 ** (OCTAVES // 2)))
+        hi1[col] = min(coarse_edges(last, levels)[1], 2.0 ** (OCTAVES // 2))
     return lo1, hi1, tau1
 
 

@@ -51,6 +51,7 @@ from ..sketch.scale import (
 from ..sketch.sketching import normalized_sketch
 from ..sketch.spec import canonical_json
 from ..spec_fields import checked, integer, number, optional_number, text
+from .box_plan import check_box
 from .calibration_plan import CalibrationPlan
 from .payload import check_payload
 from .study import StudySpec
@@ -123,8 +124,12 @@ def check_calibration(study: StudySpec, kind: str, payload: bytes, n: float) -> 
 
 
 def check_release(study: StudySpec, kind: str, payload: bytes, n: float) -> np.ndarray:
-    """A plain study's own release checked (PayloadError): its round 0's if it declares one
-    (:func:`check_calibration`), else its sketch's (:func:`~fedsketch.common.study.payload.check_payload`)."""
+    """A plain study's own release checked (PayloadError, or CellsError for a box release): its
+    box round's if it declares one (:func:`~fedsketch.common.study.box_plan.check_box`), its
+    round 0's if it declares one (:func:`check_calibration`), else its sketch's
+    (:func:`~fedsketch.common.study.payload.check_payload`)."""
+    if study.box is not None:
+        return check_box(study, kind, payload, n)
     if study.calibration is not None:
         return check_calibration(study, kind, payload, n)
     return check_payload(study, kind, payload, n)

@@ -32,6 +32,7 @@ from ..sketch.box import Box, Tally
 from ..sketch.scale import calibration_frequencies
 from ..sketch.sketching import feature_sum
 from .refine import RoundSpec
+from .secure_box import SecureBox
 from .secure_rounds import SecureRound
 from .study import StudySpec, check_params
 
@@ -101,12 +102,15 @@ class SecureCalibration:
 
 
 #: What a secure round's public parameters derive from (:func:`secure_protocol`).
-SecureProtocol = StudySpec | SecureRound | SecureCalibration
+SecureProtocol = StudySpec | SecureRound | SecureCalibration | SecureBox
 
 
 def secure_protocol(spec: StudySpec, rnd: RoundSpec | None = None) -> SecureProtocol:
     """What a secure round's public parameters derive from: refinement round ``rnd`` of ``spec``,
-    ``spec``'s round 0 if it declares one, else ``spec`` itself (its sketch)."""
+    ``spec``'s box round if it declares one, its round 0 if it declares one, else ``spec``
+    itself (its sketch)."""
     if rnd is not None:
         return SecureRound(spec, rnd)
+    if spec.box is not None:
+        return SecureBox(spec)
     return spec if spec.calibration is None else SecureCalibration(spec)

@@ -10,7 +10,10 @@ device checks before it spends any budget, and ``omega_sha256`` is the SHA-256 o
 recomputes from the frequency spec. A study may add refinement rounds after its sketch
 (``refine``) and, with ``--scale auto``, a calibration round 0 before it (``calibration``):
 then its own σ is a placeholder and the sketch round's spec carries the σ round 0 chose
-(:mod:`fedsketch.common.study.calibration_round`); the ε of every round is in the hashed spec.
+(:mod:`fedsketch.common.study.calibration_round`); with ``--bounds auto``, a box round before
+everything (``box``, :mod:`fedsketch.common.study.box_plan`): then its own box is the widest,
+[−2^40, 2^40]^d, and the boxed study's spec carries the box read
+(:mod:`fedsketch.common.study.boxed_round`); the ε of every round is in the hashed spec.
 """
 
 from __future__ import annotations
@@ -28,11 +31,14 @@ from ..features import GRID
 from ..secagg import SecAggParams, check_capacity, graph_seed, modulus_bits
 from ..secagg.spec import SecAggSpec
 from ..secagg.trust import Assumptions
+from ..sketch.box import WIDEST
 from ..sketch.frequencies import draw_frequencies
 from ..sketch.spec import SketchSpec, canonical_json
 from ..spec_fields import integer, numbers, optional_number, text
+from .box_plan import BoxPlan
 from .calibration_plan import CalibrationPlan
 from .refine import MAX_CENTRES, RefineSpec, cells_bits, round_split
+from .secure_box import check_box_capacity
 from .wire import MAX_RECORDS
 
 #: Written by this code for a study without refinement rounds. Version 2 means "plain studies
@@ -46,9 +52,12 @@ REFINED_FORMAT = "fedsketch.study/3"
 #: Written for a study with a calibration round (``--scale auto``,
 #: :mod:`fedsketch.common.study.calibration_round`): a device that does not know round 0 refuses it.
 CALIBRATED_FORMAT = "fedsketch.study/4"
+#: Written for a study with a box round (``--bounds auto``, :mod:`fedsketch.common.study.box_plan`):
+#: a device that does not know the box round refuses it.
+BOXED_FORMAT = "fedsketch.study/5"
 #: Also read: studies stored before rosters (their contributors joined the rosters when the
 #: store was migrated).
-READ_FORMATS = ("fedsketch.study/1", FORMAT, REFINED_FORMAT, CALIBRATED_FORMAT)
+READ_FORMATS = ("fedsketch.study/1", FORMAT, REFINED_FORMAT, CALIBRATED_FORMAT, BOXED_FORMAT)
 #: Most devices one roster takes.
 MAX_ROSTER = 1_000_000
 
@@ -74,6 +83,7 @@ class StudySpec:
     collect_seconds: float | None = None
     max_device_records: int | None = None
     calibration: CalibrationPlan | None = None
+    box: BoxPlan | None = None
 
     def __post_init__(self) -> None:
         d, m = self.sketch.frequencies.d, self.sketch.frequencies.m
@@ -89,6 +99,8 @@ class StudySpec:
         if self.calibration is not None and self.sketch.frequencies.scale != self.calibration.placeholder:
             raise ValueError("a study with a calibration round states its sketch's scale as the "
                              "placeholder √(σ_lo·σ_hi): the sketch round's spec carries σ")
+        if self.box is not None:
+            self._check_box()
         if not self.name or len(self.name) > 200:
             raise ValueError("a study needs a name of 1 to 200 characters")
         if not math.isfinite(self.sketch.privacy.epsilon):
@@ -111,6 +123,12 @@ class StudySpec:
         self._check_roster()
         if len(self.omega_sha256) != 64:
             raise ValueError("omega_sha256 must be a hex SHA-256")
+
+    def _check_box(self) -> None:
+        """A study with a box round states no box of its own (the widest, ±2^40 on every
+        axis): ValueError otherwise."""
+        if any(v != -WIDEST for v in self.lo) or any(v != WIDEST for v in self.hi):
+            raise ValueError("a study with a box round states no box: its lo and hi are ∓2^40")
 
     def _check_roster(self) -> None:
         """ValueError unless ``min_devices`` is at most MAX_ROSTER, ``roster`` is an integer in
@@ -150,7 +168,8 @@ class StudySpec:
         round's, the sketch's and every refinement round's (sequential composition)."""
         rounds = 0.0 if self.refine is None else self.refine.total
         cal = 0.0 if self.calibration is None else self.calibration.epsilon
-        return math.fsum((cal, self.sketch.privacy.epsilon, rounds))
+        box = 0.0 if self.box is None else self.box.epsilon
+        return math.fsum((box, cal, self.sketch.privacy.epsilon, rounds))
 
     def check_new(self) -> None:
         """Rules for a study being created (older stored studies stay readable): ValueError if
@@ -193,6 +212,8 @@ class StudySpec:
             share_rate(term.epsilon, term.sensitivity)
             check_capacity(GRID["complex"] * self.secure_aggregation.max_records, term.scale,
                            2 * m0, shape=shape)
+        if self.box is not None:  # the box round's sum (fedsketch.common.study.secure_box)
+            check_box_capacity(self, shape)
         if self.refine is not None:  # the largest round any coordinator may publish
             for eps in set(self.refine.epsilon):
                 split = round_split(eps, "replace_one", self.sketch.frequencies.d)
@@ -271,7 +292,8 @@ class StudySpec:
         ``collect_seconds`` and ``max_device_records`` only when set, so the spec of a study
         without them reads, and hashes, as before)."""
         data = {
-            "format": (CALIBRATED_FORMAT if self.calibration is not None
+            "format": (BOXED_FORMAT if self.box is not None
+                       else CALIBRATED_FORMAT if self.calibration is not None
                        else FORMAT if self.refine is None else REFINED_FORMAT),
             "name": self.name,
             "sketch": self.sketch.to_dict(),
@@ -291,6 +313,8 @@ class StudySpec:
             data["refine"] = self.refine.to_dict()
         if self.calibration is not None:
             data["calibration"] = self.calibration.to_dict()
+        if self.box is not None:
+            data["box"] = self.box.to_dict()
         for name in ("roster", "collect_seconds", "max_device_records"):
             if getattr(self, name) is not None:
                 data[name] = getattr(self, name)
@@ -339,6 +363,7 @@ class StudySpec:
                 max_device_records=data.get("max_device_records"),  # an integer, or refused
                 calibration=(None if data.get("calibration") is None
                              else CalibrationPlan.from_dict(data["calibration"])),
+                box=None if data.get("box") is None else BoxPlan.from_dict(data["box"]),
             )
         except (KeyError, TypeError, OverflowError) as exc:
             raise ValueError(f"incomplete or malformed study spec: {exc!r}") from None

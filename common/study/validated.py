@@ -97,9 +97,9 @@ def check_validated(spec: StudySpec, served: bool = True) -> None:
     if not served:
         raise ValueError("a study validated by a helper needs a coordinator started with "
                          "--helper-token-file (and not --shared)")
-    if spec.refine is not None or spec.calibration is not None:
+    if spec.refine is not None or spec.calibration is not None or spec.box is not None:
         raise ValueError("a study validated by a helper runs round 0's sketch only: refinement "
-                         "rounds and --scale auto are not validated yet")
+                         "rounds, --scale auto and --bounds auto are not validated yet")
     sa = spec.secure_aggregation
     try:
         RangeCircuit(2 * spec.sketch.frequencies.m, device_circuit(spec, spec.device_cap)[1])

@@ -19,8 +19,9 @@ def parse_bounds(text: str, d: int) -> tuple[np.ndarray, np.ndarray]:
     """
     if text == "auto" and not Path(text).is_file():
         raise ValueError("--bounds auto (a private box read from the records) is `fedsketch "
-                         "sketch`'s and the Python API's; a federated study does not read one "
-                         "yet: give the study's box, LO:HI or a bounds.json")
+                         "sketch`'s, the Python API's and a federated study's box round "
+                         "(create-study, simulate --data); here give the box, LO:HI or a "
+                         "bounds.json")
     if ":" in text and not Path(text).is_file():
         try:
             lo_s, hi_s = text.split(":")

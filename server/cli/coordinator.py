@@ -196,7 +196,9 @@ def result(
     aggregate's noise; "refined_rounds" says how many rounds ended with new centres. "noise_norm" is
     the norm the aggregate sketch's noise is expected to have (from the public spec and the
     released counts, sketch units), and stderr says how much of "residual" it explains. With
-    --scale auto, "calibration" is round 0's choice of σ and its "explanation" (else null).
+    --scale auto, "calibration" is round 0's choice of σ and its "explanation" (else null); with
+    --bounds auto, "box" is the box the study's box round read (lo, hi, ε, "explanation"; else
+    null).
     Results are not public: reading one takes the operator token (a device reads the results of
     the studies it contributed to with its own signature)."""
     from fedsketch.common.study.study import StudySpec
@@ -215,7 +217,8 @@ def result(
         {"centroids": c, "weights": list(res.weights), "residual": res.residual, "noise_norm": noise_norm,
          "devices": res.devices, "records": res.records, "verdict": judged, "identifiability": verdict,
          "refined_rounds": res.rounds,
-         "calibration": json.loads(res.calibration_json) if res.calibration_json else None})))
+         "calibration": json.loads(res.calibration_json) if res.calibration_json else None,
+         "box": json.loads(res.box_json) if res.box_json else None})))
 
 
 coordinator_app = typer.Typer(cls=TidyGroup, no_args_is_help=True, help="Run and operate a coordinator.")

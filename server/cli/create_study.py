@@ -13,6 +13,7 @@ import typer
 
 from fedsketch.common.choices import (
     AUTO_FRACTION,
+    BOX_FRACTION,
     CAP_HEADROOM,
     COLLECT_SECONDS,
     DEADLINE_SECONDS,
@@ -37,7 +38,10 @@ def create_study(
     name: Annotated[str, typer.Option(help="Study name.")],
     d: Annotated[int, typer.Option(help="Dimension of the records.")],
     k: Annotated[int, typer.Option(help="Number of centroids.")],
-    bounds: Annotated[str, typer.Option(help="Public box LO:HI or a bounds.json.")],
+    bounds: Annotated[str, typer.Option(
+        help="Public box LO:HI or a bounds.json, or 'auto': the study's box round, in which "
+             "every device releases noisy per-column histograms at --box-fraction of --epsilon "
+             "and the coordinator reads the box from their sum (see below).")],
     scale: Annotated[str, typer.Option(
         help="σ in data units (public), or 'auto': the study's round 0, in which every device "
              "releases a private calibration sketch at --auto-fraction of --epsilon and the "
@@ -109,6 +113,8 @@ def create_study(
     auto_fraction: Annotated[float, typer.Option(
         help="Share of --epsilon that round 0 takes with --scale auto.")] = AUTO_FRACTION,
     scale_range: ScaleRangeOpt = None,
+    box_fraction: Annotated[float, typer.Option(
+        help="Share of --epsilon that the box round takes with --bounds auto.")] = BOX_FRACTION,
     rounds: Annotated[int, typer.Option(
         help="Refinement rounds after the sketch: private Lloyd steps across the devices, each "
         "a study of its own with its own roster, whose sums are offsets from the centres "
@@ -136,6 +142,15 @@ def create_study(
     and opens the sketch round with that σ fixed in its hashed spec. Round 0 without its quorum
     fails the study before anyone spends on the sketch. The rest, (1 − fraction)·ε, goes to the
     sketch and refinement rounds as below.
+
+    With --bounds auto, the study starts with its box round: each device releases, once, one
+    histogram of each column of its records on a scale-free logarithmic grid (8 bins an
+    octave) plus exact discrete-Laplace noise at ε_b = --box-fraction·ε; the coordinator sums
+    them, reads each column's span of the bins that stand out of the noise, one bin wider a
+    side, shows the box in `status` and `result`, and opens the boxed study with that box in
+    its hashed spec; every later release clips its records into it, and σ's range under
+    --scale auto follows it. The box round without its quorum fails the study before anyone
+    spends on anything else. The rest, (1 − fraction)·ε, goes to the study as below.
 
     With --rounds T, the sketch's centroids are refined by T private Lloyd rounds across the
     devices once the sketch is decoded; the devices spend --epsilon in all (the sketch
@@ -167,6 +182,8 @@ def create_study(
     import time
     from dataclasses import replace
 
+    import numpy as np
+
     from fedsketch.common.secagg.spec import SecAggSpec
     from fedsketch.common.secagg.trust import Assumptions
     from fedsketch.common.sketch.box import Box
@@ -174,6 +191,7 @@ def create_study(
     from fedsketch.common.sketch.privacy import PrivacySpec
     from fedsketch.common.sketch.scale import default_range
     from fedsketch.common.sketch.spec import SketchSpec
+    from fedsketch.common.study.box_split import PLACEHOLDER_RANGE, split_box, widest
     from fedsketch.common.study.calibration_round import split_auto
     from fedsketch.common.study.refine import split_study_epsilon
     from fedsketch.common.study.study import StudySpec
@@ -182,12 +200,17 @@ def create_study(
     from fedsketch.server.cli.options import parse_range, parse_scale
 
     with clean_errors():
-        lo, hi = parse_bounds(bounds, d)
-        sigma, plan, rest = parse_scale(scale), None, epsilon
+        box_plan, rest = None, epsilon
+        if bounds == "auto" and not Path(bounds).is_file():
+            box_plan, rest = split_box(epsilon, box_fraction, scale_range is None, round_seconds)
+            lo, hi = map(np.array, widest(d))
+        else:
+            lo, hi = parse_bounds(bounds, d)
+        sigma, plan = parse_scale(scale), None
         if sigma is None:
-            searched = (default_range(Box(lo, hi)) if scale_range is None
-                        else parse_range(scale_range, "--scale-range"))
-            plan, rest = split_auto(epsilon, searched, auto_fraction, round_seconds)
+            searched = (parse_range(scale_range, "--scale-range") if scale_range is not None
+                        else PLACEHOLDER_RANGE if box_plan is not None else default_range(Box(lo, hi)))
+            plan, rest = split_auto(rest, searched, auto_fraction, round_seconds)
             sigma = plan.placeholder
         sketch_eps, refine = split_study_epsilon(rest, rounds, round_share, round_seconds)
         sketch = SketchSpec(FrequencySpec(d=d, m=m, scale=sigma, law=law, seed=seed), feature,
@@ -225,13 +248,15 @@ def create_study(
                                 max_device_records=max_device_records,
                                 deadline=None if deadline is None else time.time() + deadline,
                                 replicates=replicates, secure_aggregation=secure, refine=refine,
-                                calibration=plan)
+                                calibration=plan, box=box_plan)
         spec.check_new()
         check_validated(spec)
-        report_plan(spec, expected_records, strict)
+        if box_plan is None:  # the planner needs a box
+            report_plan(spec, expected_records, strict)
         typer.echo(largest_weight(spec, expected_records), err=True)
-        if refine is not None or plan is not None:
-            parts = ([f"round 0 {plan.epsilon:g}"] if plan else []) + [f"the sketch {sketch_eps:g}"]
+        if refine is not None or plan is not None or box_plan is not None:
+            parts = (([f"the box round {box_plan.epsilon:g}"] if box_plan else [])
+                     + ([f"round 0 {plan.epsilon:g}"] if plan else []) + [f"the sketch {sketch_eps:g}"])
             if refine is not None:
                 parts.append(f"then {rounds} refinement rounds of {refine.epsilon[0]:g}")
             typer.echo(f"ε = {epsilon:g} per device: {', '.join(parts)}", err=True)

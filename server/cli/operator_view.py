@@ -48,9 +48,10 @@ def study_summary(s: pb.Study, parents: dict[str, dict] | None = None) -> dict[s
     whose devices register at its REGISTER stage) and deadline, read from its public spec (a
     round's roster size from its study's, in ``parents`` by id, if there)."""
     spec = json.loads(s.spec_json)
-    if "parent_id" in spec:  # a refinement round's (fedsketch.round/2) or sketch round's spec
+    if "parent_id" in spec:  # a refinement round's (fedsketch.round/2), sketch round's or boxed study's
         name = (f"round {spec['round']} of {spec['parent_id']}" if "round" in spec else
-                f"sketch round (σ = {spec['sigma']:.4g}) of {spec['parent_id']}")
+                f"sketch round (σ = {spec['sigma']:.4g}) of {spec['parent_id']}" if "sigma" in spec
+                else f"boxed study (after the box round) of {spec['parent_id']}")
         roster = (parents or {}).get(spec["parent_id"], {}).get("roster")
     else:
         name, roster = spec["name"], spec.get("roster")
@@ -114,11 +115,13 @@ def status_document(reply: pb.StatusReply) -> dict[str, Any]:
                    "reason": pb.RefusalReason.Name(f.reason), "reported_at": f.reported_at}
                   for f in reply.refusals],
         refused=reply.refused,
-        rounds=[{"round": json.loads(r.spec_json).get("round", 0),  # 0: the sketch round
+        rounds=[{"round": json.loads(r.spec_json).get("round", -1 if "outcome" in r.spec_json else 0),
+                 # 0: the sketch round; −1: the boxed study after a box round
                  **study_summary(r, {reply.study.study_id: {"roster": reply.roster_size}})}
                 for r in reply.rounds])
     specs = [json.loads(r.spec_json) for r in reply.rounds]
     doc["calibration"] = next((x["calibration"] for x in specs if "sigma" in x), None)  # round 0's
+    doc["box"] = next((x["outcome"] for x in specs if "outcome" in x), None)  # the box round's
     return doc
 
 
@@ -134,6 +137,8 @@ def _print_status(doc: dict[str, Any]) -> None:
                f"{window}; deadline {when(doc['deadline'])}")
     typer.echo(f"ε per device: {doc['epsilon']:g}"
                + (f" (round {doc['round']} of {doc['parent_id']})" if doc["parent_id"] else ""))
+    if doc["box"] is not None:
+        typer.echo(f"box round: {doc['box']['explanation']}: lo {doc['box']['lo']}, hi {doc['box']['hi']}")
     if doc["calibration"] is not None:
         typer.echo(f"round 0 chose {doc['calibration']['explanation']}")
     if doc["devices"]:

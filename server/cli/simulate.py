@@ -12,6 +12,7 @@ from rich.console import Console
 from rich.table import Table
 
 from fedsketch.common.choices import (
+    BOX_FRACTION,
     DEFAULT_R,
     FEATURES,
     NEIGHBOURING,
@@ -38,7 +39,10 @@ def simulate_command(
     header: HeaderOpt = None,
     columns: ColumnsOpt = None,
     bounds: Annotated[str | None, typer.Option(
-        help="The study's public box with --data: LO:HI (every axis) or a bounds.json.")] = None,
+        help="The study's public box with --data: LO:HI (every axis) or a bounds.json, or "
+             "'auto': the study's box round reads it privately (see create-study --help).")] = None,
+    box_fraction: Annotated[float, typer.Option(
+        help="Share of --epsilon the box round takes with --bounds auto.")] = BOX_FRACTION,
     m: Annotated[int, typer.Option(help="Frequencies.")] = 1000,
     feature: Annotated[str, typer.Option(help=f"{', '.join(FEATURES)}.")] = "complex",
     epsilon: Annotated[float, typer.Option(help="ε per device in all, sketch and refinement "
@@ -134,8 +138,9 @@ def simulate_command(
                                  "see --help)")
             pooled = file_data(source, k, seed)
             records, d = pooled.x.shape
-            lo, hi = parse_bounds(bounds, d)
-            box = (tuple(map(float, lo)), tuple(map(float, hi)))
+            if bounds != "auto" or Path(bounds).is_file():  # auto: the study's box round
+                lo, hi = parse_bounds(bounds, d)
+                box = (tuple(map(float, lo)), tuple(map(float, hi)))
         sigma = parse_scale(scale)  # None: auto
         searched = None if scale_range is None else parse_range(scale_range, "--scale-range")
     cfg = SimConfig(devices=devices, records=records, k=k, d=d, m=m, feature=feature,
@@ -146,7 +151,8 @@ def simulate_command(
                     stage_timeout=stage_timeout,
                     dropout=dropout, dropout_stage=dropout_stage, box=box, rounds=rounds,
                     round_share=round_share, scale_range=searched, hostile=hostile,
-                    backend=backend, address=address, validation=validation)
+                    backend=backend, address=address, validation=validation,
+                    auto_box=bounds == "auto" and box is None, box_fraction=box_fraction)
     with clean_errors(RuntimeError, *EXPECTED_ERRORS):  # RuntimeError: a device refused or the study failed
         report = run_simulation(cfg, pooled)
     if as_json:
@@ -161,6 +167,8 @@ def simulate_command(
     table.add_column("value", justify="right")
     table.add_row("relative SSE vs k-means (n_init = 3)", f"{report['relative_sse']:.4f}")
     table.add_row("verdict on the centroids", report["verdict"]["status"] if report["verdict"] else "-")
+    if (made := report["box"]) is not None:
+        table.add_row("box round", made["explanation"])
     if (cal := report["calibration"]) is not None:
         table.add_row("round 0 (σ calibration)", cal["explanation"])
     if (ref := report["refinement"]) is not None:

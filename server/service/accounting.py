@@ -4,7 +4,9 @@ records for it (the device's ``release_cost`` in ``client/study_pass.py``).
 
 - a study's sketch, also in a sketch round (whose spec is the study it collects): the sketch's
   (ε, δ);
+- a study with a box round (its own releases are the box round's): the box round's ε (pure);
 - a study with a calibration round 0 (its own releases are round 0's): round 0's ε (pure);
+- a secure box round (:class:`~fedsketch.common.study.secure_box.SecureBox`): its ε (pure);
 - a secure round 0 (:class:`~fedsketch.common.study.secure_calibration.SecureCalibration`): round 0's
   ε (pure);
 - refinement round t (plain: its :class:`~fedsketch.common.study.refine.RoundSpec` with the study's
@@ -17,24 +19,29 @@ import math
 from collections.abc import Callable
 
 from fedsketch.common.study.refine import RoundSpec
+from fedsketch.common.study.secure_box import SecureBox
 from fedsketch.common.study.secure_calibration import SecureCalibration
 from fedsketch.common.study.secure_rounds import SecureRound
 from fedsketch.common.study.study import StudySpec
 from fedsketch.server.errors import Code, Refusal
 
 
-def release_cost(spec: StudySpec | RoundSpec | SecureRound | SecureCalibration,
+def release_cost(spec: StudySpec | RoundSpec | SecureRound | SecureCalibration | SecureBox,
                  parent: StudySpec | None = None) -> tuple[float, float]:
     """(ε, δ) of one device's release for a study of ``spec`` (a plain round's needs its
     study's spec, ``parent``)."""
     if isinstance(spec, SecureCalibration):
         return spec.study.calibration.epsilon, 0.0
+    if isinstance(spec, SecureBox):
+        return spec.study.box.epsilon, 0.0
     if isinstance(spec, SecureRound):
         return spec.round.epsilon(spec.parent), 0.0
     if isinstance(spec, RoundSpec):
         if parent is None:
             raise ValueError("a refinement round's cost needs its study's spec")
         return spec.epsilon(parent), 0.0
+    if spec.box is not None:
+        return spec.box.epsilon, 0.0
     if spec.calibration is not None:
         return spec.calibration.epsilon, 0.0
     return spec.sketch.privacy.epsilon, spec.sketch.privacy.delta

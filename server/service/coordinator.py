@@ -334,6 +334,8 @@ class Coordinator(SecureStudies, SecureAborts, Roster, Reads, Shared):
             return
         if isinstance(spec, RoundSpec):
             return self.refinement.decode(study_id, spec)
+        if spec.box is not None:  # the box round closed (or its study resumed)
+            return self.refinement.boxes.read(study_id)
         if spec.calibration is not None:  # round 0 closed (or its study resumed)
             return self.refinement.calibrate(study_id)
         if spec.refine is not None and self.refinement.started(study_id):

@@ -44,6 +44,7 @@ import numpy as np
 from fedsketch.common.sketch.frequencies import draw_frequencies
 from fedsketch.common.sketch.scale import ScaleCalibration
 from fedsketch.common.study.aggregate import VIOLATION, check_calibration_sum, check_cells_sum
+from fedsketch.common.study.boxed_round import BoxedRound, is_boxed_round
 from fedsketch.common.study.calibration_round import (
     SketchRound,
     check_calibration,
@@ -51,11 +52,13 @@ from fedsketch.common.study.calibration_round import (
     is_sketch_round,
 )
 from fedsketch.common.study.refine import RoundSpec, check_cells, is_round
+from fedsketch.common.study.secure_box import SecureBox
 from fedsketch.common.study.secure_calibration import SecureCalibration, SecureProtocol
 from fedsketch.common.study.secure_rounds import SecureRound
 from fedsketch.common.study.study import StudySpec, spec_sha256
 from fedsketch.server.decode.pipeline import StudyResult
 from fedsketch.server.decode.refine import RoundResult, first_centroids, next_centroids, refined_result
+from fedsketch.server.service.box_rounds import BoxRounds
 from fedsketch.server.store.base import DECODING_FAILED, Store, StudyRow
 from fedsketch.server.store.faults import StoreUnavailable
 
@@ -69,7 +72,9 @@ def failure_detail(spec: StudySpec | RoundSpec | SecureProtocol, detail: str) ->
     """The detail of a study that failed to collect, plainly (its quorum missed) or securely
     (its secure-aggregation round aborted), from its spec or its round's protocol: ``detail``,
     said to be its round 0's (before anyone spent on its sketch) if it declares one. The one
-    wording of such a failure, plain or secure."""
+    wording of such a failure, plain or secure; a box round's says so."""
+    if isinstance(spec, SecureBox) or getattr(spec, "box", None) is not None:
+        return f"the box round failed, nobody spent on anything else: {detail}"
     if not isinstance(spec, SecureCalibration) and getattr(spec, "calibration", None) is None:
         return detail
     return f"round 0 (σ calibration) failed, nobody spent on the sketch: {detail}"
@@ -87,6 +92,7 @@ class Rounds:
         self.spec = spec
         self.settle = settle
         self.secure_opened = secure_opened
+        self.boxes = BoxRounds(self)
 
     def parse(self, text: str) -> StudySpec | RoundSpec:
         """A stored spec: a refinement round's, a study's, or for a sketch round the study it
@@ -96,6 +102,9 @@ class Rounds:
         if is_sketch_round(text):
             rnd = SketchRound.from_json(text)
             return rnd.study(self.spec(rnd.parent_id))
+        if is_boxed_round(text):  # a study's boxed study (--bounds auto)
+            boxed = BoxedRound.from_json(text)
+            return boxed.study(self.spec(boxed.parent_id))
         return StudySpec.from_json(text)
 
     def failure(self, study_id: str, detail: str) -> str:
@@ -128,6 +137,7 @@ class Rounds:
         except Exception as exc:  # noqa: BLE001 (the study must not stay decoding silently)
             log.exception("study %s: round 0 failed", study_id)
             self.settle(study_id, DECODING_FAILED, f"round 0 (σ calibration) failed: {exc}")
+            self.boxes.up(study_id)
 
     def _open_sketch(self, study_id: str, cal: ScaleCalibration) -> None:
         """Open the study's sketch round with the σ of ``cal``, fixed and public from now on."""
@@ -211,6 +221,7 @@ class Rounds:
         except Exception as exc:  # noqa: BLE001 (the study must not stay decoding silently)
             log.exception("study %s: refinement failed", study_id)
             self.settle(study_id, DECODING_FAILED, f"refinement failed: {exc}")
+        self.boxes.up(study_id)  # a boxed study that ended: its study goes on
 
     def _rounds(self, study_id: str) -> list[tuple[RoundSpec, StudyRow]]:
         """The study's refinement rounds in round order (not creation order: clocks can step
@@ -222,6 +233,9 @@ class Rounds:
         if self.store.get_study(study_id).state != "decoding":
             return
         spec: StudySpec = self.spec(study_id)
+        if spec.box is not None:  # after the box round, the boxed study
+            self.boxes.advance(study_id)
+            return
         extra = {}
         if spec.calibration is not None:  # after round 0, the sketch round
             found = self._sketch_round(study_id)

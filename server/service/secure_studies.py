@@ -112,6 +112,8 @@ class SecureStudies:
         spec = self.spec(study_id)
         if isinstance(spec, RoundSpec):
             self.refinement.decode_secure(study_id, spec, total, kept.devices, kept.records)
+        elif spec.box is not None:  # reads the box and opens the boxed study, or goes on
+            self.refinement.boxes.read(study_id, (total, kept.devices))
         elif spec.calibration is not None:  # opens the sketch round, or goes on if it exists
             self.refinement.calibrate(study_id, (total, kept.devices, kept.records))
         elif spec.refine is not None and self.refinement.started(study_id):

@@ -40,7 +40,8 @@ def result_message(study_id: str, spec: StudySpec, res: dict) -> pb.Result:
     one's) under its spec: centroids row-major in data units, the identifiability verdict (empty
     for a result published before the check existed) and the refinement rounds that ended with
     new centres, with --scale auto round 0's choice of σ (``calibration``, as JSON), and the
-    verdict on the published centroids (``verdict``, as JSON; :mod:`fedsketch.common.study.verdict`)."""
+    verdict on the published centroids (``verdict``, as JSON; :mod:`fedsketch.common.study.verdict`),
+    and with --bounds auto the box its box round read (``box``, as JSON)."""
     verdict = res.get("identifiability", {})
     return pb.Result(study_id=study_id, k=spec.k, d=spec.sketch.frequencies.d,
                      centroids=[v for row in res["centroids"] for v in row],
@@ -50,4 +51,5 @@ def result_message(study_id: str, spec: StudySpec, res: dict) -> pb.Result:
                      z=verdict.get("z", []), threshold=verdict.get("threshold", 0.0),
                      rounds=res.get("refined_rounds", 0),
                      calibration_json=json.dumps(res["calibration"]) if "calibration" in res else "",
-                     verdict_json=json.dumps(res["verdict"]) if "verdict" in res else "")
+                     verdict_json=json.dumps(res["verdict"]) if "verdict" in res else "",
+                     box_json=json.dumps(res["box"]) if "box" in res else "")

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING
 
-from fedsketch.common.choices import ROUND_SHARE
+from fedsketch.common.choices import BOX_FRACTION, ROUND_SHARE
 from fedsketch.common.sketch.box import Box
 from fedsketch.common.sketch.scale import default_range
 
@@ -54,6 +54,8 @@ class SimConfig:
     validation: str | None = None  # "helper": a validated secure study (server/sim/helper_process.py)
     backend: str = "inprocess"
     address: str | None = None  # a Ray cluster's address (backend "ray"); None: a local Ray
+    auto_box: bool = False  # --bounds auto: the study's box round reads the box
+    box_fraction: float = BOX_FRACTION
 
     @property
     def public_box(self) -> tuple[list[float], list[float]]:
@@ -69,21 +71,28 @@ def round0_range(cfg: SimConfig) -> tuple[float, float]:
     return default_range(Box(*cfg.public_box)) if cfg.scale_range is None else cfg.scale_range
 
 
-def used_config(cfg: SimConfig, spec: StudySpec, calibration: dict | None) -> dict:
+def used_config(cfg: SimConfig, spec: StudySpec, calibration: dict | None,
+                box: dict | None = None) -> dict:
     """What the run used, JSON-ready: every field of ``cfg``, with ``scale`` the σ the sketch
     was taken at (round 0's choice under --scale auto, flagged by ``scale_auto``), ``scale_range``
     the range round 0 searched (None with a fixed σ), ``box`` the study's public box, and the
     synthetic mixture's ``bound`` and ``separation`` None when the records came from a file, and
     ``stage_timeout`` the secure round's (the default for L devices unless given; None for a
-    plain study)."""
+    plain study); with ``auto_box``, ``box`` is the one the box round read (``box``: its
+    outcome; None if the study failed) and ``scale_range`` the range searched in it."""
     out = asdict(cfg)
     lo, hi = cfg.public_box
     out["box"] = [lo, hi]
+    if cfg.auto_box:
+        out["box"] = None if box is None else [box["lo"], box["hi"]]
+        out["bound"] = out["separation"] = None
     out["scale_auto"] = cfg.scale is None
     if cfg.scale is None:
         out["scale"] = None if calibration is None else calibration.get("sigma")
     plan = spec.calibration
     out["scale_range"] = None if plan is None else [plan.sigma_lo, plan.sigma_hi]
+    if cfg.auto_box and plan is not None and spec.box is not None and spec.box.derive_range:
+        out["scale_range"] = None if box is None else list(default_range(Box(box["lo"], box["hi"])))
     if cfg.box is not None:
         out["bound"] = out["separation"] = None
     out["stage_timeout"] = (None if spec.secure_aggregation is None

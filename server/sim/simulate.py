@@ -46,6 +46,7 @@ from fedsketch.common.secagg.trust import Assumptions
 from fedsketch.common.sketch.frequencies import FrequencySpec
 from fedsketch.common.sketch.privacy import PrivacySpec
 from fedsketch.common.sketch.spec import SketchSpec
+from fedsketch.common.study.box_split import PLACEHOLDER_RANGE, split_box, widest
 from fedsketch.common.study.calibration_round import split_auto
 from fedsketch.common.study.refine import split_study_epsilon
 from fedsketch.common.study.study import StudySpec
@@ -96,7 +97,12 @@ def split_records(labels: np.ndarray, devices: int, scheme: str,
 
 def _study_spec(cfg: SimConfig, cap: int | None = None) -> StudySpec:
     """The simulated study; ``cap`` its max_device_records (default: N, any split)."""
-    plan, rest = (None, cfg.epsilon) if cfg.scale is not None else split_auto(cfg.epsilon, round0_range(cfg))
+    box_plan, rest, lo_hi = None, cfg.epsilon, cfg.public_box
+    if cfg.auto_box:  # the study's box round (--bounds auto) reads the box first
+        box_plan, rest = split_box(cfg.epsilon, cfg.box_fraction, cfg.scale_range is None)
+        lo_hi = widest(cfg.d)
+    searched = PLACEHOLDER_RANGE if cfg.auto_box and cfg.scale_range is None else round0_range(cfg)
+    plan, rest = (None, rest) if cfg.scale is not None else split_auto(rest, searched)
     sketch_eps, refine = split_study_epsilon(rest, cfg.rounds, cfg.round_share)
     sketch = SketchSpec(FrequencySpec(d=cfg.d, m=cfg.m, seed=cfg.seed,
                                       scale=cfg.scale if plan is None else plan.placeholder),
@@ -120,13 +126,13 @@ def _study_spec(cfg: SimConfig, cap: int | None = None) -> StudySpec:
                          f"{', '.join(DROPOUT_STAGES)}")
     hostile = parse_hostile(cfg.hostile, cfg.devices)
     plain_hostile = hostile is not None and secure is None  # a quorum of the honest, closed by hand
-    spec = StudySpec.create("simulation", sketch, cfg.k, *cfg.public_box,
+    spec = StudySpec.create("simulation", sketch, cfg.k, *lo_hi,
                             min_devices=cfg.devices - (hostile[0] if plain_hostile else 0),
                             roster=cfg.devices if plain_hostile else None,
                             deadline=time.time() + DECODE_TIMEOUT if plain_hostile else None,
                             replicates=cfg.replicates, decode_seed=cfg.seed,
                             secure_aggregation=secure, refine=refine, calibration=plan,
-                            max_device_records=cfg.records if cap is None else cap)
+                            box=box_plan, max_device_records=cfg.records if cap is None else cap)
     spec.check_new()
     return spec
 
@@ -346,6 +352,7 @@ def run_simulation(cfg: SimConfig, data: Pooled | None = None) -> dict:
         "relative_sse": sse / ref,
         "refinement": refinement,
         "calibration": full.get("calibration"),
+        "box": full.get("box"),
         "sse_per_n": sse,
         "kmeans_sse_per_n": ref,
         "centroids": centroids.tolist(),
@@ -362,7 +369,7 @@ def run_simulation(cfg: SimConfig, data: Pooled | None = None) -> dict:
             **asdict(spec.secure_aggregation), "min_honest": spec.assumptions.min_honest,
             "stage_open_seconds": dict(getattr(rnd, "stage_open", {})),
             "stage_seconds": dict(getattr(rnd, "stage_seconds", {}))},
-        "config": used_config(cfg, spec, full.get("calibration")),
+        "config": used_config(cfg, spec, full.get("calibration"), full.get("box")),
         "hostile": defended,
         "validation": validated["report"],
     }

@@ -213,17 +213,19 @@ def test_evaluate_names_a_json_without_centroids(tmp_path):
     assert "shape" not in line
 
 
-def test_bounds_auto_in_a_federated_study_is_refused_in_words(tmp_path):
-    """``--bounds auto`` is the local sketch's and the API's: ``simulate`` and ``create-study``
-    refuse it in one line that says so and what to give, before any coordinator is reached."""
+def test_bounds_auto_with_a_share_of_all_epsilon_is_refused_in_words(tmp_path):
+    """``--bounds auto`` in a federated study is its box round, at --box-fraction of ε: a share
+    outside (0, 1) is refused by ``simulate`` and ``create-study`` (plain or secure) in one line,
+    before any coordinator is reached."""
     data = tmp_path / "x.csv"
     data.write_text("a,b\n1,2\n3,4\n5,6\n")
     token = tmp_path / "token"
     token.write_text("t\n")
     for args in (("simulate", "--data", str(data), "--bounds", "auto", "--k", "2", "--devices", "2",
-                  "--scale", "1"),
+                  "--scale", "1", "--box-fraction", "1"),
                  ("coordinator", "create-study", "--coordinator", "127.0.0.1:1", "--token-file",
                   str(token), "--ca", str(token), "--name", "a", "--d", "2", "--k", "2", "--bounds",
-                  "auto", "--scale", "1", "--epsilon", "1")):
-        failed_in_words(run(*args), "--bounds auto", "a federated study does not read one yet",
-                        "LO:HI or a bounds.json")
+                  "auto", "--scale", "1", "--epsilon", "1", "--secure-aggregation",
+                  "--max-records", "100", "--max-dropout", "0", "--max-colluders", "0",
+                  "--min-devices", "3", "--box-fraction", "0")):
+        failed_in_words(run(*args), "box round's share of ε must be in (0, 1)")

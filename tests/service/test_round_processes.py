@@ -126,8 +126,8 @@ def device(c: CoordinatorProcess, data: Path, ledger: Path, token: str | None = 
     return cli(*args, *(["--token", token] if token else []), env=env, check=check)
 
 
-def wait_done(c: CoordinatorProcess, study: str) -> dict:
-    stop = time.monotonic() + 120
+def wait_done(c: CoordinatorProcess, study: str, timeout: float = 120) -> dict:
+    stop = time.monotonic() + timeout
     while time.monotonic() < stop:
         res = c.op("result", study, check=False)
         if res.returncode == 0:
