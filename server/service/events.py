@@ -46,6 +46,7 @@ from __future__ import annotations
 
 import atexit
 import logging
+import os
 import threading
 import time
 from collections import deque
@@ -118,6 +119,7 @@ def _write_bursts() -> None:
 
 
 atexit.register(flush)
+os.register_at_fork(after_in_child=_writer.clear)  # a forked child starts a thread of its own
 
 
 class EventStore:
