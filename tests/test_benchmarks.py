@@ -59,6 +59,7 @@ def test_su_robust_counts_the_runs_above_1_2_for_every_method_and_eps(capsys):
     ("bench_round.py", ["--runs", "1", "--devices", "5", "--studies", "1", "--sim-devices", "40",
                         "--sim-records", "20000"], "| simulate: 40 devices x 500 records"),
     ("bench_round.py", ["--growth", "--runs", "1", "--stored", "10", "20", "--window", "5"], "| 20 | "),
+    ("bench_echo_kinds.py", ["--runs", "1", "--messages", "300"], "| aio | "),
     ("bench_federated.py", ["--only", "B", "--seeds", "1", "--n", "20000", "--replicates", "1"],
      "| 5 daemon processes, N = 20,000"),
     ("bench_secagg.py", ["utility", "--seeds", "1", "--devices", "5", "--n", "20000", "--replicates",

@@ -67,9 +67,16 @@ def field(data: str | bytes) -> bytes:
 def contribution_digest(study_id: str, device_id: str, n: float, spec_sha256: str,
                         payload: bytes) -> bytes:
     """The 32-byte digest a contribution's signature covers (module docstring)."""
+    return contribution_digest_of(study_id, device_id, n, spec_sha256, hashlib.sha256(payload).digest())
+
+
+def contribution_digest_of(study_id: str, device_id: str, n: float, spec_sha256: str,
+                           payload_sha256: bytes) -> bytes:
+    """:func:`contribution_digest` from the payload's SHA-256 (32 bytes), for a caller that
+    needs that hash too (the coordinator's receipt): the payload is hashed once."""
     h = hashlib.sha256(DOMAIN)
     for part in (field(study_id), field(device_id), struct.pack("<d", n), field(spec_sha256),
-                 hashlib.sha256(payload).digest()):
+                 payload_sha256):
         h.update(part)
     return h.digest()
 

