@@ -1,34 +1,31 @@
-"""The coordinator's logic: the study lifecycle and the validation of every message, over a
-durable :class:`~fedsketch.server.store.base.Store`. Nothing here knows about gRPC, so the rules
-read without the transport and :mod:`.api` stays a thin translation.
+"""The coordinator's logic: the study lifecycle and the validation of every message, over a durable
+:class:`~fedsketch.server.store.base.Store`. Nothing here knows about gRPC, so the rules read without
+the transport and :mod:`.api` stays a thin translation.
 
-Lifecycle (the transitions are defined once, in :mod:`fedsketch.server.store.base`): open →
-collecting (first stored contribution) → decoding → done | failed. A plain study first fills
-its roster: devices register (signed, spending nothing) until ``min_devices`` have, and only
-then may roster devices submit, so no device spends on a study that cannot reach its quorum.
-The roster takes devices up to the spec's ``roster`` (≥ ``min_devices``). A study closes once
-its whole roster has contributed, at its deadline, or ``collect_seconds`` after its quorum
-registered, whichever comes first; it then decodes if ``min_devices`` have contributed,
-otherwise it fails (a study whose quorum never registered fails without anyone having spent),
-so a roster device that never sends delays the study by the collection window at most and,
-with a roster larger than the quorum, costs it nothing. An operator may close a
-study early (same rule). A device spends only after the coordinator has told it, in the
-transaction that records its spend, that it may send: that answer is an input ticket of
-:data:`TICKET_SECONDS`, and a close requested (deadline or operator) while tickets are
-outstanding waits until their contributions arrive or the tickets expire, giving no new one.
-Decoding runs on a worker thread so that a submission is answered at once; a coordinator that
-restarts re-decodes any study it left in ``decoding`` (a secure one from its stored unmasked
-sum), resumes secure-aggregation rounds at the stage they were in (:mod:`.secure_round`) and
-closes studies whose deadline passed.
-A study with refinement rounds stays ``decoding`` after its sketch while its rounds, studies of
-their own, run (:mod:`.rounds`); a round study that ends lets its study go on.
+Lifecycle (the transitions are defined once, in :mod:`fedsketch.server.store.base`): open → collecting
+(first stored contribution) → decoding → done | failed. A plain study first fills its roster: devices
+register (signed, spending nothing) until ``min_devices`` have, and only then may roster devices submit,
+so no device spends on a study that cannot reach its quorum. The roster takes devices up to the spec's
+``roster`` (≥ ``min_devices``). A study closes once its whole roster has contributed, at its deadline,
+or ``collect_seconds`` after its quorum registered, whichever comes first; it then decodes if
+``min_devices`` have contributed, otherwise it fails (a study whose quorum never registered fails
+without anyone having spent), so a roster device that never sends delays the study by the collection
+window at most and, with a roster larger than the quorum, costs it nothing. An operator may close a
+study early (same rule). A device spends only after the coordinator has told it, in the transaction that
+records its spend, that it may send: that answer is an input ticket of :data:`TICKET_SECONDS`, and a
+close requested (deadline or operator) while tickets are outstanding waits until their contributions
+arrive or the tickets expire, giving no new one. Decoding runs on a worker thread so that a submission
+is answered at once; a coordinator that restarts re-decodes any study it left in ``decoding`` (a secure
+one from its stored unmasked sum), resumes secure-aggregation rounds at the stage they were in
+(:mod:`.secure_round`) and closes studies whose deadline passed. A study with refinement rounds stays
+``decoding`` after its sketch while its rounds, studies of their own, run (:mod:`.rounds`); a round
+study that ends lets its study go on.
 
-Every contribution is checked before it is stored, and a :class:`Refusal` changes nothing:
-unknown study (not_found), closed or still registering study or spec-hash mismatch
-(failed_precondition), unenrolled device or bad signature (unauthenticated), a device not in the
-roster (permission_denied), no payload, wrong length, NaN/inf or a value beyond what the
-mechanism can produce (invalid_argument), a second, different contribution (conflict). An
-identical re-send is acknowledged again.
+Every contribution is checked before it is stored, and a :class:`Refusal` changes nothing: unknown study
+(not_found), closed or still registering study or spec-hash mismatch (failed_precondition), unenrolled
+device or bad signature (unauthenticated), a device not in the roster (permission_denied), no payload,
+wrong length, NaN/inf or a value beyond what the mechanism can produce (invalid_argument), a second,
+different contribution (conflict). An identical re-send is acknowledged again.
 """
 
 from __future__ import annotations
