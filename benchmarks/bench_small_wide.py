@@ -95,7 +95,7 @@ def main() -> None:
         for eps in epsilons:
             values, seconds = [], []
             for seed in range(args.seeds):
-                cfg = SimConfig(devices=args.devices, records=x.shape[0], k=k, d=d, m=1000, epsilon=eps,
+                cfg = SimConfig(devices=args.devices, records=x.shape[0], k=k, d=d, epsilon=eps,
                                 scale=2.0, seed=seed, box=(tuple(lo), tuple(hi)), rounds=3,
                                 secure_aggregation=True, max_dropout=0.1,
                                 stage_timeout=args.stage_timeout)

@@ -21,6 +21,9 @@ RANGE_PER_HALF_WIDTH = (1.0 / 60.0, 5.0 / 3.0)
 #: (docs/REFERENCES.md, Fig. 1) finds r = 1 as accurate as r = m, at 1/m of the device's work,
 #: and the L1 sensitivity of the integer release grows with r (Δ1 = 2rκ under replace-one).
 DEFAULT_R = 1
+#: m of ``fedsketch sketch`` and ``fedsketch.sketch`` when neither m nor k is given: with no k
+#: there is nothing to plan m for (:mod:`fedsketch.common.study.sizing` plans it from k).
+UNPLANNED_M = 1000
 
 #: Default collection window (seconds after the quorum registered) of a plain study created from
 #: the CLI (:mod:`fedsketch.common.study.study`): long enough for devices that poll every few minutes to

@@ -28,6 +28,16 @@ A noiseless sketch (ε = ∞) has z = ∞ at every m; it takes M_PER_KD_STEPS[0]
 need a start, such as ``ckm-lloyd``, whose centroids come from Lloyd steps after it); m never
 falls below k·d.
 
+**The front ends' default** (:func:`default_size`: ``CompressiveKMeans``, ``fedsketch sketch
+--k``, ``coordinator create-study``, ``simulate``, whenever m is not given): the plan above at the
+sketch's own ε (what σ's calibration, a private box and refinement rounds leave it), its work
+m·d·k capped at DEFAULT_MAX_WORK. CL-OMPR costs O(m·d·k) per evaluation: digits (d = 64, k = 10)
+decoded for 231–262 s at m = 10kd = 6,400 and 4–7 s at m = k·d = 640 (``benchmarks/RESULTS.md``
+§13); every d·k ≤ 200 keeps m = 10kd (paper 004's mixture, d = k = 10: m = 1,000, the old default;
+the real tables of §6/§8, d ≤ 10, k ≤ 8: m = 10kd). The record count N is public under replace-one;
+under add/remove it is private, so the plan reads a noisy count at PLAN_COUNT_SHARE of ε (the
+rest goes to the sketch) unless the caller states the records it expects.
+
 Measured (``benchmarks/RESULTS.md`` §13): digits (N = 1,797, d = 64, k = 10) at the ε CKM gets
 inside ``ckm-lloyd`` (0.18 at ε = 1): z ≤ 0.5 at every m against T ≈ 17.7, so no sketch of any size
 can start Lloyd there, and the sketch's share is better spent on the Lloyd steps.
@@ -38,6 +48,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from ..dp.samplers import dlap_noise
 from ..sketch.frequencies import FrequencySpec
 from ..sketch.privacy import PrivacySpec
 from ..sketch.spec import SketchSpec
@@ -48,6 +59,12 @@ M_PER_KD_STEPS = (10, 5, 2, 1)
 #: T(d) = THRESHOLD_BASE + THRESHOLD_SLOPE·√d (noise standard deviations; module docstring).
 THRESHOLD_BASE = 5.15
 THRESHOLD_SLOPE = 1.57
+#: The front ends' bound on the decoder's work m·d·k per evaluation (module docstring): digits'
+#: d·k = 640 gets m = 640 (4–7 s for a non-private fit instead of 231–262 s at 6,400).
+DEFAULT_MAX_WORK = 4e5
+#: Share of ε a plan under add/remove spends on the noisy record count it is made from, when the
+#: caller states no expected count (sensitivity 1; the plan needs only the count's order).
+PLAN_COUNT_SHARE = 0.02
 
 
 def threshold_estimate(d: int) -> float:
@@ -69,8 +86,9 @@ class SketchSize:
     reason: str
 
     def to_dict(self) -> dict:
-        """JSON-ready form."""
-        return {"m": self.m, "r": self.r, "z": self.z, "threshold": self.threshold,
+        """JSON-ready form (z "inf" without noise, None when there was no count to predict it)."""
+        z = self.z if math.isfinite(self.z) else None if math.isnan(self.z) else "inf"
+        return {"m": self.m, "r": self.r, "z": z, "threshold": self.threshold,
                 "useful": self.useful, "reason": self.reason}
 
 
@@ -110,3 +128,65 @@ def plan_sketch_size(records: float, d: int, k: int, epsilon: float, *,
                   f"{records:,.0f} records at ε = {epsilon:.3g} cannot carry {k} centroids in "
                   f"d = {d} through a sketch")
     return SketchSize(m, 1, z, threshold, useful, reason)
+
+
+def planning_count(n: int, epsilon: float, neighbouring: str,
+                   expected: float | None = None) -> tuple[float, float]:
+    """(N, ε spent on it): the record count a plan is made from. ``expected`` (the caller's public
+    statement) when given; n itself under replace-one or at ε = ∞ (public, or nothing to
+    protect); else max(n + DLap(ε_c), 1) at ε_c = PLAN_COUNT_SHARE·``epsilon`` (add/remove,
+    sensitivity 1, an exact integer release)."""
+    if expected is not None:
+        if not (math.isfinite(expected) and expected > 0):
+            raise ValueError(f"the expected record count must be a finite number > 0, got {expected!r}")
+        return float(expected), 0.0
+    if neighbouring == "replace_one" or math.isinf(epsilon):
+        return float(n), 0.0
+    eps = PLAN_COUNT_SHARE * epsilon
+    return float(max(n + int(dlap_noise(eps, 1.0, 1)[0]), 1)), eps
+
+
+def default_size(records: float, d: int, k: int, sketch_epsilon: float, *,
+                 neighbouring: str = "replace_one", feature: str = "complex",
+                 devices: int = 1) -> SketchSize:
+    """The front ends' m (module docstring): :func:`plan_sketch_size` at the sketch's own ε, its
+    work m·d·k at most DEFAULT_MAX_WORK. ``devices`` > 1: a plain federated study, whose sum
+    carries one noise draw per device (variance ``devices`` times one draw's), planned as one
+    draw at ε/√devices."""
+    eps = sketch_epsilon / math.sqrt(devices) if math.isfinite(sketch_epsilon) else sketch_epsilon
+    return plan_sketch_size(records, d, k, eps, neighbouring=neighbouring, feature=feature,
+                            max_work=DEFAULT_MAX_WORK)
+
+
+def size_for_sketch(n: int, d: int, k: int, epsilon: float, *, neighbouring: str = "replace_one",
+                    feature: str = "complex", reads: float = 0.0) -> tuple[float, SketchSize]:
+    """(the ε left for the sketch run, its planned size) for one dataset's sketch of n records
+    (``fedsketch sketch --k``, ``fedsketch.sketch(k=)``, ``CompressiveKMeans``): the count of
+    :func:`planning_count` (which spends ε under add/remove), then :func:`default_size` at the ε
+    the sketch itself keeps after the shares ``reads`` (σ's calibration, a private box) of the
+    rest. ValueError for ε ≤ 0 or k < 1."""
+    if not epsilon > 0:
+        raise ValueError(f"epsilon must be > 0, got {epsilon!r}")
+    if k < 1:
+        raise ValueError(f"k (the clusters the sketch is planned for) must be ≥ 1, got {k}")
+    records, spent = planning_count(n, epsilon, neighbouring)
+    rest = epsilon - spent
+    main = rest * (1.0 - reads) if math.isfinite(rest) else rest
+    return rest, default_size(records, d, k, main, neighbouring=neighbouring, feature=feature)
+
+
+def study_size(records_per_device: float | None, devices: int, d: int, k: int, sketch_epsilon: float, *,
+               neighbouring: str = "replace_one", feature: str = "complex",
+               secure: bool = False) -> SketchSize:
+    """A federated study's m (``coordinator create-study``, ``simulate``) when not given: planned
+    by :func:`default_size` for ``devices`` devices of ``records_per_device`` records (the
+    operator's public expectation) at the sketch's ε (after round 0 and the rounds), one noise
+    draw in all under secure aggregation, one per device in a plain study. Without an expectation
+    there is no count to plan from: m = 10·k·d (paper 004) within the work bound, flagged."""
+    if records_per_device is not None:
+        return default_size(records_per_device * devices, d, k, sketch_epsilon, neighbouring=neighbouring,
+                            feature=feature, devices=1 if secure else devices)
+    size = plan_sketch_size(1.0, d, k, math.inf, max_work=DEFAULT_MAX_WORK)
+    return SketchSize(size.m, 1, math.nan, size.threshold, False,
+                      f"m = {size.m} from d and k alone (no expected record count to plan it from: "
+                      f"give --expected-records)")

@@ -47,7 +47,11 @@ def create_study(
     token_file: TokenFile = Path("operator.token"),
     ca: CaOpt = None,
     insecure: InsecureOpt = False,
-    m: Annotated[int, typer.Option(help="Frequencies.")] = 1000,
+    m: Annotated[int | None, typer.Option(
+        help="Frequencies. Default: planned from --expected-records × --min-devices, d, k and the "
+             "sketch's share of ε (paper 004's 10·k·d where the decoder can read it, else the size "
+             "of largest signal; m·d·k at most 4·10⁵); without --expected-records, 10·k·d within "
+             "that bound.")] = None,
     feature: Annotated[str, typer.Option(help=f"{', '.join(FEATURES)}.")] = "complex",
     law: Annotated[str, typer.Option(help=f"{', '.join(LAWS)}.")] = "adapted_radius",
     seed: Annotated[int, typer.Option(help="Public seed of Ω and ξ.")] = 0,
@@ -166,6 +170,7 @@ def create_study(
     from fedsketch.common.sketch.spec import SketchSpec
     from fedsketch.common.study.calibration_round import split_auto
     from fedsketch.common.study.refine import split_study_epsilon
+    from fedsketch.common.study.sizing import study_size
     from fedsketch.common.study.study import StudySpec
     from fedsketch.server.cli.bounds import parse_bounds
     from fedsketch.server.cli.options import parse_range, parse_scale
@@ -179,6 +184,12 @@ def create_study(
             plan, rest = split_auto(epsilon, searched, auto_fraction, round_seconds)
             sigma = plan.placeholder
         sketch_eps, refine = split_study_epsilon(rest, rounds, round_share, round_seconds)
+        size = None
+        if m is None:
+            size = study_size(None if expected_records is None else check_expected(expected_records),
+                              min_devices, d, k, sketch_eps, neighbouring=neighbouring, feature=feature,
+                              secure=secure_aggregation)
+            m = size.m
         sketch = SketchSpec(FrequencySpec(d=d, m=m, scale=sigma, law=law, seed=seed), feature,
                             r, PrivacySpec(sketch_eps, delta, neighbouring))
         secure = None
@@ -209,6 +220,8 @@ def create_study(
                                 replicates=replicates, secure_aggregation=secure, refine=refine,
                                 calibration=plan)
         spec.check_new()
+        if size is not None:
+            typer.echo(f"m = {m} planned: {size.reason}", err=True)
         report_plan(spec, expected_records, strict)
         typer.echo(largest_weight(spec, expected_records), err=True)
         if refine is not None or plan is not None:
@@ -225,7 +238,8 @@ def create_study(
         study = stub.CreateStudy(pb.CreateStudyRequest(spec_json=spec.to_json()), metadata=meta,
                                  timeout=30)
     if as_json:
-        typer.echo(json.dumps({"study_id": study.study_id, "spec": json.loads(spec.to_json())}))
+        typer.echo(json.dumps({"study_id": study.study_id, "spec": json.loads(spec.to_json()),
+                               "m_plan": None if size is None else size.to_dict()}, allow_nan=False))
         return
     typer.echo(study.study_id)
 

@@ -39,7 +39,9 @@ def simulate_command(
     columns: ColumnsOpt = None,
     bounds: Annotated[str | None, typer.Option(
         help="The study's public box with --data: LO:HI (every axis) or a bounds.json.")] = None,
-    m: Annotated[int, typer.Option(help="Frequencies.")] = 1000,
+    m: Annotated[int | None, typer.Option(
+        help="Frequencies. Default: planned from the records per device, L, d, k and the sketch's "
+             "share of ε, as `coordinator create-study --expected-records` plans it.")] = None,
     feature: Annotated[str, typer.Option(help=f"{', '.join(FEATURES)}.")] = "complex",
     epsilon: Annotated[float, typer.Option(help="ε per device in all, sketch and refinement "
                                            "rounds (each device's budget; finite, > 0).")] = 1.0,
@@ -151,7 +153,9 @@ def simulate_command(
         typer.echo(f"the study failed, nothing was published: {report['hostile']['study_failed']}")
         return
     table = Table(title=f"{cfg.devices} devices, {cfg.records:,} records, k = {cfg.k}, "
-                        f"d = {cfg.d}, m = {cfg.m}, {cfg.feature}, ε = {cfg.epsilon:g} per device")
+                        f"d = {cfg.d}, m = {report['config']['m']}"
+                        f"{' (planned)' if cfg.m is None else ''}, {cfg.feature}, "
+                        f"ε = {cfg.epsilon:g} per device")
     table.add_column("")
     table.add_column("value", justify="right")
     table.add_row("relative SSE vs k-means (n_init = 3)", f"{report['relative_sse']:.4f}")

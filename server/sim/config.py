@@ -25,7 +25,7 @@ class SimConfig:
     records: int = 1_000_000
     k: int = 10
     d: int = 10
-    m: int = 1000
+    m: int | None = None  # None: planned (:func:`fedsketch.common.study.sizing.study_size`)
     feature: str = "complex"
     epsilon: float = 1.0
     delta: float = 0.0
@@ -69,7 +69,8 @@ def round0_range(cfg: SimConfig) -> tuple[float, float]:
 
 
 def used_config(cfg: SimConfig, spec: StudySpec, calibration: dict | None) -> dict:
-    """What the run used, JSON-ready: every field of ``cfg``, with ``scale`` the σ the sketch
+    """What the run used, JSON-ready: every field of ``cfg``, with ``m`` the study's (planned from
+    N, L, d, k and the sketch's ε unless given, flagged by ``m_planned``), ``scale`` the σ the sketch
     was taken at (round 0's choice under --scale auto, flagged by ``scale_auto``), ``scale_range``
     the range round 0 searched (None with a fixed σ), ``box`` the study's public box, and the
     synthetic mixture's ``bound`` and ``separation`` None when the records came from a file, and
@@ -78,6 +79,8 @@ def used_config(cfg: SimConfig, spec: StudySpec, calibration: dict | None) -> di
     out = asdict(cfg)
     lo, hi = cfg.public_box
     out["box"] = [lo, hi]
+    out["m"] = spec.sketch.frequencies.m
+    out["m_planned"] = cfg.m is None
     out["scale_auto"] = cfg.scale is None
     if cfg.scale is None:
         out["scale"] = None if calibration is None else calibration.get("sigma")

@@ -181,3 +181,16 @@ def test_simulate_table_says_what_relative_sse_1_means():
                          capture_output=True, text=True, timeout=300)
     assert res.returncode == 0, res.stderr
     assert res.stdout.splitlines()[-1].startswith("relative SSE 1.0 = as good as non-private k-means")
+
+
+def test_simulation_plans_m_when_not_given():
+    """No m: the study's m is planned from N/L records per device, L, d, k and the sketch's ε
+    (a plain study: one noise draw per device), and the report's config says which m it used."""
+    from fedsketch.common.study.sizing import study_size
+
+    cfg = SimConfig(devices=3, records=9000, k=3, d=3, epsilon=2.0, scale=2.0, separation=3.0,
+                    replicates=1, rounds=0)
+    report = run_simulation(cfg)
+    want = study_size(3000, 3, 3, 3, 2.0)
+    assert report["config"]["m"] == want.m and report["config"]["m_planned"] is True
+    assert want.m != 1000 and report["relative_sse"] < 1.3

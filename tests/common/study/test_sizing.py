@@ -6,12 +6,17 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 
 from fedsketch.common.study.sizing import (
     M_PER_KD_STEPS,
+    PLAN_COUNT_SHARE,
+    default_size,
     plan_sketch_size,
+    planning_count,
     predicted_z,
+    study_size,
     threshold_estimate,
 )
 
@@ -62,3 +67,31 @@ def test_the_threshold_estimate_sits_on_the_measured_thresholds():
 def test_non_positive_inputs_are_refused(args):
     with pytest.raises(ValueError, match="must be positive"):
         plan_sketch_size(*args)
+
+
+def test_the_planning_count_is_public_or_charged():
+    """n under replace-one or at ε = ∞; the caller's expectation when given; under add/remove a
+    noisy count at PLAN_COUNT_SHARE of ε, whose spend is returned (the caller takes it off ε)."""
+    assert planning_count(5000, 1.0, "replace_one") == (5000.0, 0.0)
+    assert planning_count(5000, math.inf, "add_remove") == (5000.0, 0.0)
+    assert planning_count(5000, 1.0, "add_remove", expected=4000) == (4000.0, 0.0)
+    draws = [planning_count(5000, 1.0, "add_remove") for _ in range(200)]
+    assert {spent for _, spent in draws} == {PLAN_COUNT_SHARE}
+    counts = np.array([n for n, _ in draws])
+    assert len(set(counts)) > 20  # noisy: DLap of scale 1/0.02 = 50
+    assert abs(np.median(counts) - 5000) < 25 and 30 < np.std(counts) < 110
+    with pytest.raises(ValueError, match="expected record count"):
+        planning_count(5000, 1.0, "add_remove", expected=0)
+
+
+def test_the_front_ends_default_caps_the_work_and_a_plain_study_plans_per_device_noise():
+    assert default_size(10**7, 64, 10, 1.0).m == 640  # 10kd = 6,400 would be 4·10⁶ of work
+    assert default_size(10**6, 10, 10, 0.18).m == 1000  # paper 004's mixture: the old default
+    secure = study_size(1000, 100, 7, 5, 0.18, secure=True)
+    plain = study_size(1000, 100, 7, 5, 0.18)
+    assert secure == default_size(100_000, 7, 5, 0.18)
+    assert plain == default_size(100_000, 7, 5, 0.018)  # 100 draws: one draw at ε/√100
+    assert plain.z < secure.z
+    bare = study_size(None, 100, 64, 10, 0.18)
+    assert bare.m == 640 and not bare.useful and "--expected-records" in bare.reason
+    assert bare.to_dict()["z"] is None
