@@ -48,11 +48,13 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from ..choices import BLIND_ROUND_SHARE, ROUND_SECONDS, ROUND_SHARE
 from ..dp.samplers import dlap_noise
 from ..sketch.frequencies import FrequencySpec
 from ..sketch.privacy import PrivacySpec
 from ..sketch.spec import SketchSpec
 from .planner import SAFETY, atom_weight, noise_variance
+from .refine import RefineSpec, split_study_epsilon
 
 #: m = f·k·d for these f, largest first (paper 004's m = 10kd is the largest).
 M_PER_KD_STEPS = (10, 5, 2, 1)
@@ -62,6 +64,9 @@ THRESHOLD_SLOPE = 1.57
 #: The front ends' bound on the decoder's work m·d·k per evaluation (module docstring): digits'
 #: d·k = 640 gets m = 640 (4–7 s for a non-private fit instead of 231–262 s at 6,400).
 DEFAULT_MAX_WORK = 4e5
+#: A sketch whose predicted z is below this fraction of T shows no centroid at all: ``ckm-lloyd``
+#: skips such a start, and a study gives such a sketch BLIND_ROUND_SHARE's rest only.
+BLIND_FRACTION = 1.0 / 3.0
 #: Share of ε a plan under add/remove spends on the noisy record count it is made from, when the
 #: caller states no expected count (sensitivity 1; the plan needs only the count's order).
 PLAN_COUNT_SHARE = 0.02
@@ -190,3 +195,43 @@ def study_size(records_per_device: float | None, devices: int, d: int, k: int, s
     return SketchSize(size.m, 1, math.nan, size.threshold, False,
                       f"m = {size.m} from d and k alone (no expected record count to plan it from: "
                       f"give --expected-records)")
+
+
+def blind(size: SketchSize) -> bool:
+    """Whether the planned sketch shows no centroid at all (z < BLIND_FRACTION·T; False when no
+    count was there to predict z)."""
+    return size.z < BLIND_FRACTION * size.threshold
+
+
+@dataclass(frozen=True)
+class StudyPlan:
+    """A study's sketch ε and refinement rounds (``refine`` None without rounds), its m, the
+    plan of m (None when the operator gave m and a share), and the rounds' share used."""
+
+    sketch_epsilon: float
+    refine: RefineSpec | None
+    m: int
+    size: SketchSize | None
+    round_share: float
+
+
+def plan_study(epsilon: float, rounds: int, records_per_device: float | None, devices: int, d: int,
+               k: int, *, m: int | None = None, round_share: float | None = None,
+               round_seconds: float = ROUND_SECONDS, neighbouring: str = "replace_one",
+               feature: str = "complex", secure: bool = False) -> StudyPlan:
+    """The split of ``epsilon`` (what round 0 leaves) between the sketch and ``rounds`` rounds,
+    and m (:func:`study_size`) where the operator gave none: the rounds take ``round_share``,
+    else ROUND_SHARE, or BLIND_ROUND_SHARE when the sketch at ROUND_SHARE's rest would be blind
+    (:func:`blind`: its ε is worth more in the rounds; m is then planned at the smaller rest)."""
+    share = ROUND_SHARE if round_share is None else round_share
+    sketch_eps, refine = split_study_epsilon(epsilon, rounds, share, round_seconds)
+    size = None
+    if m is None or round_share is None:
+        size = study_size(records_per_device, devices, d, k, sketch_eps, neighbouring=neighbouring,
+                          feature=feature, secure=secure)
+        if round_share is None and rounds and blind(size):
+            share = BLIND_ROUND_SHARE
+            sketch_eps, refine = split_study_epsilon(epsilon, rounds, share, round_seconds)
+            size = study_size(records_per_device, devices, d, k, sketch_eps, neighbouring=neighbouring,
+                              feature=feature, secure=secure)
+    return StudyPlan(sketch_eps, refine, size.m if m is None else m, size, share)

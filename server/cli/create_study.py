@@ -13,6 +13,7 @@ import typer
 
 from fedsketch.common.choices import (
     AUTO_FRACTION,
+    BLIND_ROUND_SHARE,
     CAP_HEADROOM,
     COLLECT_SECONDS,
     DEADLINE_SECONDS,
@@ -108,9 +109,10 @@ def create_study(
         help="Refinement rounds after the sketch: private Lloyd steps across the devices, each "
         "a study of its own with its own roster, whose sums are offsets from the centres "
         "clipped to half the box; 0: the sketch alone.")] = ROUNDS,
-    round_share: Annotated[float, typer.Option(
-        help="Share of --epsilon the refinement rounds take together, in equal parts.")]
-    = ROUND_SHARE,
+    round_share: Annotated[float | None, typer.Option(
+        help=f"Share of --epsilon the refinement rounds take together, in equal parts (default "
+             f"{ROUND_SHARE:g}; {BLIND_ROUND_SHARE:g} when --expected-records plans a sketch that "
+             "shows no centroid at all, whose ε is worth more in the rounds).")] = None,
     round_seconds: Annotated[float, typer.Option(
         help="Seconds each refinement round, and the sketch round after a --scale auto round 0, "
         "collects at most (it ends sooner once its roster has sent).")] = ROUND_SECONDS,
@@ -169,8 +171,7 @@ def create_study(
     from fedsketch.common.sketch.scale import default_range
     from fedsketch.common.sketch.spec import SketchSpec
     from fedsketch.common.study.calibration_round import split_auto
-    from fedsketch.common.study.refine import split_study_epsilon
-    from fedsketch.common.study.sizing import study_size
+    from fedsketch.common.study.sizing import plan_study
     from fedsketch.common.study.study import StudySpec
     from fedsketch.server.cli.bounds import parse_bounds
     from fedsketch.server.cli.options import parse_range, parse_scale
@@ -183,13 +184,14 @@ def create_study(
                         else parse_range(scale_range, "--scale-range"))
             plan, rest = split_auto(epsilon, searched, auto_fraction, round_seconds)
             sigma = plan.placeholder
-        sketch_eps, refine = split_study_epsilon(rest, rounds, round_share, round_seconds)
-        size = None
-        if m is None:
-            size = study_size(None if expected_records is None else check_expected(expected_records),
-                              min_devices, d, k, sketch_eps, neighbouring=neighbouring, feature=feature,
-                              secure=secure_aggregation)
-            m = size.m
+        per_device = None if expected_records is None else check_expected(expected_records)
+        planned = plan_study(rest, rounds, per_device, min_devices, d, k, m=m, round_share=round_share,
+                             round_seconds=round_seconds,
+                             neighbouring=neighbouring, feature=feature, secure=secure_aggregation)
+        sketch_eps, refine, size = planned.sketch_epsilon, planned.refine, planned.size
+        if m is not None:
+            size = None  # given, not planned
+        m = planned.m
         sketch = SketchSpec(FrequencySpec(d=d, m=m, scale=sigma, law=law, seed=seed), feature,
                             r, PrivacySpec(sketch_eps, delta, neighbouring))
         secure = None
@@ -222,6 +224,9 @@ def create_study(
         spec.check_new()
         if size is not None:
             typer.echo(f"m = {m} planned: {size.reason}", err=True)
+        if round_share is None and refine is not None and planned.round_share != ROUND_SHARE:
+            typer.echo(f"the rounds take {planned.round_share:g} of ε, not {ROUND_SHARE:g}: the sketch "
+                       "is planned to show no centroid, so its ε is worth more in the rounds", err=True)
         report_plan(spec, expected_records, strict)
         typer.echo(largest_weight(spec, expected_records), err=True)
         if refine is not None or plan is not None:

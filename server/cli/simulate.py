@@ -12,6 +12,7 @@ from rich.console import Console
 from rich.table import Table
 
 from fedsketch.common.choices import (
+    BLIND_ROUND_SHARE,
     DEFAULT_R,
     FEATURES,
     NEIGHBOURING,
@@ -50,8 +51,10 @@ def simulate_command(
                                         "centres clipped to half the box); 0: the sketch "
                                         "alone.")]
     = ROUNDS,
-    round_share: Annotated[float, typer.Option(help="Share of --epsilon the rounds take "
-                                               "together.")] = ROUND_SHARE,
+    round_share: Annotated[float | None, typer.Option(
+        help=f"Share of --epsilon the rounds take together (default {ROUND_SHARE:g}; "
+             f"{BLIND_ROUND_SHARE:g} when the sketch is planned to show no centroid at all, as "
+             "`coordinator create-study` plans it).")] = None,
     delta: Annotated[float, typer.Option(help="δ per device.")] = 0.0,
     neighbouring: Annotated[str, typer.Option(help=f"{' or '.join(NEIGHBOURING)}.")]
     = "replace_one",

@@ -47,8 +47,7 @@ from fedsketch.common.sketch.frequencies import FrequencySpec
 from fedsketch.common.sketch.privacy import PrivacySpec
 from fedsketch.common.sketch.spec import SketchSpec
 from fedsketch.common.study.calibration_round import split_auto
-from fedsketch.common.study.refine import split_study_epsilon
-from fedsketch.common.study.sizing import study_size
+from fedsketch.common.study.sizing import plan_study
 from fedsketch.common.study.study import StudySpec
 from fedsketch.server.bench.metrics import sklearn_kmeans_centroids, split, sse_per_n
 from fedsketch.server.service.api import build_server
@@ -96,11 +95,11 @@ def split_records(labels: np.ndarray, devices: int, scheme: str,
 def _study_spec(cfg: SimConfig, cap: int | None = None) -> StudySpec:
     """The simulated study; ``cap`` its max_device_records (default: N, any split)."""
     plan, rest = (None, cfg.epsilon) if cfg.scale is not None else split_auto(cfg.epsilon, round0_range(cfg))
-    sketch_eps, refine = split_study_epsilon(rest, cfg.rounds, cfg.round_share)
-    m = cfg.m if cfg.m is not None else study_size(
-        cfg.records / cfg.devices, cfg.devices, cfg.d, cfg.k, sketch_eps, neighbouring=cfg.neighbouring,
-        feature=cfg.feature, secure=cfg.secure_aggregation).m
-    sketch = SketchSpec(FrequencySpec(d=cfg.d, m=m, seed=cfg.seed,
+    planned = plan_study(rest, cfg.rounds, cfg.records / cfg.devices, cfg.devices, cfg.d, cfg.k, m=cfg.m,
+                         round_share=cfg.round_share, neighbouring=cfg.neighbouring, feature=cfg.feature,
+                         secure=cfg.secure_aggregation)
+    sketch_eps, refine = planned.sketch_epsilon, planned.refine
+    sketch = SketchSpec(FrequencySpec(d=cfg.d, m=planned.m, seed=cfg.seed,
                                       scale=cfg.scale if plan is None else plan.placeholder),
                         cfg.feature, cfg.r, PrivacySpec(sketch_eps, cfg.delta, cfg.neighbouring))
     secure = None

@@ -194,3 +194,4 @@ def test_simulation_plans_m_when_not_given():
     want = study_size(3000, 3, 3, 3, 2.0)
     assert report["config"]["m"] == want.m and report["config"]["m_planned"] is True
     assert want.m != 1000 and report["relative_sse"] < 1.3
+    assert report["config"]["round_share"] is None  # no rounds here

@@ -9,11 +9,14 @@ import math
 import numpy as np
 import pytest
 
+from fedsketch.common.choices import BLIND_ROUND_SHARE, ROUND_SHARE
 from fedsketch.common.study.sizing import (
     M_PER_KD_STEPS,
     PLAN_COUNT_SHARE,
+    blind,
     default_size,
     plan_sketch_size,
+    plan_study,
     planning_count,
     predicted_z,
     study_size,
@@ -95,3 +98,21 @@ def test_the_front_ends_default_caps_the_work_and_a_plain_study_plans_per_device
     bare = study_size(None, 100, 64, 10, 0.18)
     assert bare.m == 640 and not bare.useful and "--expected-records" in bare.reason
     assert bare.to_dict()["z"] is None
+
+
+def test_a_blind_sketch_gives_its_epsilon_to_the_rounds_unless_the_operator_set_a_share():
+    """digits' shape over 100 secure devices at ε = 1: at the default share the sketch (0.2) shows
+    no centroid (z < T/3), so the rounds take BLIND_ROUND_SHARE; flights' shape keeps ROUND_SHARE
+    and 10kd; a share or m the operator gives is kept."""
+    digits = plan_study(1.0, 3, 18, 100, 64, 10, secure=True)
+    assert blind(study_size(18, 100, 64, 10, 0.2, secure=True))
+    assert digits.round_share == BLIND_ROUND_SHARE and digits.m == 640
+    assert digits.sketch_epsilon == pytest.approx(1 - BLIND_ROUND_SHARE)
+    assert digits.refine.total == pytest.approx(BLIND_ROUND_SHARE)
+    assert digits.size == study_size(18, 100, 64, 10, 1 - BLIND_ROUND_SHARE, secure=True)
+    flights = plan_study(1.0, 3, 3273, 100, 7, 5, secure=True)
+    assert flights.round_share == ROUND_SHARE and flights.m == 350 and not blind(flights.size)
+    given = plan_study(1.0, 3, 18, 100, 64, 10, secure=True, round_share=0.5, m=900)
+    assert (given.round_share, given.m, given.sketch_epsilon) == (0.5, 900, 0.5)
+    assert plan_study(1.0, 0, 18, 100, 64, 10, secure=True).refine is None  # no rounds: all to it
+    assert plan_study(1.0, 3, None, 100, 64, 10).round_share == ROUND_SHARE  # nothing to plan from
