@@ -141,7 +141,8 @@ def plot(rows: list[dict], path: Path) -> None:
     r0 = rows[0]
     realdata.save_sse_figure(plt, fig, ax, "ε per device in all (replace-one)",
                              f"{r0['set']}: n = {r0['n']}, T = {r0['rounds']} rounds taking "
-                             f"{r0['share']:g} of ε, box ±{realdata.BOX:g} sd", path, 7)
+                             f"{'the planned share' if r0['share'] is None else format(r0['share'], 'g')} "
+                             f"of ε, box ±{realdata.BOX:g} sd", path, 7)
 
 
 def main() -> None:

@@ -17,6 +17,10 @@ first) and takes
   the sizes the real-data benchmarks were tuned at, m = 10kd, stay wherever they clear it), else
 * the m of largest z (the smallest tried, where privacy noise dominates), flagged not ``useful``.
 
+(The front ends' :func:`default_size` takes 10·k·d within its work bound instead in that second
+case: a start below T still seeds Lloyd steps or rounds, and the smallest sizes seeded them worse
+on baseball, RESULTS.md §13–§14.)
+
 T is the decoder's identification threshold (:mod:`fedsketch.server.decode.identify`: what noise
 alone gives an atom in the box, plus 3). Computing it takes pure-noise searches on the actual Ω;
 the plan uses T(d) = THRESHOLD_BASE + THRESHOLD_SLOPE·√d, fitted to the thresholds measured in
@@ -89,11 +93,12 @@ class SketchSize:
     threshold: float
     useful: bool
     reason: str
+    best_z: float | None = None  # the largest z of any size tried, where m is not that size
 
     def to_dict(self) -> dict:
         """JSON-ready form (z "inf" without noise, None when there was no count to predict it)."""
         z = self.z if math.isfinite(self.z) else None if math.isnan(self.z) else "inf"
-        return {"m": self.m, "r": self.r, "z": z, "threshold": self.threshold,
+        return {"m": self.m, "r": self.r, "z": z, "best_z": self.best_z, "threshold": self.threshold,
                 "useful": self.useful, "reason": self.reason}
 
 
@@ -159,8 +164,17 @@ def default_size(records: float, d: int, k: int, sketch_epsilon: float, *,
     carries one noise draw per device (variance ``devices`` times one draw's), planned as one
     draw at ε/√devices."""
     eps = sketch_epsilon / math.sqrt(devices) if math.isfinite(sketch_epsilon) else sketch_epsilon
-    return plan_sketch_size(records, d, k, eps, neighbouring=neighbouring, feature=feature,
+    size = plan_sketch_size(records, d, k, eps, neighbouring=neighbouring, feature=feature,
                             max_work=DEFAULT_MAX_WORK)
+    if size.useful:
+        return size
+    m = plan_sketch_size(records, d, k, math.inf, max_work=DEFAULT_MAX_WORK).m
+    z = predicted_z(records, d, k, m, eps, neighbouring, feature)
+    return SketchSize(m, 1, z, size.threshold, False,
+                      f"z ≈ {z:.3g} at m = {m} (at most {size.z:.3g} at any size) below T ≈ "
+                      f"{size.threshold:.3g}: {records:,.0f} records at ε = {eps:.3g} cannot carry {k} "
+                      f"centroids in d = {d} through a sketch; m = 10·k·d within the work bound, "
+                      f"the decoder's own size (a start below T still seeds the rounds)", size.z)
 
 
 def size_for_sketch(n: int, d: int, k: int, epsilon: float, *, neighbouring: str = "replace_one",
@@ -198,9 +212,9 @@ def study_size(records_per_device: float | None, devices: int, d: int, k: int, s
 
 
 def blind(size: SketchSize) -> bool:
-    """Whether the planned sketch shows no centroid at all (z < BLIND_FRACTION·T; False when no
-    count was there to predict z)."""
-    return size.z < BLIND_FRACTION * size.threshold
+    """Whether the planned sketch shows no centroid at all, at any size (z < BLIND_FRACTION·T;
+    False when no count was there to predict z)."""
+    return (size.z if size.best_z is None else size.best_z) < BLIND_FRACTION * size.threshold
 
 
 @dataclass(frozen=True)

@@ -116,3 +116,16 @@ def test_a_blind_sketch_gives_its_epsilon_to_the_rounds_unless_the_operator_set_
     assert (given.round_share, given.m, given.sketch_epsilon) == (0.5, 900, 0.5)
     assert plan_study(1.0, 0, 18, 100, 64, 10, secure=True).refine is None  # no rounds: all to it
     assert plan_study(1.0, 3, None, 100, 64, 10).round_share == ROUND_SHARE  # nothing to plan from
+
+
+def test_the_front_ends_keep_ten_k_d_when_no_size_clears_the_threshold():
+    """baseball's shape (21,437 records, d = 10, k = 8) at the sketch's 0.2 of ε = 1 over 100
+    secure devices: no size clears T, so the front ends take 10kd = 800 (the decoder's own size),
+    not plan_sketch_size's size of largest z (80), whose start seeded the rounds worse (RESULTS.md
+    §14); the largest z stays known for the blind rule, and a size that clears T is kept."""
+    bare = plan_sketch_size(21_437, 10, 8, 0.2)
+    size = default_size(21_437, 10, 8, 0.2)
+    assert not bare.useful and bare.m == 80
+    assert not size.useful and size.m == 800 and size.best_z == pytest.approx(bare.z) and bare.z > size.z
+    assert "10·k·d within the work bound" in size.reason and not blind(size)
+    assert default_size(327_346, 7, 5, 0.18) == plan_sketch_size(327_346, 7, 5, 0.18, max_work=4e5)
