@@ -72,8 +72,9 @@ class CompressiveKMeans(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Clust
         bounds.json path, or "auto" (a private box at 10 % of ε). Required at finite ε (module
         docstring).
     m : frequencies (complex sketch entries); None: planned from the record count, d, k and the
-        sketch's ε (paper 004's 10·k·d where the decoder can read it, else the size of largest
-        signal, its work m·d·k at most 4·10⁵; ``sketch_size_`` says which and why; under
+        sketch's ε (the largest of 10, 5, 2, 1 ·k·d whose predicted signal clears the decoder's
+        threshold, else 10·k·d, flagged; its work m·d·k at most 4·10⁵; ``sketch_size_`` says
+        which and why; under
         add/remove the count is a noisy one at 2 % of ε, counted in ε).
     r : entries each record contributes to, 1..m; None: m.
     scale : σ in data units, or "auto": chosen privately with 10 % of ε, searched between 1/300

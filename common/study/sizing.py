@@ -34,11 +34,12 @@ falls below k·d.
 
 **The front ends' default** (:func:`default_size`: ``CompressiveKMeans``, ``fedsketch sketch
 --k``, ``coordinator create-study``, ``simulate``, whenever m is not given): the plan above at the
-sketch's own ε (what σ's calibration, a private box and refinement rounds leave it), its work
-m·d·k capped at DEFAULT_MAX_WORK. CL-OMPR costs O(m·d·k) per evaluation: digits (d = 64, k = 10)
+sketch's own ε (what σ's calibration, a private box and refinement rounds leave it), but 10kd
+where no size clears T (the largest z kept as ``best_z``), its work m·d·k capped at
+DEFAULT_MAX_WORK. CL-OMPR costs O(m·d·k) per evaluation: digits (d = 64, k = 10)
 decoded for 231–262 s at m = 10kd = 6,400 and 4–7 s at m = k·d = 640 (``benchmarks/RESULTS.md``
-§13); every d·k ≤ 200 keeps m = 10kd (paper 004's mixture, d = k = 10: m = 1,000, the old default;
-the real tables of §6/§8, d ≤ 10, k ≤ 8: m = 10kd). The record count N is public under replace-one;
+§13); every d·k ≤ 200 keeps m = 10kd unless a smaller size clears T where 10kd does not (paper
+004's mixture, d = k = 10: m = 1,000, the old default). The record count N is public under replace-one;
 under add/remove it is private, so the plan reads a noisy count at PLAN_COUNT_SHARE of ε (the
 rest goes to the sketch) unless the caller states the records it expects.
 

@@ -50,9 +50,9 @@ def create_study(
     insecure: InsecureOpt = False,
     m: Annotated[int | None, typer.Option(
         help="Frequencies. Default: planned from --expected-records × --min-devices, d, k and the "
-             "sketch's share of ε (paper 004's 10·k·d where the decoder can read it, else the size "
-             "of largest signal; m·d·k at most 4·10⁵); without --expected-records, 10·k·d within "
-             "that bound.")] = None,
+             "sketch's share of ε (the largest of 10, 5, 2, 1 ·k·d whose predicted signal clears "
+             "the decoder's threshold, else 10·k·d; m·d·k at most 4·10⁵); without "
+             "--expected-records, 10·k·d within that bound.")] = None,
     feature: Annotated[str, typer.Option(help=f"{', '.join(FEATURES)}.")] = "complex",
     law: Annotated[str, typer.Option(help=f"{', '.join(LAWS)}.")] = "adapted_radius",
     seed: Annotated[int, typer.Option(help="Public seed of Ω and ξ.")] = 0,

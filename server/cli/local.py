@@ -111,8 +111,8 @@ def sketch(
     out: Annotated[Path, typer.Option(help="Output sketch file (.npz).")],
     m: Annotated[int | None, typer.Option(
         help="Number of frequencies (complex sketch entries). Default: planned from n, d, --k and "
-             "ε (paper 004's 10·k·d where the decoder can read it, else the size of largest "
-             "signal; m·d·k at most 4·10⁵); without --k, 1000.")] = None,
+             "ε (the largest of 10, 5, 2, 1 ·k·d whose predicted signal clears the decoder's "
+             "threshold, else 10·k·d; m·d·k at most 4·10⁵); without --k, 1000.")] = None,
     k: Annotated[int | None, typer.Option(
         help="Clusters you will decode (decode --k): plans m when --m is not given. Under "
              "add-remove the plan reads a noisy count at 2% of ε.")] = None,
