@@ -66,7 +66,13 @@ from fedsketch.common.sketch.frequencies import FrequencySpec
 from fedsketch.common.sketch.privacy import PrivacySpec
 from fedsketch.common.sketch.scale import calibrate_scale
 from fedsketch.common.sketch.spec import SketchSpec, release_sketch
-from fedsketch.common.study.sizing import DEFAULT_MAX_WORK, PLAN_COUNT_SHARE, SketchSize, plan_sketch_size
+from fedsketch.common.study.sizing import (
+    BLIND_FRACTION,
+    DEFAULT_MAX_WORK,
+    PLAN_COUNT_SHARE,
+    SketchSize,
+    plan_sketch_size,
+)
 from fedsketch.common.study.verdict import LastStep, judge
 from fedsketch.server.bench.kmeans import (
     OVERSEED,
@@ -102,7 +108,7 @@ NONPRIVATE_START_WORK = DEFAULT_MAX_WORK
 #: decoder's threshold: no centroid at all is visible. A start below the threshold still seeds
 #: the Lloyd steps usefully: diamonds at ε = 0.1 (z ≈ 6 against T ≈ 9.3), add/remove, 3 seeds:
 #: 1.43–1.54 with its start, 1.54–1.75 skipping it at z < T (RESULTS.md §13).
-START_SKIP_FRACTION = 1.0 / 3.0
+START_SKIP_FRACTION = BLIND_FRACTION  # the studies' blind rule (common/study/sizing.py) too
 #: ``ckm-lloyd``'s final step runs only when :func:`final_step_noise` ≤ this (box half-widths).
 FINAL_NOISE_MAX = 0.5
 
