@@ -92,14 +92,16 @@ def sketch(data: Records, *, epsilon: float = 1.0, delta: float = 0.0,
                       box_fraction=box_fraction)
     auto = isinstance(bounds, str) and bounds == "auto"
     planned = m is None and k is not None
-    chunks, d = _records(data, twice=plan.scale is None or auto or planned,
-                         options=_options(data, columns, header))
+    options = _options(data, columns, header)
+    chunks, d = _records(data, twice=plan.scale is None or auto or planned, options=options)
     box = Box.widest(d) if bounds is None else None if auto else as_box(bounds, d)
     size = None
     if planned:  # after every check: under add/remove the plan spends on a noisy count
         reads = (auto_fraction if plan.scale is None else 0.0) + (box_fraction if auto else 0.0)
-        rest, size = size_for_sketch(sum(c.shape[0] for c in chunks()), d, int(k), float(epsilon),
-                                     neighbouring=neighbouring, feature=feature, reads=reads)
+        n = (DataSource(data, options=options).n if isinstance(data, (str, os.PathLike))
+             else sum(c.shape[0] for c in chunks()))  # a file's layout says n: no pass over it
+        rest, size = size_for_sketch(n, d, int(k), float(epsilon), neighbouring=neighbouring,
+                                     feature=feature, reads=reads)
         plan = replace(plan, m=size.m, privacy=PrivacySpec(rest, delta, neighbouring))
     tally = Tally()
     made = plan.run(chunks, box, d=d, tally=tally)

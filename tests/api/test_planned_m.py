@@ -82,3 +82,14 @@ def test_sketch_command_plans_m_for_k_and_says_so(tmp_path, table):
                                    "--k", "4", "--m", "77", "--bounds", "-12:12", "--json", "--quiet"])
     out = json.loads(run.stdout.strip().splitlines()[-1])
     assert out["m"] == 77 and out["plan"] is None
+
+
+def test_sketch_function_plans_from_a_files_count(tmp_path, table):
+    """A path: n from the file's layout, the same plan as the array's."""
+    np.save(tmp_path / "x.npy", table)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        s = sketch(tmp_path / "x.npy", epsilon=1.0, k=4, bounds=(-12, 12), scale=1.0)
+        chunks = sketch([table[:2000], table[2000:]], epsilon=1.0, k=4, bounds=(-12, 12), scale=1.0)
+    assert s.spec.frequencies.m == chunks.spec.frequencies.m == default_size(6000, 5, 4, 1.0).m
+    assert s.n == chunks.n == 6000
