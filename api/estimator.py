@@ -41,7 +41,8 @@ except ImportError as exc:  # pragma: no cover - exercised only without scikit-l
                       "(or pip install 'fedsketch[bench]')") from exc
 
 from fedsketch.common.sketch.box import Box
-from fedsketch.common.sketch.private_box import data_box
+from fedsketch.common.sketch.private_box import BOX_FRACTION, data_box
+from fedsketch.common.study.sizing import SketchSize, size_for_sketch
 from fedsketch.steps import (
     Bounds,
     Decoding,
@@ -55,8 +56,8 @@ from fedsketch.steps import (
 
 #: The σ search range of scale="auto", in widths of the box's widest side (``compare``'s ckm).
 SCALE_RANGE = (1 / 300, 1 / 3)
-#: Frequencies per cluster and dimension when m is not given: m = 10·k·d (paper 004).
-M_PER_KD = 10
+#: Share of ε that scale="auto" spends on σ (``fedsketch.sketch``'s auto_fraction default).
+AUTO_FRACTION = 0.1
 
 
 class CompressiveKMeans(ClassNamePrefixFeaturesOutMixin, TransformerMixin, ClusterMixin, BaseEstimator):
@@ -70,7 +71,11 @@ class CompressiveKMeans(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Clust
     bounds : the public box: ``(lo, hi)`` (numbers, or d numbers each), ``"LO:HI"``, a
         bounds.json path, or "auto" (a private box at 10 % of ε). Required at finite ε (module
         docstring).
-    m : frequencies (complex sketch entries); None: 10·k·d.
+    m : frequencies (complex sketch entries); None: planned from the record count, d, k and the
+        sketch's ε (the largest of 10, 5, 2, 1 ·k·d whose predicted signal clears the decoder's
+        threshold, else 10·k·d, flagged; its work m·d·k at most 4·10⁵; ``sketch_size_`` says
+        which and why; under
+        add/remove the count is a noisy one at 2 % of ε, counted in ε).
     r : entries each record contributes to, 1..m; None: m.
     scale : σ in data units, or "auto": chosen privately with 10 % of ε, searched between 1/300
         and 1/3 of the box's widest side.
@@ -89,6 +94,8 @@ class CompressiveKMeans(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Clust
         :class:`fedsketch.NotIdentifiableWarning`). identifiability_ : as a detail, whether the
         centroids stand above the sketch's noise.
     sketch_ : the released :class:`fedsketch.Sketch` (None after :meth:`from_result`).
+    sketch_size_ : the plan of m when m was not given (m, r, predicted z of a centroid, the
+        decoder's threshold, whether it is expected to carry k centroids, the reason); else None.
     labels_, inertia_ : nearest centroid of each row of X and the SSE (not private).
     n_features_in_ : d. feature_names_in_ : X's column names, when it had string ones.
     """
@@ -130,8 +137,13 @@ class CompressiveKMeans(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Clust
         seed = self._seed()
         searched = (tuple(self.scale_range) if self.scale_range is not None else None if box is None
                     else tuple(float(np.max(box.hi - box.lo)) * f for f in SCALE_RANGE))
-        released = sketch(X, epsilon=float(self.epsilon), delta=self.delta, neighbouring=self.neighbouring,
-                          m=M_PER_KD * k * d if self.m is None else self.m, r=self.r, feature=self.feature,
+        epsilon, m = float(self.epsilon), self.m
+        self.sketch_size_ = None
+        if m is None:
+            epsilon, self.sketch_size_ = self._plan(X.shape[0], d, k, auto)
+            m = self.sketch_size_.m
+        released = sketch(X, epsilon=epsilon, delta=self.delta, neighbouring=self.neighbouring,
+                          m=m, r=self.r, feature=self.feature,
                           scale=self.scale, seed=seed, bounds="auto" if auto else box,
                           scale_range=searched)
         with warnings.catch_warnings():
@@ -142,6 +154,15 @@ class CompressiveKMeans(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Clust
         self.labels_ = np.argmin(distances, axis=1)
         self.inertia_ = float(np.sum(np.min(distances, axis=1) ** 2))
         return self
+
+    def _plan(self, n: int, d: int, k: int, auto_box: bool) -> tuple[float, SketchSize]:
+        """(the ε left for the sketch, the planned size) when m is not given
+        (:func:`fedsketch.common.study.sizing.size_for_sketch`): m from the public count (a noisy
+        one at 2 % of ε under add/remove, spent here), d, k and the ε the sketch itself gets after
+        σ's and a private box's shares."""
+        reads = (AUTO_FRACTION if self.scale == "auto" else 0.0) + (BOX_FRACTION if auto_box else 0.0)
+        return size_for_sketch(n, d, k, float(self.epsilon), neighbouring=self.neighbouring,
+                               feature=self.feature, reads=reads)
 
     def predict(self, X) -> np.ndarray:
         """The index of each row's nearest centroid (int64 (n,))."""
@@ -189,6 +210,7 @@ class CompressiveKMeans(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Clust
                              f"and {result.weights.shape}")
         model = cls(n_clusters=c.shape[0], **params)
         model.n_features_in_ = c.shape[1]
+        model.sketch_size_ = None
         model._set_decoding(result, None)
         return model
 

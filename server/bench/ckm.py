@@ -66,7 +66,13 @@ from fedsketch.common.sketch.frequencies import FrequencySpec
 from fedsketch.common.sketch.privacy import PrivacySpec
 from fedsketch.common.sketch.scale import calibrate_scale
 from fedsketch.common.sketch.spec import SketchSpec, release_sketch
-from fedsketch.common.study.sizing import SketchSize, plan_sketch_size
+from fedsketch.common.study.sizing import (
+    BLIND_FRACTION,
+    DEFAULT_MAX_WORK,
+    PLAN_COUNT_SHARE,
+    SketchSize,
+    plan_sketch_size,
+)
 from fedsketch.common.study.verdict import LastStep, judge
 from fedsketch.server.bench.kmeans import (
     OVERSEED,
@@ -93,18 +99,16 @@ CKM_LLOYD_FINAL_SHARE = 0.25
 #: 1.0205 → 1.019, diamonds 1.0048 → 1.0000). Neither the weighted SSE of a reduction nor its SSE
 #: on the records before Lloyd picked the winner (top 5 or 10 of either: digits stayed at 1.0205).
 NONPRIVATE_REDUCTIONS = 100
-#: Share of a CKM run's ε on the noisy record count that plans m, under add/remove when the caller
-#: released none (sensitivity 1; a planning count needs only its order of magnitude).
-PLAN_COUNT_SHARE = 0.02
 #: ``ckm-lloyd`` at ε = ∞: the start's decoder work m·d·k at most this (it only seeds Lloyd on
-#: the records). d = 64, k = 10: m = 640 instead of 6,400, the decoding 231 s → about 10 s at load
-#: 15 (RESULTS.md §13); every d·k ≤ 200 keeps m = 10kd.
-NONPRIVATE_START_WORK = 4e5
+#: the records): the front ends' bound (:data:`~fedsketch.common.study.sizing.DEFAULT_MAX_WORK`).
+#: d = 64, k = 10: m = 640 instead of 6,400, the decoding 231 s → about 10 s at load 15
+#: (RESULTS.md §13); every d·k ≤ 200 keeps m = 10kd.
+NONPRIVATE_START_WORK = DEFAULT_MAX_WORK
 #: ``ckm-lloyd`` skips its start when the planned sketch's z is below this fraction of the
 #: decoder's threshold: no centroid at all is visible. A start below the threshold still seeds
 #: the Lloyd steps usefully: diamonds at ε = 0.1 (z ≈ 6 against T ≈ 9.3), add/remove, 3 seeds:
 #: 1.43–1.54 with its start, 1.54–1.75 skipping it at z < T (RESULTS.md §13).
-START_SKIP_FRACTION = 1.0 / 3.0
+START_SKIP_FRACTION = BLIND_FRACTION  # the studies' blind rule (common/study/sizing.py) too
 #: ``ckm-lloyd``'s final step runs only when :func:`final_step_noise` ≤ this (box half-widths).
 FINAL_NOISE_MAX = 0.5
 

@@ -13,6 +13,7 @@ import typer
 
 from fedsketch.common.choices import (
     AUTO_FRACTION,
+    BLIND_ROUND_SHARE,
     BOX_FRACTION,
     CAP_HEADROOM,
     COLLECT_SECONDS,
@@ -51,7 +52,11 @@ def create_study(
     token_file: TokenFile = Path("operator.token"),
     ca: CaOpt = None,
     insecure: InsecureOpt = False,
-    m: Annotated[int, typer.Option(help="Frequencies.")] = 1000,
+    m: Annotated[int | None, typer.Option(
+        help="Frequencies. Default: planned from --expected-records × --min-devices, d, k and the "
+             "sketch's share of ε (the largest of 10, 5, 2, 1 ·k·d whose predicted signal clears "
+             "the decoder's threshold, else 10·k·d; m·d·k at most 4·10⁵); without "
+             "--expected-records, 10·k·d within that bound.")] = None,
     feature: Annotated[str, typer.Option(help=f"{', '.join(FEATURES)}.")] = "complex",
     law: Annotated[str, typer.Option(help=f"{', '.join(LAWS)}.")] = "adapted_radius",
     seed: Annotated[int, typer.Option(help="Public seed of Ω and ξ.")] = 0,
@@ -119,9 +124,10 @@ def create_study(
         help="Refinement rounds after the sketch: private Lloyd steps across the devices, each "
         "a study of its own with its own roster, whose sums are offsets from the centres "
         "clipped to half the box; 0: the sketch alone.")] = ROUNDS,
-    round_share: Annotated[float, typer.Option(
-        help="Share of --epsilon the refinement rounds take together, in equal parts.")]
-    = ROUND_SHARE,
+    round_share: Annotated[float | None, typer.Option(
+        help=f"Share of --epsilon the refinement rounds take together, in equal parts (default "
+             f"{ROUND_SHARE:g}; {BLIND_ROUND_SHARE:g} when --expected-records plans a sketch that "
+             "shows no centroid at all, whose ε is worth more in the rounds).")] = None,
     round_seconds: Annotated[float, typer.Option(
         help="Seconds each refinement round, and the sketch round after a --scale auto round 0, "
         "collects at most (it ends sooner once its roster has sent).")] = ROUND_SECONDS,
@@ -193,7 +199,7 @@ def create_study(
     from fedsketch.common.sketch.spec import SketchSpec
     from fedsketch.common.study.box_split import PLACEHOLDER_RANGE, split_box, widest
     from fedsketch.common.study.calibration_round import split_auto
-    from fedsketch.common.study.refine import split_study_epsilon
+    from fedsketch.common.study.sizing import plan_study
     from fedsketch.common.study.study import StudySpec
     from fedsketch.common.study.validated import check_validated
     from fedsketch.server.cli.bounds import parse_bounds
@@ -212,7 +218,14 @@ def create_study(
                         else PLACEHOLDER_RANGE if box_plan is not None else default_range(Box(lo, hi)))
             plan, rest = split_auto(rest, searched, auto_fraction, round_seconds)
             sigma = plan.placeholder
-        sketch_eps, refine = split_study_epsilon(rest, rounds, round_share, round_seconds)
+        per_device = None if expected_records is None else check_expected(expected_records)
+        planned = plan_study(rest, rounds, per_device, min_devices, d, k, m=m, round_share=round_share,
+                             round_seconds=round_seconds,
+                             neighbouring=neighbouring, feature=feature, secure=secure_aggregation)
+        sketch_eps, refine, size = planned.sketch_epsilon, planned.refine, planned.size
+        if m is not None:
+            size = None  # given, not planned
+        m = planned.m
         sketch = SketchSpec(FrequencySpec(d=d, m=m, scale=sigma, law=law, seed=seed), feature,
                             r, PrivacySpec(sketch_eps, delta, neighbouring))
         secure = None
@@ -251,6 +264,11 @@ def create_study(
                                 calibration=plan, box=box_plan)
         spec.check_new()
         check_validated(spec)
+        if size is not None:
+            typer.echo(f"m = {m} planned: {size.reason}", err=True)
+        if round_share is None and refine is not None and planned.round_share != ROUND_SHARE:
+            typer.echo(f"the rounds take {planned.round_share:g} of ε, not {ROUND_SHARE:g}: the sketch "
+                       "is planned to show no centroid, so its ε is worth more in the rounds", err=True)
         if box_plan is None:  # the planner needs a box
             report_plan(spec, expected_records, strict)
         typer.echo(largest_weight(spec, expected_records), err=True)
@@ -269,7 +287,8 @@ def create_study(
         study = stub.CreateStudy(pb.CreateStudyRequest(spec_json=spec.to_json()), metadata=meta,
                                  timeout=30)
     if as_json:
-        typer.echo(json.dumps({"study_id": study.study_id, "spec": json.loads(spec.to_json())}))
+        typer.echo(json.dumps({"study_id": study.study_id, "spec": json.loads(spec.to_json()),
+                               "m_plan": None if size is None else size.to_dict()}, allow_nan=False))
         return
     typer.echo(study.study_id)
 

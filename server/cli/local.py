@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -18,7 +19,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from fedsketch.common.choices import DEFAULT_R, FEATURES, LAWS, NEIGHBOURING
+from fedsketch.common.choices import DEFAULT_R, FEATURES, LAWS, NEIGHBOURING, UNPLANNED_M
 from fedsketch.common.cli import ColumnsOpt, HeaderOpt, JsonOpt, ScaleRangeOpt, open_data
 from fedsketch.common.helptext import TidyGroup
 from fedsketch.server.cli.errors import NOT_IDENTIFIABLE_EXIT, clean_errors, report_verdict
@@ -108,7 +109,13 @@ def sketch(
         help="Records, one a row: .npy (2-D, any order), .csv or .parquet; with --engine dask, a "
              "folder of Parquet files (one partition each).")],
     out: Annotated[Path, typer.Option(help="Output sketch file (.npz).")],
-    m: Annotated[int, typer.Option(help="Number of frequencies (complex sketch entries).")] = 1000,
+    m: Annotated[int | None, typer.Option(
+        help="Number of frequencies (complex sketch entries). Default: planned from n, d, --k and "
+             "ε (the largest of 10, 5, 2, 1 ·k·d whose predicted signal clears the decoder's "
+             "threshold, else 10·k·d; m·d·k at most 4·10⁵); without --k, 1000.")] = None,
+    k: Annotated[int | None, typer.Option(
+        help="Clusters you will decode (decode --k): plans m when --m is not given. Under "
+             "add-remove the plan reads a noisy count at 2% of ε.")] = None,
     feature: Annotated[str, typer.Option(help=f"Feature map: {', '.join(FEATURES)}.")] = "complex",
     law: Annotated[str, typer.Option(help=f"Frequency radius law: {', '.join(LAWS)}.")] = (
         "adapted_radius"
@@ -158,6 +165,7 @@ def sketch(
     from fedsketch.common.sketch.dataset_sketch import SketchPlan
     from fedsketch.common.sketch.privacy import PrivacySpec
     from fedsketch.common.sketch.private_box import PrivateBox
+    from fedsketch.common.study.sizing import size_for_sketch
     from fedsketch.server.cli.bounds import parse_bounds
 
     with clean_errors():
@@ -171,14 +179,22 @@ def sketch(
             raise ValueError("--scale auto needs --bounds (σ's search range follows the public "
                              "box; --bounds auto reads one privately) or --scale-range LO:HI in "
                              "data units")
-        plan = SketchPlan(PrivacySpec(eps_total, delta, neighbouring), m=m, feature=feature, law=law,
-                          scale=sigma, seed=seed, r=r, dither=dither, auto_fraction=auto_fraction,
-                          box_fraction=box_fraction,
+        plan = SketchPlan(PrivacySpec(eps_total, delta, neighbouring), m=UNPLANNED_M if m is None else m,
+                          feature=feature, law=law, scale=sigma, seed=seed, r=r, dither=dither,
+                          auto_fraction=auto_fraction, box_fraction=box_fraction,
                           scale_range=None if scale_range is None
                           else parse_range(scale_range, "--scale-range"))
         source = open_data(data, header, columns, engine=engine, scheduler=scheduler)  # before any spend
         box = (Box.widest(source.d) if bounds is None else None if bounds == "auto"
                else Box(*parse_bounds(bounds, source.d)))
+        size = None
+        if m is None and k is not None:  # the last check above: the plan may spend on a count
+            reads = (box_fraction if bounds == "auto" else 0.0) + (auto_fraction if sigma is None else 0.0)
+            rest, size = size_for_sketch(source.n, source.d, k, eps_total, neighbouring=neighbouring,
+                                         feature=feature, reads=reads)
+            plan = replace(plan, m=size.m, privacy=PrivacySpec(rest, delta, neighbouring))
+            spent = "" if rest == eps_total else f" (its noisy count spent ε = {eps_total - rest:.4g})"
+            err.print(f"m = {size.m} planned for k = {k}{spent}: {size.reason}")
         tally = Tally()
         with progress_bar(quiet) as bar:
             task = bar.add_task("sketching", total=source.n)
@@ -190,18 +206,22 @@ def sketch(
             cal = made.calibration
             err.print(f"scale auto: {cal.explanation}{cal.advice('--scale σ', '--bounds', '--scale-range')} "
                       f"(spent ε = {cal.epsilon:.4g} of {eps_total:.4g})")
-        made.to_file().save(out)
+        written = made.to_file()
+        if size is not None and rest < eps_total:  # the plan's noisy count, spent too
+            written = replace(written, epsilon_spent=written.epsilon_spent + eps_total - rest)
+        written.save(out)
         release = made.release
         noise = ", ".join(f"{t.law}({t.scale:.3g}) on {t.target}" for t in release.noise)
         count = (f"n = {release.n:,}" if neighbouring == "replace_one"
                  else f"noisy n = {release.n:,} (the released count)")
-        err.print(f"wrote {out}: {count}, m = {m}, r = {made.spec.r}, noise: {noise or 'none'}")
+        err.print(f"wrote {out}: {count}, m = {plan.m}, r = {made.spec.r}, noise: {noise or 'none'}")
         if tally.clipped:
             err.print(f"note: {tally.clipped:,} of {tally.records:,} records lay outside the box "
                       "and were clipped into it (this count is not private; it is not stored)")
     if as_json:
         typer.echo(json.dumps({
-            "out": str(out), "n": release.n, "neighbouring": neighbouring, "m": m, "r": made.spec.r,
+            "out": str(out), "n": release.n, "neighbouring": neighbouring, "m": plan.m, "r": made.spec.r,
+            "plan": None if size is None else size.to_dict(),
             "scale": made.spec.frequencies.scale, "delta": delta,
             "epsilon": eps_total if math.isfinite(eps_total) else "inf",
             "calibration": None if made.calibration is None else made.calibration.to_dict(),

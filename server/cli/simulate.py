@@ -12,6 +12,7 @@ from rich.console import Console
 from rich.table import Table
 
 from fedsketch.common.choices import (
+    BLIND_ROUND_SHARE,
     BOX_FRACTION,
     DEFAULT_R,
     FEATURES,
@@ -43,7 +44,9 @@ def simulate_command(
              "'auto': the study's box round reads it privately (see create-study --help).")] = None,
     box_fraction: Annotated[float, typer.Option(
         help="Share of --epsilon the box round takes with --bounds auto.")] = BOX_FRACTION,
-    m: Annotated[int, typer.Option(help="Frequencies.")] = 1000,
+    m: Annotated[int | None, typer.Option(
+        help="Frequencies. Default: planned from the records per device, L, d, k and the sketch's "
+             "share of ε, as `coordinator create-study --expected-records` plans it.")] = None,
     feature: Annotated[str, typer.Option(help=f"{', '.join(FEATURES)}.")] = "complex",
     epsilon: Annotated[float, typer.Option(help="ε per device in all, sketch and refinement "
                                            "rounds (each device's budget; finite, > 0).")] = 1.0,
@@ -52,8 +55,10 @@ def simulate_command(
                                         "centres clipped to half the box); 0: the sketch "
                                         "alone.")]
     = ROUNDS,
-    round_share: Annotated[float, typer.Option(help="Share of --epsilon the rounds take "
-                                               "together.")] = ROUND_SHARE,
+    round_share: Annotated[float | None, typer.Option(
+        help=f"Share of --epsilon the rounds take together (default {ROUND_SHARE:g}; "
+             f"{BLIND_ROUND_SHARE:g} when the sketch is planned to show no centroid at all, as "
+             "`coordinator create-study` plans it).")] = None,
     delta: Annotated[float, typer.Option(help="δ per device.")] = 0.0,
     neighbouring: Annotated[str, typer.Option(help=f"{' or '.join(NEIGHBOURING)}.")]
     = "replace_one",
@@ -162,7 +167,9 @@ def simulate_command(
         typer.echo(f"the study failed, nothing was published: {report['hostile']['study_failed']}")
         return
     table = Table(title=f"{cfg.devices} devices, {cfg.records:,} records, k = {cfg.k}, "
-                        f"d = {cfg.d}, m = {cfg.m}, {cfg.feature}, ε = {cfg.epsilon:g} per device")
+                        f"d = {cfg.d}, m = {report['config']['m']}"
+                        f"{' (planned)' if cfg.m is None else ''}, {cfg.feature}, "
+                        f"ε = {cfg.epsilon:g} per device")
     table.add_column("")
     table.add_column("value", justify="right")
     table.add_row("relative SSE vs k-means (n_init = 3)", f"{report['relative_sse']:.4f}")

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING
 
-from fedsketch.common.choices import BOX_FRACTION, ROUND_SHARE
+from fedsketch.common.choices import BOX_FRACTION
 from fedsketch.common.sketch.box import Box
 from fedsketch.common.sketch.scale import default_range
 
@@ -25,7 +25,7 @@ class SimConfig:
     records: int = 1_000_000
     k: int = 10
     d: int = 10
-    m: int = 1000
+    m: int | None = None  # None: planned (:func:`fedsketch.common.study.sizing.study_size`)
     feature: str = "complex"
     epsilon: float = 1.0
     delta: float = 0.0
@@ -48,7 +48,7 @@ class SimConfig:
     dropout_stage: str = "masked_input"
     box: tuple[tuple[float, ...], tuple[float, ...]] | None = None
     rounds: int = 0
-    round_share: float = ROUND_SHARE
+    round_share: float | None = None  # None: planned (:func:`fedsketch.common.study.sizing.plan_study`)
     scale_range: tuple[float, float] | None = None
     hostile: str | None = None  # K:KIND (server/sim/hostile.py)
     validation: str | None = None  # "helper": a validated secure study (server/sim/helper_process.py)
@@ -73,7 +73,9 @@ def round0_range(cfg: SimConfig) -> tuple[float, float]:
 
 def used_config(cfg: SimConfig, spec: StudySpec, calibration: dict | None,
                 box: dict | None = None) -> dict:
-    """What the run used, JSON-ready: every field of ``cfg``, with ``scale`` the σ the sketch
+    """What the run used, JSON-ready: every field of ``cfg``, with ``m`` the study's (planned from
+    N, L, d, k and the sketch's ε unless given, flagged by ``m_planned``), ``round_share`` the
+    rounds' share of ε after round 0 (planned unless given), ``scale`` the σ the sketch
     was taken at (round 0's choice under --scale auto, flagged by ``scale_auto``), ``scale_range``
     the range round 0 searched (None with a fixed σ), ``box`` the study's public box, and the
     synthetic mixture's ``bound`` and ``separation`` None when the records came from a file, and
@@ -86,6 +88,10 @@ def used_config(cfg: SimConfig, spec: StudySpec, calibration: dict | None,
     if cfg.auto_box:
         out["box"] = None if box is None else [box["lo"], box["hi"]]
         out["bound"] = out["separation"] = None
+    out["m"] = spec.sketch.frequencies.m
+    out["m_planned"] = cfg.m is None
+    if spec.refine is not None:  # the share used: the operator's, or the plan's
+        out["round_share"] = spec.refine.total / (spec.refine.total + spec.sketch.privacy.epsilon)
     out["scale_auto"] = cfg.scale is None
     if cfg.scale is None:
         out["scale"] = None if calibration is None else calibration.get("sigma")

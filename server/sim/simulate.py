@@ -48,7 +48,7 @@ from fedsketch.common.sketch.privacy import PrivacySpec
 from fedsketch.common.sketch.spec import SketchSpec
 from fedsketch.common.study.box_split import PLACEHOLDER_RANGE, split_box, widest
 from fedsketch.common.study.calibration_round import split_auto
-from fedsketch.common.study.refine import split_study_epsilon
+from fedsketch.common.study.sizing import plan_study
 from fedsketch.common.study.study import StudySpec
 from fedsketch.common.study.validated import validity_delta
 from fedsketch.server.bench.metrics import sklearn_kmeans_centroids, split, sse_per_n
@@ -103,8 +103,11 @@ def _study_spec(cfg: SimConfig, cap: int | None = None) -> StudySpec:
         lo_hi = widest(cfg.d)
     searched = PLACEHOLDER_RANGE if cfg.auto_box and cfg.scale_range is None else round0_range(cfg)
     plan, rest = (None, rest) if cfg.scale is not None else split_auto(rest, searched)
-    sketch_eps, refine = split_study_epsilon(rest, cfg.rounds, cfg.round_share)
-    sketch = SketchSpec(FrequencySpec(d=cfg.d, m=cfg.m, seed=cfg.seed,
+    planned = plan_study(rest, cfg.rounds, cfg.records / cfg.devices, cfg.devices, cfg.d, cfg.k, m=cfg.m,
+                         round_share=cfg.round_share, neighbouring=cfg.neighbouring, feature=cfg.feature,
+                         secure=cfg.secure_aggregation)
+    sketch_eps, refine = planned.sketch_epsilon, planned.refine
+    sketch = SketchSpec(FrequencySpec(d=cfg.d, m=planned.m, seed=cfg.seed,
                                       scale=cfg.scale if plan is None else plan.placeholder),
                         cfg.feature, cfg.r, PrivacySpec(sketch_eps, cfg.delta, cfg.neighbouring))
     secure = None

@@ -91,3 +91,31 @@ def test_result_says_how_much_of_the_residual_is_noise(coordinator, tmp_path, de
         shares[name] = out["noise_norm"] / out["residual"]
     assert 0.85 < shares["noisy"] < 1.4  # measured 1.09; a √2 error in the norm fails
     assert shares["clean"] < 0.2
+
+
+def test_create_study_plans_m_when_not_given_and_keeps_a_given_one(coordinator):
+    """Without --m the study's spec states the planned m (common/study/sizing.py: from
+    --expected-records × --min-devices, d, k and the sketch's share of ε), shown on stderr and in
+    --json; without an expectation, 10·k·d within the work bound; --m overrides."""
+    from fedsketch.common.choices import BLIND_ROUND_SHARE
+    from fedsketch.common.study.sizing import study_size
+
+    base = ("--d", "64", "--k", "10", "--bounds", "0:16", "--scale", "2", "--epsilon", "1",
+            "--min-devices", "20", "--json")
+    res = coordinator.op("create-study", "--name", "planned", *base, "--expected-records", "90")
+    out = json.loads(res.stdout)
+    want = study_size(90, 20, 64, 10, 1 - BLIND_ROUND_SHARE)  # a blind sketch keeps 0.05 of ε
+    assert out["spec"]["sketch"]["frequencies"]["m"] == out["m_plan"]["m"] == want.m == 640
+    assert f"m = {want.m} planned: " in res.stderr and "cannot carry 10 centroids" in res.stderr
+    assert sum(out["spec"]["refine"]["epsilon"]) == pytest.approx(BLIND_ROUND_SHARE)
+    assert out["spec"]["sketch"]["privacy"]["epsilon"] == pytest.approx(1 - BLIND_ROUND_SHARE)
+    assert f"the rounds take {BLIND_ROUND_SHARE:g} of ε" in res.stderr
+    res = coordinator.op("create-study", "--name", "bare-m", "--d", "7", "--k", "5", *base[4:])
+    out = json.loads(res.stdout)
+    assert out["spec"]["sketch"]["frequencies"]["m"] == 350 and "give --expected-records" in res.stderr
+    res = coordinator.op("create-study", "--name", "given-m", *base, "--m", "1000")
+    out = json.loads(res.stdout)
+    assert out["spec"]["sketch"]["frequencies"]["m"] == 1000 and out["m_plan"] is None
+    res = coordinator.op("create-study", "--name", "given-share", *base, "--expected-records", "90",
+                         "--round-share", "0.8")
+    assert sum(json.loads(res.stdout)["spec"]["refine"]["epsilon"]) == pytest.approx(0.8)

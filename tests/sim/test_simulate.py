@@ -213,3 +213,17 @@ def test_simulate_bounds_auto_reads_the_box_in_a_box_round_and_reports_it(tmp_pa
     half = np.mean((hi - lo) / 2)  # σ's range follows the box read: h/60 : 5h/3
     assert used["scale_range"] == [pytest.approx(half / 60), pytest.approx(5 * half / 3)]
     assert report["relative_sse"] < 1.3
+
+
+def test_simulation_plans_m_when_not_given():
+    """No m: the study's m is planned from N/L records per device, L, d, k and the sketch's ε
+    (a plain study: one noise draw per device), and the report's config says which m it used."""
+    from fedsketch.common.study.sizing import study_size
+
+    cfg = SimConfig(devices=3, records=9000, k=3, d=3, epsilon=2.0, scale=2.0, separation=3.0,
+                    replicates=1, rounds=0)
+    report = run_simulation(cfg)
+    want = study_size(3000, 3, 3, 3, 2.0)
+    assert report["config"]["m"] == want.m and report["config"]["m_planned"] is True
+    assert want.m != 1000 and report["relative_sse"] < 1.3
+    assert report["config"]["round_share"] is None  # no rounds here
