@@ -7,13 +7,17 @@ from __future__ import annotations
 import ast
 import importlib.util
 import runpy
+import signal
 import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
+#: A smoke run's bound (wall seconds; the longest takes about 25 s on a loaded 2-core machine).
+SCRIPT_SECONDS = 300
 
 
 def _bench_compare():
@@ -101,10 +105,20 @@ def test_benchmark_runs_at_a_tiny_size(tmp_path, monkeypatch, capsys, script, ar
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(sys, "argv", [str(BENCHMARKS / script), *args])
     monkeypatch.setattr(sys, "path", [str(BENCHMARKS), *sys.path])
+
+    def too_long(signum, frame):  # a hung script fails its test instead of stopping the worker
+        raise TimeoutError(f"{script} ran past {SCRIPT_SECONDS} s")
+
+    previous, state = signal.signal(signal.SIGALRM, too_long), np.random.get_state()
+    signal.alarm(SCRIPT_SECONDS)
     try:
         runpy.run_path(str(BENCHMARKS / script), run_name="__main__")
     except SystemExit as done:  # a script that ends with sys.exit(main())
         assert done.code in (0, None), capsys.readouterr().out[-2000:]
+    finally:  # numpy's global generator as it was (bench_decode seeds it, as pycle's examples do)
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+        np.random.set_state(state)
     out = capsys.readouterr().out
     assert any(line.startswith(row) for line in out.splitlines()), out[-2000:]
     if script == "bench_realdata_federated.py":  # its plot, drawn from its JSON
