@@ -202,12 +202,15 @@ def test_simulate_bounds_auto_reads_the_box_in_a_box_round_and_reports_it(tmp_pa
     assert box["epsilon"] == pytest.approx(0.4) and box["explanation"].startswith("a private box")
     assert used["box"] == [box["lo"], box["hi"]] and used["auto_box"] and used["box_fraction"] == 0.1
     lo, hi = np.array(box["lo"]), np.array(box["hi"])
-    # kelvin and miles: at most 2 % clipped. The third column's low tail (0.08 to 0.2, 6 % of
-    # its records) spreads over 1.4 octaves near zero, 11 bins of the one round's log grid,
-    # each below the sum's significance level at ε_box = 0.4: it clips 5.9 % of them (measured;
-    # the local sketch's second, linear histogram would read them, benchmarks/RESULTS.md §12)
+    # Edge bins below the read's significance level (box["tau"], 245 records here) are left out,
+    # and the 4 devices' fresh noise decides each time whether one more bin clears it: over 24
+    # runs the miles column clipped 0.9 %, 1.8 % or 3.3 % (one to three 8-levels-an-octave bins
+    # of its tails; kelvin 0 %), so 5 % allows one bin more than seen. The third column's low
+    # tail (0.08 to 0.2, 6 % of its records) spreads over 1.4 octaves near zero, 11 bins each
+    # below τ at ε_box = 0.4: it clips 0.04–5.9 % (measured; the local sketch's second, linear
+    # histogram would read them, benchmarks/RESULTS.md §12)
     outside = np.mean((x < lo) | (x > hi), axis=0)
-    assert np.all(outside[:2] <= 0.02) and outside[2] <= 0.08, outside
+    assert np.all(outside[:2] <= 0.05) and outside[2] <= 0.08, outside
     q = np.quantile(x, [0.005, 0.995], axis=0)
     assert np.all(hi - lo <= 3 * (q[1] - q[0])), (lo, hi, q)
     half = np.mean((hi - lo) / 2)  # σ's range follows the box read: h/60 : 5h/3
