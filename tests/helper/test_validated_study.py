@@ -62,7 +62,7 @@ def coordinator(tmp_path, certs, helper):
 
 def validated_spec(helper: Helper, feature: str = "quantized") -> StudySpec:
     sketch = SketchSpec(FrequencySpec(d=3, m=40, scale=1.5, seed=2), feature, 4,
-                        PrivacySpec(1000.0))
+                        PrivacySpec(5.0))  # δ = (1 + e^ε)·L·2^−39 ≪ the ledgers' 1e-6
     sa = SecAggSpec.assuming(Assumptions(DEVICES, 1, 0), 100_000, None, STAGE_TIMEOUT)
     sa = replace(sa, validation="helper", helper=helper.target, helper_ca=helper.ca.read_text())
     return StudySpec.create("validated", sketch, 3, [-10.0] * 3, [10.0] * 3,
