@@ -83,7 +83,7 @@ def validate(stub: pb_grpc.HelperStub, meta, study_id: str, reports: list[Report
     named = [bytes(theirs.nonce) for theirs in prepared.shares]
     if not set(named) <= set(by_nonce) or len(set(named)) != len(named):
         raise RuntimeError("the helper's Prepare reply names a report the coordinator did not "
-                           "send, or one twice; nothing is published")
+                           "send, or one twice")
     mine, accepted = {}, []
     for theirs in prepared.shares:
         report = by_nonce[bytes(theirs.nonce)]
@@ -106,8 +106,7 @@ def validate(stub: pb_grpc.HelperStub, meta, study_id: str, reports: list[Report
         only_ours = sorted(n.hex()[:8] for n in set(accepted) - set(theirs_accepted))
         raise RuntimeError(f"the helper accepted {len(theirs_accepted)} reports and the "
                            f"coordinator {len(accepted)}: not the same set (only the helper: "
-                           f"{only_helper}, only the coordinator: {only_ours}); nothing is "
-                           "published")
+                           f"{only_helper}, only the coordinator: {only_ours})")
     _enough(len(theirs_accepted), min_reports, "the helper's answer holds")
     total = wire.from_words(answer.share, by_nonce[accepted[0]].circuit[0] if accepted else None)
     for nonce in accepted:
@@ -121,4 +120,4 @@ def _enough(valid: int, min_reports: int, who: str) -> None:
     """RuntimeError unless ``valid`` ≥ ``min_reports`` (the study's L − D)."""
     if valid < min_reports:
         raise RuntimeError(f"{who} {valid} valid reports, fewer than the study's L - D = "
-                           f"{min_reports}; nothing is published")
+                           f"{min_reports}")
