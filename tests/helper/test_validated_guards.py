@@ -24,6 +24,7 @@ from helperproc import Helper
 from fedsketch.client.agent import Agent
 from fedsketch.client.ledger import Identity, Ledger
 from fedsketch.client.localdata import LocalData, Retry
+from fedsketch.client.secure_session import Session
 from fedsketch.client.study_pass import Outcome
 from fedsketch.common.net import signing
 from fedsketch.common.pb import fedsketch_pb2 as pb
@@ -130,8 +131,8 @@ def test_the_helper_share_is_kept_apart_and_erased_once_uploaded(tmp_path, helpe
 
 def test_an_unreachable_helper_is_a_retry_of_that_study_naming_the_helper(tmp_path):
     """The helper down (nothing listens at its address): the report step is a Retry naming
-    the helper, the spend stays, and a helper back on the same address takes the share on the
-    next pass."""
+    the helper, the spend and the session stay (its helper share kept across a restart), and
+    nothing goes to the coordinator meanwhile."""
     down = Helper(tmp_path / "helper")
     target, ca = down.target, down.ca.read_text()
     device = Device(tmp_path, spec_for(target, ca))
@@ -144,6 +145,10 @@ def test_an_unreachable_helper_is_a_retry_of_that_study_naming_the_helper(tmp_pa
     session = device.agent._sessions[device.study_id]
     assert not session.left and pb.MASKED_INPUT not in session.done
     assert [s for s, _ in device.sent] == [pb.REGISTER]  # the coordinator's share waits too
+    stored = device.ledger.sessions()[device.study_id]  # a restarted daemon uploads the same bytes
+    kept = Session.load(device.study_id, stored, device.identity)
+    assert kept.helper_upload == session.helper_upload and kept.helper_upload is not None
+    assert pb.UNMASK not in kept.replies
 
 
 class ShrinkingHelper(hs.HelperService):
