@@ -73,6 +73,7 @@ class Session:
     noise: np.ndarray | None = None
     aborted: bool = False
     root: str | None = None  # a boxed study's: the study of its box round (the ledger's)
+    helper_upload: bytes | None = None  # a validated study's report share for the helper
 
     @property
     def epsilon(self) -> float:
@@ -108,7 +109,8 @@ class Session:
             "client": None if self.client is None else self.client.state(),
             "input": None if self.input is None else b64(self.input.astype("<i8").tobytes()),
             "noise": None if self.noise is None else b64(self.noise.astype("<i8").tobytes()),
-            "root": self.root},
+            "root": self.root,
+            "helper_upload": None if self.helper_upload is None else b64(self.helper_upload)},
             sort_keys=True).encode()
 
     @staticmethod
@@ -185,6 +187,9 @@ class Session:
         root = doc.get("root")  # absent from sessions stored before box rounds
         if root is not None and not isinstance(root, str):
             raise ValueError("a field of the wrong type")
+        upload = doc.get("helper_upload")  # absent before validated studies kept it apart
+        if upload is not None and not isinstance(upload, str):
+            raise ValueError("a field of the wrong type")
         rnd = doc["round"]
         if rnd is not None:
             rnd = SketchRound.from_json(rnd) if is_sketch_round(rnd) else RoundSpec.from_json(rnd)
@@ -203,4 +208,4 @@ class Session:
         return cls(spec, Box(spec.lo, spec.hi), doc["n"], client, set(done), doc["left"], rnd,
                    {int(k): base64.b64decode(v, validate=True) for k, v in replies.items()},
                    Later(*map(float, later)), setup, study_id, identity.device_id, x, e, aborted,
-                   root)
+                   root, None if upload is None else base64.b64decode(upload, validate=True))

@@ -150,7 +150,7 @@ class SecureSteps:
         (:meth:`_void_unsent`)."""
         sent = pb.MASKED_INPUT in session.done
         session.left = True
-        session.input = session.noise = session.client = None
+        session.input = session.noise = session.client = session.helper_upload = None
         self.ledger.save_session(study_id, self.source, session.dump(), scrub=True)
         # left before void: a crash between the two keeps the spend (the safe side), never a
         # void on a session that could still send

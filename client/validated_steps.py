@@ -5,7 +5,7 @@ masking stages.
 * REGISTER: as :mod:`.secure_steps` (the count n, then the exact input x read once), but the
   noise share e is drawn within its public radii
   (:func:`~fedsketch.common.study.validated.bounded_noise_share`,
-  redrawn until it is: the δ = L·2^−39 this costs is recorded with the spend).
+  redrawn until it is: the δ = (1 + e^ε)·L·2^−39 this costs is recorded with the spend).
 * MASKED_INPUT (no keys were exchanged: the round goes there from REGISTER): the device
   proves x + e in the range of its registered n (:func:`~fedsketch.common.study.validated.device_circuit`)
   and splits it into the coordinator's share (input and proof shares, 480 kB at m = 1000) and
@@ -15,8 +15,13 @@ masking stages.
   kept before the next, so a restarted daemon goes on with the same bytes; an upload the helper
   refuses leaves the round, and the spend is given back (nothing of x left the device).
 
-The helper's share travels in the session under the UNMASK stage's key, a stage a validated
-round never runs. Hostile behaviour lives in the simulator only (``server/sim/hostile.py``).
+A validated round has no other stage: a coordinator that announces any other (ADVERTISE_KEYS,
+CONSISTENCY, UNMASK, …) for a validated study is not following the protocol, and the device
+leaves the round at once, saying why (a spend on a report already sent stands; one whose report
+never left is given back). The helper's share is kept in the session's own ``helper_upload``
+field, which no stage's code reads, and erased once the helper has it. A helper that cannot be
+reached (UNAVAILABLE, DEADLINE_EXCEEDED) is a :class:`~.localdata.Retry` for this study only,
+naming the helper. Hostile behaviour lives in the simulator only (``server/sim/hostile.py``).
 """
 
 from __future__ import annotations
@@ -26,7 +31,7 @@ import numpy as np
 
 from fedsketch.client.declines import Declined
 from fedsketch.client.ledger import BudgetExceeded, Identity, LedgerError
-from fedsketch.client.localdata import LocalData
+from fedsketch.client.localdata import LocalData, Retry
 from fedsketch.client.roster_steps import FINAL_REFUSALS
 from fedsketch.client.secure_session import Session
 from fedsketch.client.secure_steps import SECURE_KIND, SecureSteps
@@ -44,8 +49,8 @@ from fedsketch.common.validity import xof
 from fedsketch.common.validity.sharing import ProvenInput, proven
 from fedsketch.common.validity.wire import leader_to_bytes
 
-#: Where the session keeps the helper's upload (a stage a validated round never runs).
-HELPER_REPLY = pb.UNMASK
+#: The only stages of a validated round (:mod:`fedsketch.server.service.validated_round`).
+VALIDATED_STAGES = (pb.REGISTER, pb.MASKED_INPUT)
 
 
 def upload_to_helper(spec, body: bytes) -> None:
@@ -64,8 +69,17 @@ class ValidatedSteps(SecureSteps):
 
     def _secure_step(self, identity: Identity, study: pb.Study, out: Outcome) -> str | None:
         session = self._sessions.get(study.study_id)
-        if (study.stage == pb.MASKED_INPUT and session is not None and not session.left
-                and is_validated(session.spec) and pb.MASKED_INPUT not in session.done):
+        if session is None or not is_validated(session.spec):
+            return super()._secure_step(identity, study, out)
+        if study.stage not in VALIDATED_STAGES:
+            if session.left:
+                return None
+            return self._drop(study.study_id, session, Declined(
+                f"the coordinator announced {pb.Stage.Name(study.stage)} for a study validated by "
+                "a helper, whose round has only REGISTER and MASKED_INPUT: the device leaves the "
+                "round and sends nothing more", pb.OTHER))
+        if (study.stage == pb.MASKED_INPUT and not session.left
+                and pb.MASKED_INPUT not in session.done):
             return self._report_step(study, session, out, identity)
         return super()._secure_step(identity, study, out)
 
@@ -95,7 +109,7 @@ class ValidatedSteps(SecureSteps):
                 return self._drop(sid, session, Declined(
                     f"the input does not fit its public range ({exc}); nothing is sent", pb.OTHER))
             session.replies[pb.MASKED_INPUT] = leader_to_bytes(nonce, leader)
-            session.replies[HELPER_REPLY] = pb.HelperUpload(
+            session.helper_upload = pb.HelperUpload(
                 study_id=sid, nonce=nonce, seed=helper.seed, blind=helper.blind,
                 peer_part=helper.peer_part).SerializeToString()
             self._keep(sid, session)  # proven once: a restart spends on and sends these bytes
@@ -112,17 +126,23 @@ class ValidatedSteps(SecureSteps):
             except LedgerError as exc:
                 return self._drop(sid, session, str(exc))
             fault_point()
+        if session.helper_upload is None:  # a session kept before the field: out, nothing sent
+            return self._drop(sid, session, Declined(
+                "the round's session holds no helper share: the device leaves the round",
+                pb.OTHER))
         try:  # the helper's share first: a report whose helper share is missing is excluded
-            upload_to_helper(spec, session.replies[HELPER_REPLY])
+            upload_to_helper(spec, session.helper_upload)
         except grpc.RpcError as exc:
-            if exc.code() not in FINAL_REFUSALS:
-                raise
+            if exc.code() not in FINAL_REFUSALS:  # the helper may come back: this study waits
+                return Retry(f"the helper at {spec.secure_aggregation.helper} cannot be reached "
+                             f"({exc.code().name}: {exc.details()}); the device tries again on "
+                             "its next pass", pb.OTHER)
             return self._drop(sid, session, Declined(
                 f"the helper refused this device's share: {exc.code().name}: {exc.details()}",
                 pb.OTHER))
-        self.bytes_sent += len(session.replies[HELPER_REPLY])
+        self.bytes_sent += len(session.helper_upload)
         session.done.add(pb.MASKED_INPUT)
-        session.input = session.noise = None  # x and e served only the report
+        session.input = session.noise = session.helper_upload = None  # served only the report
         self.ledger.save_session(sid, self.source, session.dump(), scrub=True)
         if spend.acked_at is None:
             if (refused := self._deliver(identity, spend)) is not None:

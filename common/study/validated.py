@@ -13,9 +13,12 @@ the tail halved); ‖e‖₁ ≤ Σ(X_i + X'_i), one NB(4m/h_min, a), has the L1
 An honest device's share lies within both except with probability p_out ≤ 2^−39; the device
 **redraws** it until it does (:func:`bounded_noise_share`). The redrawn share's law is the exact
 one conditioned on an event of probability ≥ 1 − 2^−39, within 2^−39 of it in total variation;
-the released sum is a function of the roster's L shares, so its law is within L·2^−39 of the
-exact mechanism's, and every ε-DP statement of the study holds as (ε, δ) with δ = L·2^−39
-(:func:`validity_delta`), which each device records with its spend.
+the released sum is a function of the roster's L shares, so its law is within η = L·2^−39 of
+the exact mechanism's in total variation. That costs more than η: if P, P' are within η of Q,
+Q' and Q ≤ e^ε·Q' on every event S (the exact mechanism's ε-DP, ε the release's), then
+P(S) ≤ Q(S) + η ≤ e^ε·Q'(S) + η ≤ e^ε·(P'(S) + η) + η, so every ε-DP statement of the study
+holds as (ε, δ) with δ = (1 + e^ε)·L·2^−39 (:func:`validity_delta`), which each device records
+with its spend and the coordinator counts against the device's declared budget.
 
 **The circuit** of a device with n records (:func:`device_circuit`): 2m entries within
 B = γ·n + t_e, and, when the field can hold it, ‖x + e‖₁ ≤ B₁ = r·κ·n + t₁. The whole study's
@@ -56,8 +59,12 @@ def share_radii(spec: StudySpec) -> tuple[int, int]:
 
 
 def validity_delta(spec: StudySpec) -> float:
-    """δ = L·2^−39 that the bounded noise shares cost the release (module docstring)."""
-    return spec.min_devices * 2.0 ** -39
+    """δ = (1 + e^ε)·L·2^−39 that the bounded noise shares cost the release, ε the sketch's
+    (module docstring), at most 1 (any release is (ε, 1)-DP: reached from ε ≈ 24 at L = 20)."""
+    epsilon = spec.sketch.privacy.epsilon
+    if epsilon > 64.0:  # e^ε overflows later; δ is 1 long before
+        return 1.0
+    return min(1.0, (1.0 + math.exp(epsilon)) * spec.min_devices * 2.0 ** -39)
 
 
 def bounded_noise_share(spec: StudySpec) -> np.ndarray:

@@ -63,9 +63,13 @@ def validate(stub: pb_grpc.HelperStub, meta, study_id: str, reports: list[Report
              leader_seed: bytes, min_reports: int) -> Validated:
     """Verify every report with the helper and sum the valid ones (module docstring).
     ``leader_seed`` is the coordinator's 16-byte query seed (OS random, kept by the caller so a
-    restart reveals the seed it committed to). RuntimeError if the helper accepted other
+    restart reveals the seed it committed to); ``min_reports`` is the study's L − D. The
+    coordinator enforces that floor itself, before it asks the helper for its share and again
+    on the answer: a helper that spoils all reports but one cannot have one device's x + e
+    published. RuntimeError if fewer than ``min_reports`` reports are valid, if the helper's
+    replies name a report the coordinator did not send (or one twice), or if it accepted other
     reports than the coordinator did; a gRPC error (FAILED_PRECONDITION: fewer valid reports
-    than the minimum) propagates."""
+    than the helper's minimum) propagates."""
     commitment = hashlib.sha256(leader_seed).digest()
     closed = stub.CloseCollection(pb.HelperClose(study_id=study_id, seed_commitment=commitment),
                                   metadata=meta, timeout=HELPER_TIMEOUT)
@@ -76,6 +80,10 @@ def validate(stub: pb_grpc.HelperStub, meta, study_id: str, reports: list[Report
         reports=[pb.ReportCircuit(nonce=r.nonce, entries=r.circuit[0], bound=r.circuit[1],
                                   l1_bound=r.circuit[2]) for r in reports]),
         metadata=meta, timeout=HELPER_TIMEOUT)
+    named = [bytes(theirs.nonce) for theirs in prepared.shares]
+    if not set(named) <= set(by_nonce) or len(set(named)) != len(named):
+        raise RuntimeError("the helper's Prepare reply names a report the coordinator did not "
+                           "send, or one twice")
     mine, accepted = {}, []
     for theirs in prepared.shares:
         report = by_nonce[bytes(theirs.nonce)]
@@ -87,20 +95,29 @@ def validate(stub: pb_grpc.HelperStub, meta, study_id: str, reports: list[Report
             continue
         if helper is not None and proof.decide(ours, helper):
             accepted.append(report.nonce)
+    _enough(len(accepted), min_reports, "the coordinator found")
     answer = stub.Aggregate(pb.HelperAggregate(
         study_id=study_id, min_reports=min_reports,
         leader=[wire.to_pb(n, mine.get(n)) for n in by_nonce]), metadata=meta,
         timeout=HELPER_TIMEOUT)
-    if set(answer.accepted) != set(accepted):
-        only_helper = sorted(n.hex()[:8] for n in set(answer.accepted) - set(accepted))
-        only_ours = sorted(n.hex()[:8] for n in set(accepted) - set(answer.accepted))
-        raise RuntimeError(f"the helper accepted {len(answer.accepted)} reports and the "
+    theirs_accepted = [bytes(n) for n in answer.accepted]
+    if set(theirs_accepted) != set(accepted) or len(theirs_accepted) != len(accepted):
+        only_helper = sorted(n.hex()[:8] for n in set(theirs_accepted) - set(accepted))
+        only_ours = sorted(n.hex()[:8] for n in set(accepted) - set(theirs_accepted))
+        raise RuntimeError(f"the helper accepted {len(theirs_accepted)} reports and the "
                            f"coordinator {len(accepted)}: not the same set (only the helper: "
-                           f"{only_helper}, only the coordinator: {only_ours}); nothing is "
-                           "published")
-    total = wire.from_words(answer.share)
+                           f"{only_helper}, only the coordinator: {only_ours})")
+    _enough(len(theirs_accepted), min_reports, "the helper's answer holds")
+    total = wire.from_words(answer.share, by_nonce[accepted[0]].circuit[0] if accepted else None)
     for nonce in accepted:
         report = by_nonce[nonce]
         total = add(total, proven(*report.circuit).circuit.decode(report.share.input, num_shares=2))
     excluded = [n for n in by_nonce if n not in set(accepted)]
     return Validated(accepted, excluded, from_field(total))
+
+
+def _enough(valid: int, min_reports: int, who: str) -> None:
+    """RuntimeError unless ``valid`` ≥ ``min_reports`` (the study's L − D)."""
+    if valid < min_reports:
+        raise RuntimeError(f"{who} {valid} valid reports, fewer than the study's L - D = "
+                           f"{min_reports}")

@@ -3,7 +3,8 @@ declared at enrollment (:mod:`fedsketch.server.store.accounts`): the same (ε, �
 records for it (the device's ``release_cost`` in ``client/study_pass.py``).
 
 - a study's sketch, also in a sketch round (whose spec is the study it collects): the sketch's
-  (ε, δ);
+  (ε, δ), plus, for a study validated by a helper, the δ its bounded noise shares cost
+  (:func:`~fedsketch.common.study.validated.validity_delta`, as the device records);
 - a study with a box round (its own releases are the box round's): the box round's ε (pure);
 - a study with a calibration round 0 (its own releases are round 0's): round 0's ε (pure);
 - a secure box round (:class:`~fedsketch.common.study.secure_box.SecureBox`): its ε (pure);
@@ -23,6 +24,7 @@ from fedsketch.common.study.secure_box import SecureBox
 from fedsketch.common.study.secure_calibration import SecureCalibration
 from fedsketch.common.study.secure_rounds import SecureRound
 from fedsketch.common.study.study import StudySpec
+from fedsketch.common.study.validated import is_validated, validity_delta
 from fedsketch.server.errors import Code, Refusal
 
 
@@ -44,7 +46,8 @@ def release_cost(spec: StudySpec | RoundSpec | SecureRound | SecureCalibration |
         return spec.box.epsilon, 0.0
     if spec.calibration is not None:
         return spec.calibration.epsilon, 0.0
-    return spec.sketch.privacy.epsilon, spec.sketch.privacy.delta
+    extra = validity_delta(spec) if is_validated(spec) else 0.0
+    return spec.sketch.privacy.epsilon, spec.sketch.privacy.delta + extra
 
 
 def study_cost(spec_of: Callable[[str], StudySpec | RoundSpec], study_id: str) -> tuple[float, float]:

@@ -54,7 +54,7 @@ from fedsketch.server.service.accounting import study_cost
 from fedsketch.server.service.messages import Submission
 from fedsketch.server.service.reads import Reads
 from fedsketch.server.service.roster import MAX_KEYS, Roster
-from fedsketch.server.service.rounds import Rounds
+from fedsketch.server.service.rounds import Rounds, tick_each
 from fedsketch.server.service.secure_aborts import SecureAborts
 from fedsketch.server.service.secure_round import SecAggRound
 from fedsketch.server.service.secure_studies import SecureStudies
@@ -299,8 +299,7 @@ class Coordinator(SecureStudies, SecureAborts, Roster, Reads, Shared):
             rounds, stalled, self._stalled = list(self.rounds.values()), self._stalled, set()
         for study_id in stalled:
             self._decoder.submit(self._decode, study_id)
-        for r in rounds:
-            r.tick(now)
+        tick_each(rounds, now)
         for row in accepting:
             collect = getattr(self.spec(row.study_id), "collect_seconds", None)
             if (reason := row.close_due(now, collect)) is not None:

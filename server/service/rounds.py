@@ -80,6 +80,17 @@ def failure_detail(spec: StudySpec | RoundSpec | SecureProtocol, detail: str) ->
     return f"round 0 (σ calibration) failed, nobody spent on the sketch: {detail}"
 
 
+def tick_each(rounds, now: float) -> None:
+    """The watcher's stage timeouts: ``tick`` every secure round in ``rounds``; a round whose
+    tick raises (a store fault included) is logged and the others still tick, so one round
+    cannot stop every study's deadlines."""
+    for r in rounds:
+        try:
+            r.tick(now)
+        except Exception:  # noqa: BLE001 — logged with its traceback; the next pass tries again
+            log.exception("watcher: the round of study %s failed its tick", r.study_id)
+
+
 class Rounds:
     """A study's rounds over a store: round 0 and the sketch round after it, and refinement
     rounds. ``spec`` parses a study's spec (cached by the caller),

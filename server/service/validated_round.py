@@ -11,7 +11,8 @@ coordinator verifies every report with the helper (:func:`fedsketch.server.helpe
 a report that is malformed, whose helper share is missing or whose proof fails is excluded, and
 counted in the round's outcome; the sum of the valid reports is published through the same
 decoding as a masked sum (then the aggregate check runs on it), if at least L − D reports are
-valid; else the study fails and nothing is published.
+valid (the coordinator checks that floor itself, whatever the helper says); else, or on any
+error in the helper's answers, the study fails and nothing is published.
 
 What the coordinator learns is the leader shares (uniform in F_p) and the helper's verifier
 messages (which reveal only validity: docs/bounded-influence.md) and the sum. A coordinator
@@ -134,8 +135,12 @@ class ValidatedRound(SecAggRound):
                 raise RuntimeError("this coordinator was started without --helper-token-file")
             stub, meta = helper_stub(self.sa.helper, self.sa.helper_ca.encode(), self.helper_token)
             out = validate(stub, meta, self.study_id, reports, xof.seed(), need)
-        except (grpc.RpcError, RuntimeError, ValueError) as exc:
-            why = f"{exc.code().name}: {exc.details()}" if isinstance(exc, grpc.RpcError) else str(exc)
+            if len(out.accepted) < need:  # validate checks it too: the floor is the coordinator's
+                raise RuntimeError(f"{len(out.accepted)} valid reports, fewer than the study's "
+                                   f"L - D = {need}")
+        except Exception as exc:  # noqa: BLE001 — whatever the helper's answers raise: the study fails
+            why = (f"{exc.code().name}: {exc.details()}" if isinstance(exc, grpc.RpcError)
+                   else f"{type(exc).__name__}: {exc}")
             self.validation = {"valid": [], "excluded": sorted(bodies)}
             return None, failure_detail(self.spec, f"validation with the helper failed: {why}; "
                                         "nothing is published")

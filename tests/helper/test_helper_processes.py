@@ -70,8 +70,11 @@ def test_the_coordinators_calls_need_the_helper_token_and_one_aggregate_is_answe
             device.CloseCollection(close, metadata=meta, timeout=60)
         assert err.value.code() == code
     stub, meta = helper.coordinator()
-    with pytest.raises(grpc.RpcError) as err:  # below the minimum: no share answered
-        validate(stub, meta, "s2", reports, seed := xof.seed(), min_reports=5)
+    with pytest.raises(RuntimeError, match="4 valid reports, fewer than the study's L - D = 5"):
+        validate(stub, meta, "s2", reports, seed := xof.seed(), min_reports=5)  # not even asked
+    few = [upload(device, "s2-few", "honest", x) for x in xs[:2]]
+    with pytest.raises(grpc.RpcError) as err:  # below the helper's --min-reports (3): no share
+        validate(stub, meta, "s2-few", few, xof.seed(), min_reports=2)
     assert err.value.code() == grpc.StatusCode.FAILED_PRECONDITION
     out = validate(stub, meta, "s2", reports, seed, min_reports=4)
     assert out.total.tolist() == xs.sum(axis=0).tolist()

@@ -30,6 +30,8 @@ from fedsketch.common.sketch.spec import SketchSpec
 from fedsketch.common.study.study import StudySpec
 from fedsketch.common.study.validated import validity_delta
 from fedsketch.server.bench.metrics import split
+from fedsketch.server.helper.link import Validated
+from fedsketch.server.service import validated_round
 from fedsketch.server.service.api import build_server
 from fedsketch.server.sim.hostile import HostileAgent
 from fedsketch.server.store import open_store
@@ -62,7 +64,7 @@ def coordinator(tmp_path, certs, helper):
 
 def validated_spec(helper: Helper, feature: str = "quantized") -> StudySpec:
     sketch = SketchSpec(FrequencySpec(d=3, m=40, scale=1.5, seed=2), feature, 4,
-                        PrivacySpec(1000.0))
+                        PrivacySpec(5.0))  # δ = (1 + e^ε)·L·2^−39 ≪ the ledgers' 1e-6
     sa = SecAggSpec.assuming(Assumptions(DEVICES, 1, 0), 100_000, None, STAGE_TIMEOUT)
     sa = replace(sa, validation="helper", helper=helper.target, helper_ca=helper.ca.read_text())
     return StudySpec.create("validated", sketch, 3, [-10.0] * 3, [10.0] * 3,
@@ -112,7 +114,7 @@ def test_a_valid_study_publishes_exactly_the_sum_of_its_inputs(tmp_path, certs, 
                                                               coordinator):
     target, coord, _ = coordinator
     s, agents, seen, rnd = run(tmp_path, certs, target, coord, validated_spec(helper), None)
-    assert s.state == pb.DONE, s.status_reason
+    assert s.state == pb.DONE, s.detail
     assert rnd.validation == {"valid": sorted(rnd.validation["valid"]), "excluded": []}
     assert len(rnd.validation["valid"]) == DEVICES and seen["devices"] == DEVICES
     assert seen["total"].tolist() == sum(premask(a, s.study_id) for a in agents).tolist()
@@ -125,7 +127,7 @@ def test_a_hostile_report_is_excluded_and_the_rest_published(tmp_path, certs, he
                                                              coordinator, kind):
     target, coord, _ = coordinator
     s, agents, seen, rnd = run(tmp_path, certs, target, coord, validated_spec(helper), kind)
-    assert s.state == pb.DONE, s.status_reason
+    assert s.state == pb.DONE, s.detail
     hostile_id = agents[-1].ledger.identity().device_id
     assert rnd.validation["excluded"] == [hostile_id]
     assert seen["devices"] == DEVICES - 1
@@ -155,3 +157,37 @@ def test_a_device_without_a_delta_budget_declines_before_reading_its_data(tmp_pa
     out = agent.step()
     assert "a pure-ε budget" in out.refused[study.study_id]
     assert agent.ledger.find(study.study_id) is None and not reads
+
+
+def test_any_error_in_the_validation_fails_the_study_and_spares_the_watcher(tmp_path, certs, helper,
+                                                                           coordinator, monkeypatch):
+    """Whatever the helper's answers make the validation raise (here a KeyError, as an unsent
+    nonce once did) fails the study with its reason, publishes nothing, and leaves the
+    coordinator's deadline watcher running."""
+    def broken(*args, **kwargs):
+        raise KeyError(b"a nonce nobody sent")
+
+    monkeypatch.setattr(validated_round, "validate", broken)
+    target, coord, _ = coordinator
+    s, _, seen, _ = run(tmp_path, certs, target, coord, validated_spec(helper), None)
+    assert s.state == pb.FAILED and "KeyError" in s.detail, s.detail
+    assert "nothing is published" in s.detail and "total" not in seen
+    assert coord._watcher.is_alive()
+
+
+def test_the_round_publishes_nothing_below_l_minus_d_whatever_validate_returns(
+        tmp_path, certs, helper, coordinator, monkeypatch):
+    """The round checks the floor itself: a validation that (wrongly) came back with one valid
+    report fails the study without publishing that report's x + e."""
+    real = validated_round.validate
+
+    def one_report(stub, meta, study_id, reports, seed, need):
+        out = real(stub, meta, study_id, reports, seed, need)
+        return Validated(out.accepted[:1], out.excluded + out.accepted[1:], out.total)
+
+    monkeypatch.setattr(validated_round, "validate", one_report)
+    target, coord, _ = coordinator
+    s, _, seen, _ = run(tmp_path, certs, target, coord, validated_spec(helper), None)
+    assert s.state == pb.FAILED and f"fewer than the study's L - D = {DEVICES - 1}" in s.detail, \
+        s.detail
+    assert "total" not in seen
