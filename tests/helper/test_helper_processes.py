@@ -110,3 +110,22 @@ def test_an_acknowledged_share_survives_a_sigkill(helper):
     stub, meta = helper.coordinator()
     assert validate(stub, meta, "s3", reports, xof.seed(), 3).total.tolist() == xs.sum(0).tolist()
     assert os.stat(helper.folder / "helper.token").st_mode & 0o777 == 0o600
+
+
+def test_unparseable_bytes_get_invalid_argument_naming_the_message(helper):
+    """Every Helper method parses its raw bytes itself (the coordinator's handlers): bytes that
+    are no protobuf (an over-long varint tag) get INVALID_ARGUMENT naming the expected message,
+    with or without the coordinator's token, and the helper stays up."""
+    from fedsketch.common.net.tls import secure_channel
+
+    service = pb.DESCRIPTOR.services_by_name["Helper"]
+    channel = secure_channel(helper.target, helper.ca)
+    token = (helper.folder / "helper.token").read_text().strip()
+    for method in service.methods:
+        call = channel.unary_unary(f"/fedsketch.v1.Helper/{method.name}")
+        for metadata in ((), (("authorization", f"Bearer {token}"),)):
+            with pytest.raises(grpc.RpcError) as err:
+                call(b"\xff" * 11, timeout=20, metadata=metadata)
+            assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT, (method.name, err.value)
+            assert f"not a well-formed {method.input_type.full_name} message" in err.value.details()
+    assert helper.proc.poll() is None

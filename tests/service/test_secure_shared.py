@@ -20,12 +20,14 @@ import re
 import signal
 import sqlite3
 import subprocess
+import sys
 
 import numpy as np
 import pytest
 from test_round_processes import FEDSKETCH, CoordinatorProcess
 from test_secure_crash import Fleet, wait_for
 
+from fedsketch.client.study_pass import RPC_TIMEOUT
 from fedsketch.common.data.synthetic import gmm
 from fedsketch.common.pb import fedsketch_pb2 as pb
 from fedsketch.common.secagg import wire as sw
@@ -160,8 +162,16 @@ def test_three_shared_coordinators_serve_one_secure_round_and_survive_a_kill(tmp
         for d in daemons:
             d.send_signal(signal.SIGCONT)
             d.send_signal(signal.SIGTERM)
-        for d in daemons:
-            d.wait(timeout=30)
+        hung = []
+        for d in daemons:  # a daemon sends a spend it recorded before it exits: one RPC's timeout
+            try:
+                d.wait(timeout=RPC_TIMEOUT + 30)
+            except subprocess.TimeoutExpired:
+                d.kill()
+                d.wait()
+                hung.append(d.args)
+        if hung and sys.exc_info()[0] is None:  # a failure of the test itself is reported as it is
+            raise AssertionError(f"daemons still running {RPC_TIMEOUT + 30:g} s after SIGTERM: {hung}")
         for c in trio:
             if c.proc is not None and c.proc.poll() is None:
                 c.terminate()
