@@ -17,11 +17,14 @@ demo: $(STAMP)
 # Three pytest workers (pytest-xdist), a test file to each at a time: module fixtures are set
 # up once, and every test keeps its own ports, folders and PostgreSQL database.
 # The numba kernels are compiled into their cache once first (fedsketch.server.decode.warm), not
-# by every worker and process of the suite at once.
+# by every worker and process of the suite at once. OpenBLAS runs one thread in each process: three
+# workers and their processes already fill the cores, and OpenBLAS's threads spin while they wait
+# (measured: a Lloyd-heavy test took 29.5 CPU s with its default two threads, 15.9 with one, on
+# an idle 2-core machine; the goldens are the same bits either way).
 test: $(STAMP)
 	$(PY) -m ruff check api common client server tests benchmarks examples
 	$(PY) -m fedsketch.server.decode.warm
-	$(PY) -m pytest -q -n 3 --dist loadfile
+	OPENBLAS_NUM_THREADS=1 $(PY) -m pytest -q -n 3 --dist loadfile
 
 bench: $(STAMP)
 	$(PY) benchmarks/run_all.py
