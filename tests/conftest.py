@@ -240,11 +240,12 @@ def cluster():
 #: short files fill the workers at the end (longest-first scheduling) instead of one long file
 #: starting last and ending the run alone. A file missing from the list only runs in its place.
 LONGEST_FIRST = (
-    "test_blas_kernels.py", "test_refine_processes.py", "test_benchmarks.py", "test_secure_void.py",
-    "test_shared_crash_cycles.py", "test_planner_cli.py", "test_doc_blocks.py",
-    "test_secagg_round.py", "test_doc_blocks_operator.py", "test_postgres_processes.py",
-    "test_console_health.py", "test_secure_crash.py", "test_round0_processes.py",
-    "test_deploy.py", "test_store_faults.py", "test_simulate_ray.py",
+    "test_secure_void.py", "test_blas_kernels.py", "test_benchmarks.py", "test_doc_blocks.py",
+    "test_round_processes.py", "test_secagg_round.py", "test_box_round_processes.py",
+    "test_shared_crash_cycles.py", "test_secure_crash.py", "test_simulate.py", "test_store_faults.py",
+    "test_doc_blocks_operator.py", "test_planner_cli.py", "test_simulate_ray.py",
+    "test_secure_shared.py", "test_declared_budget.py", "test_refine_processes.py",
+    "test_postgres_processes.py", "test_round0_processes.py", "test_deploy.py", "test_console_health.py",
 )
 
 
