@@ -235,7 +235,8 @@ def cluster():
 
 
 #: The suite's longest files, longest first (seconds of one worker each, measured in a full run
-#: on the 2-core machine: 330, 180, 170, 165, 160, 160, 115, 80, 72, 64, 59, 57, 54, 50, 44, 42).
+#: on the 2-core machine under load: 339, 198, 190, 159, 97, 93, 83, 77, 66, 62, 55, 50, 45, 45, 45,
+#: 45, 39, then under 35 each).
 #: ``--dist loadfile`` hands files to workers in collection order; these go first, so that the
 #: short files fill the workers at the end (longest-first scheduling) instead of one long file
 #: starting last and ending the run alone. A file missing from the list only runs in its place.
