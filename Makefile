@@ -21,10 +21,11 @@ demo: $(STAMP)
 # workers and their processes already fill the cores, and OpenBLAS's threads spin while they wait
 # (measured: a Lloyd-heavy test took 29.5 CPU s with its default two threads, 15.9 with one, on
 # an idle 2-core machine; the goldens are the same bits either way).
+test: export OPENBLAS_NUM_THREADS = 1
 test: $(STAMP)
 	$(PY) -m ruff check api common client server tests benchmarks examples
 	$(PY) -m fedsketch.server.decode.warm
-	OPENBLAS_NUM_THREADS=1 $(PY) -m pytest -q -n 3 --dist loadfile
+	$(PY) -m pytest -q -n 3 --dist loadfile
 
 bench: $(STAMP)
 	$(PY) benchmarks/run_all.py

@@ -84,21 +84,36 @@ def check_reachable(address: str, seconds: float = 10.0) -> None:
         raise ValueError(f"cannot reach Ray at {address}: {exc.strerror or exc}") from None
 
 
+def init_ray(**options) -> None:
+    """``ray.init(**options)`` for a simulation: its GCS server gets :data:`GCS_WAIT` seconds to
+    start unless ``RAY_gcs_server_port_wait_time_s`` says otherwise, and a local start whose
+    raylet missed Ray's fixed 30 s to register ("The current node timed out during startup",
+    seen once in a fresh-clone test run on a busy 2-core machine) is shut down and tried once
+    more."""
+    ray = _ray()
+    os.environ.setdefault("RAY_gcs_server_port_wait_time_s", GCS_WAIT)
+    kwargs = {"include_dashboard": False, "logging_level": "WARNING", **options}
+    try:
+        ray.init(**kwargs)
+    except Exception as exc:  # Ray raises a bare Exception for this
+        if options.get("address") is not None or "timed out during startup" not in str(exc):
+            raise
+        ray.shutdown()
+        ray.init(**kwargs)
+
+
 @contextmanager
 def ray_session(address: str | None) -> Iterator[str]:
     """Ray for a simulation; yields the host the coordinator must listen on (127.0.0.1 for a
     local Ray, the driver node's IP with ``address``). A Ray already initialised in this
-    process is used as it is and left running; one started here is shut down after. A local
-    Ray's GCS server gets :data:`GCS_WAIT` seconds to start (Ray's own default, 30 s, was too
-    short beside other jobs on a 2-core machine) unless ``RAY_gcs_server_port_wait_time_s``
-    says otherwise."""
+    process is used as it is and left running; one started here (:func:`init_ray`) is shut down
+    after."""
     ray = _ray()
     started = not ray.is_initialized()
     if started:
         if address is not None:
             check_reachable(address)
-        os.environ.setdefault("RAY_gcs_server_port_wait_time_s", GCS_WAIT)
-        ray.init(address=address, include_dashboard=False, logging_level="WARNING")
+        init_ray(address=address)
     try:
         yield "127.0.0.1" if address is None else ray.util.get_node_ip_address()
     finally:

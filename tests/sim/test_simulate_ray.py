@@ -6,7 +6,6 @@ mixture's clusters closely (ε = 20 per device: the noise moves a centroid by a 
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -16,7 +15,7 @@ import pytest
 from scipy.optimize import linear_sum_assignment
 
 from fedsketch.server.sim.config import SimConfig
-from fedsketch.server.sim.ray_devices import GCS_WAIT
+from fedsketch.server.sim.ray_devices import init_ray
 from fedsketch.server.sim.simulate import pooled_data, run_simulation, split_records
 
 ray = pytest.importorskip("ray")
@@ -25,11 +24,10 @@ FEDSKETCH = str(Path(sys.executable).with_name("fedsketch"))
 
 @pytest.fixture(scope="module")
 def local_ray():
-    """A local Ray on the machine's two cores. Ray waits 30 s by default for its GCS server to
-    write its port; beside other jobs on a 2-core machine it took longer once (a fresh-clone CI
-    run), so the wait is 180 s here (:data:`GCS_WAIT`, as ``simulate --backend ray`` uses)."""
-    os.environ.setdefault("RAY_gcs_server_port_wait_time_s", GCS_WAIT)
-    ray.init(num_cpus=2, include_dashboard=False, logging_level="WARNING")
+    """A local Ray on the machine's two cores, started as ``simulate --backend ray`` starts one
+    (:func:`init_ray`: Ray's 30 s waits for its GCS server and its raylet were each too short once
+    beside other jobs on a 2-core machine, in fresh-clone CI runs)."""
+    init_ray(num_cpus=2)
     yield
     ray.shutdown()
 
