@@ -47,9 +47,10 @@ def check_box_capacity(study, shape: float) -> None:
 
 
 @dataclass(frozen=True)
-class SecureBox:
-    """The box round of a secure study (module docstring); ``study`` is a StudySpec with a box
-    round and secure aggregation."""
+class StudyRound:
+    """What a secure round of a study (its box round, its round 0) reads from the study
+    (``study``, a StudySpec with secure aggregation): its secure aggregation, quorum, record
+    bounds and trust assumptions, all the study's own."""
 
     study: object
 
@@ -73,6 +74,11 @@ class SecureBox:
     @property
     def assumptions(self) -> Assumptions:
         return self.study.assumptions
+
+
+@dataclass(frozen=True)
+class SecureBox(StudyRound):
+    """The box round of a secure study (module docstring)."""
 
     @property
     def dim(self) -> int:

@@ -26,43 +26,18 @@ from ..dp.plan import integer_sum_term
 from ..dp.samplers import dlap_noise_share
 from ..features import GRID
 from ..secagg import SecAggParams, modulus_bits
-from ..secagg.spec import SecAggSpec
-from ..secagg.trust import Assumptions
 from ..sketch.box import Box, Tally
 from ..sketch.scale import calibration_frequencies
 from ..sketch.sketching import feature_sum
 from .refine import RoundSpec
-from .secure_box import SecureBox
+from .secure_box import SecureBox, StudyRound
 from .secure_rounds import SecureRound
 from .study import StudySpec, check_params
 
 
 @dataclass(frozen=True)
-class SecureCalibration:
+class SecureCalibration(StudyRound):
     """Round 0 of a secure study with a calibration round (module docstring)."""
-
-    study: StudySpec
-
-    @property
-    def secure_aggregation(self) -> SecAggSpec:
-        """The study's."""
-        return self.study.secure_aggregation
-
-    @property
-    def min_devices(self) -> int:
-        return self.study.min_devices
-
-    @property
-    def min_records(self) -> int:
-        return self.study.min_records
-
-    @property
-    def device_cap(self) -> int:
-        return self.study.device_cap
-
-    @property
-    def assumptions(self) -> Assumptions:
-        return self.study.assumptions
 
     @property
     def dim(self) -> int:
