@@ -14,8 +14,6 @@ from __future__ import annotations
 import json
 import logging
 import math
-import signal
-import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -39,6 +37,7 @@ from fedsketch.common.cli import (
     columns_option,
     header_option,
     printable,
+    stop_on_signals,
 )
 from fedsketch.common.cli import clean_errors as _clean_errors
 from fedsketch.common.helptext import TidyGroup
@@ -220,9 +219,7 @@ def device_run(
     it may join and the results of the studies it contributed to), and the coordinator takes
     them within 5 minutes of its own clock: keep this machine's clock set."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
-    stop = threading.Event()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: stop.set())
+    stop = stop_on_signals()
     from fedsketch.client import daemon
     from fedsketch.common.data.dataio import ReadOptions
 

@@ -13,7 +13,10 @@ Nothing heavy is imported here (no numpy, no grpc): every command's ``--help`` n
 
 from __future__ import annotations
 
+import os
+import signal
 import sys
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -98,6 +101,27 @@ class _Run:
 
     verbose = False
     link: Link | None = None
+
+
+def stop_on_signals() -> threading.Event:
+    """An Event set on SIGTERM or SIGINT, for a command's main loop to wait on.
+
+    The handler only writes a byte to a pipe and a thread of its own reads it and sets the Event:
+    a handler runs in the main thread between two bytecodes of whatever it was doing, and
+    ``Event.set()`` there deadlocks when the main thread was inside the same Event's ``wait``
+    holding its condition's lock (not reentrant). A device daemon polling with ``stop.wait`` hung
+    so once, deaf to every later SIGTERM (tests/test_cli_signals.py reproduces it)."""
+    stop = threading.Event()
+    read_end, write_end = os.pipe()
+
+    def watch() -> None:
+        os.read(read_end, 1)
+        stop.set()
+
+    threading.Thread(target=watch, name="stop-signals", daemon=True).start()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: os.write(write_end, b"s"))
+    return stop
 
 
 def set_verbose(verbose: bool) -> None:

@@ -19,14 +19,12 @@ import json
 import logging
 import os
 import secrets
-import signal
-import threading
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
-from fedsketch.common.cli import CaOpt, InsecureOpt, Target
+from fedsketch.common.cli import CaOpt, InsecureOpt, Target, stop_on_signals
 from fedsketch.common.helptext import TidyGroup
 from fedsketch.common.pb import fedsketch_pb2 as pb
 from fedsketch.server.cli.create_study import create_study
@@ -149,9 +147,7 @@ def serve(
                                                  add_more=watch.health.add_to,
                                                  helper_token=helper_token)
         watch.start(coordinator, token_sha256, None if insecure else (cert, key))
-    stop = threading.Event()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: stop.set())
+    stop = stop_on_signals()
     if port_file is not None:
         port_file.write_text(f"{port}\n")
     log.info("coordinator serving on port %d (%s)", port, "plaintext" if insecure else "TLS")

@@ -12,14 +12,12 @@ import hashlib
 import logging
 import os
 import secrets
-import signal
-import threading
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
-from fedsketch.common.cli import InsecureOpt
+from fedsketch.common.cli import InsecureOpt, stop_on_signals
 from fedsketch.common.helptext import TidyGroup
 from fedsketch.server.cli.errors import clean_errors
 from fedsketch.server.cli.operator_link import read_token
@@ -76,9 +74,7 @@ def serve(
             log.info("wrote a new helper token to %s", token_file)
         token_sha256 = hashlib.sha256(read_token(token_file).encode()).hexdigest()
         server, port = build_helper(store, token_sha256, listen, tls, min_reports)
-    stop = threading.Event()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: stop.set())
+    stop = stop_on_signals()
     if port_file is not None:
         port_file.write_text(f"{port}\n")
     log.info("helper serving on port %d (%s)", port, "plaintext" if insecure else "TLS")
