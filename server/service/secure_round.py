@@ -79,6 +79,7 @@ class SecAggRound:
     (module docstring). ``finish(total, devices, records)`` gets the unmasked integer sum (the
     payload's words, int64) once it is stored and the study is decoding; ``fail(reason)`` is
     called once an abort is stored (the study failed)."""
+    STAGES: tuple[int, ...] = sw.STAGES  #: the stages, in order (a validated round has two)
 
     def __init__(self, study_id: str, spec: StudySpec | SecureRound, store: Store,
                  finish: Callable[[np.ndarray, int, float], None],
@@ -141,12 +142,12 @@ class SecAggRound:
         self._end()
 
     def _replay(self, row: SecureRoundRow | None, messages: list[StageMessageRow]) -> None:
-        """Bring the round from its stage to the stage ``row`` records (lock held): the kept
-        ``messages`` it lacks taken in, every stage between closed as it closed before (the
-        aggregator is deterministic given a stage's messages), the open stage's deadline set; a
-        full open stage closes now. :meth:`resume`'s work, from REGISTER."""
+        """Bring the round from its stage to the stage ``row`` records (lock held): the kept ``messages``
+        it lacks taken in, every stage between (of :attr:`STAGES`) closed as it closed before (the
+        aggregator is deterministic given a stage's messages), the open stage's deadline set; a full
+        open stage closes now. :meth:`resume`'s work, from REGISTER."""
         at = pb.REGISTER if row is None else row.stage
-        for stage in sw.STAGES[sw.STAGES.index(self.stage):sw.STAGES.index(at) + 1]:
+        for stage in self.STAGES[self.STAGES.index(self.stage):self.STAGES.index(at) + 1]:
             for m in messages:
                 if m.stage == stage and m.device_id not in self._inbox[stage]:
                     self._inbox[stage][m.device_id] = (hashlib.sha256(m.body).digest(),
@@ -287,8 +288,7 @@ class SecAggRound:
                 return sw.signature_from_json(sw.load(body))
             return sw.unmask_from_json(sw.load(body))
         except ValueError as exc:
-            raise Refusal(Code.INVALID_ARGUMENT,
-                          f"malformed {pb.Stage.Name(stage)} message: {exc}") from None
+            raise Refusal(Code.INVALID_ARGUMENT, f"malformed {pb.Stage.Name(stage)} message: {exc}") from None
 
     def fetch(self, device_id: str, stage: int) -> bytes:
         """What the coordinator routes to ``device_id`` for the open ``stage``."""

@@ -22,7 +22,6 @@ refuses (it committed to the first): the study fails, without publishing.
 
 from __future__ import annotations
 
-import hashlib
 import time
 from collections import Counter
 
@@ -38,14 +37,13 @@ from fedsketch.server.helper.link import Report, helper_stub, validate
 from fedsketch.server.service.rounds import failure_detail
 from fedsketch.server.service.secure_round import SecAggRound
 
-#: The validated round's stages, in order.
-STAGES = (pb.REGISTER, pb.MASKED_INPUT)
-
 
 class ValidatedRound(SecAggRound):
     """A validated study's round (module docstring); ``helper_token`` is the token the helper
     gave the coordinator's operator (``coordinator serve --helper-token-file``)."""
 
+    #: The validated round's stages, in order (the base class replays a restart through them).
+    STAGES = (pb.REGISTER, pb.MASKED_INPUT)
     helper_token: str | None = None
 
     def _blank(self) -> None:
@@ -66,27 +64,6 @@ class ValidatedRound(SecAggRound):
         if len(body) < 3 * xof.SEED_BYTES:
             raise Refusal(Code.INVALID_ARGUMENT, f"malformed MASKED_INPUT report: {len(body)} bytes")
         return body
-
-    def _replay(self, row, messages) -> None:
-        at = pb.REGISTER if row is None else row.stage
-        for stage in STAGES:
-            for m in messages:
-                if m.stage == stage and m.device_id not in self._inbox[stage]:
-                    self._inbox[stage][m.device_id] = (hashlib.sha256(m.body).digest(),
-                                                       self._parse(stage, m.body))
-            if stage == at:
-                break
-            self._advance(replaying=True)
-            if self.finished:
-                return
-        if at == pb.REGISTER:
-            self._opened_at = min([self._opened_at, *(m.received_at for m in messages
-                                                       if m.stage == pb.REGISTER)])
-        else:
-            self._opened_at = row.opened_at
-        self.deadline = max(self._opened_at + self.sa.stage_timeout, self.grace_until)
-        if self._full():
-            self._advance()
 
     def _advance(self, replaying: bool = False) -> None:
         closing = self.stage
