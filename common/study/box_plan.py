@@ -15,8 +15,12 @@ as close to the two stages as their own run-to-run spread on flights, and one ro
 whole round trip.
 
 The coordinator sums the releases (each device's own draw: the sum carries one per device)
-and reads the box with the central rule (:func:`~.private_box.read_coarse`, thresholds raised
-for that many draws), widened by ``margin`` bins a side: post-processing. It then opens the
+and reads the box by the farthest significant window (:func:`~.private_box.read_coarse` with
+``farthest``, thresholds raised for that many draws: no run of w ≤ 32 bins wholly outside the
+box holds a significant count, so a far, small cluster whose bin stands out of the noise is
+kept, and the thin tail of a column spread over octaves too), widened by ``margin`` bins a
+side: post-processing. The default ε_b is :data:`~fedsketch.common.choices.BOX_ROUND_FRACTION`
+of the study's ε (0.2: a bin of about 490 records stands out for d = 3). It then opens the
 boxed study (:mod:`fedsketch.common.study.boxed_round`), whose spec carries the box; every later
 release clips its records into it. A device that takes part in every round spends ε_b plus the
 rest of the study (sequential composition), all declared in the study's spec.
@@ -155,12 +159,13 @@ def check_box(study, kind: str | None, payload: bytes, n: float) -> np.ndarray:
 def read_box(study, total: np.ndarray, draws: float) -> tuple[Box, dict]:
     """(the box, its public outcome) from the sum ``total`` (d, bins) of the devices' box
     releases, each count carrying ``draws`` DLap draws of the round's scale (one per device
-    plainly): :func:`~.private_box.read_coarse` on the plan's grid, widened by its margin.
+    plainly): :func:`~.private_box.read_coarse` on the plan's grid (the farthest reading),
+    widened by its margin.
     Post-processing. ValueError for a column no bin of which stands out of the noise."""
     plan = _plan(study)
     neighbouring = study.sketch.privacy.neighbouring
     lo, hi, tau = read_coarse(np.asarray(total, dtype=np.int64), plan.epsilon, neighbouring,
-                              draws, plan.levels, plan.margin)
+                              draws, plan.levels, plan.margin, farthest=True)
     box = Box(lo, hi)
     outcome = {"lo": box.lo.tolist(), "hi": box.hi.tolist(), "epsilon": plan.epsilon,
                "tau": tau, "draws": draws,

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 
-from ..choices import BOX_FRACTION, RANGE_PER_HALF_WIDTH, ROUND_SECONDS
+from ..choices import BOX_ROUND_FRACTION, RANGE_PER_HALF_WIDTH, ROUND_SECONDS
 from ..sketch.box import WIDEST
 from .box_plan import BoxPlan
 
@@ -23,7 +23,7 @@ from .box_plan import BoxPlan
 PLACEHOLDER_RANGE = (RANGE_PER_HALF_WIDTH[0] * WIDEST, RANGE_PER_HALF_WIDTH[1] * WIDEST)
 
 
-def split_box(epsilon: float, fraction: float = BOX_FRACTION, derive_range: bool = True,
+def split_box(epsilon: float, fraction: float = BOX_ROUND_FRACTION, derive_range: bool = True,
               round_seconds: float = ROUND_SECONDS) -> tuple[BoxPlan, float]:
     """(the box round's plan, the ε left for the rest of the study) for devices that spend
     ``epsilon`` in all; ValueError for a fraction outside (0, 1) or an ε not finite and > 0."""

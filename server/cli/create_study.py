@@ -14,7 +14,7 @@ import typer
 from fedsketch.common.choices import (
     AUTO_FRACTION,
     BLIND_ROUND_SHARE,
-    BOX_FRACTION,
+    BOX_ROUND_FRACTION,
     CAP_HEADROOM,
     COLLECT_SECONDS,
     DEADLINE_SECONDS,
@@ -119,7 +119,7 @@ def create_study(
         help="Share of --epsilon that round 0 takes with --scale auto.")] = AUTO_FRACTION,
     scale_range: ScaleRangeOpt = None,
     box_fraction: Annotated[float, typer.Option(
-        help="Share of --epsilon that the box round takes with --bounds auto.")] = BOX_FRACTION,
+        help="Share of --epsilon that the box round takes with --bounds auto.")] = BOX_ROUND_FRACTION,
     rounds: Annotated[int, typer.Option(
         help="Refinement rounds after the sketch: private Lloyd steps across the devices, each "
         "a study of its own with its own roster, whose sums are offsets from the centres "
@@ -152,9 +152,11 @@ def create_study(
     With --bounds auto, the study starts with its box round: each device releases, once, one
     histogram of each column of its records on a scale-free logarithmic grid (8 bins an
     octave) plus exact discrete-Laplace noise at ε_b = --box-fraction·ε; the coordinator sums
-    them, reads each column's span of the bins that stand out of the noise, one bin wider a
-    side, shows the box in `status` and `result`, and opens the boxed study with that box in
-    its hashed spec; every later release clips its records into it, and σ's range under
+    them, reads each column's span up to its farthest significant run of bins (a run of w
+    adjacent bins whose noisy sum stands out of the noise), one bin wider a side (default
+    --box-fraction 0.2: a far cluster of about 490 records a bin is kept for d = 3; see
+    docs/data-formats.md), shows the box in `status` and `result`, and opens the boxed study
+    with that box in its hashed spec; every later release clips its records into it, and σ's range under
     --scale auto follows it. The box round without its quorum fails the study before anyone
     spends on anything else. The rest, (1 − fraction)·ε, goes to the study as below.
 

@@ -13,7 +13,7 @@ from rich.table import Table
 
 from fedsketch.common.choices import (
     BLIND_ROUND_SHARE,
-    BOX_FRACTION,
+    BOX_ROUND_FRACTION,
     DEFAULT_R,
     FEATURES,
     NEIGHBOURING,
@@ -43,7 +43,7 @@ def simulate_command(
         help="The study's public box with --data: LO:HI (every axis) or a bounds.json, or "
              "'auto': the study's box round reads it privately (see create-study --help).")] = None,
     box_fraction: Annotated[float, typer.Option(
-        help="Share of --epsilon the box round takes with --bounds auto.")] = BOX_FRACTION,
+        help="Share of --epsilon the box round takes with --bounds auto.")] = BOX_ROUND_FRACTION,
     m: Annotated[int | None, typer.Option(
         help="Frequencies. Default: planned from the records per device, L, d, k and the sketch's "
              "share of ε, as `coordinator create-study --expected-records` plans it.")] = None,

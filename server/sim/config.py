@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING
 
-from fedsketch.common.choices import BOX_FRACTION
+from fedsketch.common.choices import BOX_ROUND_FRACTION
 from fedsketch.common.sketch.box import Box
 from fedsketch.common.sketch.scale import default_range
 
@@ -55,7 +55,7 @@ class SimConfig:
     backend: str = "inprocess"
     address: str | None = None  # a Ray cluster's address (backend "ray"); None: a local Ray
     auto_box: bool = False  # --bounds auto: the study's box round reads the box
-    box_fraction: float = BOX_FRACTION
+    box_fraction: float = BOX_ROUND_FRACTION
 
     @property
     def public_box(self) -> tuple[list[float], list[float]]:
