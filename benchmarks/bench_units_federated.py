@@ -18,6 +18,12 @@ with TLS.
   an octave, :mod:`fedsketch.common.study.box_plan`) at ``--box-fraction``·ε through the real
   protocol, then the boxed study; a plain study (``--plain``; the box round is not yet secure).
 
+``--table diamonds`` (ggplot2's 7 columns, k = 5, the box of bench_units.py) or ``baseball``
+(plyr's 10 count columns, k = 8; no given box) runs the same study on another table in its own
+units. ``--reading smallest`` reads the box round with the rule before RESULTS.md §12's "A far
+cluster and the box round" (the smallest significant window width, no farthest reading), to
+measure the two against each other; with ``--box-fraction 0.1`` that is the old default.
+
 Relative SSE = SSE(C)/SSE(scikit-learn KMeans, n_init = 10), both on the raw records in natural
 units. ``--part box`` instead measures the box alone: for each seed, the central box
 (:func:`~fedsketch.common.sketch.private_box.private_box`), the federated box plainly (L draws)
@@ -26,7 +32,8 @@ against the central box's, and the share of records each clips.
 
 Usage: python benchmarks/bench_units_federated.py [--part study|box] [--boxes given,auto,protocol]
            [--seeds 3] [--first-seed 0] [--devices 100] [--epsilon 1] [--box-fraction 0.1] [--rows N]
-           [--plain] [--stage-timeout 60]
+           [--plain] [--stage-timeout 60] [--table flights|diamonds|baseball]
+           [--reading farthest|smallest]
 Prints one JSON line per run.
 """
 
@@ -59,6 +66,9 @@ from fedsketch.server.sim.simulate import Pooled, run_simulation, split_records 
 
 LO, HI = (0.0, 0.0, -100.0), (700.0, 5000.0, 1500.0)
 K = 5
+#: Other tables: name → (loader, k, given box or None).
+TABLES = {"diamonds": (realdata.diamonds, 5, ((0, 40, 40, 0, 0, 0, 0), (6, 80, 100, 20000, 12, 60, 35))),
+          "baseball": (realdata.baseball, 8, None)}
 DROPOUT = 0.1
 
 
@@ -83,10 +93,11 @@ def h_min(devices: int) -> int:
 
 
 def study(x: np.ndarray, pooled: Pooled, box: Box | None, epsilon: float, devices: int, seed: int,
-          secure: bool = True, fraction: float = 0.1, stage_timeout: float = 60.0) -> dict:
+          secure: bool = True, fraction: float = 0.1, stage_timeout: float = 60.0,
+          k: int = K) -> dict:
     """One study through ``simulate``'s machinery; ``box`` None: ``--bounds auto`` (its box round
     at ``fraction``·ε)."""
-    cfg = SimConfig(devices=devices, records=len(x), k=K, d=x.shape[1], m=1000, epsilon=epsilon,
+    cfg = SimConfig(devices=devices, records=len(x), k=k, d=x.shape[1], m=1000, epsilon=epsilon,
                     scale=None, seed=seed, box=None if box is None else (tuple(box.lo), tuple(box.hi)),
                     rounds=3, secure_aggregation=secure, max_dropout=DROPOUT if secure else None,
                     stage_timeout=stage_timeout if secure else None, auto_box=box is None,
@@ -130,19 +141,34 @@ def part_box(x: np.ndarray, args: argparse.Namespace) -> None:
                               "clipped": [round(v, 4) for v in clipped(x, box)]}), flush=True)
 
 
+def smallest_reading() -> None:
+    """Make this process's coordinator read the box round by the smallest-width rule (the one
+    before the farthest reading), for ``--reading smallest``."""
+    from fedsketch.common.study import box_plan
+
+    def read(*args, farthest: bool = True):
+        return read_coarse(*args, farthest=False)
+
+    box_plan.read_coarse = read
+
+
 def part_study(x: np.ndarray, args: argparse.Namespace) -> None:
-    centroids = sklearn_kmeans_centroids(x, K, 0, n_init=10)
+    k, given = (K, (LO, HI)) if args.table == "flights" else TABLES[args.table][1:]
+    centroids = sklearn_kmeans_centroids(x, k, 0, n_init=10)
     pooled = Pooled(x, np.zeros(len(x), dtype=np.int64), sse_per_n(split(x), centroids))
     for which in args.boxes.split(","):
         runs = []
         for seed in range(args.first_seed, args.first_seed + args.seeds):
             if which == "given":
-                box, eps, extra = Box(np.array(LO), np.array(HI)), args.epsilon, {}
+                if given is None:
+                    raise SystemExit(f"error: {args.table} has no given box")
+                box, eps, extra = Box(np.array(given[0]), np.array(given[1])), args.epsilon, {}
             elif which == "protocol":
-                out = {"table": "flights", "box": which, "seed": seed, "devices": args.devices,
-                       "epsilon": args.epsilon, "secure": not args.plain,
+                out = {"table": args.table, "box": which, "seed": seed, "devices": args.devices,
+                       "epsilon": args.epsilon, "secure": not args.plain, "reading": args.reading,
+                       "box_fraction": args.box_fraction,
                        **study(x, pooled, None, args.epsilon, args.devices, seed, not args.plain,
-                               args.box_fraction, args.stage_timeout)}
+                               args.box_fraction, args.stage_timeout, k)}
                 runs.append(out["relative_sse"])
                 print(json.dumps(out), flush=True)
                 continue
@@ -153,8 +179,9 @@ def part_study(x: np.ndarray, args: argparse.Namespace) -> None:
                 eps = args.epsilon - eps_box
                 extra = {"private_box": [box.lo.round(2).tolist(), box.hi.round(2).tolist()],
                          "clipped": clipped(x, box)}
-            run = study(x, pooled, box, eps, args.devices, seed, stage_timeout=args.stage_timeout)
-            out = {"table": "flights", "box": which, "seed": seed, "devices": args.devices,
+            run = study(x, pooled, box, eps, args.devices, seed, stage_timeout=args.stage_timeout,
+                        k=k)
+            out = {"table": args.table, "box": which, "seed": seed, "devices": args.devices,
                    "epsilon": args.epsilon, **run, **extra}
             runs.append(out["relative_sse"])
             print(json.dumps(out), flush=True)
@@ -174,8 +201,13 @@ def main() -> None:
     p.add_argument("--first-seed", type=int, default=0)
     p.add_argument("--stage-timeout", type=float, default=60.0,
                    help="seconds a secure-aggregation stage waits (a loaded machine needs more)")
+    p.add_argument("--table", choices=("flights", *TABLES), default="flights")
+    p.add_argument("--reading", choices=("farthest", "smallest"), default="farthest",
+                   help="the box round's reading: the current rule, or the one before it")
     args = p.parse_args()
-    x = flights(args.rows)
+    if args.reading == "smallest":
+        smallest_reading()
+    x = flights(args.rows) if args.table == "flights" else TABLES[args.table][0]()
     (part_box if args.part == "box" else part_study)(x, args)
 
 

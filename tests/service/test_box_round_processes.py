@@ -33,7 +33,7 @@ def test_box_round_as_processes_resends_after_a_kill_and_charges_once(coordinato
     refused = c.op(*base, "--box-fraction", "1", check=False)
     assert refused.returncode == 1 and "box round's share of ε must be in (0, 1)" in refused.stderr
     made = c.op(*base)
-    assert "the box round 0.8, round 0 0.72, the sketch" in made.stderr
+    assert "the box round 1.6, round 0 0.64, the sketch" in made.stderr
     study = made.stdout.strip()
     spec = json.loads(c.op("status", study, "--json").stdout)
     tokens = c.op("tokens", "--count", "3").stdout.split()
@@ -46,7 +46,7 @@ def test_box_round_as_processes_resends_after_a_kill_and_charges_once(coordinato
     book = Ledger(ledgers[2])
     committed = book.find(study)
     assert committed is not None and committed.acked_at is None
-    assert committed.epsilon == pytest.approx(0.8)  # charged before anything left the device
+    assert committed.epsilon == pytest.approx(1.6)  # charged before anything left the device
     book.close()
     restarted = False
     for _ in range(12):  # the box round, the boxed study's round 0, sketch round and round 1
@@ -62,7 +62,7 @@ def test_box_round_as_processes_resends_after_a_kill_and_charges_once(coordinato
     assert stored(c, study)[Ledger(ledgers[2]).identity().device_id] == committed.payload
     result = wait_done(c, study)
     box = result["box"]
-    assert box["epsilon"] == pytest.approx(0.8) and box["explanation"].startswith("a private box")
+    assert box["epsilon"] == pytest.approx(1.6) and box["explanation"].startswith("a private box")
     lo, hi = np.array(box["lo"]), np.array(box["hi"])
     x = np.concatenate([np.load(p) for p in device_files])
     outside = np.mean((x < lo) | (x > hi), axis=0)
@@ -90,7 +90,7 @@ def test_box_round_as_processes_resends_after_a_kill_and_charges_once(coordinato
             assert s.acked_at is not None and stored(c, s.study_id)[device_id] == s.payload
         budget = json.loads(cli("device", "budget", "--ledger", str(path), "--json").stdout)
         assert budget["studies"][study]["epsilon"] == pytest.approx(8.0)
-        assert budget["studies"][study]["rounds"]["0"] == pytest.approx(0.8)  # the box round
+        assert budget["studies"][study]["rounds"]["0"] == pytest.approx(1.6)  # the box round
         assert set(budget["studies"][study]["rounds"]) == {"0", "-1", "sketch", "1"}
     assert c.terminate() == 0
 
@@ -116,11 +116,11 @@ def test_secure_box_round_as_daemons_spends_once_across_a_restart(tmp_path, cli_
         book = Ledger(fleet.ledgers[0])
         committed = book.find(study)
         book.close()
-        assert committed is not None and committed.epsilon == pytest.approx(0.8)
+        assert committed is not None and committed.epsilon == pytest.approx(1.6)
         fleet.daemons[0] = fleet._daemon(0)
         result = wait_done(fleet.c, study, timeout=600)
         box = result["box"]
-        assert box["epsilon"] == pytest.approx(0.8) and box["draws"] == pytest.approx(1.0)
+        assert box["epsilon"] == pytest.approx(1.6) and box["draws"] == pytest.approx(1.0)
         lo, hi = np.array(box["lo"]), np.array(box["hi"])
         x = np.concatenate([np.load(tmp_path / f"x{i}.npy") for i in range(4)])
         assert np.all(np.mean((x < lo) | (x > hi), axis=0) <= 0.02)
@@ -129,7 +129,7 @@ def test_secure_box_round_as_daemons_spends_once_across_a_restart(tmp_path, cli_
         for path in fleet.ledgers:
             budget = json.loads(cli("device", "budget", "--ledger", str(path), "--json").stdout)
             assert budget["studies"][study]["epsilon"] == pytest.approx(8.0)
-            assert budget["studies"][study]["rounds"]["0"] == pytest.approx(0.8)
+            assert budget["studies"][study]["rounds"]["0"] == pytest.approx(1.6)
             assert set(budget["studies"][study]["rounds"]) == {"0", "-1", "sketch", "1"}
     finally:
         fleet.stop()
