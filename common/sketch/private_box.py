@@ -206,8 +206,9 @@ def _significant(counts: np.ndarray, tau: int, scale: float, draws: float = 1.0,
     records are, while a wide window that is significant only through the dense bins it
     overlaps starts (ends) inside them and stretches nothing. A far cluster whose bin holds τ_1
     records is kept (Honolulu's flights, 0.22 % of nycflights13, at ε_b = 0.2: RESULTS.md §12);
-    the smallest-width reading drops it whenever the bulk's other side is read at a width the
-    cluster's bin alone cannot reach, and stops at the bulk's significant bins."""
+    so is a tail that stands out only in runs of bins beyond a dense part whose bins stand out
+    alone, which the smallest-width reading cuts at the dense part (diamonds' prices: 28 % of
+    them clipped, against 2.8 %; a zero bin alone where counts spread over octaves)."""
     spans: list[tuple[int, int] | None] = []
     tail = FALSE_BIN / (counts.size * len(WINDOWS))
     for row in counts:
