@@ -83,6 +83,8 @@ def test_su_robust_counts_the_runs_above_1_2_for_every_method_and_eps(capsys):
     ("bench_realdata.py", ["--sets", "diamonds", "--rows", "3000", "--seeds", "1", "--eps", "1",
                            "--no-diffprivlib", "--plots", ".", "--cache", "."], "| ckm-lloyd | 1 |"),
     ("bench_small_wide.py", ["--seeds", "1", "--no-diffprivlib"], "| ckm-lloyd ε = 1, add_remove |"),
+    ("bench_scale_bias.py", ["--sets", "diamonds", "--rows", "3000", "--seeds", "1", "--eps", "1",
+                             "--cache", "."], "| diamonds | 1 | "),
     ("bench_realdata_federated.py", ["--sets", "diamonds", "--rows", "3000", "--seeds", "1",
                                      "--eps", "1", "--devices", "4", "--out", ".", "--cache", ".",
                                      "--no-diffprivlib"],
