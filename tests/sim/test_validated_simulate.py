@@ -5,6 +5,11 @@ within the honest runs' spread (issue 32, must-show 1, at a small size)."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 
 from fedsketch.server.sim.config import SimConfig
@@ -70,3 +75,23 @@ def test_the_report_gives_each_stages_coordinator_cpu_and_the_bytes_each_way(hon
     # a validated device sends its leader share: its encoded input and proofs, field elements of
     # 4 bytes (107 kB here, measured), many times SecAgg+'s whole round (7.6 kB)
     assert honest["bytes_sent"] > 6 * 50_000 > 2 * secagg["bytes_sent"]
+
+
+def test_the_simulate_table_shows_each_stage_and_the_bytes_routed():
+    """`fedsketch simulate`'s table (not --json) has a row per stage the round ran with the
+    coordinator's CPU, open and closing seconds, and the bytes routed to the devices (none in a
+    validated study)."""
+    out = subprocess.run(
+        [str(Path(sys.executable).with_name("fedsketch")), "simulate", "--devices", "4",
+         "--records", "4000", "--k", "2", "--d", "2", "--m", "50", "--rounds", "0",
+         "--secure-aggregation", "--validation", "helper", "--stage-timeout", "300"],
+        capture_output=True, text=True, timeout=600, env={**os.environ, "COLUMNS": "200"})
+    assert out.returncode == 0, out.stderr
+    rows = {line.split("│")[1].strip(): line.split("│")[2].strip()
+            for line in out.stdout.splitlines() if line.count("│") == 3}
+    assert rows["bytes routed to the devices"] == "0"
+    stages = [name for name in rows if name.startswith("coordinator at ")]
+    assert stages == ["coordinator at REGISTER: CPU s; open s; closing s",
+                      "coordinator at MASKED_INPUT: CPU s; open s; closing s"], rows
+    cpu, opened, closing = (float(v) for v in rows[stages[1]].split(";"))
+    assert cpu > 0 and opened > 0 and closing > 0
