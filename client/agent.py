@@ -116,7 +116,7 @@ class Agent(ValidatedSteps, SecureAbort, RosterSteps, RoundChecks, Settling):
         self.ledger = ledger
         self.data = data
         self.source = source
-        self.bytes_sent = 0
+        self.bytes_sent = self.bytes_received = 0  # round messages sent / routed to it, bytes
         self._refused: set[str] = set()
         self._sessions: dict[str, Session] = {}
         self._unreported: dict[str, tuple[pb.Study, int]] = {}

@@ -1,7 +1,6 @@
 """The device's side of a secure-aggregation round (Bonawitz et al. 2017; MECHANISMS §4).
 
-A secure study runs REGISTER, ADVERTISE_KEYS, SHARE_KEYS, MASKED_INPUT, CONSISTENCY and
-UNMASK.
+A secure study runs REGISTER, ADVERTISE_KEYS, SHARE_KEYS, MASKED_INPUT, CONSISTENCY and UNMASK.
 
 * REGISTER: the agent's checks (among them: a threshold that is unsafe under the study's
   stated dropouts and colluders is refused, :meth:`StudySpec.check_trust`); the device counts
@@ -27,10 +26,9 @@ never left it (no send was tried: MASKED_INPUT is kept in the session's ``done``
 first) gives the spend back when it leaves the round or learns that it ended (rule A,
 :meth:`SecureSteps._void_unsent`, :mod:`.ledger_voids`), and signs and unmasks nothing in it;
 one whose y left gets it back from a certificate of abort of a FAILED round (rule B, :mod:`.secure_abort`).
-Every way out of a round has a reason
-that the pass logs, and a :class:`Declined` one (the device's own decision, or a coordinator
-that has nothing for it: it came too late) is reported to the coordinator
-(:mod:`.declines`).
+Every way out of a round has a reason that the pass logs, and a :class:`Declined` one (the device's
+own decision, or a coordinator that has nothing for it: it came too late) is reported to the
+coordinator (:mod:`.declines`).
 
 Riding through a coordinator restart (the coordinator keeps the round in its store and resumes
 it: :mod:`fedsketch.server.service.secure_round`): a call that fails for a reason other than a
@@ -96,6 +94,7 @@ class SecureSteps:
     ledger: Ledger
     source: str
     bytes_sent: int
+    bytes_received: int
     _sessions: dict[str, Session]
     _ended: Callable[[Identity, str], str | None]
     _check: Callable[[pb.Study], Admitted | str]
@@ -397,4 +396,5 @@ class SecureSteps:
         digest = sw.message_digest(study_id, identity.device_id, stage, b"")
         msg = pb.SecAggMessage(study_id=study_id, device_id=identity.device_id, stage=stage,
                                signature=signing.sign(identity.private_key, digest))
-        return self.stub.SecAggFetch(msg, timeout=RPC_TIMEOUT).body
+        self.bytes_received += len(body := self.stub.SecAggFetch(msg, timeout=RPC_TIMEOUT).body)
+        return body

@@ -71,6 +71,7 @@ def test_su_robust_counts_the_runs_above_1_2_for_every_method_and_eps(capsys):
                          "--local-eps", "0.05,0.1"], "| secure | 0.01 |"),
     ("bench_secagg.py", ["cost", "--devices", "8", "16"], "| 16 | degree 12 | 1, 1 | DONE |"),
     ("bench_secagg.py", ["stages", "--devices", "4", "--n", "4000", "--runs", "1"], "| 4 | "),
+    ("bench_validated_cost.py", ["--devices", "4", "--m", "50"], "| 4 | validated | DONE |"),
     ("bench_grid.py", ["--seeds", "1", "--n", "5000", "--replicates", "1"], "  ratio grid/float"),
     ("bench_garbage.py", ["--runs", "1", "--requests", "100", "--warmup", "20"],
      "| fedsketch coordinator serve (bytes handlers) |"),

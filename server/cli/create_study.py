@@ -311,17 +311,28 @@ def default_cap(given: int | None, expected: float | None, secure, devices: int)
 
 
 def largest_weight(spec, expected: float | None) -> str:
-    """What create-study says of the largest weight one device can have in the average."""
+    """What create-study says of the largest weight one device can have in the average: the
+    count it may declare, and what bounds its input in this kind of study (plain, secure,
+    validated: docs/operator-guide.md, "The per-device record cap")."""
     cap, devices = spec.device_cap, spec.min_devices
-    text = f"one device carries at most {cap:,} records' weight (max_device_records)"
+    text = f"one device may declare at most {cap:,} records (max_device_records)"
     if expected is not None and devices > 1:
         share = cap / (cap + (devices - 1) * expected)
-        text += (f": {share:.1%} of the average against {devices - 1} devices of "
+        text += (f": at that count, {share:.1%} of the average against {devices - 1} devices of "
                  f"{expected:,.0f} records each")
-    if spec.secure_aggregation is not None and spec.secure_aggregation.validation == "helper":
-        text += ("; under secure aggregation its count is checked, and its input is proven "
-                 "within that count's range or excluded (validated by the helper)")
-    elif spec.secure_aggregation is not None:
-        text += ("; under secure aggregation its count is checked, its input only through the "
-                 "aggregate check, unless --validation helper proves it (docs/bounded-influence.md)")
-    return text
+    from fedsketch.common.features import ENTRY_L1, GRID
+
+    sa, sketch = spec.secure_aggregation, spec.sketch
+    if sa is not None and sa.validation == "helper":
+        return text + ("; under secure aggregation its count is checked, and its input is proven "
+                       "within that count's range (each entry, and its L1 mass at most its n "
+                       "records', plus its noise share's radius) or excluded (validated by the "
+                       "helper): it carries at most the cap's weight")
+    if sa is not None:
+        return text + ("; under secure aggregation its count is checked, its input only through "
+                       "the aggregate check, unless --validation helper proves it "
+                       "(docs/bounded-influence.md)")
+    mass = 2 * sketch.frequencies.m * GRID[sketch.feature] / (sketch.r * ENTRY_L1[sketch.feature])
+    return text + (f"; its sketch is checked entry by entry against its count, which lets its "
+                   f"L1 mass reach {mass:,.0f}x its n records' (2m·γ/(r·κ)); beyond that only "
+                   "the aggregate check bounds the sum (docs/bounded-influence.md)")

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Annotated
 
@@ -189,11 +190,17 @@ def simulate_command(
                       f"{on_ray['actors']}; {on_ray['rss_growth_per_device_bytes'] / 1024:,.0f} KiB")
     if report["bytes_sent"] is not None:
         table.add_row("bytes sent by the devices", f"{report['bytes_sent']:,}")
+    if report["bytes_received"] is not None and report["secure_aggregation"] is not None:
+        table.add_row("bytes routed to the devices", f"{report['bytes_received']:,}")
     if (bad := report["hostile"]) is not None:
         table.add_row(f"hostile devices ({bad['kind']}): the defence", bad["defence"])
     if (sa := report["secure_aggregation"]) is not None:
         table.add_row("secure aggregation: assumed D, C; h_min, t",
                       f"{sa['dropouts']}, {sa['colluders']}; {sa['min_honest']}, {sa['threshold']}")
+        for stage, closing in sa["stage_seconds"].items():  # each stage the round ran
+            opened = sa["stage_open_seconds"].get(stage, math.nan)
+            table.add_row(f"coordinator at {stage}: CPU s; open s; closing s",
+                          f"{sa['stage_cpu_seconds'].get(stage, 0.0):.3f}; {opened:.2f}; {closing:.3f}")
     def show() -> None:
         Console().print(table)
         typer.echo(RELATIVE_SSE_MEANING)

@@ -62,6 +62,7 @@ from fedsketch.common.study.study import StudySpec
 from fedsketch.server.errors import Code, Refusal
 from fedsketch.server.service.accounting import release_cost
 from fedsketch.server.service.rounds import failure_detail
+from fedsketch.server.service.stage_clock import StageClock
 from fedsketch.server.store.base import SecureRoundRow, StageMessageRow, Store
 
 log = logging.getLogger("fedsketch.coordinator")
@@ -73,7 +74,7 @@ log = logging.getLogger("fedsketch.coordinator")
 STAGE_BYTES = 2048
 
 
-class SecAggRound:
+class SecAggRound(StageClock):
     """One study's round: a sketch study's (``spec`` a StudySpec) or a refinement round's (a
     :class:`~fedsketch.common.study.secure_rounds.SecureRound`), kept in ``store`` as it goes
     (module docstring). ``finish(total, devices, records)`` gets the unmasked integer sum (the
@@ -188,9 +189,8 @@ class SecAggRound:
             raise Refusal(Code.FAILED_PRECONDITION,
                           "the secure-aggregation round is over; see the study's state")
         if stage != self.stage:
-            raise Refusal(Code.FAILED_PRECONDITION,
-                          f"stage {pb.Stage.Name(stage)} is not open (the study is at "
-                          f"{pb.Stage.Name(self.stage)})")
+            raise Refusal(Code.FAILED_PRECONDITION, f"stage {pb.Stage.Name(stage)} is not open "
+                          f"(the study is at {pb.Stage.Name(self.stage)})")
 
     def _end(self) -> None:
         """Mark the round FINISHED (lock held) and drop what only a running round needs: the
@@ -215,7 +215,7 @@ class SecAggRound:
         """Store one stage message; True for an identical re-send, also of a stage that has
         closed since (its acknowledgement was lost) while the round runs. Closes the stage when
         full."""
-        with self._held():
+        with self._held(), self._timed():
             digest = hashlib.sha256(body).digest()
             held = self._inbox.get(stage, {}).get(device_id)
             if held is not None:
@@ -292,7 +292,7 @@ class SecAggRound:
 
     def fetch(self, device_id: str, stage: int) -> bytes:
         """What the coordinator routes to ``device_id`` for the open ``stage``."""
-        with self._held():
+        with self._held(), self._timed():
             self._check_open(stage)
             if stage == pb.ADVERTISE_KEYS and self._shared_body is not None:
                 if device_id not in self._params.share_x:
@@ -308,7 +308,7 @@ class SecAggRound:
         """Close the open stage if its timeout has passed."""
         if self.finished:
             return
-        with self._held():
+        with self._held(), self._timed():
             if not self.finished and now >= self.deadline:
                 self._advance()
 

@@ -21,11 +21,13 @@ START_SECONDS = 120.0
 
 @dataclass(frozen=True)
 class SimHelper:
-    """A running helper: its address, its CA certificate's PEM and the coordinator's token."""
+    """A running helper: its address, its CA certificate's PEM, the coordinator's token and its
+    process id."""
 
     target: str
     ca_pem: str
     token: str
+    pid: int
 
     def name_in(self, spec: StudySpec) -> StudySpec:
         """``spec`` validated by this helper."""
@@ -63,7 +65,7 @@ def start_helper(stack: ExitStack, folder: Path) -> SimHelper:
             raise RuntimeError(f"the helper did not start: {(folder / 'helper.log').read_text()}")
         time.sleep(0.05)
     return SimHelper(f"localhost:{port_file.read_text().strip()}", certs.ca_cert.read_text(),
-                     (folder / "helper.token").read_text().strip())
+                     (folder / "helper.token").read_text().strip(), proc.pid)
 
 
 def validation_report(rnd, agents: list) -> dict:

@@ -301,7 +301,7 @@ def run_simulation(cfg: SimConfig, data: Pooled | None = None) -> dict:
         def watch() -> pb.Study:
             return operator.ShowStudy(pb.StudyRef(study_id=study.study_id), metadata=meta)
 
-        t = time.perf_counter()
+        t, bytes_down = time.perf_counter(), None  # counted by in-process devices only
         if cfg.processes:
             _processes(target, certs.ca_cert, folder, tokens, x, parts, cfg.epsilon, cfg, watch)
             bytes_up = None if cfg.secure_aggregation else sum(
@@ -326,6 +326,7 @@ def run_simulation(cfg: SimConfig, data: Pooled | None = None) -> dict:
             else:
                 drive(step_agents(agents), len(agents), cfg, watch)
             bytes_up = sum(a.bytes_sent for a in agents)
+            bytes_down = sum(a.bytes_received for a in agents)
             seconds["devices"] = time.perf_counter() - t
         t = time.perf_counter()
         s = wait_for(watch, (pb.DONE, pb.FAILED), "the coordinator did not finish decoding", 0.05)
@@ -367,11 +368,13 @@ def run_simulation(cfg: SimConfig, data: Pooled | None = None) -> dict:
         "records": res.records,
         "seconds": seconds,
         "bytes_sent": bytes_up,
+        "bytes_received": bytes_down,
         "ray": ray_report,
         "secure_aggregation": None if spec.secure_aggregation is None else {
             **asdict(spec.secure_aggregation), "min_honest": spec.assumptions.min_honest,
             "stage_open_seconds": dict(getattr(rnd, "stage_open", {})),
-            "stage_seconds": dict(getattr(rnd, "stage_seconds", {}))},
+            "stage_seconds": dict(getattr(rnd, "stage_seconds", {})),
+            "stage_cpu_seconds": dict(getattr(rnd, "stage_cpu", {}))},
         "config": used_config(cfg, spec, full.get("calibration"), full.get("box")),
         "hostile": defended,
         "validation": validated["report"],

@@ -18,6 +18,7 @@ import pytest
 
 from fedsketch.client.ledger import Ledger
 from fedsketch.common.data.synthetic import gmm
+from fedsketch.common.features import ENTRY_L1, GRID
 from fedsketch.common.net.tls import secure_channel
 from fedsketch.common.pb import fedsketch_pb2 as pb
 from fedsketch.common.pb import fedsketch_pb2_grpc as pb_grpc
@@ -328,19 +329,26 @@ def test_a_daemon_reads_named_columns_of_a_pandas_csv_from_its_environment(coord
 def test_create_study_caps_a_device_at_four_times_its_expected_share(coordinator):
     """Without --max-device-records the cap is 4 × the records expected per device
     (--expected-records, else a secure study's --max-records / --min-devices), stored in the
-    spec; create-study says the largest weight one device can have, and under secure
-    aggregation that its input is bounded by the aggregate check alone."""
+    spec; create-study says the largest count one device can declare, and what bounds its input:
+    under secure aggregation the aggregate check alone, in a plain study the entry check, which
+    lets its sketch's L1 mass reach 2m·γ/(r·κ) times its records' (m = 60 frequencies, the
+    complex map at r = 1: 2·60·1024/1450, 85×)."""
     base = ("create-study", "--name", "c", "--d", "3", "--k", "3", "--bounds", "-12:12",
             "--rounds", "0", "--scale", "1.5", "--epsilon", "5", "--m", "60", "--min-devices",
             "10", "--json")
     secure = coordinator.op(*base, "--secure-aggregation", "--max-records", "100000",
                             "--max-dropout", "0.2", "--max-colluders", "0.1")
     assert json.loads(secure.stdout)["spec"]["max_device_records"] == 40_000
-    assert "one device carries at most 40,000 records' weight" in secure.stderr
-    assert "aggregate check" in secure.stderr
+    assert "one device may declare at most 40,000 records" in secure.stderr
+    assert "its input only through the aggregate check" in secure.stderr
     plain = coordinator.op(*base, "--expected-records", "2000")
-    assert json.loads(plain.stdout)["spec"]["max_device_records"] == 8_000
-    assert "8,000 records' weight (max_device_records): 30.8% of the average" in plain.stderr
-    assert "aggregate check" not in plain.stderr
+    spec = json.loads(plain.stdout)["spec"]
+    assert spec["max_device_records"] == 8_000
+    assert "8,000 records (max_device_records): at that count, 30.8% of the average" in plain.stderr
+    sketch = spec["sketch"]
+    mass = 2 * 60 * GRID[sketch["feature"]] / (sketch["r"] * ENTRY_L1[sketch["feature"]])
+    assert f"checked entry by entry against its count, which lets its L1 mass reach {mass:,.0f}x" \
+        in plain.stderr, plain.stderr
+    assert "carries at most" not in plain.stderr + secure.stderr
     given = coordinator.op(*base, "--max-device-records", "500")
     assert json.loads(given.stdout)["spec"]["max_device_records"] == 500

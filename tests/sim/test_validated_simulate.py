@@ -5,6 +5,11 @@ within the honest runs' spread (issue 32, must-show 1, at a small size)."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 
 from fedsketch.server.sim.config import SimConfig
@@ -48,3 +53,45 @@ def test_device_daemons_as_processes_prove_and_are_counted():
     report = run_simulation(SimConfig(**SMALL, processes=True))
     assert report["validation"] == {"valid": 6, "excluded": []}
     assert report["relative_sse"] is not None and report["devices"] == 6
+
+
+def test_the_report_gives_each_stages_coordinator_cpu_and_the_bytes_each_way(honest):
+    """The report's costs (what benchmarks/bench_validated_cost.py reads): the coordinator's CPU
+    seconds in each stage it ran, the bytes the devices sent and the bytes routed to them. A
+    validated round routes nothing to a device and its coordinator does its work at MASKED_INPUT
+    (preparing every report's leader share), a SecAgg+ round of the same study routes keys,
+    shares and the survivor list."""
+    secagg = run_simulation(SimConfig(**{**SMALL, "validation": None}))
+    stages = {"validated": ["REGISTER", "MASKED_INPUT"],
+              "secagg": ["REGISTER", "ADVERTISE_KEYS", "SHARE_KEYS", "MASKED_INPUT", "CONSISTENCY",
+                         "UNMASK"]}
+    for name, report in (("validated", honest), ("secagg", secagg)):
+        sa = report["secure_aggregation"]
+        assert list(sa["stage_seconds"]) == stages[name]
+        assert all(sa["stage_cpu_seconds"].get(s, 0.0) > 0.0 for s in stages[name]), sa
+    cpu = honest["secure_aggregation"]["stage_cpu_seconds"]
+    assert cpu["MASKED_INPUT"] > 2 * cpu["REGISTER"], cpu
+    assert honest["bytes_received"] == 0 and secagg["bytes_received"] > 6 * 100
+    # a validated device sends its leader share: its encoded input and proofs, field elements of
+    # 4 bytes (107 kB here, measured), many times SecAgg+'s whole round (7.6 kB)
+    assert honest["bytes_sent"] > 6 * 50_000 > 2 * secagg["bytes_sent"]
+
+
+def test_the_simulate_table_shows_each_stage_and_the_bytes_routed():
+    """`fedsketch simulate`'s table (not --json) has a row per stage the round ran with the
+    coordinator's CPU, open and closing seconds, and the bytes routed to the devices (none in a
+    validated study)."""
+    out = subprocess.run(
+        [str(Path(sys.executable).with_name("fedsketch")), "simulate", "--devices", "4",
+         "--records", "4000", "--k", "2", "--d", "2", "--m", "50", "--rounds", "0",
+         "--secure-aggregation", "--validation", "helper", "--stage-timeout", "300"],
+        capture_output=True, text=True, timeout=600, env={**os.environ, "COLUMNS": "200"})
+    assert out.returncode == 0, out.stderr
+    rows = {line.split("│")[1].strip(): line.split("│")[2].strip()
+            for line in out.stdout.splitlines() if line.count("│") == 3}
+    assert rows["bytes routed to the devices"] == "0"
+    stages = [name for name in rows if name.startswith("coordinator at ")]
+    assert stages == ["coordinator at REGISTER: CPU s; open s; closing s",
+                      "coordinator at MASKED_INPUT: CPU s; open s; closing s"], rows
+    cpu, opened, closing = (float(v) for v in rows[stages[1]].split(";"))
+    assert cpu > 0 and opened > 0 and closing > 0

@@ -33,6 +33,9 @@ from fedsketch.common.dp.plan import noise_plan
 from fedsketch.common.dp.samplers import dlap_noise_share, draw
 from fedsketch.common.sketch.privacy import PrivacySpec, privatize
 from fedsketch.common.sketch.sketching import FeatureSum, feature_sum
+from fedsketch.common.study.validated import bounded_noise_share
+from fedsketch.server.sim.config import SimConfig
+from fedsketch.server.sim.simulate import _study_spec
 
 ALPHA = 1e-6
 EPSILON = 1.0
@@ -161,15 +164,31 @@ def _secure_releases(clean: np.ndarray, h_min: int, size: int, shrink: float) ->
     return clean[:, None] + total.reshape(2, size)
 
 
+def _validated_releases(clean: np.ndarray, h_min: int, size: int, shrink: float) -> np.ndarray:
+    """S + Σ of h_min devices' shares as a study validated by a helper draws them
+    (:func:`~fedsketch.common.study.validated.bounded_noise_share`: redrawn until within the
+    per-entry and L1 radii), for a secure study of ε·``shrink`` (quantized, r = 1, L = h_min)
+    with m = ``size`` frequencies: its (Re_j, Im_j) pairs are the audit's ``size`` draws of one
+    frequency (the L1 radius conditions the whole vector, at 2^−40: no draw here is redrawn)."""
+    spec = _study_spec(SimConfig(devices=h_min, records=1000 * h_min, m=size, feature="quantized",
+                                 r=1, epsilon=EPSILON * shrink, secure_aggregation=True))
+    assert spec.assumptions.min_honest == h_min
+    total = sum(bounded_noise_share(spec) for _ in range(h_min))
+    return clean[:, None] + total.reshape(2, size)
+
+
+@pytest.mark.parametrize("shares", ["secagg", "validated"])
 @pytest.mark.parametrize("shrink", [1.0, math.sqrt(2)])
-def test_secure_aggregation_shares_audit(shrink):
-    """h_min = 5 shares of NB(1/5) − NB(1/5) carry exactly the study's ε (and √2 is caught)."""
+def test_secure_aggregation_shares_audit(shrink, shares):
+    """h_min = 5 shares of NB(1/5) − NB(1/5) carry exactly the study's ε (and √2 is caught);
+    so do the bounded shares of a validated study, drawn by the product's own function."""
     d, d_prime = _neighbours("quantized", "replace_one")
     mu = np.array([d.re[0], d.im[0]], dtype=np.float64)
     mu_prime = np.array([d_prime.re[0], d_prime.im[0]], dtype=np.float64)
     size = DRAWS["discrete_laplace"]
-    bound = _audit_laplace(_secure_releases(mu, 5, size, shrink),
-                           _secure_releases(mu_prime, 5, size, shrink), mu, mu_prime)
+    releases = _secure_releases if shares == "secagg" else _validated_releases
+    bound = _audit_laplace(releases(mu, 5, size, shrink), releases(mu_prime, 5, size, shrink),
+                           mu, mu_prime)
     assert (bound <= EPSILON) if shrink == 1.0 else (bound > EPSILON)
 
 

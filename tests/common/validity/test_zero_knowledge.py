@@ -1,11 +1,15 @@
 """Zero knowledge, statistically: what one aggregator sees of a report (its input share, its
 proof shares, the other aggregator's verifier shares, and so their sum) has the same
-distribution for two different valid inputs. Per coordinate, a two-sample chi-square test on 8
-equal bins of F_p over 1,200 reports per input; every p-value must stay above 10^-8 (with about
-200 coordinates, an honest construction fails with probability below 2·10^-6). Two wrong
-constructions, checked here as mutations, break it: an unmasked input share, and proofs
-without their random wire seeds (then the summed verifier's f(r) is a function of the input's
-bits: for x1 one wire's values are all 1 − 1 = 0, so f_R(r) = 0 every time)."""
+distribution for two different valid inputs. Per coordinate, two two-sample chi-square tests
+over 1,200 reports per input: on 8 equal bins of F_p (the value's top bits) and on its residue
+mod 8 (its low bits); every p-value must stay above 10^-8 (with about 200 coordinates, 400
+tests, an honest construction fails with probability below 4·10^-6, Bonferroni). Three wrong
+constructions, checked here as mutations, break it: an unmasked input share (the helper's
+share leaked to the coordinator); proofs without their random wire seeds (then the summed
+verifier's f(r) is a function of the input's bits: for x1 one wire's values are all 1 − 1 = 0,
+so f_R(r) = 0 every time); and shares that leak one bit of the input (the helper's seed redrawn
+until the coordinator's first input share has the parity of x_0: every report still verifies,
+and the top-bits test alone does not see it)."""
 
 from __future__ import annotations
 
@@ -41,19 +45,21 @@ def _views(x) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _smallest_p_value(first: np.ndarray, second: np.ndarray) -> float:
-    """The smallest p-value of the per-coordinate two-sample chi-square tests (a coordinate
-    constant and equal in both samples carries nothing and is skipped)."""
+    """The smallest p-value of the per-coordinate two-sample chi-square tests, on the top bits
+    and on the low bits (a coordinate constant and equal in both samples carries nothing and is
+    skipped)."""
     smallest = 1.0
     for column in range(first.shape[1]):
-        counts = np.array([np.bincount(sample[:, column] * BINS // P, minlength=BINS)
-                           for sample in (first, second)])
-        counts = counts[:, counts.sum(axis=0) > 0]
-        if counts.shape[1] == 1:
-            if not (first[:, column] == second[0, column]).all() or not (
-                    second[:, column] == second[0, column]).all():
-                return 0.0  # one value in both samples' bins, but not the same value
+        if (first[:, column] == first[0, column]).all() and (
+                second[:, column] == first[0, column]).all():
             continue
-        smallest = min(smallest, chi2_contingency(counts).pvalue)
+        for binned in (lambda v: v * BINS // P, lambda v: v % BINS):
+            counts = np.array([np.bincount(binned(sample[:, column]), minlength=BINS)
+                               for sample in (first, second)])
+            counts = counts[:, counts.sum(axis=0) > 0]
+            if counts.shape[1] == 1:
+                return 0.0  # one bin in both samples, but the values differ
+            smallest = min(smallest, chi2_contingency(counts).pvalue)
     return smallest
 
 
@@ -67,9 +73,18 @@ def test_views_of_two_valid_inputs_have_the_same_distribution():
     assert leader > 1e-8 and helper > 1e-8, (leader, helper)
 
 
-@pytest.mark.parametrize("mutation", ["unmasked_input_share", "no_wire_seeds"])
+@pytest.mark.parametrize("mutation", ["unmasked_input_share", "no_wire_seeds", "one_bit_leak"])
 def test_a_leaking_construction_is_detected(mutation, monkeypatch):
-    if mutation == "unmasked_input_share":
+    if mutation == "one_bit_leak":
+        shard = sharing.ProvenInput.shard
+
+        def leaky(self, x, nonce):
+            while True:  # a valid sharing whose leader input share carries x_0's parity
+                leader, helper = shard(self, x, nonce)
+                if leader.input[0] % 2 == int(x[0]) % P % 2:
+                    return leader, helper
+        monkeypatch.setattr(sharing.ProvenInput, "shard", leaky)
+    elif mutation == "unmasked_input_share":
         streams = sharing.ProvenInput._helper_streams
         monkeypatch.setattr(sharing.ProvenInput, "_helper_streams", lambda self, seed: (
             np.zeros_like(streams(self, seed)[0]), streams(self, seed)[1]))
