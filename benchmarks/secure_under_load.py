@@ -12,7 +12,7 @@ average when the run ended (:func:`os.getloadavg`), and, for a run that failed, 
 benchmarks/RESULTS.md's format, and a summary line: runs that exited 0, median and largest
 wall seconds, the load average range.
 
-The loops are killed on any exit of the script, an exception or Ctrl-C included. Run it on a
+The loops are killed on any exit of the script, an exception, Ctrl-C or SIGTERM included. Run it on a
 machine nobody else is using for timing, or say in the note what else ran.
 
 Usage: python benchmarks/secure_under_load.py [--loops 8] [--runs 20] [--timeout 3600]
@@ -129,6 +129,11 @@ def table(runs: list[Run], loops: int, args: list[str]) -> str:
     return "\n".join(rows)
 
 
+def _exit_on_term(signum: int, frame: object) -> None:
+    """SIGTERM ends the script as Ctrl-C does, so that its loops are killed too."""
+    raise SystemExit(128 + signum)
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     ours, sim = (argv[:argv.index("--")], argv[argv.index("--") + 1:]) if "--" in argv else (argv, [])
@@ -143,6 +148,7 @@ def main(argv: list[str] | None = None) -> int:
     args = sim or DEFAULT_ARGS
     if "--stage-timeout" in args or any(a.startswith("--stage-timeout=") for a in args):
         parser.error("the point is the default stage timeout: drop --stage-timeout")
+    previous = signal.signal(signal.SIGTERM, _exit_on_term)
     loops = start_loops(opts.loops)
     runs: list[Run] = []
     try:
@@ -153,6 +159,7 @@ def main(argv: list[str] | None = None) -> int:
                   flush=True)
     finally:
         stop_loops(loops)
+        signal.signal(signal.SIGTERM, previous)
     print(table(runs, opts.loops, args))
     return 0 if all(r.code == 0 for r in runs) else 1
 
