@@ -237,9 +237,11 @@ def cluster():
 #: The suite's longest files, longest first (seconds of one worker each, measured in a full run
 #: on the 2-core machine under load: 339, 198, 190, 159, 97, 93, 83, 77, 66, 62, 55, 50, 45, 45, 45,
 #: 45, 39, then under 35 each).
-#: ``--dist loadfile`` hands files to workers in collection order; these go first, so that the
-#: short files fill the workers at the end (longest-first scheduling) instead of one long file
-#: starting last and ending the run alone. A file missing from the list only runs in its place.
+#: ``--dist loadfile --no-loadscope-reorder`` (``make test``) hands files to workers in collection
+#: order; these go first, so that the short files fill the workers at the end (longest-first
+#: scheduling) instead of one long file starting last and ending the run alone. Without
+#: ``--no-loadscope-reorder`` pytest-xdist (3.x) re-sorts the files by their number of tests and
+#: this order is lost. A file missing from the list only runs in its place.
 LONGEST_FIRST = (
     "test_secure_void.py", "test_blas_kernels.py", "test_benchmarks.py", "test_doc_blocks.py",
     "test_round_processes.py", "test_secagg_round.py", "test_box_round_processes.py",
