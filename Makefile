@@ -25,7 +25,7 @@ test: export OPENBLAS_NUM_THREADS = 1
 test: $(STAMP)
 	$(PY) -m ruff check api common client server tests benchmarks examples
 	$(PY) -m fedsketch.server.decode.warm
-	$(PY) -m pytest -q -n 3 --dist loadfile
+	$(PY) -m pytest -q -n 3 --dist loadfile --no-loadscope-reorder
 
 bench: $(STAMP)
 	$(PY) benchmarks/run_all.py

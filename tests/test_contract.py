@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import functools
 import shutil
 import subprocess
 import sys
@@ -51,13 +52,22 @@ def module_name(root: Path, path: Path) -> str:
     return ".".join(["fedsketch", *parts])
 
 
+@functools.cache
+def import_nodes(text: str) -> tuple[ast.Import | ast.ImportFrom, ...]:
+    """The import statements of a module's source ``text``, at any depth of the file. Each
+    distinct text is parsed once: the checkers' own tests below run them on copies of the tree
+    that differ from it in one or two files (read only, so sharing the nodes is safe)."""
+    return tuple(node for node in ast.walk(ast.parse(text))
+                 if isinstance(node, (ast.Import, ast.ImportFrom)))
+
+
 def imports_of(root: Path, path: Path) -> set[str]:
     """Every module ``path`` imports, at any depth of the file (lazy imports included), with
     relative imports resolved against its package."""
     name = module_name(root, path)
     package = name if path.name == "__init__.py" else name.rsplit(".", 1)[0]
     found: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text())):
+    for node in import_nodes(path.read_text()):
         if isinstance(node, ast.ImportFrom):
             base = package.split(".")
             if node.level:
@@ -164,7 +174,7 @@ def import_graph(root: Path) -> dict[str, set[str]]:
     for name, path in modules.items():
         package = name if path.name == "__init__.py" else name.rsplit(".", 1)[0]
         edges = set()
-        for node in ast.walk(ast.parse(path.read_text())):
+        for node in import_nodes(path.read_text()):
             if isinstance(node, ast.ImportFrom):
                 base = package.split(".")[: len(package.split(".")) - node.level + 1] if node.level else []
                 target = ".".join([*base, *([node.module] if node.module else [])])
