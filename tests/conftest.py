@@ -237,8 +237,9 @@ def cluster():
 #: The suite's longest files, longest first (seconds of one worker each, measured in a full run
 #: on the 2-core machine under load: 339, 198, 190, 159, 97, 93, 83, 77, 66, 62, 55, 50, 45, 45, 45,
 #: 45, 39, then under 35 each). Re-placed from a full run's rusage CPU on 2 Dec 2026 (a lower bound
-#: on a file's time on a quiet machine): test_blas_kernels.py's child now takes about 63 CPU s (was
-#: 96-118), and four files that were missing take 31-37 CPU s each in the worker itself
+#: on a file's time on a quiet machine): test_blas_kernels.py's child then took about 63 CPU s (was
+#: 96-118; about 38 since tests/blas_measured.py's second measurement, 44 with its parent), and
+#: four files that were missing take 31-37 CPU s each in the worker itself
 #: (test_zero_knowledge.py, test_hostile_processes.py, test_audit.py, test_secagg.py).
 #: ``--dist loadfile --no-loadscope-reorder`` (``make test``) hands files to workers in collection
 #: order; these go first, so that the short files fill the workers at the end (longest-first
@@ -254,89 +255,6 @@ LONGEST_FIRST = (
     "test_secure_shared.py", "test_declared_budget.py", "test_refine_processes.py",
     "test_postgres_processes.py", "test_round0_processes.py", "test_deploy.py", "test_console_health.py",
 )
-
-
-#: Blas-marked tests that tests/test_blas_kernels.py does not run again under another OpenBLAS
-#: kernel (node ids; every test not listed is rerun). Measured on 2 Dec 2026 for the 73 costliest
-#: blas-marked tests (each ≥ 0.4 CPU s in a full run, the whole of test_ckm.py and
-#: test_ckm_planned.py, and test_kmeans.py's first 28): the values of every passing assert
-#: (pytest's assertion-pass hook) and every number among the test's locals at its return, under
-#: this CPU's SkylakeX kernels twice and under OPENBLAS_CORETYPE=Haswell once.
-#: _KERNEL_FREE: bit-identical under both kernels, so a rerun checks nothing new. _OS_RANDOM:
-#: different on two runs under the same kernel: the test draws its privacy noise from OS random
-#: bits, its bounds are set against that draw-to-draw spread, and a rerun under Haswell is one
-#: more draw, not a check of the kernel. Rerun: the 11 seeded tests whose values moved with the
-#: kernel (the Bingham samplers against rejection, PCA's utility ordering, the Gibbs subspace
-#: update, the estimator's and decode's fit of a mixture), the 2 whose asserts showed no number,
-#: and every test not measured. The child (tests/test_blas_kernels.py): 211 tests in 96.1 CPU s
-#: before, 151 in 63.0 after (rusage of the child pytest, one run each, load 6-9).
-_KERNEL_FREE = (
-    "tests/bench/test_bingham.py::test_theta_sampler_matches_quadrature[200.0-9]",
-    "tests/bench/test_ckm.py::test_ckm_centroids_seed_the_overseeded_run",
-    "tests/bench/test_ckm_planned.py::test_a_final_step_at_noise_is_skipped_and_a_useful_one_kept",
-    "tests/bench/test_ckm_planned.py::test_a_start_below_the_threshold_but_above_a_third_of_it_is_kept",
-    "tests/bench/test_ckm_planned.py::test_the_non_private_start_caps_its_decoder_work",
-    "tests/bench/test_compare.py::test_data_file_needs_a_box_and_strict_refuses_outliers",
-    "tests/bench/test_compare.py::test_table_shows_the_title_and_every_method_in_full",
-    "tests/bench/test_kmeans.py::test_classical_split_sums_to_eps_t_with_one_shared_scale",
-    "tests/bench/test_kmeans.py::test_dplloyd_budget_spends_eps_over_t_per_iteration[add_remove]",
-    "tests/bench/test_kmeans.py::test_dplloyd_budget_spends_eps_over_t_per_iteration[replace_one]",
-    "tests/bench/test_kmeans.py::test_su_budget_iteration_rule_and_totals[add_remove-100000-3]",
-    "tests/bench/test_kmeans.py::test_su_budget_iteration_rule_and_totals[add_remove-10000000-7]",
-    "tests/bench/test_kmeans.py::test_su_budget_iteration_rule_and_totals[replace_one-100-2]",
-    "tests/bench/test_kmeans.py::test_su_budget_iteration_rule_and_totals[replace_one-100000-2]",
-    "tests/bench/test_kmeans.py::test_su_budget_iteration_rule_and_totals[replace_one-10000000-7]",
-    "tests/bench/test_kmeans.py::test_su_split_gives_the_count_the_cube_root_factor[100]",
-    "tests/bench/test_kmeans.py::test_su_split_gives_the_count_the_cube_root_factor[10]",
-    "tests/bench/test_kmeans.py::test_su_split_gives_the_count_the_cube_root_factor[2]",
-    "tests/bench/test_kmeans.py::test_su_split_gives_the_count_the_cube_root_factor[5]",
-    "tests/decode/test_clompr.py::test_step5_gradient_matches_finite_differences",
-)
-_OS_RANDOM = (
-    "tests/bench/test_ckm.py::test_ckm_lloyd_seeds_its_run_with_the_start_it_paid_for",
-    "tests/bench/test_ckm.py::test_ckm_without_noise_says_it_gives_no_privacy",
-    "tests/bench/test_ckm.py::test_final_step_keeps_cells_at_noise_level_and_moves_the_others",
-    "tests/bench/test_ckm.py::test_non_private_pipeline_is_kind_none_and_near_the_reference",
-    "tests/bench/test_ckm.py::test_the_three_releases_spend_exactly_epsilon[add_remove]",
-    "tests/bench/test_ckm.py::test_the_three_releases_spend_exactly_epsilon[replace_one]",
-    "tests/bench/test_ckm_planned.py::"
-    "test_a_hopeless_start_is_skipped_and_its_epsilon_goes_to_lloyd[add_remove]",
-    "tests/bench/test_ckm_planned.py::"
-    "test_a_hopeless_start_is_skipped_and_its_epsilon_goes_to_lloyd[replace_one]",
-    "tests/bench/test_ckm_planned.py::test_a_start_the_sketch_can_carry_is_kept",
-    "tests/bench/test_compare.py::test_a_relative_sse_above_two_never_comes_without_a_warning",
-    "tests/bench/test_compare.py::test_ckm_rows_say_when_their_centroids_are_noise",
-    "tests/bench/test_compare.py::test_kmeans_family_rows_and_plot",
-    "tests/bench/test_kmeans.py::test_colored_draws_have_the_planned_covariance",
-    "tests/bench/test_kmeans.py::test_dplloyd_laplace_scale_matches_formula[add_remove]",
-    "tests/bench/test_kmeans.py::test_dplloyd_laplace_scale_matches_formula[replace_one]",
-    "tests/bench/test_kmeans.py::test_every_privacy_draw_reads_the_exact_samplers_bits[colored]",
-    "tests/bench/test_kmeans.py::test_every_privacy_draw_reads_the_exact_samplers_bits[dplloyd-su-overseed]",
-    "tests/bench/test_kmeans.py::test_every_privacy_draw_reads_the_exact_samplers_bits[dplloyd-su]",
-    "tests/bench/test_kmeans.py::test_every_privacy_draw_reads_the_exact_samplers_bits[dplloyd]",
-    "tests/bench/test_kmeans.py::test_every_privacy_draw_reads_the_exact_samplers_bits[white]",
-    "tests/bench/test_kmeans.py::test_noisy_stats_noise_empty_clusters",
-    "tests/bench/test_kmeans.py::test_overseed_escapes_the_local_optima_of_su",
-    "tests/bench/test_kmeans.py::test_overseed_is_no_worse_than_the_box_centre_when_noise_swamps_it",
-    "tests/bench/test_kmeans.py::test_runs_spend_what_their_trace_says[dplloyd-add_remove]",
-    "tests/bench/test_kmeans.py::test_runs_spend_what_their_trace_says[dplloyd-replace_one]",
-    "tests/bench/test_kmeans.py::test_runs_spend_what_their_trace_says[dplloyd-su-add_remove]",
-    "tests/bench/test_kmeans.py::test_runs_spend_what_their_trace_says[dplloyd-su-overseed-add_remove]",
-    "tests/bench/test_kmeans.py::test_runs_spend_what_their_trace_says[dplloyd-su-overseed-replace_one]",
-    "tests/bench/test_kmeans.py::test_runs_spend_what_their_trace_says[dplloyd-su-replace_one]",
-    "tests/bench/test_kmeans.py::test_su_at_eps_1_is_close_to_the_reference[add_remove]",
-    "tests/bench/test_kmeans.py::test_su_at_eps_1_is_close_to_the_reference[replace_one]",
-    "tests/bench/test_kmeans.py::test_su_beats_plain_dplloyd_at_small_eps",
-    "tests/bench/test_kmeans.py::test_su_laplace_scales_match_formula[add_remove]",
-    "tests/bench/test_kmeans.py::test_su_laplace_scales_match_formula[replace_one]",
-    "tests/bench/test_kmeans.py::test_su_noisy_count_only_under_add_remove",
-    "tests/bench/test_kmeans.py::test_white_sigma_matches_formula_and_draws[add_remove]",
-    "tests/bench/test_kmeans.py::test_white_sigma_matches_formula_and_draws[replace_one]",
-    "tests/bench/test_pca.py::test_mod_sulq_noise_scale_matches_the_formula",
-    "tests/bench/test_subspace.py::test_sulq_degrades_with_dimension",
-    "tests/bench/test_subspace.py::test_utility_ordering_on_paper_data",
-)
-BLAS_NOT_RERUN = _KERNEL_FREE + _OS_RANDOM
 
 
 def pytest_collection_modifyitems(session, config, items):

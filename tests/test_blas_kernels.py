@@ -8,8 +8,9 @@ machine checks what an AVX2 and an AVX-512 machine would see. The kernel the sui
 runs on is skipped (the suite is that run), and so is a kernel the CPU cannot execute. The child
 collects only the files that mark tests ``blas`` (the mark is spelt ``mark.blas``), not the whole
 suite; in a run that collected the marked tests, the test checks that their files are among them.
-The tests of ``conftest.BLAS_NOT_RERUN`` are left out of the child (deselected by node id): measured,
-their asserted values do not move with the kernel (see there), so a rerun checks nothing new.
+The tests of ``blas_measured.BLAS_NOT_RERUN`` are left out of the child (deselected by node id):
+measured, their asserted values do not move with the kernel (see there), so a rerun checks nothing
+new.
 """
 
 from __future__ import annotations
@@ -72,7 +73,7 @@ def test_blas_marked_modules_pass_under_kernel(kernel, tmp_path, request):
     probe = subprocess.run([sys.executable, "-c", PROBE], env=env, capture_output=True, text=True,
                            check=True)
     assert json.loads(probe.stdout) == [kernel], probe.stdout  # the override took effect
-    from conftest import BLAS_NOT_RERUN
+    from blas_measured import BLAS_NOT_RERUN
 
     collected = {item.nodeid for item in request.session.items}
     seen = {nodeid.split("::")[0] for nodeid in collected}
