@@ -9,8 +9,6 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
-from rich.table import Table
 
 from fedsketch.common.choices import (
     BLIND_ROUND_SHARE,
@@ -167,6 +165,9 @@ def simulate_command(
     if report["relative_sse"] is None:  # a hostile run whose study failed: nothing published
         typer.echo(f"the study failed, nothing was published: {report['hostile']['study_failed']}")
         return
+    from rich.console import Console  # rich loads here, not when the CLI starts
+    from rich.table import Table
+
     table = Table(title=f"{cfg.devices} devices, {cfg.records:,} records, k = {cfg.k}, "
                         f"d = {cfg.d}, m = {report['config']['m']}"
                         f"{' (planned)' if cfg.m is None else ''}, {cfg.feature}, "
