@@ -21,9 +21,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
-from rich.console import Console
-from rich.markup import escape
-from rich.table import Table
 
 from fedsketch.client.ledger_records import LedgerError, check_budget
 from fedsketch.client.ledger_schema import DEFAULT_SOURCE
@@ -249,6 +246,8 @@ def _state(spend: Spend, void: Void | None = None) -> str:
 
 def _shown(text: str | None) -> str:
     """``text`` safe for a rich table: :func:`~fedsketch.common.cli.printable`, markup escaped."""
+    from rich.markup import escape
+
     return escape(printable(text))
 
 
@@ -341,6 +340,10 @@ def device_budget(
                                "reserved": held, "kept": kept, "spends": rows, "studies": studies,
                                "history": log_rows}))
         return
+    from rich.console import Console  # rich loads here: `device run` does not need it
+    from rich.markup import escape
+    from rich.table import Table
+
     console = Console()
     table = Table(title=escape(f"budget of {ledger}"))
     for col in ("source", "ε budget", "ε spent", "ε left", "δ budget", "δ spent"):

@@ -8,10 +8,6 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich import box
-from rich.console import Console
-from rich.markup import escape
-from rich.table import Table
 
 from fedsketch.common.cli import ColumnsOpt, HeaderOpt, JsonOpt, open_data
 from fedsketch.server.cli.errors import clean_errors
@@ -63,7 +59,11 @@ def compare_command(
     """Every method at every ε on one dataset: median [IQR] of the family's utility metric."""
     # the bench (every mechanism family) loads only when compare runs, not at CLI start-up
     import numpy as np
+    from rich import box
+    from rich.console import Console
+    from rich.markup import escape
     from rich.progress import Progress
+    from rich.table import Table
 
     from fedsketch.common.data.dataio import load_all
     from fedsketch.server.bench.compare import (

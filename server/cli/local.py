@@ -12,12 +12,11 @@ import json
 import math
 from collections.abc import Iterator
 from dataclasses import replace
+from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
-from rich.console import Console
-from rich.table import Table
 
 from fedsketch.common.choices import DEFAULT_R, FEATURES, LAWS, NEIGHBOURING, UNPLANNED_M
 from fedsketch.common.cli import ColumnsOpt, HeaderOpt, JsonOpt, ScaleRangeOpt, open_data
@@ -27,11 +26,21 @@ from fedsketch.server.cli.options import parse_range, parse_scale
 
 if TYPE_CHECKING:  # numpy, scipy and the mechanisms load inside the commands that use them
     import numpy as np
+    from rich.console import Console
     from rich.progress import Progress
 
 synth_app = typer.Typer(cls=TidyGroup, no_args_is_help=True, help="Generate synthetic datasets.")
 
-err = Console(stderr=True)
+
+@cache
+def err() -> Console:
+    """The command's one rich console on stderr, for its lines and its progress bars (rich loads
+    on first use, not when the CLI starts)."""
+    from rich.console import Console
+
+    return Console(stderr=True)
+
+
 Quiet = Annotated[bool, typer.Option("--quiet", "-q", help="No progress bars.")]
 
 
@@ -44,7 +53,7 @@ def progress_bar(quiet: bool) -> Progress:
         BarColumn(),
         TextColumn("{task.completed:,.0f}/{task.total:,.0f}"),
         TimeRemainingColumn(),
-        console=err,
+        console=err(),
         disable=quiet,
         transient=True,
     )
@@ -97,7 +106,7 @@ def synth_gmm(
         write_npy_stream(out, n, d, records())
         if labels is not None:
             np.save(labels, np.concatenate(all_labels))
-        err.print(f"wrote {out}: {n:,} records, d = {d}, k = {k}, separation {separation}")
+        err().print(f"wrote {out}: {n:,} records, d = {d}, k = {k}, separation {separation}")
     if as_json:
         typer.echo(json.dumps({"out": str(out), "labels": None if labels is None else str(labels),
                                "n": n, "d": d, "k": k, "separation": separation, "seed": seed,
@@ -194,18 +203,19 @@ def sketch(
                                          feature=feature, reads=reads)
             plan = replace(plan, m=size.m, privacy=PrivacySpec(rest, delta, neighbouring))
             spent = "" if rest == eps_total else f" (its noisy count spent ε = {eps_total - rest:.4g})"
-            err.print(f"m = {size.m} planned for k = {k}{spent}: {size.reason}")
+            err().print(f"m = {size.m} planned for k = {k}{spent}: {size.reason}")
         tally = Tally()
         with progress_bar(quiet) as bar:
             task = bar.add_task("sketching", total=source.n)
             made = plan.run(source.chunks, box, d=source.d, tally=tally,
                             progress=lambda rows: bar.advance(task, rows))
         if isinstance(made.box, PrivateBox):
-            err.print(f"bounds auto: {made.box.explanation}")
+            err().print(f"bounds auto: {made.box.explanation}")
         if made.calibration is not None:
             cal = made.calibration
-            err.print(f"scale auto: {cal.explanation}{cal.advice('--scale σ', '--bounds', '--scale-range')} "
-                      f"(spent ε = {cal.epsilon:.4g} of {eps_total:.4g})")
+            advice = cal.advice('--scale σ', '--bounds', '--scale-range')
+            err().print(f"scale auto: {cal.explanation}{advice} "
+                        f"(spent ε = {cal.epsilon:.4g} of {eps_total:.4g})")
         written = made.to_file()
         if size is not None and rest < eps_total:  # the plan's noisy count, spent too
             written = replace(written, epsilon_spent=written.epsilon_spent + eps_total - rest)
@@ -214,9 +224,9 @@ def sketch(
         noise = ", ".join(f"{t.law}({t.scale:.3g}) on {t.target}" for t in release.noise)
         count = (f"n = {release.n:,}" if neighbouring == "replace_one"
                  else f"noisy n = {release.n:,} (the released count)")
-        err.print(f"wrote {out}: {count}, m = {plan.m}, r = {made.spec.r}, noise: {noise or 'none'}")
+        err().print(f"wrote {out}: {count}, m = {plan.m}, r = {made.spec.r}, noise: {noise or 'none'}")
         if tally.clipped:
-            err.print(f"note: {tally.clipped:,} of {tally.records:,} records lay outside the box "
+            err().print(f"note: {tally.clipped:,} of {tally.records:,} records lay outside the box "
                       "and were clipped into it (this count is not private; it is not stored)")
     if as_json:
         typer.echo(json.dumps({
@@ -283,6 +293,9 @@ def _show_decoding(out: dict, as_json: bool) -> None:
         return
     k = len(out["weights"])
     title = f"{k} centroids (sketch residual {out['residual']:.4g}; {out['verdict']['status']})"
+    from rich.console import Console
+    from rich.table import Table
+
     table = Table(title=title)
     table.add_column("weight", justify="right")
     table.add_column("centroid")

@@ -16,8 +16,6 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.console import Console
-from rich.table import Table
 
 from fedsketch.common.cli import CaOpt, InsecureOpt, JsonOpt, Target
 from fedsketch.common.pb import fedsketch_pb2 as pb
@@ -66,6 +64,9 @@ def study_summary(s: pb.Study, parents: dict[str, dict] | None = None) -> dict[s
 def _table(columns: tuple[str, ...], rows: list[tuple[str, ...]], title: str | None = None) -> None:
     """A table on stdout; when stdout is no terminal (a pipe, a file), 200 columns wide, so that
     ids and times are never cut."""
+    from rich.console import Console  # rich loads here, not when the CLI starts
+    from rich.table import Table
+
     table = Table(title=title)
     for column in columns:
         table.add_column(column)

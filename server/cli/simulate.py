@@ -9,8 +9,6 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
-from rich.table import Table
 
 from fedsketch.common.choices import (
     BLIND_ROUND_SHARE,
@@ -119,14 +117,12 @@ def simulate_command(
     The records are paper 004's mixture (docs/REFERENCES.md), or a data file of yours (--data,
     with the public box --bounds and the scale --scale), dealt out to the devices by
     --partition."""
-    from fedsketch.server.bench.metrics import RELATIVE_SSE_MEANING
     from fedsketch.server.cli.bounds import parse_bounds
     from fedsketch.server.cli.options import parse_range, parse_scale
     from fedsketch.server.sim.config import SimConfig
-    from fedsketch.server.sim.simulate import EXPECTED_ERRORS, file_data, run_simulation
 
-    with clean_errors(*EXPECTED_ERRORS):
-        pooled, box = None, None
+    with clean_errors():  # the arguments, before the simulator (grpc, the coordinator) loads
+        pooled, box, source = None, None, None
         if data is None:
             if bounds is not None:
                 raise ValueError("--bounds sets the box of a --data file; the synthetic mixture's "
@@ -142,6 +138,10 @@ def simulate_command(
             if scale is None:
                 raise ValueError("--data needs the study's public scale --scale σ (data units; "
                                  "see --help)")
+    from fedsketch.server.sim.simulate import EXPECTED_ERRORS, file_data, run_simulation
+
+    with clean_errors(*EXPECTED_ERRORS):
+        if source is not None:
             pooled = file_data(source, k, seed)
             records, d = pooled.x.shape
             if bounds != "auto" or Path(bounds).is_file():  # auto: the study's box round
@@ -167,6 +167,11 @@ def simulate_command(
     if report["relative_sse"] is None:  # a hostile run whose study failed: nothing published
         typer.echo(f"the study failed, nothing was published: {report['hostile']['study_failed']}")
         return
+    from rich.console import Console  # rich loads here, not when the CLI starts
+    from rich.table import Table
+
+    from fedsketch.server.bench.metrics import RELATIVE_SSE_MEANING
+
     table = Table(title=f"{cfg.devices} devices, {cfg.records:,} records, k = {cfg.k}, "
                         f"d = {cfg.d}, m = {report['config']['m']}"
                         f"{' (planned)' if cfg.m is None else ''}, {cfg.feature}, "

@@ -56,7 +56,7 @@ def test_box_round_as_processes_resends_after_a_kill_and_charges_once(coordinato
             c.kill()  # SIGKILL: the restarted coordinator reads the box round back, once
             c.start()
             restarted = True
-        if c.op("result", study, check=False).returncode == 0:
+        if c.has_result(study):
             break
     assert restarted
     assert stored(c, study)[Ledger(ledgers[2]).identity().device_id] == committed.payload

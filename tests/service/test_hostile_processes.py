@@ -48,9 +48,8 @@ def test_a_hostile_secure_input_fails_the_study_with_real_processes(coordinator,
     agent.ensure_enrolled(c.target, tokens[3], "h")
     try:
         stop = time.monotonic() + 300
-        while (state := (status := json.loads(c.op("status", study, "--json").stdout))["state"]) \
-                not in ("DONE", "FAILED"):
-            assert time.monotonic() < stop, (status, [p.poll() for p in daemons])
+        while (state := c.state(study)) not in ("DONE", "FAILED"):  # in-process: no CLI per pass
+            assert time.monotonic() < stop, (state, [p.poll() for p in daemons])
             agent.step()
             time.sleep(0.1)
     finally:
@@ -66,5 +65,6 @@ def test_a_hostile_secure_input_fails_the_study_with_real_processes(coordinator,
         return
     assert state == "FAILED" and result.returncode == 1
     status = json.loads(c.op("status", study, "--json").stdout)
+    assert status["state"] == "FAILED"
     for said in (status["detail"], result.stderr):
         assert "the aggregate is out of range: the secure sum of 4 devices" in said, said

@@ -10,7 +10,7 @@ import math
 
 import pytest
 import test_round_processes as processes
-from test_round_processes import device, wait_done
+from test_round_processes import device, wait_result
 
 from fedsketch.common.study.planner import noise_variance
 from fedsketch.common.study.study import StudySpec
@@ -79,8 +79,7 @@ def test_result_says_how_much_of_the_residual_is_noise(coordinator, tmp_path, de
         for _ in range(2):
             for i in range(3):
                 device(coordinator, device_files[i], tmp_path / f"l{i}", tokens.pop(0) if tokens else None)
-        wait_done(coordinator, study)
-        res = coordinator.op("result", study)
+        res = wait_result(coordinator, study)
         out = json.loads(res.stdout)
         store = open_store(coordinator.db)
         spec = StudySpec.from_json(store.get_study(study).spec_json)
