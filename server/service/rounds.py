@@ -178,7 +178,8 @@ class Rounds:
 
     def begin(self, study_id: str, start: StudyResult) -> None:
         """Open round 1 from the decoded sketch ``start``."""
-        self._open(study_id, 1, first_centroids(self.spec(study_id), start.centroids),
+        self._open(study_id, 1, first_centroids(self.spec(study_id), start.centroids,
+                                                start.records, start.devices),
                    start.to_dict())
 
     def decode(self, round_id: str, rnd: RoundSpec) -> None:
@@ -264,7 +265,8 @@ class Rounds:
                 log.info("study %s published after its sketch round", study_id)
                 return
             if not self._rounds(study_id):
-                self._open(study_id, 1, first_centroids(spec, np.array(start["centroids"])), start)
+                self._open(study_id, 1, first_centroids(spec, np.array(start["centroids"]),
+                                                        start["records"], start["devices"]), start)
                 return
         rounds = self._rounds(study_id)
         if not rounds or rounds[-1][1].state not in ENDED:

@@ -57,7 +57,7 @@ def study(seed: int) -> StudySpec:
 def refined(x: np.ndarray, spec: StudySpec, start: np.ndarray) -> np.ndarray:
     """The study's rounds from ``start`` on the records' exact cell statistics."""
     box = Box(np.array(spec.lo), np.array(spec.hi))
-    centres = first_centroids(spec, start)
+    centres = first_centroids(spec, start, float(len(x)), 1)
     for t in range(1, spec.refine.rounds + 1):
         rnd = RoundSpec("st-far", "0" * 64, t, tuple(map(tuple, centres)), spec.min_devices, None,
                         radius=spec.refine.radius)

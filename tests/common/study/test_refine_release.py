@@ -191,9 +191,9 @@ def test_the_first_rounds_spare_centres_are_packed_within_the_radius_of_the_box_
     region (not bunched); T = 1 publishes the sketch's alone."""
     spec = study_spec(refine=RefineSpec((0.1,) * 3, radius=0.25))
     start = np.array([[9.0, 9.0, 9.0], [-9.0, 0.0, 0.0], [0.0, 0.0, 0.0]])
-    first = first_centroids(spec, start)
+    first = first_centroids(spec, start, 10_000.0, 4)
     assert first.shape == (OVERSEED * 3, 3) and np.array_equal(first[:3], start)
     spare = first[3:]
     assert np.abs(spare).max() <= 2.5 and np.abs(spare).max(axis=0).min() > 1.25
     assert np.array_equal(first_centroids(replace(spec, refine=RefineSpec((0.1,), radius=0.25)),
-                                          start), start)
+                                          start, 10_000.0, 4), start)
