@@ -18,6 +18,8 @@ from fedsketch.common.pb import fedsketch_pb2 as pb
 from fedsketch.common.study.refine import CELLS_KIND, RefineSpec, RoundSpec, decode_cells
 from fedsketch.common.study.study import spec_sha256
 from fedsketch.server.bench.metrics import sklearn_kmeans_centroids, split, sse_per_n
+from fedsketch.server.decode.overseed import OVERSEED_MAX
+from fedsketch.server.decode.refine import overseed_factor
 
 
 @pytest.fixture(scope="module")
@@ -68,7 +70,12 @@ def test_two_rounds_refine_the_sketch_and_every_device_spends_each_once(coordina
         assert all(s.kind == CELLS_KIND for s in spends[1:])
         assert spends[0].spec_sha256 == study.spec_sha256
     shapes = [RoundSpec.from_json(row.spec_json).shape for row in rounds]
-    assert shapes == [(15, 3), (3, 3)]  # over-seeded 5k, then the last step on k
+    # Round 1 over-seeded with f·k centres, f from the sketch round's public Σn and the rounds'
+    # noise (60,000 records over 4 devices at ε = 2 hold far more than 100 noise scales a cell:
+    # f = OVERSEED_MAX); then the last step on k.
+    factor = overseed_factor(spec, float(len(data)), 4)
+    assert factor == OVERSEED_MAX
+    assert shapes == [(factor * 3, 3), (3, 3)]
     for row, shape in zip(rounds, shapes, strict=True):
         for c in r.store.contributions(row.study_id):
             counts, _ = decode_cells(c.payload, *shape)
