@@ -4,6 +4,7 @@ and driven through the operator CLI."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -11,6 +12,7 @@ import sqlite3
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import grpc
@@ -78,21 +80,23 @@ class CoordinatorProcess:
     def create(self, spec) -> str:
         """Create the study ``spec`` (a StudySpec) over the operator's gRPC service, as
         ``create-study`` does without starting a process; its id."""
-        channel = secure_channel(self.target, self.certs / "ca.pem")
-        try:
-            return pb_grpc.OperatorStub(channel).CreateStudy(
-                pb.CreateStudyRequest(spec_json=spec.to_json()), timeout=60,
-                metadata=(("authorization", f"Bearer {self.token_file.read_text().strip()}"),)).study_id
-        finally:
-            channel.close()
+        with self._operator() as operator:
+            return operator.CreateStudy(pb.CreateStudyRequest(spec_json=spec.to_json()), timeout=60,
+                                        metadata=self._meta()).study_id
 
     def state(self, study: str) -> str:
         """The study's state by name ("OPEN" … "DONE", "FAILED", as ``status --json`` says it),
         from the operator's ShowStudy in this process: a test that polls it spawns no process."""
+        with self._operator() as operator:
+            return pb.StudyState.Name(operator.ShowStudy(
+                pb.StudyRef(study_id=study), timeout=30, metadata=self._meta()).state)
+
+    @contextlib.contextmanager
+    def _operator(self) -> Iterator[pb_grpc.OperatorStub]:
+        """The operator's stub over a TLS channel of its own, closed afterwards."""
         channel = secure_channel(self.target, self.certs / "ca.pem")
         try:
-            return pb.StudyState.Name(pb_grpc.OperatorStub(channel).ShowStudy(
-                pb.StudyRef(study_id=study), timeout=30, metadata=self._meta()).state)
+            yield pb_grpc.OperatorStub(channel)
         finally:
             channel.close()
 
@@ -102,15 +106,12 @@ class CoordinatorProcess:
     def has_result(self, study: str) -> bool:
         """Whether the operator's GetResult answers for ``study`` now (any refusal or a
         coordinator that is down: not yet), over a channel of its own."""
-        channel = secure_channel(self.target, self.certs / "ca.pem")
         try:
-            pb_grpc.OperatorStub(channel).GetResult(
-                pb.StudyRef(study_id=study), timeout=30, metadata=self._meta())
-            return True
+            with self._operator() as operator:
+                operator.GetResult(pb.StudyRef(study_id=study), timeout=30, metadata=self._meta())
         except grpc.RpcError:
             return False
-        finally:
-            channel.close()
+        return True
 
     def kill(self) -> None:
         self.proc.send_signal(signal.SIGKILL)
