@@ -140,10 +140,15 @@ def _cli(*args: str) -> dict:
 
 def test_sketch_with_bounds_auto_then_decode_without_bounds(tmp_path):
     """``sketch --bounds auto`` spends its box's share of ε (in the file's ε), stores the box,
-    and ``decode`` takes it from the file; the centroids land inside it, near k-means'."""
+    and ``decode`` takes it from the file; the centroids land inside it, near k-means'.
+
+    The margin comes from the measured spread (the noise is OS bits, not seeded): with 24,000
+    records a cluster, a centroid's first coordinate is off by 0.19 ± 1.43 (300 runs), so 10 is
+    6.9 standard deviations; the second is off by 10.6 ± 1.2, largest 14.4, against 60. With 8,000
+    a cluster it was 0.05 ± 3.78 (1,000 runs) and a bound of 10 failed 2.4 % of runs."""
     rng = np.random.default_rng(4)
     centres = np.array([[300.0, 500.0], [330.0, 2500.0], [270.0, 4000.0]])
-    x = np.concatenate([c + rng.normal(0, [5.0, 150.0], (8000, 2)) for c in centres])
+    x = np.concatenate([c + rng.normal(0, [5.0, 150.0], (24000, 2)) for c in centres])
     np.save(tmp_path / "x.npy", x)
     made = _cli("sketch", str(tmp_path / "x.npy"), "--out", str(tmp_path / "s.npz"), "--epsilon", "2",
                 "--bounds", "auto", "--box-fraction", "0.2", "--m", "200", "--r", "200")
@@ -155,7 +160,7 @@ def test_sketch_with_bounds_auto_then_decode_without_bounds(tmp_path):
     assert stored.box == box and stored.epsilon_spent == pytest.approx(2.0)
     out = _cli("decode", str(tmp_path / "s.npz"), "--k", "3", "--seed", "1")
     got = np.array(sorted(out["centroids"], key=lambda c: c[1]))
-    assert np.all(np.abs(got - centres) < [10, 300]), got
+    assert np.all(np.abs(got - centres) < [10, 60]), got
 
 
 def test_bounds_auto_at_epsilon_inf_is_the_data_range(tmp_path):
