@@ -26,13 +26,20 @@ PLACEHOLDER_RANGE = (RANGE_PER_HALF_WIDTH[0] * WIDEST, RANGE_PER_HALF_WIDTH[1] *
 def split_box(epsilon: float, fraction: float = BOX_ROUND_FRACTION, derive_range: bool = True,
               round_seconds: float = ROUND_SECONDS) -> tuple[BoxPlan, float]:
     """(the box round's plan, the ε left for the rest of the study) for devices that spend
-    ``epsilon`` in all; ValueError for a fraction outside (0, 1) or an ε not finite and > 0."""
+    ``epsilon`` in all; ValueError as :func:`check_split`."""
+    check_split(epsilon, fraction)
+    return (BoxPlan(fraction * epsilon, round_seconds=round_seconds, derive_range=derive_range),
+            (1 - fraction) * epsilon)
+
+
+def check_split(epsilon: float, fraction: float) -> None:
+    """ValueError for a box round's ``fraction`` of ε outside (0, 1) or an ``epsilon`` not finite
+    and > 0: what :func:`split_box` refuses, checked by ``simulate`` before its simulator (and
+    scikit-learn, about 3 CPU s) loads."""
     if not 0 < fraction < 1:
         raise ValueError(f"the box round's share of ε must be in (0, 1), got {fraction!r}")
     if not (math.isfinite(epsilon) and epsilon > 0):
         raise ValueError(f"--bounds auto needs a finite epsilon > 0, got {epsilon!r}")
-    return (BoxPlan(fraction * epsilon, round_seconds=round_seconds, derive_range=derive_range),
-            (1 - fraction) * epsilon)
 
 
 def widest(d: int) -> tuple[list[float], list[float]]:

@@ -138,6 +138,10 @@ def simulate_command(
             if scale is None:
                 raise ValueError("--data needs the study's public scale --scale σ (data units; "
                                  "see --help)")
+            if bounds == "auto" and not Path(bounds).is_file():
+                from fedsketch.common.study.box_split import check_split
+
+                check_split(epsilon, box_fraction)
     from fedsketch.server.sim.simulate import EXPECTED_ERRORS, file_data, run_simulation
 
     with clean_errors(*EXPECTED_ERRORS):
