@@ -4,6 +4,7 @@ PostgreSQL server for the session with a fresh database per test (:mod:`pgtest`)
 from __future__ import annotations
 
 import hashlib
+import os
 import subprocess
 import sys
 import time
@@ -33,6 +34,20 @@ from fedsketch.server.store import Store, open_store
 OPERATOR_TOKEN = "test-operator-token"
 META = (("authorization", f"Bearer {OPERATOR_TOKEN}"),)
 
+
+
+@pytest.fixture(autouse=True)
+def _grpc_verbosity_restored():
+    """The CLI sets GRPC_VERBOSITY=NONE in its own process for the processes it starts; a test
+    that runs the CLI in the test's process (typer's CliRunner) would pass it on to every later
+    test's subprocess in the same worker, and a test that a process silences gRPC by itself would
+    then pass whatever the product does. Each test leaves it as it found it."""
+    before = os.environ.get("GRPC_VERBOSITY")
+    yield
+    if before is None:
+        os.environ.pop("GRPC_VERBOSITY", None)
+    else:
+        os.environ["GRPC_VERBOSITY"] = before
 
 @pytest.fixture(scope="session")
 def certs(tmp_path_factory) -> CertPaths:

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import subprocess
 from pathlib import Path
 
@@ -49,12 +48,10 @@ NEW_EXAMPLE = ("--d", "10", "--k", "10", "--bounds", "-15:15", "--scale", "2", "
 
 def op(c: CoordinatorProcess, *args: str, check: bool = True) -> subprocess.CompletedProcess:
     """``c.op(*args)`` (``fedsketch coordinator ARGS`` with the coordinator's flags) run in this
-    process; its exit status, stdout and stderr as ``c.op`` returns them. GRPC_VERBOSITY, which
-    the CLI sets for the processes it would start, is as it was afterwards: the later tests'
-    processes must show that they silence gRPC themselves."""
+    process; its exit status, stdout and stderr as ``c.op`` returns them."""
     res = CliRunner().invoke(app, ["coordinator", args[0], "--coordinator", c.target, "--ca",
                                    str(c.certs / "ca.pem"), "--token-file", str(c.token_file),
-                                   *args[1:]], env={"GRPC_VERBOSITY": os.environ.get("GRPC_VERBOSITY")})
+                                   *args[1:]])
     if check:
         assert res.exit_code == 0, (res.stderr, res.exception)
     return subprocess.CompletedProcess(args, res.exit_code, res.stdout, res.stderr)
