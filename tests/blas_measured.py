@@ -14,17 +14,20 @@ locals, the sketch's noisy sums (this version of the plugin masks the basetemp).
 
 _KERNEL_FREE: bit-identical under both kernels, so a rerun checks nothing new. _OS_RANDOM:
 different on two runs under the same kernel, the numbers that differ being the release's own
-(centroids, noisy counts, fitted scales): the test draws its privacy noise from OS random bits,
-its bounds are set against that draw-to-draw spread, and a rerun under Haswell is one more draw,
-not a check of the kernel. Rerun (41 tests): the seeded tests whose values moved with the kernel
-(the Bingham samplers against rejection, PCA's utility ordering and its samplers, the Gibbs
-subspace update, the estimator's and decode's fit of a mixture, CL-OMPR's mixture and gradient
-checks, the colored Gaussian's constraints, the subspace distances and the scale calibration's
-noise formula), the 2 whose asserts and locals showed no number, and 2 whose runs differed for
-a reason other than the noise (a wall-clock "seconds" field in test_compare's norm-bound rows; an
-assert beyond the stored text in test_kmeans' converged clusters). The child: 211 tests in 96.1
-CPU s before any was left out, 151 after the first 60 (63.0 CPU s), 41 after these (about 38 CPU
-s; the whole of tests/test_blas_kernels.py 65.7 -> 44.4 CPU s with its parent pytest).
+(centroids, noisy counts, fitted scales): the test draws its privacy noise from OS random bits, its
+bounds are set against that draw-to-draw spread, and a rerun under Haswell is one more draw, not a
+check of the kernel. _WIDE_MARGIN: values that move with the kernel, but with a margin to every
+bound of many times both the kernel's move and the test's own measured spread (each entry says its
+numbers): a kernel could change the outcome only as rarely as a fresh sample would. Rerun (40
+tests): the seeded tests whose values moved with the kernel (the Bingham samplers against
+rejection, PCA's samplers, the Gibbs subspace update, the estimator's and decode's fit of a
+mixture, CL-OMPR's mixture and gradient checks, the colored Gaussian's constraints, the subspace
+distances and the scale calibration's noise formula), the 2 whose asserts and locals showed no
+number, and 2 whose runs differed for a reason other than the noise (a wall-clock "seconds" field
+in test_compare's norm-bound rows; an assert beyond the stored text in test_kmeans' converged
+clusters). The child: 211 tests in 96.1 CPU s before any was left out, 151 after the first 60 (63.0
+CPU s), 41 after these (about 38 CPU s; the whole of tests/test_blas_kernels.py 65.7 -> 44.4 CPU s
+with its parent pytest), 40 after _WIDE_MARGIN's first entry (8 CPU s less).
 
 To measure again (three runs; ``KDIGEST_OUT`` names each run's JSON-lines file)::
 
@@ -232,7 +235,15 @@ _OS_RANDOM = (
     "tests/common/sketch/test_scale.py::test_a_calibration_swamped_by_noise_never_returns_a_range_boundary",
     "tests/common/sketch/test_scale.py::test_cli_scale_auto_splits_the_budget",
 )
-BLAS_NOT_RERUN = _KERNEL_FREE + _OS_RANDOM
+_WIDE_MARGIN = (
+    # q_F ÷ q_F(PCA), medians of 40 seeded trials (SkylakeX, then Haswell): PPCA(ε = 0.5) 0.9272,
+    # 0.9302, band (0.90, 0.95); PPCA(2) 0.9828, 0.9829, bound 0.97; MOD-SULQ 0.5337 and random
+    # 0.197 under both. The kernel moves a median by ≤ 0.003; each bound is ≥ 0.0198 away, 6.6
+    # times that and 3.3 of the median's sd over seeds (0.006, 200 trials: test_pca.py), so even
+    # a fresh sample of trials crosses it with probability about 5·10^-4.
+    "tests/bench/test_pca.py::test_utility_ordering_on_paper_003_data",
+)
+BLAS_NOT_RERUN = _KERNEL_FREE + _OS_RANDOM + _WIDE_MARGIN
 
 
 def _feed(h, value, depth: int = 0) -> bool:
