@@ -64,12 +64,15 @@ def test_su_robust_counts_the_runs_above_1_2_for_every_method_and_eps(capsys):
                         "--sim-records", "20000"], "| simulate: 40 devices x 500 records"),
     ("bench_round.py", ["--growth", "--runs", "1", "--stored", "10", "20", "--window", "5"], "| 20 | "),
     ("bench_echo_kinds.py", ["--runs", "1", "--messages", "300"], "| aio | "),
-    ("bench_federated.py", ["--only", "B", "--seeds", "1", "--n", "20000", "--replicates", "1"],
-     "| 5 daemon processes, N = 20,000"),
+    # Case A, in-process devices: B's 5 daemon processes cost 5 CPU s more at this size, and
+    # `simulate --processes` is run by tests/sim/test_simulate.py (the script only passes the flag).
+    ("bench_federated.py", ["--only", "A", "--seeds", "1", "--n", "20000", "--replicates", "1"],
+     "| 20 devices, N = 20,000"),
     ("bench_secagg.py", ["utility", "--seeds", "1", "--devices", "5", "--n", "20000", "--replicates",
                          "1", "--plot", "secagg.png", "--secure-eps", "0.01,0.02",
                          "--local-eps", "0.05,0.1"], "| secure | 0.01 |"),
-    ("bench_secagg.py", ["cost", "--devices", "8", "16"], "| 16 | degree 12 | 1, 1 | DONE |"),
+    # L = 14 is the smallest with a sparse degree-12 graph (⌈3·log2 L⌉ < L − 1) and D = C = 1.
+    ("bench_secagg.py", ["cost", "--devices", "4", "14"], "| 14 | degree 12 | 1, 1 | DONE |"),
     ("bench_secagg.py", ["stages", "--devices", "4", "--n", "4000", "--runs", "1"], "| 4 | "),
     ("bench_validated_cost.py", ["--devices", "4", "--m", "50"], "| 4 | validated | DONE |"),
     ("bench_grid.py", ["--seeds", "1", "--n", "5000", "--replicates", "1"], "  ratio grid/float"),
@@ -87,9 +90,9 @@ def test_su_robust_counts_the_runs_above_1_2_for_every_method_and_eps(capsys):
     ("bench_scale_bias.py", ["--sets", "diamonds", "--rows", "3000", "--seeds", "1", "--eps", "1",
                              "--cache", "."], "| diamonds | 1 | "),
     ("bench_realdata_federated.py", ["--sets", "diamonds", "--rows", "3000", "--seeds", "1",
-                                     "--eps", "1", "--devices", "4", "--out", ".", "--cache", ".",
-                                     "--no-diffprivlib"],
-     "| federated ckm + 3 rounds | secure | 4 | 1 |"),
+                                     "--eps", "1", "--devices", "4", "--rounds", "1", "--out", ".",
+                                     "--cache", ".", "--no-diffprivlib"],
+     "| federated ckm + 1 rounds | secure | 4 | 1 |"),
     ("bench_verdict.py", ["--sets", "diamonds", "--rows", "3000", "--seeds", "1", "--eps", "1",
                           "--devices", "3", "--methods", "dplloyd-su-overseed", "--out", "verdict.jsonl"],
      "| federated ckm + 3 rounds | "),
@@ -98,9 +101,10 @@ def test_su_robust_counts_the_runs_above_1_2_for_every_method_and_eps(capsys):
      "| diamonds | secure | 1 | auto |"),
     # No busy loop here: one would burn a core for the run's whole wall time (8 of its 16 CPU s);
     # test_secure_under_load_records_a_failed_run_and_exits_1 starts and kills one.
+    # --rounds 0: the secure sketch round alone (the default 3 refinement rounds add 1.5 CPU s).
     ("secure_under_load.py", ["--loops", "0", "--runs", "1", "--", "--devices", "4", "--records",
                               "4000", "--k", "2", "--d", "2", "--m", "50", "--epsilon", "1",
-                              "--secure-aggregation"], "| 1 | 0 | "),
+                              "--rounds", "0", "--secure-aggregation"], "| 1 | 0 | "),
 ])
 def test_benchmark_runs_at_a_tiny_size(tmp_path, monkeypatch, capsys, script, args, row):
     """The script runs as ``python benchmarks/SCRIPT ARGS`` from an empty folder would (its argv,
