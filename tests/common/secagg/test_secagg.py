@@ -29,7 +29,10 @@ from fedsketch.common.secagg import (
 from fedsketch.common.secagg.shamir import combine, decode_share
 
 STAGES = ("advertise", "share_keys", "masked_input", "consistency", "unmask")
-L, DIM, DEGREE = 50, 2000, 20
+#: 30 devices (a round's cost grows as L²: every device verifies every advert and agrees a key
+#: with each neighbour; L = 50 took three times as long). The sparse graph joins each device to
+#: 20 of the other 29, so its neighbourhood of 21 keeps t = 11 through any 9 dropouts (30 %).
+L, DIM, DEGREE = 30, 2000, 20
 
 
 def _ids(n: int) -> list[str]:
@@ -215,13 +218,13 @@ def test_sum_is_exact_without_dropouts_and_with_dropouts_at_every_stage(degree):
     xs = _inputs(L, DIM, seed=2)
     _check_exact(run_round(_params(L, DIM, degree), xs), xs, set(_ids(L)))
     ids = [str(u) for u in np.random.default_rng(3).permutation(_ids(L))]
-    drops = {s: set(ids[3 * i: 3 * i + 3]) for i, s in enumerate(STAGES)}  # 6 % more at each stage
+    drops = {s: set(ids[2 * i: 2 * i + 2]) for i, s in enumerate(STAGES)}  # 7 % more at each stage
     run = run_round(_params(L, DIM, degree), xs, drops)
-    _check_exact(run, xs, set(ids[9:]))  # those dropped at consistency and unmask are in the sum
+    _check_exact(run, xs, set(ids[6:]))  # those dropped at consistency and unmask are in the sum
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("degree, gone", [(None, 25), (DEGREE, 40)], ids=["full", "sparse"])
+@pytest.mark.parametrize("degree, gone", [(None, 15), (DEGREE, 20)], ids=["full", "sparse"])
 @pytest.mark.parametrize("stage", STAGES)
 def test_below_the_threshold_the_round_aborts_and_releases_nothing(degree, gone, stage):
     params = _params(L, DIM, degree)
