@@ -18,7 +18,9 @@ from pathlib import Path
 import grpc
 import numpy as np
 import pytest
+from typer.testing import CliRunner
 
+from fedsketch.cli import app
 from fedsketch.client.ledger import Ledger
 from fedsketch.common.data.synthetic import gmm
 from fedsketch.common.features import ENTRY_L1, GRID
@@ -37,6 +39,20 @@ def cli(*args: str, env: dict | None = None, check: bool = True) -> subprocess.C
     if check:
         assert res.returncode == 0, res.stderr
     return res
+
+
+def cli_here(*args: str, check: bool = True) -> subprocess.CompletedProcess:
+    """``fedsketch ARGS`` run in this process (typer's CliRunner: the same command code, its
+    stdout, stderr and exit status), for a command whose own process is not what a test checks:
+    a ``fedsketch`` process costs 0.5 to 0.9 CPU s to start (Python, numpy, grpc), this a few ms.
+    An exception the command does not turn into an exit status is raised here."""
+    res = CliRunner().invoke(app, list(args))
+    if res.exception is not None and not isinstance(res.exception, SystemExit):
+        raise res.exception
+    done = subprocess.CompletedProcess(list(args), res.exit_code, res.stdout, res.stderr)
+    if check:
+        assert done.returncode == 0, done.stderr
+    return done
 
 
 class CoordinatorProcess:
@@ -72,8 +88,11 @@ class CoordinatorProcess:
     def target(self) -> str:
         return f"localhost:{self.port}"
 
-    def op(self, *args: str, check: bool = True) -> subprocess.CompletedProcess:
-        return cli("coordinator", args[0], "--coordinator", self.target, "--ca",
+    def op(self, *args: str, check: bool = True, here: bool = False) -> subprocess.CompletedProcess:
+        """``fedsketch coordinator ARGS`` against this coordinator, as its own process, or with
+        ``here`` in this one (:func:`cli_here`)."""
+        run = cli_here if here else cli
+        return run("coordinator", args[0], "--coordinator", self.target, "--ca",
                    str(self.certs / "ca.pem"), "--token-file", str(self.token_file), *args[1:],
                    check=check)
 
@@ -142,10 +161,12 @@ def device_files(tmp_path_factory):
     return paths
 
 
-def create_study(c: CoordinatorProcess, min_devices: int) -> str:
+def create_study(c: CoordinatorProcess, min_devices: int, here: bool = False) -> str:
+    """A plain study (d = k = 3, m = 60) of quorum ``min_devices``, by ``create-study`` as its own
+    process or, with ``here``, in this one; its id."""
     return c.op("create-study", "--name", "t", "--d", "3", "--k", "3", "--bounds", "-12:12", "--rounds", "0",
                 "--scale", "1.5", "--epsilon", "5", "--m", "60", "--r", "60",
-                "--min-devices", str(min_devices), "--replicates", "2").stdout.strip()
+                "--min-devices", str(min_devices), "--replicates", "2", here=here).stdout.strip()
 
 
 def device(c: CoordinatorProcess, data: Path, ledger: Path, token: str | None = None,
@@ -155,23 +176,25 @@ def device(c: CoordinatorProcess, data: Path, ledger: Path, token: str | None = 
     return cli(*args, *(["--token", token] if token else []), env=env, check=check)
 
 
-def wait_result(c: CoordinatorProcess, study: str, timeout: float = 120) -> subprocess.CompletedProcess:
-    """``coordinator result`` of the study, run once it has one. The wait asks the operator's
-    GetResult in this process every 0.2 s and runs the CLI only once that answers: a ``result``
-    process per poll cost about 0.6 CPU s, taken from the decoding it waited for."""
+def wait_result(c: CoordinatorProcess, study: str, timeout: float = 120,
+                here: bool = False) -> subprocess.CompletedProcess:
+    """``coordinator result`` of the study, run once it has one (with ``here``: in this process).
+    The wait asks the operator's GetResult in this process every 0.2 s and runs the CLI only once
+    that answers: a ``result`` process per poll cost about 0.6 CPU s, taken from the decoding it
+    waited for."""
     stop = time.monotonic() + timeout
     while time.monotonic() < stop:
         if c.has_result(study):
-            res = c.op("result", study, check=False)
+            res = c.op("result", study, check=False, here=here)
             if res.returncode == 0:
                 return res
         time.sleep(0.2)
     raise TimeoutError(study)
 
 
-def wait_done(c: CoordinatorProcess, study: str, timeout: float = 120) -> dict:
+def wait_done(c: CoordinatorProcess, study: str, timeout: float = 120, here: bool = False) -> dict:
     """The study's result as ``coordinator result`` prints it (JSON), once it has one."""
-    return json.loads(wait_result(c, study, timeout).stdout)
+    return json.loads(wait_result(c, study, timeout, here).stdout)
 
 
 def test_coordinator_killed_after_acks_keeps_them_and_completes(coordinator, tmp_path,
@@ -179,8 +202,8 @@ def test_coordinator_killed_after_acks_keeps_them_and_completes(coordinator, tmp
     """Devices 0 and 1 join the roster of 3 (spending nothing), device 2 fills it and contributes
     at once, device 0 contributes on its next pass; the coordinator is SIGKILLed and restarted:
     the roster and both acknowledged contributions are there, and device 1 completes the study."""
-    study = create_study(coordinator, 3)
-    tokens = coordinator.op("tokens", "--count", "3").stdout.split()
+    study = create_study(coordinator, 3, here=True)
+    tokens = coordinator.op("tokens", "--count", "3", here=True).stdout.split()
     for i in range(3):
         device(coordinator, device_files[i], tmp_path / f"l{i}", tokens[i])
     device(coordinator, device_files[0], tmp_path / "l0")
@@ -200,17 +223,17 @@ def test_coordinator_killed_after_acks_keeps_them_and_completes(coordinator, tmp
     assert store.get_study(study).registered == 3
     store.close()
     assert stored == acked
-    assert "3/3/3" in coordinator.op("list").stdout  # registered/quorum/roster
+    assert "3/3/3" in coordinator.op("list", here=True).stdout  # registered/quorum/roster
     device(coordinator, device_files[1], tmp_path / "l1")
-    res = wait_done(coordinator, study)
+    res = wait_done(coordinator, study, here=True)
     assert res["devices"] == 3 and res["records"] == 30_000
     assert coordinator.terminate() == 0
 
 
 def test_device_killed_between_commit_and_send_resends_identical_bytes(coordinator, tmp_path,
                                                                        device_files):
-    study = create_study(coordinator, 1)
-    token = coordinator.op("tokens").stdout.strip()
+    study = create_study(coordinator, 1, here=True)
+    token = coordinator.op("tokens", here=True).stdout.strip()
     ledger = tmp_path / "ledger"
     res = device(coordinator, device_files[0], ledger, token,
                  env={"FEDSKETCH_FAULT": "kill-after-commit"}, check=False)
@@ -228,18 +251,18 @@ def test_device_killed_between_commit_and_send_resends_identical_bytes(coordinat
     assert after.payload == spend.payload and after.acked_at is not None
     assert after.receipt == spend.payload_sha256
     book.close()
-    wait_done(coordinator, study)
+    wait_done(coordinator, study, here=True)
     store = open_store(coordinator.db)
     (row,) = store.contributions(study)
     assert row.payload == spend.payload
     store.close()
-    budget = json.loads(cli("device", "budget", "--ledger", str(ledger), "--json").stdout)
+    budget = json.loads(cli_here("device", "budget", "--ledger", str(ledger), "--json").stdout)
     assert len(budget["spends"]) == 1
     assert budget["sources"]["default"]["remaining_epsilon"] == pytest.approx(5.0)
 
 
 def test_daemon_stops_cleanly_on_sigterm(coordinator, tmp_path, device_files):
-    token = coordinator.op("tokens").stdout.strip()
+    token = coordinator.op("tokens", here=True).stdout.strip()
     proc = subprocess.Popen(
         [FEDSKETCH, "device", "run", "--coordinator", coordinator.target, "--ca",
          str(coordinator.certs / "ca.pem"), "--data", str(device_files[1]), "--ledger",
@@ -255,8 +278,8 @@ def test_daemon_stops_cleanly_on_sigterm(coordinator, tmp_path, device_files):
 def test_operator_cli_refusals(coordinator, tmp_path):
     bad = tmp_path / "bad.token"
     bad.write_text("not-the-token\n")
-    res = cli("coordinator", "tokens", "--coordinator", coordinator.target, "--ca",
-              str(coordinator.certs / "ca.pem"), "--token-file", str(bad), check=False)
+    res = cli_here("coordinator", "tokens", "--coordinator", coordinator.target, "--ca",
+                   str(coordinator.certs / "ca.pem"), "--token-file", str(bad), check=False)
     assert res.returncode == 1 and "PERMISSION_DENIED" in res.stderr
     res = cli("coordinator", "serve", "--db", str(tmp_path / "x.db"), check=False)
     assert res.returncode == 1 and "--insecure" in res.stderr
@@ -276,18 +299,18 @@ def test_create_study_states_the_secure_aggregation_assumptions(coordinator):
              "threshold 5 is too low"),
             (("--max-dropout", "0.5", "--max-colluders", "0.5"), "less than one noise draw"),
             (("--max-dropout", "1", "--max-colluders", "0"), "[0, 1)")):
-        refused = coordinator.op(*base, *extra, check=False)
+        refused = coordinator.op(*base, *extra, check=False, here=True)
         assert refused.returncode == 1 and message in refused.stderr, (extra, refused.stderr)
         assert refused.stderr.startswith("error: ") and refused.stderr.count("\n") == 1
-    plain = coordinator.op(*base[:-3], "--max-dropout", "0.2", check=False)
+    plain = coordinator.op(*base[:-3], "--max-dropout", "0.2", check=False, here=True)
     assert plain.returncode == 1
     assert "--max-dropout apply to --secure-aggregation only" in plain.stderr
-    assert "st-" not in coordinator.op("list").stdout  # nothing was created
-    made = coordinator.op(*base, "--max-dropout", "0.2", "--max-colluders", "0.1")
+    assert "st-" not in coordinator.op("list", here=True).stdout  # nothing was created
+    made = coordinator.op(*base, "--max-dropout", "0.2", "--max-colluders", "0.1", here=True)
     assert "L = 10, D = 2, C = 1, h_min = 7, t = 6" in made.stderr
     study = made.stdout.strip()
-    assert study.startswith("st-") and study in coordinator.op("list").stdout
-    assert "h_min" in cli("coordinator", "create-study", "--help").stdout
+    assert study.startswith("st-") and study in coordinator.op("list", here=True).stdout
+    assert "h_min" in cli_here("coordinator", "create-study", "--help").stdout
 
 
 def test_create_study_sets_the_roster_and_a_collection_window(coordinator):
@@ -299,9 +322,9 @@ def test_create_study_sets_the_roster_and_a_collection_window(coordinator):
     base = ("create-study", "--name", "w", "--d", "3", "--k", "3", "--bounds", "-12:12",
             "--rounds", "0", "--scale", "1.5", "--epsilon", "5", "--m", "60", "--min-devices", "3")
     created = time.time()
-    study = coordinator.op(*base, "--roster", "5").stdout.strip()
-    timed = coordinator.op(*base, "--deadline", "60", "--collect-seconds", "30").stdout.strip()
-    capped = coordinator.op(*base, "--max-device-records", "2500").stdout.strip()
+    study = coordinator.op(*base, "--roster", "5", here=True).stdout.strip()
+    timed = coordinator.op(*base, "--deadline", "60", "--collect-seconds", "30", here=True).stdout.strip()
+    capped = coordinator.op(*base, "--max-device-records", "2500", here=True).stdout.strip()
     db = sqlite3.connect(f"file:{coordinator.db}?mode=ro", uri=True)
     spec, given, capped = (json.loads(db.execute("SELECT spec_json FROM studies WHERE study_id = ?",
                                                  (sid,)).fetchone()[0]) for sid in (study, timed, capped))
@@ -310,14 +333,15 @@ def test_create_study_sets_the_roster_and_a_collection_window(coordinator):
     assert spec["deadline"] == pytest.approx(created + 7 * 86400, abs=30)
     assert (given["deadline"] - created, given["collect_seconds"]) == (pytest.approx(60, abs=30), 30)
     assert (spec["max_device_records"], capped["max_device_records"]) == (1_000_000, 2500)
-    assert any(study in line and "0/3/5" in line for line in coordinator.op("list").stdout.splitlines())
+    listed = coordinator.op("list", here=True).stdout.splitlines()
+    assert any(study in line and "0/3/5" in line for line in listed)
     for extra, message in ((("--roster", "2"), "the roster takes min_devices = 3"),
                            (("--collect-seconds", "0"), "collect_seconds must be finite and > 0"),
                            (("--max-device-records", "0"), "max_device_records must be an integer"),
                            (("--secure-aggregation", "--max-records", "1000", "--max-dropout",
                              "0.2", "--max-colluders", "0", "--collect-seconds", "60"),
                             "no roster or collection window")):
-        refused = coordinator.op(*base, *extra, check=False)
+        refused = coordinator.op(*base, *extra, check=False, here=True)
         assert refused.returncode == 1 and message in refused.stderr, (extra, refused.stderr)
         assert refused.stderr.count("\n") == 1
 
@@ -326,7 +350,7 @@ def test_a_second_coordinator_on_a_busy_database_or_address_exits(coordinator, t
     """One coordinator per SQLite file and per address: a second `serve` on the running one's
     database, or on its port, exits 1 with the reason at once and changes nothing (it never
     starts, so it cannot fail the first one's studies); the first one keeps serving."""
-    study = create_study(coordinator, 2)
+    study = create_study(coordinator, 2, here=True)
     token = tmp_path / "second.token"
     for db, listen, message in (
             (coordinator.db, "127.0.0.1:0", "in use by another coordinator"),
@@ -339,7 +363,7 @@ def test_a_second_coordinator_on_a_busy_database_or_address_exits(coordinator, t
         if db == coordinator.db:
             assert not token.exists()  # refused before it wrote anything
     assert coordinator.proc.poll() is None
-    assert study in coordinator.op("list").stdout
+    assert study in coordinator.op("list", here=True).stdout
 
 
 def test_a_daemon_reads_named_columns_of_a_pandas_csv_from_its_environment(coordinator, tmp_path):
@@ -351,15 +375,15 @@ def test_a_daemon_reads_named_columns_of_a_pandas_csv_from_its_environment(coord
     with path.open("w") as fh:
         fh.write(",a,label,b,c\n")
         fh.writelines(f"{i},{r[0]!r},row {i},{r[1]!r},{r[2]!r}\n" for i, r in enumerate(x.tolist()))
-    study = create_study(coordinator, 1)
-    token = coordinator.op("tokens", "--count", "1").stdout.split()[0]
+    study = create_study(coordinator, 1, here=True)
+    token = coordinator.op("tokens", "--count", "1", here=True).stdout.split()[0]
     bad = device(coordinator, path, tmp_path / "ledger", token, env={"FEDSKETCH_COLUMNS": "a,zz"},
                  check=False)
     assert bad.returncode == 1 and f"error: {path} has no column 'zz'" in bad.stderr
     assert not (tmp_path / "ledger").exists()
     run = device(coordinator, path, tmp_path / "ledger", token, env={"FEDSKETCH_COLUMNS": "a,b,c"})
     assert "submitted study" in run.stderr
-    res = wait_done(coordinator, study)
+    res = wait_done(coordinator, study, here=True)
     assert res["records"] == 6000 and np.asarray(res["centroids"]).shape == (3, 3)
 
 
@@ -374,11 +398,11 @@ def test_create_study_caps_a_device_at_four_times_its_expected_share(coordinator
             "--rounds", "0", "--scale", "1.5", "--epsilon", "5", "--m", "60", "--min-devices",
             "10", "--json")
     secure = coordinator.op(*base, "--secure-aggregation", "--max-records", "100000",
-                            "--max-dropout", "0.2", "--max-colluders", "0.1")
+                            "--max-dropout", "0.2", "--max-colluders", "0.1", here=True)
     assert json.loads(secure.stdout)["spec"]["max_device_records"] == 40_000
     assert "one device may declare at most 40,000 records" in secure.stderr
     assert "its input only through the aggregate check" in secure.stderr
-    plain = coordinator.op(*base, "--expected-records", "2000")
+    plain = coordinator.op(*base, "--expected-records", "2000", here=True)
     spec = json.loads(plain.stdout)["spec"]
     assert spec["max_device_records"] == 8_000
     assert "8,000 records (max_device_records): at that count, 30.8% of the average" in plain.stderr
@@ -387,5 +411,5 @@ def test_create_study_caps_a_device_at_four_times_its_expected_share(coordinator
     assert f"checked entry by entry against its count, which lets its L1 mass reach {mass:,.0f}x" \
         in plain.stderr, plain.stderr
     assert "carries at most" not in plain.stderr + secure.stderr
-    given = coordinator.op(*base, "--max-device-records", "500")
+    given = coordinator.op(*base, "--max-device-records", "500", here=True)
     assert json.loads(given.stdout)["spec"]["max_device_records"] == 500
