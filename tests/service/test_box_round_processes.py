@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 import test_round_processes as processes
 from test_refine_processes import rounds_of, stored
-from test_round_processes import cli, device, wait_done
+from test_round_processes import cli_here, device, wait_done
 
 from fedsketch.client.ledger import Ledger
 
@@ -30,13 +30,13 @@ def test_box_round_as_processes_resends_after_a_kill_and_charges_once(coordinato
     base = ("create-study", "--name", "auto box", "--d", "3", "--k", "3", "--bounds", "auto",
             "--scale", "auto", "--epsilon", "8", "--m", "60", "--r", "60", "--min-devices", "3",
             "--replicates", "2", "--rounds", "1")
-    refused = c.op(*base, "--box-fraction", "1", check=False)
+    refused = c.op(*base, "--box-fraction", "1", check=False, here=True)
     assert refused.returncode == 1 and "box round's share of ε must be in (0, 1)" in refused.stderr
-    made = c.op(*base)
+    made = c.op(*base, here=True)
     assert "the box round 1.6, round 0 0.64, the sketch" in made.stderr
     study = made.stdout.strip()
-    spec = json.loads(c.op("status", study, "--json").stdout)
-    tokens = c.op("tokens", "--count", "3").stdout.split()
+    spec = json.loads(c.op("status", study, "--json", here=True).stdout)
+    tokens = c.op("tokens", "--count", "3", here=True).stdout.split()
     ledgers = [tmp_path / f"l{i}" for i in range(3)]
     for i in (0, 1):  # join the box round's roster
         device(c, device_files[i], ledgers[i], tokens[i])
@@ -60,7 +60,7 @@ def test_box_round_as_processes_resends_after_a_kill_and_charges_once(coordinato
             break
     assert restarted
     assert stored(c, study)[Ledger(ledgers[2]).identity().device_id] == committed.payload
-    result = wait_done(c, study)
+    result = wait_done(c, study, here=True)
     box = result["box"]
     assert box["epsilon"] == pytest.approx(1.6) and box["explanation"].startswith("a private box")
     lo, hi = np.array(box["lo"]), np.array(box["hi"])
@@ -74,11 +74,11 @@ def test_box_round_as_processes_resends_after_a_kill_and_charges_once(coordinato
     assert (inner["lo"], inner["hi"]) == (box["lo"], box["hi"]) and inner["outcome"] == box
     assert len(rounds_of(c, boxed.study_id)) == 2  # its sketch round and refinement round 1
     assert result["calibration"]["sigma_hi"] < 100  # σ's range followed the box, not ±2^40
-    status = json.loads(c.op("status", study, "--json").stdout)
+    status = json.loads(c.op("status", study, "--json", here=True).stdout)
     assert status["state"] == "DONE" and status["epsilon"] == pytest.approx(8.0)
     assert status["box"] == box and [(r["round"], r["study_id"], r["state"])
                                      for r in status["rounds"]] == [(-1, boxed.study_id, "DONE")]
-    assert f"box round: {box['explanation']}" in c.op("status", study).stdout
+    assert f"box round: {box['explanation']}" in c.op("status", study, here=True).stdout
     assert spec["epsilon"] == pytest.approx(8.0)
     for path in ledgers:
         book = Ledger(path)
@@ -88,7 +88,7 @@ def test_box_round_as_processes_resends_after_a_kill_and_charges_once(coordinato
         assert len(spends) == 4 and {s.parent for s in spends} == {None, study}
         for s in spends:
             assert s.acked_at is not None and stored(c, s.study_id)[device_id] == s.payload
-        budget = json.loads(cli("device", "budget", "--ledger", str(path), "--json").stdout)
+        budget = json.loads(cli_here("device", "budget", "--ledger", str(path), "--json").stdout)
         assert budget["studies"][study]["epsilon"] == pytest.approx(8.0)
         assert budget["studies"][study]["rounds"]["0"] == pytest.approx(1.6)  # the box round
         assert set(budget["studies"][study]["rounds"]) == {"0", "-1", "sketch", "1"}
@@ -111,14 +111,14 @@ def test_secure_box_round_as_daemons_spends_once_across_a_restart(tmp_path, cli_
             "create-study", "--name", "secure auto box", "--d", "3", "--k", "3", "--bounds", "auto",
             "--scale", "auto", "--epsilon", "8", "--m", "60", "--r", "60", "--min-devices", "4",
             "--replicates", "2", "--rounds", "1", "--secure-aggregation", "--max-records", "100000",
-            "--max-dropout", "0", "--max-colluders", "0", "--stage-timeout", "120").stdout.strip()
+            "--max-dropout", "0", "--max-colluders", "0", "--stage-timeout", "120", here=True).stdout.strip()
         assert fleet.daemons[0].wait(timeout=120) == -signal.SIGKILL  # spent, not sent
         book = Ledger(fleet.ledgers[0])
         committed = book.find(study)
         book.close()
         assert committed is not None and committed.epsilon == pytest.approx(1.6)
         fleet.daemons[0] = fleet._daemon(0)
-        result = wait_done(fleet.c, study, timeout=600)
+        result = wait_done(fleet.c, study, timeout=600, here=True)
         box = result["box"]
         assert box["epsilon"] == pytest.approx(1.6) and box["draws"] == pytest.approx(1.0)
         lo, hi = np.array(box["lo"]), np.array(box["hi"])
@@ -127,7 +127,7 @@ def test_secure_box_round_as_daemons_spends_once_across_a_restart(tmp_path, cli_
         q = np.quantile(x, [0.005, 0.995], axis=0)
         assert np.all(hi - lo <= 3 * (q[1] - q[0])), (lo, hi, q)
         for path in fleet.ledgers:
-            budget = json.loads(cli("device", "budget", "--ledger", str(path), "--json").stdout)
+            budget = json.loads(cli_here("device", "budget", "--ledger", str(path), "--json").stdout)
             assert budget["studies"][study]["epsilon"] == pytest.approx(8.0)
             assert budget["studies"][study]["rounds"]["0"] == pytest.approx(1.6)
             assert set(budget["studies"][study]["rounds"]) == {"0", "-1", "sketch", "1"}

@@ -11,7 +11,7 @@ import time
 
 import pytest
 import test_round_processes as processes
-from test_round_processes import cli, device, wait_done
+from test_round_processes import cli_here, device, wait_done
 
 from fedsketch.client.ledger import Ledger
 from fedsketch.server.store import open_store
@@ -55,8 +55,8 @@ def test_kills_between_and_inside_rounds_lose_nothing_and_spend_once(coordinator
     c = coordinator
     study = c.op("create-study", "--name", "r", "--d", "3", "--k", "3", "--bounds", "-12:12",
                  "--scale", "1.5", "--epsilon", "5", "--m", "60", "--r", "60",
-                 "--min-devices", "3", "--replicates", "2", "--rounds", "2").stdout.strip()
-    tokens = c.op("tokens", "--count", "3").stdout.split()
+                 "--min-devices", "3", "--replicates", "2", "--rounds", "2", here=True).stdout.strip()
+    tokens = c.op("tokens", "--count", "3", here=True).stdout.split()
     ledgers = [tmp_path / f"l{i}" for i in range(3)]
     for i in range(3):  # 0 and 1 join the roster, 2 fills it and sends its sketch
         device(c, device_files[i], ledgers[i], tokens[i])
@@ -87,16 +87,16 @@ def test_kills_between_and_inside_rounds_lose_nothing_and_spend_once(coordinator
     for _ in range(2):
         for i in range(3):
             device(c, device_files[i], ledgers[i])
-    result = wait_done(c, study)
+    result = wait_done(c, study, here=True)
     assert result["refined_rounds"] == 2 and result["devices"] == 3
-    status = json.loads(c.op("status", study, "--json").stdout)  # the operator's view of it
+    status = json.loads(c.op("status", study, "--json", here=True).stdout)  # the operator's view of it
     assert (status["state"], status["epsilon"]) == ("DONE", pytest.approx(5.0))
     assert [(r["round"], r["study_id"], r["state"], r["contributions"]) for r in status["rounds"]] == [
         (1, first, "DONE", 3), (2, second, "DONE", 3)]
-    one = json.loads(c.op("status", first, "--json").stdout)
+    one = json.loads(c.op("status", first, "--json", here=True).stdout)
     assert (one["parent_id"], one["round"], one["rounds"]) == (study, 1, [])
     assert one["epsilon"] == pytest.approx(5.0 * 0.8 / 2)  # the default round share, over 2 rounds
-    names = {s["study_id"]: s["name"] for s in json.loads(c.op("list", "--json").stdout)}
+    names = {s["study_id"]: s["name"] for s in json.loads(c.op("list", "--json", here=True).stdout)}
     assert (names[study], names[first]) == ("r", f"round 1 of {study}")
     for path in ledgers:
         book = Ledger(path)
@@ -107,7 +107,7 @@ def test_kills_between_and_inside_rounds_lose_nothing_and_spend_once(coordinator
             [(study, 0), (first, 1), (second, 2)])
         for s in spends:
             assert s.acked_at is not None and stored(c, s.study_id)[device_id] == s.payload
-        budget = json.loads(cli("device", "budget", "--ledger", str(path), "--json").stdout)
+        budget = json.loads(cli_here("device", "budget", "--ledger", str(path), "--json").stdout)
         assert budget["studies"][study]["epsilon"] == pytest.approx(5.0)
         assert set(budget["studies"][study]["rounds"]) == {"0", "1", "2"}
     assert c.terminate() == 0
