@@ -151,6 +151,17 @@ def coordinator(tmp_path, cli_certs):
 
 
 @pytest.fixture(scope="module")
+def cli_coordinator(tmp_path_factory, cli_certs):
+    """One coordinator for the file's tests that only drive the operator CLI against it (none
+    kills or restarts it, and each reads only the studies it made): a start costs 0.7 CPU s."""
+    c = CoordinatorProcess(tmp_path_factory.mktemp("cli-coordinator"), cli_certs)
+    c.start()
+    yield c
+    if c.proc.poll() is None:
+        c.kill()
+
+
+@pytest.fixture(scope="module")
 def device_files(tmp_path_factory):
     folder = tmp_path_factory.mktemp("devices")
     x, _, _ = gmm(30_000, 3, 3, 3.0, seed=4)
@@ -275,23 +286,24 @@ def test_daemon_stops_cleanly_on_sigterm(coordinator, tmp_path, device_files):
     assert "stopped" in proc.stderr.read()
 
 
-def test_operator_cli_refusals(coordinator, tmp_path):
+def test_operator_cli_refusals(cli_coordinator, tmp_path):
     bad = tmp_path / "bad.token"
     bad.write_text("not-the-token\n")
-    res = cli_here("coordinator", "tokens", "--coordinator", coordinator.target, "--ca",
-                   str(coordinator.certs / "ca.pem"), "--token-file", str(bad), check=False)
+    res = cli_here("coordinator", "tokens", "--coordinator", cli_coordinator.target, "--ca",
+                   str(cli_coordinator.certs / "ca.pem"), "--token-file", str(bad), check=False)
     assert res.returncode == 1 and "PERMISSION_DENIED" in res.stderr
     res = cli("coordinator", "serve", "--db", str(tmp_path / "x.db"), check=False)
     assert res.returncode == 1 and "--insecure" in res.stderr
     assert not (tmp_path / "x.db").exists()
 
 
-def test_create_study_states_the_secure_aggregation_assumptions(coordinator):
+def test_create_study_states_the_secure_aggregation_assumptions(cli_coordinator):
     """The operator states the dropouts and colluders of a secure study; the CLI refuses a study
     without them, with no safe threshold, or with an unsafe one, and prints what it derived."""
     base = ("create-study", "--name", "s", "--d", "3", "--k", "3", "--bounds", "-12:12", "--rounds", "0",
             "--scale", "1.5", "--epsilon", "5", "--m", "60", "--min-devices", "10",
             "--secure-aggregation", "--max-records", "100000")
+    listed = cli_coordinator.op("list", here=True).stdout
     for extra, message in (
             ((), "the assumptions --max-dropout and --max-colluders"),
             (("--max-dropout", "0.5", "--max-colluders", "0"), "no threshold fits"),
@@ -299,21 +311,21 @@ def test_create_study_states_the_secure_aggregation_assumptions(coordinator):
              "threshold 5 is too low"),
             (("--max-dropout", "0.5", "--max-colluders", "0.5"), "less than one noise draw"),
             (("--max-dropout", "1", "--max-colluders", "0"), "[0, 1)")):
-        refused = coordinator.op(*base, *extra, check=False, here=True)
+        refused = cli_coordinator.op(*base, *extra, check=False, here=True)
         assert refused.returncode == 1 and message in refused.stderr, (extra, refused.stderr)
         assert refused.stderr.startswith("error: ") and refused.stderr.count("\n") == 1
-    plain = coordinator.op(*base[:-3], "--max-dropout", "0.2", check=False, here=True)
+    plain = cli_coordinator.op(*base[:-3], "--max-dropout", "0.2", check=False, here=True)
     assert plain.returncode == 1
     assert "--max-dropout apply to --secure-aggregation only" in plain.stderr
-    assert "st-" not in coordinator.op("list", here=True).stdout  # nothing was created
-    made = coordinator.op(*base, "--max-dropout", "0.2", "--max-colluders", "0.1", here=True)
+    assert cli_coordinator.op("list", here=True).stdout == listed  # nothing was created
+    made = cli_coordinator.op(*base, "--max-dropout", "0.2", "--max-colluders", "0.1", here=True)
     assert "L = 10, D = 2, C = 1, h_min = 7, t = 6" in made.stderr
     study = made.stdout.strip()
-    assert study.startswith("st-") and study in coordinator.op("list", here=True).stdout
+    assert study.startswith("st-") and study in cli_coordinator.op("list", here=True).stdout
     assert "h_min" in cli_here("coordinator", "create-study", "--help").stdout
 
 
-def test_create_study_sets_the_roster_and_a_collection_window(coordinator):
+def test_create_study_sets_the_roster_and_a_collection_window(cli_coordinator):
     """A plain study from the CLI collects for an hour once its quorum registered and ends a week
     after its creation unless told otherwise, takes --roster devices, and says so in `list`, and
     caps each device at 1,000,000 records unless --max-device-records says otherwise; a roster
@@ -322,10 +334,10 @@ def test_create_study_sets_the_roster_and_a_collection_window(coordinator):
     base = ("create-study", "--name", "w", "--d", "3", "--k", "3", "--bounds", "-12:12",
             "--rounds", "0", "--scale", "1.5", "--epsilon", "5", "--m", "60", "--min-devices", "3")
     created = time.time()
-    study = coordinator.op(*base, "--roster", "5", here=True).stdout.strip()
-    timed = coordinator.op(*base, "--deadline", "60", "--collect-seconds", "30", here=True).stdout.strip()
-    capped = coordinator.op(*base, "--max-device-records", "2500", here=True).stdout.strip()
-    db = sqlite3.connect(f"file:{coordinator.db}?mode=ro", uri=True)
+    study = cli_coordinator.op(*base, "--roster", "5", here=True).stdout.strip()
+    timed = cli_coordinator.op(*base, "--deadline", "60", "--collect-seconds", "30", here=True).stdout.strip()
+    capped = cli_coordinator.op(*base, "--max-device-records", "2500", here=True).stdout.strip()
+    db = sqlite3.connect(f"file:{cli_coordinator.db}?mode=ro", uri=True)
     spec, given, capped = (json.loads(db.execute("SELECT spec_json FROM studies WHERE study_id = ?",
                                                  (sid,)).fetchone()[0]) for sid in (study, timed, capped))
     db.close()
@@ -333,7 +345,7 @@ def test_create_study_sets_the_roster_and_a_collection_window(coordinator):
     assert spec["deadline"] == pytest.approx(created + 7 * 86400, abs=30)
     assert (given["deadline"] - created, given["collect_seconds"]) == (pytest.approx(60, abs=30), 30)
     assert (spec["max_device_records"], capped["max_device_records"]) == (1_000_000, 2500)
-    listed = coordinator.op("list", here=True).stdout.splitlines()
+    listed = cli_coordinator.op("list", here=True).stdout.splitlines()
     assert any(study in line and "0/3/5" in line for line in listed)
     for extra, message in ((("--roster", "2"), "the roster takes min_devices = 3"),
                            (("--collect-seconds", "0"), "collect_seconds must be finite and > 0"),
@@ -341,7 +353,7 @@ def test_create_study_sets_the_roster_and_a_collection_window(coordinator):
                            (("--secure-aggregation", "--max-records", "1000", "--max-dropout",
                              "0.2", "--max-colluders", "0", "--collect-seconds", "60"),
                             "no roster or collection window")):
-        refused = coordinator.op(*base, *extra, check=False, here=True)
+        refused = cli_coordinator.op(*base, *extra, check=False, here=True)
         assert refused.returncode == 1 and message in refused.stderr, (extra, refused.stderr)
         assert refused.stderr.count("\n") == 1
 
@@ -387,7 +399,7 @@ def test_a_daemon_reads_named_columns_of_a_pandas_csv_from_its_environment(coord
     assert res["records"] == 6000 and np.asarray(res["centroids"]).shape == (3, 3)
 
 
-def test_create_study_caps_a_device_at_four_times_its_expected_share(coordinator):
+def test_create_study_caps_a_device_at_four_times_its_expected_share(cli_coordinator):
     """Without --max-device-records the cap is 4 × the records expected per device
     (--expected-records, else a secure study's --max-records / --min-devices), stored in the
     spec; create-study says the largest count one device can declare, and what bounds its input:
@@ -397,12 +409,12 @@ def test_create_study_caps_a_device_at_four_times_its_expected_share(coordinator
     base = ("create-study", "--name", "c", "--d", "3", "--k", "3", "--bounds", "-12:12",
             "--rounds", "0", "--scale", "1.5", "--epsilon", "5", "--m", "60", "--min-devices",
             "10", "--json")
-    secure = coordinator.op(*base, "--secure-aggregation", "--max-records", "100000",
-                            "--max-dropout", "0.2", "--max-colluders", "0.1", here=True)
+    secure = cli_coordinator.op(*base, "--secure-aggregation", "--max-records", "100000",
+                                "--max-dropout", "0.2", "--max-colluders", "0.1", here=True)
     assert json.loads(secure.stdout)["spec"]["max_device_records"] == 40_000
     assert "one device may declare at most 40,000 records" in secure.stderr
     assert "its input only through the aggregate check" in secure.stderr
-    plain = coordinator.op(*base, "--expected-records", "2000", here=True)
+    plain = cli_coordinator.op(*base, "--expected-records", "2000", here=True)
     spec = json.loads(plain.stdout)["spec"]
     assert spec["max_device_records"] == 8_000
     assert "8,000 records (max_device_records): at that count, 30.8% of the average" in plain.stderr
@@ -411,5 +423,5 @@ def test_create_study_caps_a_device_at_four_times_its_expected_share(coordinator
     assert f"checked entry by entry against its count, which lets its L1 mass reach {mass:,.0f}x" \
         in plain.stderr, plain.stderr
     assert "carries at most" not in plain.stderr + secure.stderr
-    given = coordinator.op(*base, "--max-device-records", "500", here=True)
+    given = cli_coordinator.op(*base, "--max-device-records", "500", here=True)
     assert json.loads(given.stdout)["spec"]["max_device_records"] == 500
