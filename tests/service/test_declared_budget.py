@@ -18,7 +18,9 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from test_round_processes import FEDSKETCH, CoordinatorProcess, cli
+from cli_here import here, op_here
+from click.testing import Result
+from test_round_processes import FEDSKETCH, CoordinatorProcess
 from test_round_processes import device_files as device_files  # a module-scoped fixture
 from test_secagg_round import drive, secure_spec
 from test_secagg_round import parts as parts  # a module-scoped fixture
@@ -31,7 +33,8 @@ pytestmark = pytest.mark.slow
 
 
 def create(c: CoordinatorProcess, name: str, epsilon: float) -> str:
-    return c.op("create-study", "--name", name, "--d", "3", "--k", "3", "--bounds", "-12:12",
+    """``coordinator create-study`` (in this process: :mod:`cli_here`); the study's id."""
+    return op_here(c, "create-study", "--name", name, "--d", "3", "--k", "3", "--bounds", "-12:12",
                 "--rounds", "0", "--scale", "1.5", "--epsilon", str(epsilon), "--m", "60",
                 "--min-devices", "1", "--replicates", "2").stdout.strip()
 
@@ -43,10 +46,11 @@ def run(c: CoordinatorProcess, data: Path, ledger: Path, *extra: str) -> subproc
                           timeout=120)
 
 
-def verify(c: CoordinatorProcess | None, ledger: Path) -> subprocess.CompletedProcess:
+def verify(c: CoordinatorProcess | None, ledger: Path) -> Result:
+    """``device budget --verify`` (in this process: :mod:`cli_here`), with ``c`` against its
+    account of the device."""
     args = [] if c is None else ["--coordinator", c.target, "--ca", str(c.certs / "ca.pem")]
-    return subprocess.run([FEDSKETCH, "device", "budget", "--ledger", str(ledger), "--verify", *args],
-                          capture_output=True, text=True, timeout=60)
+    return here("device", "budget", "--ledger", str(ledger), "--verify", *args, check=False)
 
 
 @pytest.mark.parametrize("rollback", ["delete spend rows", "restore an older copy"])
@@ -56,7 +60,7 @@ def test_a_rolled_back_ledger_is_reported_and_cannot_spend_past_the_declared_bud
     c.start()
     try:
         ledger, older = tmp_path / "ledger", tmp_path / "ledger.older"
-        token = c.op("tokens").stdout.strip()
+        token = op_here(c, "tokens").stdout.strip()
         enrolled = run(c, device_files[0], ledger, "--token", token)  # no study yet: enrolls only
         assert enrolled.returncode == 0, enrolled.stderr
         shutil.copy(ledger, older)  # closed: its WAL was checkpointed into the file
@@ -67,21 +71,21 @@ def test_a_rolled_back_ledger_is_reported_and_cannot_spend_past_the_declared_bud
         assert book.declared() == (1.0, 0.0)
         book.close()
         assert spend is not None and spend.acked_at is not None and spend.epsilon == 0.6
-        assert verify(c, ledger).returncode == 0
+        assert verify(c, ledger).exit_code == 0
         if rollback == "delete spend rows":
             with sqlite3.connect(ledger) as db:
                 db.execute("DELETE FROM spends")
             db.close()
             local = verify(None, ledger)
-            assert local.returncode == 1 and "sealed 1 spend(s) and holds 0" in local.stderr, local.stderr
+            assert local.exit_code == 1 and "sealed 1 spend(s) and holds 0" in local.stderr, local.stderr
         else:
             shutil.copy(older, ledger)
-            assert verify(None, ledger).returncode == 0  # consistent in itself: the seal cannot tell
+            assert verify(None, ledger).exit_code == 0  # consistent in itself: the seal cannot tell
         remote = verify(c, ledger)
-        assert remote.returncode == 1, remote.stdout + remote.stderr
+        assert remote.exit_code == 1, remote.output
         assert f"releases of 1 studies that the ledger does not record ({first}; ε = 0.6)" in remote.stderr
         assert "Traceback" not in remote.stderr
-        budget = json.loads(cli("device", "budget", "--ledger", str(ledger), "--json").stdout)
+        budget = json.loads(here("device", "budget", "--ledger", str(ledger), "--json").stdout)
         assert budget["sources"]["default"]["remaining_epsilon"] == pytest.approx(1.0)  # the lie
         second = create(c, "second", 0.6)
         refused = run(c, device_files[0], ledger)
