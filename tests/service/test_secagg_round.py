@@ -70,19 +70,26 @@ def parts():
 
 def drive(coordinator_round, study_id, agents, silent=(), from_stage=pb.MASKED_INPUT,
           timeout=60.0):
-    """Step the agents until the study closes; ``silent`` ones stop at ``from_stage``."""
+    """Step the agents until the study closes; ``silent`` ones stop at ``from_stage``. A pass of
+    every agent comes 0.05 s after one that saw the study's stage change, and the pause doubles
+    up to 0.4 s while the stage stays: each device acts in its first two passes of a stage, so
+    what stays is a stage waiting for its timeout (10 s here), which then costs 2.5 passes a
+    second of every agent instead of 20 (about 1.7 CPU s of a 6-device wait)."""
     stop = time.monotonic() + timeout
     op = coordinator_round.operator()
+    seen, pause = None, 0.05
     while True:
         s = op.ShowStudy(pb.StudyRef(study_id=study_id), metadata=META)
         if s.state in (pb.DONE, pb.FAILED):
             return s
         assert time.monotonic() < stop, "the round did not finish"
+        pause = 0.05 if (s.state, s.stage) != seen else min(2 * pause, 0.4)
+        seen = (s.state, s.stage)
         for i, agent in enumerate(agents):
             rank = sw.STAGES.index(s.stage) if s.stage in sw.STAGES else len(sw.STAGES)
             if i not in silent or rank < sw.STAGES.index(from_stage):
                 agent.step()
-        time.sleep(0.05)
+        time.sleep(pause)
 
 
 def spy_total(coordinator_round, study_id):
