@@ -6,6 +6,8 @@ a fault point that kills it, ``coordinator serve``) stays a process."""
 
 from __future__ import annotations
 
+import os
+
 from click.testing import Result
 from test_round_processes import CoordinatorProcess
 from typer.testing import CliRunner
@@ -14,8 +16,11 @@ from fedsketch.cli import app
 
 
 def here(*args: str, check: bool = True) -> Result:
-    """``fedsketch ARGS``; with ``check``, AssertionError (with its output) unless it exits 0."""
-    res = CliRunner().invoke(app, list(args))
+    """``fedsketch ARGS``; with ``check``, AssertionError (with its output) unless it exits 0.
+    The command's own setting of ``GRPC_VERBOSITY`` (the app's callback, meant for its process)
+    is undone afterwards, so the processes this one starts later inherit the environment as
+    before."""
+    res = CliRunner().invoke(app, list(args), env={"GRPC_VERBOSITY": os.environ.get("GRPC_VERBOSITY")})
     if check:
         assert res.exit_code == 0, (res.output, res.exception)
     return res
