@@ -18,9 +18,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from cli_here import here, op_here
-from click.testing import Result
-from test_round_processes import FEDSKETCH, CoordinatorProcess
+from test_round_processes import FEDSKETCH, CoordinatorProcess, cli_here
 from test_round_processes import device_files as device_files  # a module-scoped fixture
 from test_secagg_round import drive, secure_spec
 from test_secagg_round import parts as parts  # a module-scoped fixture
@@ -33,10 +31,10 @@ pytestmark = pytest.mark.slow
 
 
 def create(c: CoordinatorProcess, name: str, epsilon: float) -> str:
-    """``coordinator create-study`` (in this process: :mod:`cli_here`); the study's id."""
-    return op_here(c, "create-study", "--name", name, "--d", "3", "--k", "3", "--bounds", "-12:12",
+    """``coordinator create-study`` (in this process: :func:`cli_here`); the study's id."""
+    return c.op("create-study", "--name", name, "--d", "3", "--k", "3", "--bounds", "-12:12",
                 "--rounds", "0", "--scale", "1.5", "--epsilon", str(epsilon), "--m", "60",
-                "--min-devices", "1", "--replicates", "2").stdout.strip()
+                "--min-devices", "1", "--replicates", "2", here=True).stdout.strip()
 
 
 def run(c: CoordinatorProcess, data: Path, ledger: Path, *extra: str) -> subprocess.CompletedProcess:
@@ -46,11 +44,11 @@ def run(c: CoordinatorProcess, data: Path, ledger: Path, *extra: str) -> subproc
                           timeout=120)
 
 
-def verify(c: CoordinatorProcess | None, ledger: Path) -> Result:
-    """``device budget --verify`` (in this process: :mod:`cli_here`), with ``c`` against its
+def verify(c: CoordinatorProcess | None, ledger: Path) -> subprocess.CompletedProcess:
+    """``device budget --verify`` (in this process: :func:`cli_here`), with ``c`` against its
     account of the device."""
     args = [] if c is None else ["--coordinator", c.target, "--ca", str(c.certs / "ca.pem")]
-    return here("device", "budget", "--ledger", str(ledger), "--verify", *args, check=False)
+    return cli_here("device", "budget", "--ledger", str(ledger), "--verify", *args, check=False)
 
 
 @pytest.mark.parametrize("rollback", ["delete spend rows", "restore an older copy"])
@@ -60,7 +58,7 @@ def test_a_rolled_back_ledger_is_reported_and_cannot_spend_past_the_declared_bud
     c.start()
     try:
         ledger, older = tmp_path / "ledger", tmp_path / "ledger.older"
-        token = op_here(c, "tokens").stdout.strip()
+        token = c.op("tokens", here=True).stdout.strip()
         enrolled = run(c, device_files[0], ledger, "--token", token)  # no study yet: enrolls only
         assert enrolled.returncode == 0, enrolled.stderr
         shutil.copy(ledger, older)  # closed: its WAL was checkpointed into the file
@@ -71,21 +69,21 @@ def test_a_rolled_back_ledger_is_reported_and_cannot_spend_past_the_declared_bud
         assert book.declared() == (1.0, 0.0)
         book.close()
         assert spend is not None and spend.acked_at is not None and spend.epsilon == 0.6
-        assert verify(c, ledger).exit_code == 0
+        assert verify(c, ledger).returncode == 0
         if rollback == "delete spend rows":
             with sqlite3.connect(ledger) as db:
                 db.execute("DELETE FROM spends")
             db.close()
             local = verify(None, ledger)
-            assert local.exit_code == 1 and "sealed 1 spend(s) and holds 0" in local.stderr, local.stderr
+            assert local.returncode == 1 and "sealed 1 spend(s) and holds 0" in local.stderr, local.stderr
         else:
             shutil.copy(older, ledger)
-            assert verify(None, ledger).exit_code == 0  # consistent in itself: the seal cannot tell
+            assert verify(None, ledger).returncode == 0  # consistent in itself: the seal cannot tell
         remote = verify(c, ledger)
-        assert remote.exit_code == 1, remote.output
+        assert remote.returncode == 1, remote.stdout + remote.stderr
         assert f"releases of 1 studies that the ledger does not record ({first}; ε = 0.6)" in remote.stderr
         assert "Traceback" not in remote.stderr
-        budget = json.loads(here("device", "budget", "--ledger", str(ledger), "--json").stdout)
+        budget = json.loads(cli_here("device", "budget", "--ledger", str(ledger), "--json").stdout)
         assert budget["sources"]["default"]["remaining_epsilon"] == pytest.approx(1.0)  # the lie
         second = create(c, "second", 0.6)
         refused = run(c, device_files[0], ledger)

@@ -13,7 +13,6 @@ import time
 
 import numpy as np
 import pytest
-from cli_here import op_here
 from test_round_processes import FEDSKETCH, CoordinatorProcess
 from test_secagg_round import secure_spec
 
@@ -37,7 +36,7 @@ def honest(tmp_path_factory, cli_certs):
     c.start()
     x, _, _ = gmm(12_000, 3, 3, 3.0, seed=5)
     parts = np.array_split(x, 4)
-    tokens = op_here(c, "tokens", "--count", "3").stdout.split()
+    tokens = c.op("tokens", "--count", "3", here=True).stdout.split()
     daemons = []
     for i in range(3):
         np.save(path := folder / f"x{i}.npy", parts[i])
@@ -68,7 +67,7 @@ def test_a_hostile_secure_input_fails_the_study_with_real_processes(honest, kind
     data = LocalData(lambda: split(part), 3)
     agent = (Agent(channel, ledger, lambda: data) if kind is None
              else HostileAgent(channel, ledger, lambda: data, kind=kind))
-    agent.ensure_enrolled(c.target, op_here(c, "tokens").stdout.strip(), "h")
+    agent.ensure_enrolled(c.target, c.op("tokens", here=True).stdout.strip(), "h")
     try:
         stop = time.monotonic() + 300
         while (state := c.state(study)) not in ("DONE", "FAILED"):  # in-process: no CLI per pass
@@ -78,12 +77,12 @@ def test_a_hostile_secure_input_fails_the_study_with_real_processes(honest, kind
     finally:
         channel.close()
         ledger.close()
-    result = op_here(c, "result", study, check=False)
+    result = c.op("result", study, check=False, here=True)
     if kind is None:
-        assert state == "DONE" and result.exit_code == 0
+        assert state == "DONE" and result.returncode == 0
         return
-    assert state == "FAILED" and result.exit_code == 1
-    status = json.loads(op_here(c, "status", study, "--json").stdout)
+    assert state == "FAILED" and result.returncode == 1
+    status = json.loads(c.op("status", study, "--json", here=True).stdout)
     assert status["state"] == "FAILED"
     for said in (status["detail"], result.stderr):
         assert "the aggregate is out of range: the secure sum of 4 devices" in said, said

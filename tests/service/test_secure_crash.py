@@ -27,7 +27,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from cli_here import op_here
 from test_round_processes import FEDSKETCH, CoordinatorProcess
 
 from fedsketch.client.study_pass import FAULT_ENV
@@ -72,7 +71,7 @@ class Fleet:
         self.c.start()
         self.ledgers = [folder / f"ledger{i}" for i in range(DEVICES)]
         x, _, _ = gmm(20_000, 3, 3, 3.0, seed=4)
-        tokens = op_here(self.c, "tokens", "--count", str(DEVICES)).stdout.split()  # in this process
+        tokens = self.c.op("tokens", "--count", str(DEVICES), here=True).stdout.split()  # in this process
         self.daemons, self.commands, self.folder = [], [], folder
         for i, (part, token) in enumerate(zip(np.array_split(x, DEVICES), tokens, strict=True)):
             np.save(folder / f"x{i}.npy", part)

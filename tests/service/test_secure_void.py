@@ -23,10 +23,10 @@ from __future__ import annotations
 import json
 import signal
 import sqlite3
+import subprocess
 
 import pytest
-from cli_here import here
-from click.testing import Result
+from test_round_processes import cli_here
 from test_secure_crash import DEVICES, Fleet, messages, query, wait_ended, wait_for
 
 from fedsketch.client.secure_session import Session
@@ -73,8 +73,8 @@ def ledger_rows(fleet: Fleet, i: int, study: str) -> tuple[int, int, int]:
 
 
 def budget(fleet: Fleet, i: int) -> dict:
-    """``device budget --json`` of device i's ledger (in this process: :mod:`cli_here`)."""
-    return json.loads(here("device", "budget", "--ledger", str(fleet.ledgers[i]), "--json").stdout)
+    """``device budget --json`` of device i's ledger (in this process: :func:`cli_here`)."""
+    return json.loads(cli_here("device", "budget", "--ledger", str(fleet.ledgers[i]), "--json").stdout)
 
 
 def charged(fleet: Fleet, study: str) -> set[str]:
@@ -91,10 +91,10 @@ def counted(fleet: Fleet, study: str) -> set[str]:
                                             for ch in accounts.account(c, u).charges)}
 
 
-def verified(fleet: Fleet, i: int) -> Result:
+def verified(fleet: Fleet, i: int) -> subprocess.CompletedProcess:
     """``device budget --verify`` of device i's ledger, against the coordinator's account (in
-    this process: :mod:`cli_here`)."""
-    return here("device", "budget", "--ledger", str(fleet.ledgers[i]), "--verify", "--coordinator",
+    this process: :func:`cli_here`)."""
+    return cli_here("device", "budget", "--ledger", str(fleet.ledgers[i]), "--verify", "--coordinator",
                 fleet.c.target, "--ca", str(fleet.c.certs / "ca.pem"), check=False)
 
 
@@ -107,7 +107,7 @@ def given_back(fleet: Fleet, i: int, study: str) -> None:
     (row,) = [r for r in shown["spends"] if r["study_id"] == study]
     assert row["state"].startswith("void: ε given back"), row
     checked = verified(fleet, i)
-    assert checked.exit_code == 0, checked.output
+    assert checked.returncode == 0, checked.stdout + checked.stderr
 
 
 def stands(fleet: Fleet, i: int, study: str) -> None:
@@ -115,7 +115,7 @@ def stands(fleet: Fleet, i: int, study: str) -> None:
     assert ledger_rows(fleet, i, study)[:2] == (1, 0)
     assert budget(fleet, i)["studies"][study]["epsilon"] == EPSILON
     checked = verified(fleet, i)
-    assert checked.exit_code == 0, checked.output
+    assert checked.returncode == 0, checked.stdout + checked.stderr
     assert f"study {study}: the device is out of the secure round after its masked input was " \
         "sent; its spend of ε = 1 stands (no certificate of abort)" in \
         (fleet.folder / f"device{i}.log").read_text()
@@ -195,7 +195,7 @@ def test_a_device_that_spent_but_never_sent_gets_its_epsilon_back(fleet):
     assert shown["sources"]["default"]["given_back_epsilon"] >= EPSILON
     (row,) = [r for r in shown["spends"] if r["study_id"] == study]
     assert row["state"].startswith("void: ε given back")
-    here("device", "budget", "--ledger", str(fleet.ledgers[0]), "--verify")
+    cli_here("device", "budget", "--ledger", str(fleet.ledgers[0]), "--verify")
     assert charged(fleet, study) == set(fleet.ids[1:])
     for i in range(1, DEVICES):
         settled(fleet, i, study)

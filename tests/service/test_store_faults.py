@@ -20,8 +20,7 @@ import time
 from pathlib import Path
 
 import pytest
-from cli_here import here, op_here
-from test_round_processes import FEDSKETCH, CoordinatorProcess, device
+from test_round_processes import FEDSKETCH, CoordinatorProcess, cli_here, device
 from test_round_processes import device_files as device_files  # a module-scoped fixture
 
 from fedsketch.client.ledger import Ledger
@@ -68,11 +67,11 @@ def fill(folder: Path) -> Path:
 
 
 def create_study(c: CoordinatorProcess, min_devices: int) -> str:
-    """``coordinator create-study`` of a small plain study (in this process: :mod:`cli_here`);
+    """``coordinator create-study`` of a small plain study (in this process: :func:`cli_here`);
     its id."""
-    return op_here(c, "create-study", "--name", "t", "--d", "3", "--k", "3", "--bounds", "-12:12",
+    return c.op("create-study", "--name", "t", "--d", "3", "--k", "3", "--bounds", "-12:12",
                    "--rounds", "0", "--scale", "1.5", "--epsilon", "5", "--m", "60", "--r", "60",
-                   "--min-devices", str(min_devices), "--replicates", "2").stdout.strip()
+                   "--min-devices", str(min_devices), "--replicates", "2", here=True).stdout.strip()
 
 
 def wait_done(c: CoordinatorProcess, study: str, timeout: float = 120) -> dict:
@@ -82,7 +81,7 @@ def wait_done(c: CoordinatorProcess, study: str, timeout: float = 120) -> dict:
     while not c.has_result(study):
         assert time.monotonic() < stop, f"study {study} has no result after {timeout} s"
         time.sleep(0.2)
-    return json.loads(op_here(c, "result", study).stdout)
+    return json.loads(c.op("result", study, here=True).stdout)
 
 
 def one_error_line(stderr: str, *words: str) -> None:
@@ -116,7 +115,7 @@ def test_a_full_store_answers_resource_exhausted_keeps_reads_and_loses_nothing(t
     c.start()
     try:
         study = create_study(c, 3)
-        tokens = op_here(c, "tokens", "--count", "3").stdout.split()
+        tokens = c.op("tokens", "--count", "3", here=True).stdout.split()
         ledgers = [tmp_path / f"l{i}" for i in range(3)]
         for i in range(3):  # 0 and 1 join the roster; 2 fills it and contributes at once
             device(c, device_files[i], ledgers[i], tokens[i])
@@ -138,11 +137,11 @@ def test_a_full_store_answers_resource_exhausted_keeps_reads_and_loses_nothing(t
         log = c.log.read_text()
         assert "store fault in Device/Submit" in log and str(c.db) in log and "full" in log, log
         assert "Traceback" not in log and "internal error" not in log
-        assert any(study in line and "3/3/3" in line for line in op_here(c, "list").stdout.splitlines())
-        status = json.loads(op_here(c, "status", study, "--json").stdout)
+        assert any(study in line and "3/3/3" in line for line in c.op("list", here=True).stdout.splitlines())
+        status = json.loads(c.op("status", study, "--json", here=True).stdout)
         assert status["contributions"] == 1, status
-        tokens = op_here(c, "tokens", check=False)  # an operator's write: the same words
-        assert tokens.exit_code == 1
+        tokens = c.op("tokens", check=False, here=True)  # an operator's write: the same words
+        assert tokens.returncode == 1
         one_error_line(tokens.stderr, "RESOURCE_EXHAUSTED: the coordinator's store is full")
         filler.unlink()  # space returns: the same bytes are taken
         device(c, device_files[0], ledgers[0])
@@ -177,14 +176,14 @@ def test_a_truncated_unwritable_shm_file_cannot_kill_the_coordinator(tmp_path, c
             with shm.open("w"):  # truncated to 0 bytes (created if missing), then unwritable
                 pass
             os.chmod(shm, 0)
-            second = op_here(c, "create-study", "--name", "u", "--d", "3", "--k", "3", "--bounds",
+            second = c.op("create-study", "--name", "u", "--d", "3", "--k", "3", "--bounds",
                              "-12:12", "--rounds", "0", "--scale", "1.5", "--epsilon", "5", "--m",
-                             "60", "--min-devices", "2", check=False)
+                             "60", "--min-devices", "2", check=False, here=True)
             if readers:
                 assert c.proc.wait(timeout=30) == -signal.SIGBUS
                 continue
-            assert second.exit_code == 0, second.output
-            listed = op_here(c, "list").stdout
+            assert second.returncode == 0, second.stdout + second.stderr
+            listed = c.op("list", here=True).stdout
             assert first in listed and second.stdout.strip() in listed
             assert c.proc.poll() is None and c.terminate() == 0
         finally:
@@ -199,7 +198,7 @@ def test_a_full_ledger_is_one_error_line_records_nothing_and_takes_part_later(tm
     c.start()
     try:
         study = create_study(c, 2)
-        tokens = op_here(c, "tokens", "--count", "2").stdout.split()
+        tokens = c.op("tokens", "--count", "2", here=True).stdout.split()
         ledger, other = disk / "ledger", tmp_path / "other"
         device(c, device_files[0], ledger, tokens[0])  # enrolled and in the roster
         device(c, device_files[1], other, tokens[1])  # fills the roster and contributes
@@ -207,14 +206,14 @@ def test_a_full_ledger_is_one_error_line_records_nothing_and_takes_part_later(tm
         run = device(c, device_files[0], ledger, check=False)
         assert run.returncode == 1
         one_error_line(run.stderr, str(ledger), "full")
-        budget = here("device", "budget", "--ledger", str(ledger), check=False)
-        assert budget.exit_code == 1
+        budget = cli_here("device", "budget", "--ledger", str(ledger), check=False)
+        assert budget.returncode == 1
         one_error_line(budget.stderr, str(ledger), "full")
         filler.unlink()
         book = Ledger(ledger)
         assert book.find(study) is None  # nothing was recorded
         book.close()
-        status = json.loads(op_here(c, "status", study, "--json").stdout)
+        status = json.loads(c.op("status", study, "--json", here=True).stdout)
         assert status["contributions"] == 1, status  # nothing was sent
         device(c, device_files[0], ledger)
         assert wait_done(c, study)["devices"] == 2
@@ -235,11 +234,11 @@ def test_a_deadline_that_passes_while_the_store_is_full_closes_the_study_once_sp
     c.db = disk / "coordinator.db"
     c.start()
     try:
-        study = op_here(c, "create-study", "--name", "late", "--d", "3", "--k", "3", "--bounds",
+        study = c.op("create-study", "--name", "late", "--d", "3", "--k", "3", "--bounds",
                         "-12:12", "--rounds", "0", "--scale", "1.5", "--epsilon", "5", "--m", "60",
                         "--r", "60", "--min-devices", "2", "--roster", "3", "--replicates", "2",
-                        "--deadline", "20").stdout.strip()
-        tokens = op_here(c, "tokens", "--count", "2").stdout.split()
+                        "--deadline", "20", here=True).stdout.strip()
+        tokens = c.op("tokens", "--count", "2", here=True).stdout.split()
         ledgers = [tmp_path / "l0", tmp_path / "l1"]
         device(c, device_files[0], ledgers[0], tokens[0])  # joins
         device(c, device_files[1], ledgers[1], tokens[1])  # fills the quorum, contributes
