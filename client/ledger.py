@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import math
 import os
+import shutil
 import sqlite3
 import time
 from collections.abc import Iterator
@@ -86,10 +87,28 @@ _FAULTS = {5: " (another process holds it)", 6: "", 7: "", 8: " (it, or its fold
            "space and run again)", 14: " (check that its folder exists and is writable)", 15: ""}
 
 
+#: Free bytes under which a ledger's folder counts as full (256 pages of 4 KiB).
+FULL_BELOW = 1 << 20
+
+
+def disk_full(path: str) -> bool:
+    """Whether the file system holding ``path`` has less than :data:`FULL_BELOW` bytes free.
+    SQLite reports a write that found no space as FULL (13) or, when the OS refused a write of
+    the WAL or of the file itself (ENOSPC), as the generic I/O error (10): measured on a full
+    4 MiB tmpfs under a ledger, `device run` got error 10."""
+    try:
+        return shutil.disk_usage(os.path.dirname(os.path.abspath(path))).free < FULL_BELOW
+    except OSError:
+        return False
+
+
 def unavailable(path: str, exc: sqlite3.OperationalError) -> LedgerError:
     """The ledger error, in words, for SQLite's ``exc`` on ``path``: LedgerUnavailable for a
-    fault of the file or the disk (:data:`_FAULTS`), else LedgerError."""
+    fault of the file or the disk (:data:`_FAULTS`; an I/O error on a full disk is said to be
+    the full disk), else LedgerError."""
     code = (getattr(exc, "sqlite_errorcode", None) or 0) & 0xFF
+    if code == 10 and disk_full(path):
+        code = 13
     if code not in _FAULTS:
         return LedgerError(f"the ledger {path} failed: {exc}")
     return LedgerUnavailable(f"cannot use the ledger {path}: {exc}{_FAULTS[code]}; nothing "

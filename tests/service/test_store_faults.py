@@ -205,10 +205,10 @@ def test_a_full_ledger_is_one_error_line_records_nothing_and_takes_part_later(tm
         filler = fill(disk)
         run = device(c, device_files[0], ledger, check=False)
         assert run.returncode == 1
-        one_error_line(run.stderr, str(ledger), "full")
+        one_error_line(run.stderr, str(ledger), "the disk under it is full")
         budget = cli_here("device", "budget", "--ledger", str(ledger), check=False)
         assert budget.returncode == 1
-        one_error_line(budget.stderr, str(ledger), "full")
+        one_error_line(budget.stderr, str(ledger), "the disk under it is full")
         filler.unlink()
         book = Ledger(ledger)
         assert book.find(study) is None  # nothing was recorded
