@@ -249,29 +249,26 @@ def cluster():
         yield local.scheduler_address
 
 
-#: The suite's longest files, longest first (seconds of one worker each, measured in a full run
-#: on the 2-core machine under load: 339, 198, 190, 159, 97, 93, 83, 77, 66, 62, 55, 50, 45, 45, 45,
-#: 45, 39, then under 35 each). Re-placed from a full run's rusage CPU on 2 Dec 2026 (a lower bound
-#: on a file's time on a quiet machine): test_blas_kernels.py's child then took about 63 CPU s (was
-#: 96-118; about 38 since tests/blas_measured.py's second measurement, 44 with its parent), and
-#: four files that were missing take 31-37 CPU s each in the worker itself
-#: (test_zero_knowledge.py, test_hostile_processes.py, test_audit.py, test_secagg.py). Later the
-#: same day test_hostile_processes.py fell from 45 to 27 CPU s alone (its loop asks the study's
-#: state in-process instead of running `status --json` each pass), and `make test` byte-compiles
-#: the package first (every process's start-up about 0.1-0.3 CPU s cheaper); the order is kept.
+#: The suite's longest files, longest first: seconds of one worker each in a full `make test`
+#: run on the quiet 2-core machine (2 Dec 2026, after the in-process operator commands and the
+#: smaller smoke runs; 10 min 58 s in all): 266, 111, 102, 85, 63, 50, 47, 46, 42, 36, 34, 33,
+#: 33, 32, 31, 30, 28, 28, 26, 26, 24, 23, 23, 22, 22, 22, 21, 20. test_secure_void.py is mostly
+#: waits for its 15 s stage timeouts (29 CPU s), so it starts first and overlaps the rest.
 #: ``--dist loadfile --no-loadscope-reorder`` (``make test``) hands files to workers in collection
 #: order; these go first, so that the short files fill the workers at the end (longest-first
 #: scheduling) instead of one long file starting last and ending the run alone. Without
 #: ``--no-loadscope-reorder`` pytest-xdist (3.x) re-sorts the files by their number of tests and
 #: this order is lost. A file missing from the list only runs in its place.
 LONGEST_FIRST = (
-    "test_secure_void.py", "test_benchmarks.py", "test_doc_blocks.py",
-    "test_round_processes.py", "test_secagg_round.py", "test_box_round_processes.py",
-    "test_blas_kernels.py", "test_shared_crash_cycles.py", "test_secure_crash.py", "test_simulate.py",
-    "test_zero_knowledge.py", "test_hostile_processes.py", "test_audit.py", "test_secagg.py",
-    "test_store_faults.py", "test_doc_blocks_operator.py", "test_planner_cli.py", "test_simulate_ray.py",
-    "test_secure_shared.py", "test_declared_budget.py", "test_refine_processes.py",
-    "test_postgres_processes.py", "test_round0_processes.py", "test_deploy.py", "test_console_health.py",
+    "test_secure_void.py", "test_benchmarks.py", "test_doc_blocks.py", "test_secagg_round.py",
+    "test_secure_crash.py", "test_simulate_ray.py", "test_shared_crash_cycles.py",
+    "test_doc_blocks_operator.py", "test_store_faults.py", "test_declared_budget.py",
+    "test_box_round_processes.py", "test_zero_knowledge.py", "test_secure_charges.py",
+    "test_secure_left.py", "test_kmeans.py", "test_simulate.py", "test_refine_processes.py",
+    "test_console_health.py", "test_blas_kernels.py", "test_fuzz_api.py", "test_privacy.py",
+    "test_ckm.py", "test_kernels_uncached.py", "test_round_processes.py",
+    "test_validated_simulate.py", "test_secure_late_devices.py", "test_postgres_processes.py",
+    "test_device_dask.py",
 )
 
 
