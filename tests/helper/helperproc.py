@@ -29,17 +29,24 @@ class Helper:
         port_file = self.folder / "port"
         port_file.unlink(missing_ok=True)
         certs = self.folder / "certs"
-        self.proc = subprocess.Popen(
-            [FEDSKETCH, "helper", "serve", "--db", str(self.folder / "helper.db"),
-             "--listen", "127.0.0.1:0", "--cert", str(certs / "server.pem"),
-             "--key", str(certs / "server.key"), "--token-file", str(self.folder / "helper.token"),
-             "--port-file", str(port_file)], stderr=subprocess.PIPE, text=True)
+        with self.log.open("a") as log:
+            self.proc = subprocess.Popen(
+                [FEDSKETCH, "helper", "serve", "--db", str(self.folder / "helper.db"),
+                 "--listen", "127.0.0.1:0", "--cert", str(certs / "server.pem"), "--key",
+                 str(certs / "server.key"), "--token-file", str(self.folder / "helper.token"),
+                 "--port-file", str(port_file)], stderr=log)
         deadline = time.monotonic() + 120  # generous: a loaded machine starts Python slowly
         while not (port_file.exists() and port_file.read_text().strip()):
             if self.proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"the helper did not start: {self.proc.stderr.read()}")
+                raise RuntimeError(f"the helper did not start: {self.log.read_text()}")
             time.sleep(0.05)
         self.target = f"localhost:{port_file.read_text().strip()}"
+
+    @property
+    def log(self) -> Path:
+        """Its stderr, every start's appended: a file, not a pipe nobody reads, which blocks the
+        helper once 64 KiB of log lines fill it (it then cannot even exit on SIGTERM)."""
+        return self.folder / "helper.log"
 
     @property
     def ca(self) -> Path:
@@ -55,10 +62,14 @@ class Helper:
     def kill(self) -> None:
         self.proc.send_signal(signal.SIGKILL)
         self.proc.wait()
-        self.proc.stderr.close()
 
     def stop(self) -> None:
         if self.proc.poll() is None:
             self.proc.terminate()
-            self.proc.wait(timeout=30)
-        self.proc.stderr.close()
+            try:
+                self.proc.wait(timeout=30)  # its gRPC grace is 5 s
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+                raise AssertionError("the helper did not stop within 30 s of SIGTERM; its log:\n"
+                                     + self.log.read_text()) from None
