@@ -11,13 +11,19 @@ from pathlib import Path
 import numpy as np
 
 
+def asks_auto(text: str) -> bool:
+    """Whether ``--bounds TEXT`` asks for the private box read from the records (``auto``), not
+    a bounds file that happens to be named ``auto``."""
+    return text == "auto" and not Path(text).is_file()
+
+
 def parse_bounds(text: str, d: int) -> tuple[np.ndarray, np.ndarray]:
     """``LO:HI`` (the same on every axis) or a JSON file ``{"lo": [...], "hi": [...]}``.
 
     A JSON file may also give scalars for ``lo`` and ``hi``. Returns two float64 arrays of length
     d; raises ValueError unless lo < hi on every axis and all values are finite.
     """
-    if text == "auto" and not Path(text).is_file():
+    if asks_auto(text):
         raise ValueError("--bounds auto (a private box read from the records) is `fedsketch "
                          "sketch`'s, the Python API's and a federated study's box round "
                          "(create-study, simulate --data); here give the box, LO:HI or a "

@@ -204,12 +204,12 @@ def create_study(
     from fedsketch.common.study.sizing import plan_study
     from fedsketch.common.study.study import StudySpec
     from fedsketch.common.study.validated import check_validated
-    from fedsketch.server.cli.bounds import parse_bounds
+    from fedsketch.server.cli.bounds import asks_auto, parse_bounds
     from fedsketch.server.cli.options import parse_range, parse_scale
 
     with clean_errors():
         box_plan, rest = None, epsilon
-        if bounds == "auto" and not Path(bounds).is_file():
+        if asks_auto(bounds):
             box_plan, rest = split_box(epsilon, box_fraction, scale_range is None, round_seconds)
             lo, hi = map(np.array, widest(d))
         else:

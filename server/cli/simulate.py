@@ -117,7 +117,7 @@ def simulate_command(
     The records are paper 004's mixture (docs/REFERENCES.md), or a data file of yours (--data,
     with the public box --bounds and the scale --scale), dealt out to the devices by
     --partition."""
-    from fedsketch.server.cli.bounds import parse_bounds
+    from fedsketch.server.cli.bounds import asks_auto, parse_bounds
     from fedsketch.server.cli.options import parse_range, parse_scale
     from fedsketch.server.sim.config import SimConfig
 
@@ -138,7 +138,7 @@ def simulate_command(
             if scale is None:
                 raise ValueError("--data needs the study's public scale --scale σ (data units; "
                                  "see --help)")
-            if bounds == "auto" and not Path(bounds).is_file():
+            if asks_auto(bounds):
                 from fedsketch.common.study.box_split import check_split
 
                 check_split(epsilon, box_fraction)
@@ -148,7 +148,7 @@ def simulate_command(
         if source is not None:
             pooled = file_data(source, k, seed)
             records, d = pooled.x.shape
-            if bounds != "auto" or Path(bounds).is_file():  # auto: the study's box round
+            if not asks_auto(bounds):  # auto: the study's box round
                 lo, hi = parse_bounds(bounds, d)
                 box = (tuple(map(float, lo)), tuple(map(float, hi)))
         sigma = parse_scale(scale)  # None: auto
