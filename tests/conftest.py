@@ -35,7 +35,6 @@ OPERATOR_TOKEN = "test-operator-token"
 META = (("authorization", f"Bearer {OPERATOR_TOKEN}"),)
 
 
-
 @pytest.fixture(autouse=True)
 def _grpc_verbosity_restored():
     """The CLI sets GRPC_VERBOSITY=NONE in its own process for the processes it starts; a test
@@ -48,6 +47,7 @@ def _grpc_verbosity_restored():
         os.environ.pop("GRPC_VERBOSITY", None)
     else:
         os.environ["GRPC_VERBOSITY"] = before
+
 
 @pytest.fixture(scope="session")
 def certs(tmp_path_factory) -> CertPaths:

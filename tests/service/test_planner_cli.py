@@ -3,27 +3,24 @@
 ``--strict``, refuses it without creating anything; ``result`` says how much of the residual is
 noise (the noise norm from the public spec and the released counts).
 
-``create-study`` and ``tokens`` run in this process (:func:`op`: typer's runner on the same app,
-over TLS to the coordinator process): the planner is what is tested, not a process's start. As
-sixteen processes they took about 20 CPU s, each 0.6 s to start and, with ``--expected-records``,
-1.5 s more to load numba and SciPy for the noise ceiling
+``create-study`` and ``tokens`` run in this process (``CoordinatorProcess.op(..., here=True)``:
+typer's runner on the same app, over TLS to the coordinator process): the planner is what is
+tested, not a process's start. As sixteen processes they took about 20 CPU s, each 0.6 s to
+start and, with ``--expected-records``, 1.5 s more to load numba and SciPy for the noise ceiling
 (:mod:`fedsketch.server.decode.identify`), which this process loads once."""
 
 from __future__ import annotations
 
 import json
 import math
-import subprocess
 from pathlib import Path
 
 import numpy as np
 import pytest
 import test_round_processes as processes
 from conftest import contribute_all
-from test_round_processes import CoordinatorProcess, wait_result
-from typer.testing import CliRunner
+from test_round_processes import wait_result
 
-from fedsketch.cli import app
 from fedsketch.client.agent import Agent
 from fedsketch.client.ledger import Ledger
 from fedsketch.client.localdata import LocalData
@@ -46,17 +43,6 @@ NEW_EXAMPLE = ("--d", "10", "--k", "10", "--bounds", "-15:15", "--scale", "2", "
                "--m", "1000", "--r", "1", "--min-devices", "20", "--expected-records", "100000")
 
 
-def op(c: CoordinatorProcess, *args: str, check: bool = True) -> subprocess.CompletedProcess:
-    """``c.op(*args)`` (``fedsketch coordinator ARGS`` with the coordinator's flags) run in this
-    process; its exit status, stdout and stderr as ``c.op`` returns them."""
-    res = CliRunner().invoke(app, ["coordinator", args[0], "--coordinator", c.target, "--ca",
-                                   str(c.certs / "ca.pem"), "--token-file", str(c.token_file),
-                                   *args[1:]])
-    if check:
-        assert res.exit_code == 0, (res.stderr, res.exception)
-    return subprocess.CompletedProcess(args, res.exit_code, res.stdout, res.stderr)
-
-
 def names(c) -> list[str]:
     store = open_store(c.db)
     try:
@@ -66,32 +52,34 @@ def names(c) -> list[str]:
 
 
 def test_create_study_warns_about_the_old_readme_example_and_strict_refuses_it(coordinator):
-    res = op(coordinator, "create-study", "--name", "old", *OLD_EXAMPLE, "--expected-records", "10000")
+    res = coordinator.op("create-study", "--name", "old", *OLD_EXAMPLE, "--expected-records", "10000",
+                         here=True)
     assert res.stdout.strip()  # created, with a warning
     assert "warning: planner: the published centroids are expected to be " in res.stderr
     assert "10 devices × 10,000 records" in res.stderr and "records per device" in res.stderr
     assert ("usable, with caveats" in res.stderr) != ("unreliable" in res.stderr)
-    res = op(coordinator, "create-study", "--name", "old-strict", *OLD_EXAMPLE, "--expected-records",
-                         "10000", "--strict", check=False)
+    res = coordinator.op("create-study", "--name", "old-strict", *OLD_EXAMPLE, "--expected-records",
+                         "10000", "--strict", check=False, here=True)
     assert res.returncode == 1 and res.stdout == ""
     assert "refused (--strict), nothing created" in res.stderr and "expected to be good" not in res.stderr
-    res = op(coordinator, "create-study", "--name", "bare-strict", *OLD_EXAMPLE, "--strict", check=False)
+    res = coordinator.op("create-study", "--name", "bare-strict", *OLD_EXAMPLE, "--strict", check=False,
+                         here=True)
     assert res.returncode == 1 and "--strict needs --expected-records" in res.stderr
     for bad in ("0", "-5", "nan", "inf"):
-        res = op(coordinator, "create-study", "--name", "bad", *OLD_EXAMPLE, "--expected-records", bad,
-                             check=False)
+        res = coordinator.op("create-study", "--name", "bad", *OLD_EXAMPLE, "--expected-records", bad,
+                             check=False, here=True)
         assert res.returncode == 1 and "--expected-records (records per device) must be" in res.stderr
-    res = op(coordinator, "create-study", "--name", "new", *NEW_EXAMPLE, "--strict")
+    res = coordinator.op("create-study", "--name", "new", *NEW_EXAMPLE, "--strict", here=True)
     assert "expected to be good" in res.stderr and "warning" not in res.stderr
-    res = op(coordinator, "create-study", "--name", "bare", *OLD_EXAMPLE)
+    res = coordinator.op("create-study", "--name", "bare", *OLD_EXAMPLE, here=True)
     assert "give --expected-records" in res.stderr
     assert sorted(names(coordinator)) == ["bare", "new", "old"]
 
 
 def _study(c, name: str, epsilon: str) -> str:
-    return op(c, "create-study", "--name", name, "--d", "3", "--k", "3", "--bounds", "-12:12", "--rounds",
+    return c.op("create-study", "--name", name, "--d", "3", "--k", "3", "--bounds", "-12:12", "--rounds",
                 "0", "--scale", "1.5", "--epsilon", epsilon, "--m", "60", "--r", "60",
-                "--min-devices", "3", "--replicates", "1").stdout.strip()
+                "--min-devices", "3", "--replicates", "1", here=True).stdout.strip()
 
 
 def test_result_says_how_much_of_the_residual_is_noise(coordinator, tmp_path, device_files):
@@ -104,7 +92,7 @@ def test_result_says_how_much_of_the_residual_is_noise(coordinator, tmp_path, de
     The devices are in-process agents over TLS (the coordinator and ``result`` stay processes:
     they are what is tested); twelve ``device run --once`` processes took about 13 of this
     test's 16 CPU s."""
-    tokens = op(coordinator, "tokens", "--count", "3").stdout.split()
+    tokens = coordinator.op("tokens", "--count", "3", here=True).stdout.split()
     channel = secure_channel(coordinator.target, coordinator.certs / "ca.pem")
     agents = [_agent(coordinator, channel, np.load(path), tmp_path / f"l{i}", token)
               for i, (path, token) in enumerate(zip(device_files, tokens, strict=True))]
@@ -153,7 +141,7 @@ def test_create_study_plans_m_when_not_given_and_keeps_a_given_one(coordinator):
 
     base = ("--d", "64", "--k", "10", "--bounds", "0:16", "--scale", "2", "--epsilon", "1",
             "--min-devices", "20", "--json")
-    res = op(coordinator, "create-study", "--name", "planned", *base, "--expected-records", "90")
+    res = coordinator.op("create-study", "--name", "planned", *base, "--expected-records", "90", here=True)
     out = json.loads(res.stdout)
     want = study_size(90, 20, 64, 10, 1 - BLIND_ROUND_SHARE)  # a blind sketch keeps 0.05 of ε
     assert out["spec"]["sketch"]["frequencies"]["m"] == out["m_plan"]["m"] == want.m == 640
@@ -161,12 +149,12 @@ def test_create_study_plans_m_when_not_given_and_keeps_a_given_one(coordinator):
     assert sum(out["spec"]["refine"]["epsilon"]) == pytest.approx(BLIND_ROUND_SHARE)
     assert out["spec"]["sketch"]["privacy"]["epsilon"] == pytest.approx(1 - BLIND_ROUND_SHARE)
     assert f"the rounds take {BLIND_ROUND_SHARE:g} of ε" in res.stderr
-    res = op(coordinator, "create-study", "--name", "bare-m", "--d", "7", "--k", "5", *base[4:])
+    res = coordinator.op("create-study", "--name", "bare-m", "--d", "7", "--k", "5", *base[4:], here=True)
     out = json.loads(res.stdout)
     assert out["spec"]["sketch"]["frequencies"]["m"] == 350 and "give --expected-records" in res.stderr
-    res = op(coordinator, "create-study", "--name", "given-m", *base, "--m", "1000")
+    res = coordinator.op("create-study", "--name", "given-m", *base, "--m", "1000", here=True)
     out = json.loads(res.stdout)
     assert out["spec"]["sketch"]["frequencies"]["m"] == 1000 and out["m_plan"] is None
-    res = op(coordinator, "create-study", "--name", "given-share", *base, "--expected-records", "90",
-                         "--round-share", "0.8")
+    res = coordinator.op("create-study", "--name", "given-share", *base, "--expected-records", "90",
+                         "--round-share", "0.8", here=True)
     assert sum(json.loads(res.stdout)["spec"]["refine"]["epsilon"]) == pytest.approx(0.8)
